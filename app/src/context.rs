@@ -1,0 +1,25 @@
+//! What the server process provides to server functions through Leptos context.
+//!
+//! Server functions run inside the axum process but are called by URL, so they cannot take
+//! the server's state as arguments; the server installs an [`AppContext`] for every request
+//! (see `server/src/web.rs`) and server functions read it with [`app_context`].
+
+use leptos::prelude::*;
+use queue::redis::aio::ConnectionManager;
+
+/// Shared, cheap-to-clone handles the web process owns.
+#[derive(Clone)]
+pub struct AppContext {
+    /// Multiplexed Redis connection that reconnects by itself.
+    pub redis: ConnectionManager,
+    /// The queue name (also the Redis hash tag of all its keys).
+    pub queue_name: String,
+}
+
+/// The request's [`AppContext`], or a generic error if the server forgot to provide it.
+pub fn app_context() -> Result<AppContext, ServerFnError> {
+    use_context::<AppContext>().ok_or_else(|| {
+        tracing::error!("AppContext missing from the Leptos context");
+        ServerFnError::new("server misconfigured")
+    })
+}

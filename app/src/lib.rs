@@ -1,0 +1,68 @@
+//! repoll's user interface: Leptos components rendered on the server (`ssr`) and hydrated in
+//! the browser (`hydrate`).
+//!
+//! A tour of the modules:
+//! - [`shell`] / [`App`]: the HTML document, the navigation and the routes.
+//! - [`status`]: the Redis status panel and the server function behind it — the smallest
+//!   complete path from a browser click through a server function to Redis and back.
+//! - [`pages`]: one module per page.
+//! - `context` (server only): what the server hands to server functions (Redis connection,
+//!   queue name); never compiled into the wasm.
+
+pub mod pages;
+pub mod status;
+
+#[cfg(feature = "ssr")]
+pub mod context;
+
+use leptos::prelude::*;
+use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_router::{
+    components::{Route, Router, Routes, A},
+    path,
+};
+
+/// The HTML document the server renders around [`App`]; the hydration scripts it includes
+/// load the wasm that takes over the page.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en">
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <AutoReload options=options.clone() />
+                <HydrationScripts options />
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+/// The application: navigation and routes.
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    view! {
+        <Stylesheet id="leptos" href="/pkg/repoll.css" />
+        <Title text="repoll" />
+        <Router>
+            <header class="topbar">
+                <span class="brand">"repoll"</span>
+                <nav>
+                    <A href="/">"Query"</A>
+                    <A href="/admin">"Dashboard"</A>
+                </nav>
+            </header>
+            <main>
+                <Routes fallback=pages::NotFound>
+                    <Route path=path!("") view=pages::QueryPage />
+                    <Route path=path!("/admin") view=pages::DashboardPage />
+                </Routes>
+            </main>
+        </Router>
+    }
+}

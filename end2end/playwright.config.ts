@@ -1,0 +1,57 @@
+import { defineConfig } from "@playwright/test";
+import * as os from "os";
+import * as path from "path";
+import * as fs from "fs";
+
+// The suite runs against the release build in headless Debian Chromium (Playwright's own
+// browser download is not available here). The server is started by Playwright with its own
+// managed redis-server in a fresh temporary directory, on a port of its own, so it never
+// touches a Redis or a demo server already running on this machine.
+const port = Number(process.env.E2E_PORT ?? 3117);
+const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "repoll-e2e-"));
+const root = path.resolve(__dirname, "..");
+
+export default defineConfig({
+  testDir: "./tests",
+  timeout: 60_000,
+  expect: { timeout: 10_000 },
+  fullyParallel: false,
+  workers: 1,
+  retries: 0,
+  reporter: [["list"]],
+  outputDir: "test-results",
+  use: {
+    baseURL: `http://127.0.0.1:${port}`,
+    trace: "off",
+    screenshot: "only-on-failure",
+    launchOptions: {
+      executablePath: process.env.CHROMIUM_PATH ?? "/usr/bin/chromium",
+      args: [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+      ],
+    },
+  },
+  webServer: {
+    command: `${path.join(root, "target/release/repoll")} serve`,
+    cwd: root,
+    url: `http://127.0.0.1:${port}/readyz`,
+    reuseExistingServer: false,
+    timeout: 60_000,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: {
+      REPOLL_ADDR: `127.0.0.1:${port}`,
+      LEPTOS_SITE_ROOT: path.join(root, "target/site"),
+      REPOLL_MANAGED_REDIS_DIR: dataDir,
+      RUST_LOG: "info",
+      REDIS_URL: "",
+    },
+  },
+});

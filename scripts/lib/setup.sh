@@ -1,0 +1,91 @@
+# Shared set-up for scripts/run and scripts/test: installs what is missing, skips what is
+# there (so a second run is quick), and fails loudly with the step that broke.
+# Sourced, not executed.
+
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PATH="$HOME/.cargo/bin:$ROOT/end2end/node_modules/.bin:$PATH"
+CARGO_LEPTOS_VERSION="0.3.11"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+apt_install() {
+  # Installs Debian packages when apt is available and we are root (as on these machines).
+  command -v apt-get >/dev/null || die "apt-get not found: install $* with your package manager"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  if [ ! -f /tmp/.repoll-apt-updated ]; then
+    $sudo apt-get update -qq >&2 && touch /tmp/.repoll-apt-updated
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >&2
+}
+
+ensure_wasm_target() {
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    say "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown >&2
+  fi
+}
+
+ensure_cargo_leptos() {
+  if command -v cargo-leptos >/dev/null && cargo-leptos --version 2>/dev/null | grep -q "$CARGO_LEPTOS_VERSION"; then
+    return
+  fi
+  # cargo-leptos 0.3.11 needs a newer rustc than stable here (through a dependency), so it is
+  # built with the nightly toolchain when one is installed. LTO off: 20 instead of 45 minutes.
+  local toolchain=""
+  if rustup toolchain list | grep -q '^nightly'; then toolchain="+nightly"; fi
+  say "installing cargo-leptos $CARGO_LEPTOS_VERSION (takes ~20 min once)"
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
+    cargo $toolchain install cargo-leptos --version "$CARGO_LEPTOS_VERSION" --locked >&2
+}
+
+ensure_wasm_bindgen() {
+  # The CLI must match the wasm-bindgen library version in Cargo.lock exactly, and
+  # cargo-leptos does not check that, so we do.
+  local want
+  want="$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/version = |"/, ""); print; exit}' "$ROOT/Cargo.lock")"
+  [ -n "$want" ] || die "cannot read the wasm-bindgen version from Cargo.lock"
+  if command -v wasm-bindgen >/dev/null && [ "$(wasm-bindgen --version | awk '{print $2}')" = "$want" ]; then
+    return
+  fi
+  say "installing wasm-bindgen-cli $want (to match Cargo.lock)"
+  # Without --locked: its own lockfile names a crate version the registry no longer serves.
+  cargo install wasm-bindgen-cli --version "$want" --force >&2
+}
+
+ensure_npm_packages() {
+  # end2end/node_modules holds Playwright and wasm-opt (binaryen 132; Debian's older
+  # binaryen builds a wasm that fails to hydrate).
+  command -v npm >/dev/null || die "npm not found: install Node.js 20+"
+  local stamp="$ROOT/end2end/node_modules/.repoll-lock-stamp"
+  if [ -f "$stamp" ] && cmp -s "$stamp" "$ROOT/end2end/package-lock.json"; then
+    return
+  fi
+  say "installing end2end npm packages (npm ci)"
+  (cd "$ROOT/end2end" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >&2)
+  cp "$ROOT/end2end/package-lock.json" "$stamp"
+  wasm-opt --version >/dev/null || die "wasm-opt from the binaryen npm package does not run"
+}
+
+ensure_redis_server() {
+  if ! command -v redis-server >/dev/null; then
+    say "installing redis-server"
+    apt_install redis-server
+    # Debian starts a service on 6379 after install; repoll never uses it, but leave it be.
+  fi
+}
+
+ensure_chromium() {
+  if [ ! -x /usr/bin/chromium ]; then
+    say "installing Chromium"
+    apt_install chromium
+  fi
+}
+
+build_release() {
+  say "building the release (server + wasm)"
+  (cd "$ROOT" && cargo leptos build --release >&2)
+}

@@ -1,0 +1,73 @@
+//! The command line. Every setting has a flag and an environment variable (shown by
+//! `--help`), so the same binary is configured the same way on a laptop, in CI and in a
+//! container. The README's configuration table is written from these definitions.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+
+/// repoll — answers slow asynchronous APIs at once and polls them for you.
+#[derive(Debug, Parser)]
+#[command(name = "repoll", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the web app: query page, JSON API, admin dashboard.
+    Serve(ServeArgs),
+}
+
+/// Where Redis is and which queue to use.
+#[derive(Debug, Clone, Args)]
+pub struct RedisArgs {
+    /// Redis to use, e.g. redis://127.0.0.1:6379/0. When unset, `repoll serve` starts and
+    /// manages its own local redis-server (see --managed-redis-*).
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+
+    /// Queue name. All of the queue's keys share the Redis hash tag `{<queue>}`.
+    #[arg(long, env = "REPOLL_QUEUE", default_value = "repoll")]
+    pub queue: String,
+
+    /// Port of the managed local Redis (only without REDIS_URL); 0 picks a free port.
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_PORT", default_value_t = 0)]
+    pub managed_redis_port: u16,
+
+    /// Data directory of the managed local Redis (append-only file lives here).
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_DIR", default_value = "data/redis")]
+    pub managed_redis_dir: PathBuf,
+
+    /// The redis-server executable used for the managed local Redis.
+    #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
+    pub redis_server_bin: PathBuf,
+}
+
+/// `repoll serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Address the web app listens on.
+    #[arg(long, env = "REPOLL_ADDR", default_value = "127.0.0.1:3000")]
+    pub addr: SocketAddr,
+
+    /// Directory of the built site (wasm, js, css); cargo-leptos writes it to target/site.
+    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
+    pub site_root: String,
+
+    /// Largest accepted request body, in bytes (larger gets 413).
+    #[arg(long, env = "REPOLL_BODY_LIMIT", default_value_t = 64 * 1024)]
+    pub body_limit: usize,
+
+    /// Time limit for producing a response, in milliseconds (streams are not cut by it).
+    #[arg(long, env = "REPOLL_REQUEST_TIMEOUT_MS", default_value_t = 15_000)]
+    pub request_timeout_ms: u64,
+
+    /// After SIGTERM/SIGINT, how long open connections may take to finish, in milliseconds.
+    #[arg(long, env = "REPOLL_SHUTDOWN_GRACE_MS", default_value_t = 1_500)]
+    pub shutdown_grace_ms: u64,
+}

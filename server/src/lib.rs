@@ -1,0 +1,17 @@
+//! The `repoll` binary's library: everything `main.rs` wires together, kept in a library so
+//! integration tests can build the same router and start the same pieces.
+//!
+//! A tour of the modules:
+//! - [`cli`]: the command line (clap) — every setting is a flag and an environment variable.
+//! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
+//!   (append-only file under `./data/redis`) and stops it on exit.
+//! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
+//!   tower-http layers (trace, body limit, timeout).
+//! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
+//! - [`serve`]: the `repoll serve` command — Redis, router, listener, graceful drain.
+
+pub mod cli;
+pub mod managed_redis;
+pub mod serve;
+pub mod shutdown;
+pub mod web;

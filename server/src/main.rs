@@ -1,0 +1,28 @@
+//! `repoll`: thin entry point. Parses the command line, sets up logging and hands over to
+//! the command's module.
+
+use clap::Parser;
+use server::cli::{Cli, Command};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tower_http=info")),
+        )
+        .init();
+
+    let outcome = match cli.command {
+        Command::Serve(args) => server::serve::run(args).await,
+    };
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}`-style chain: the top message plus every cause, on one line.
+            eprintln!("repoll: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The axum router of `repoll serve`.
+//!
+//! [`router`] is a plain function of [`WebState`] so tests drive it with
+//! `tower::ServiceExt::oneshot` exactly as the server runs it.
+
+use std::time::Duration;
+
+use app::{context::AppContext, shell, App};
+use axum::{
+    extract::{FromRef, State},
+    http::StatusCode,
+    response::IntoResponse,
+    routing::get,
+    Router,
+};
+use leptos::prelude::*;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tower_http::{limit::RequestBodyLimitLayer, timeout::TimeoutLayer, trace::TraceLayer};
+
+/// Everything a request handler may need.
+#[derive(Clone, FromRef)]
+pub struct WebState {
+    pub leptos_options: LeptosOptions,
+    pub app: AppContext,
+}
+
+/// Limits applied to every request.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub body_bytes: usize,
+    pub timeout: Duration,
+}
+
+/// Leptos options built from our own config rather than Cargo.toml metadata, so the binary
+/// runs the same under cargo-leptos, `cargo run` and tests.
+pub fn leptos_options(site_root: &str) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("repoll")
+        .site_root(site_root)
+        .site_pkg_dir("pkg")
+        .build()
+}
+
+/// Builds the whole application router.
+pub fn router(state: WebState, limits: Limits) -> Router {
+    let routes = generate_route_list(App);
+    let ctx = state.app.clone();
+    let options = state.leptos_options.clone();
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || provide_context(ctx.clone()),
+            move || shell(options.clone()),
+        )
+        .fallback(leptos_axum::file_and_error_handler::<WebState, _>(shell))
+        .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.timeout,
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Liveness: the process is up and serving HTTP.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: Redis answers PING within a second.
+async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
+    let mut conn = state.app.redis.clone();
+    let ping = tokio::time::timeout(
+        Duration::from_secs(1),
+        queue::redis::cmd("PING").query_async::<String>(&mut conn),
+    )
+    .await;
+    match ping {
+        Ok(Ok(_)) => (StatusCode::OK, "ready"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "readiness: redis error");
+            (StatusCode::SERVICE_UNAVAILABLE, "redis unavailable")
+        }
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "redis timeout"),
+    }
+}
