@@ -5,15 +5,14 @@
 //! (see `server/src/web.rs`) and server functions read it with [`app_context`].
 
 use leptos::prelude::*;
-use queue::redis::aio::ConnectionManager;
 
 /// Shared, cheap-to-clone handles the web process owns.
 #[derive(Clone)]
 pub struct AppContext {
-    /// Multiplexed Redis connection that reconnects by itself.
-    pub redis: ConnectionManager,
-    /// The queue name (also the Redis hash tag of all its keys).
-    pub queue_name: String,
+    /// The queue (holds a multiplexed Redis connection that reconnects by itself).
+    pub queue: queue::Queue,
+    /// Deadline and attempt limits stamped on every task this process creates.
+    pub enqueue_policy: queue::EnqueuePolicy,
 }
 
 /// The request's [`AppContext`], or a generic error if the server forgot to provide it.

@@ -23,7 +23,7 @@ pub struct RedisStatus {
 pub async fn check_redis() -> Result<RedisStatus, ServerFnError> {
     use queue::redis;
     let ctx = crate::context::app_context()?;
-    let mut conn = ctx.redis.clone();
+    let mut conn = ctx.queue.connection();
     let unreachable = |e: redis::RedisError| {
         tracing::warn!(error = %e, "redis status check failed");
         ServerFnError::new("Redis is unreachable")
@@ -46,7 +46,7 @@ pub async fn check_redis() -> Result<RedisStatus, ServerFnError> {
         version,
         keys,
         checked_ms: time.0 * 1000 + time.1 / 1000,
-        queue: ctx.queue_name,
+        queue: ctx.queue.config().name.clone(),
     })
 }
 

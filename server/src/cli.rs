@@ -16,8 +16,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the web app: query page, JSON API, admin dashboard.
-    Serve(ServeArgs),
+    /// Run the web app: query page, JSON API, admin dashboard (and embedded workers).
+    Serve(Box<ServeArgs>),
+    /// Run a worker process only: claim due tasks and poll the upstream API.
+    Worker(Box<WorkerCmdArgs>),
+    /// Run the simulated upstream API (for demos and tests).
+    Sim(SimCmdArgs),
 }
 
 /// Where Redis is and which queue to use.
@@ -43,6 +47,52 @@ pub struct RedisArgs {
     /// The redis-server executable used for the managed local Redis.
     #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
     pub redis_server_bin: PathBuf,
+
+    /// How long a final result is kept and served without asking the upstream again (ms).
+    #[arg(long, env = "REPOLL_RESULT_TTL_MS", default_value_t = 24 * 3600 * 1000)]
+    pub result_ttl_ms: u64,
+
+    /// Lease expiries after which a task is dead as "poison" (0 = never).
+    #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = 3)]
+    pub max_lease_losses: u32,
+}
+
+impl RedisArgs {
+    /// The queue configuration these settings describe.
+    pub fn queue_config(&self) -> queue::QueueConfig {
+        queue::QueueConfig {
+            name: self.queue.clone(),
+            result_ttl_ms: self.result_ttl_ms,
+            max_lease_losses: self.max_lease_losses,
+            ..queue::QueueConfig::default()
+        }
+    }
+}
+
+/// `repoll worker`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerCmdArgs {
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    #[command(flatten)]
+    pub upstream: worker::UpstreamArgs,
+    #[command(flatten)]
+    pub policy: worker::PolicyArgs,
+    #[command(flatten)]
+    pub worker: worker::WorkerArgs,
+    /// Serve Prometheus metrics at http://<addr>/metrics (off when unset).
+    #[arg(long, env = "REPOLL_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// `repoll sim`.
+#[derive(Debug, Clone, Args)]
+pub struct SimCmdArgs {
+    /// Address the simulator listens on.
+    #[arg(long, env = "REPOLL_SIM_ADDR", default_value = "127.0.0.1:9001")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub sim: sim::SimArgs,
 }
 
 /// `repoll serve`.
@@ -70,4 +120,26 @@ pub struct ServeArgs {
     /// After SIGTERM/SIGINT, how long open connections may take to finish, in milliseconds.
     #[arg(long, env = "REPOLL_SHUTDOWN_GRACE_MS", default_value_t = 1_500)]
     pub shutdown_grace_ms: u64,
+
+    /// Embedded worker slots (concurrent upstream calls) in the web process; 0 = web only.
+    /// Overrides --concurrency for `serve`.
+    #[arg(long, env = "REPOLL_WORKERS")]
+    pub workers: Option<usize>,
+
+    /// Also run the simulated upstream inside this process, on --sim-addr.
+    #[arg(long, env = "REPOLL_SIM")]
+    pub sim: bool,
+
+    /// Where the embedded simulator listens (with --sim).
+    #[arg(long, env = "REPOLL_SIM_ADDR", default_value = "127.0.0.1:9001")]
+    pub sim_addr: SocketAddr,
+
+    #[command(flatten)]
+    pub sim_args: sim::SimArgs,
+    #[command(flatten)]
+    pub upstream: worker::UpstreamArgs,
+    #[command(flatten)]
+    pub policy: worker::PolicyArgs,
+    #[command(flatten)]
+    pub worker: worker::WorkerArgs,
 }

@@ -8,10 +8,15 @@
 //! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
 //!   tower-http layers (trace, body limit, timeout).
 //! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
-//! - [`serve`]: the `repoll serve` command — Redis, router, listener, graceful drain.
+//! - [`serve`]: the `repoll serve` command — Redis, router, embedded workers and simulator,
+//!   listener, graceful drain.
+//! - [`work`]: the `repoll worker` command — a worker process without the web app.
+//! - [`simulate`]: the `repoll sim` command — the simulated upstream API.
 
 pub mod cli;
 pub mod managed_redis;
 pub mod serve;
 pub mod shutdown;
+pub mod simulate;
 pub mod web;
+pub mod work;

@@ -10,12 +10,15 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tower_http=info")),
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info")),
         )
         .init();
 
     let outcome = match cli.command {
-        Command::Serve(args) => server::serve::run(args).await,
+        Command::Serve(args) => server::serve::run(*args).await,
+        Command::Worker(args) => server::work::run(*args).await,
+        Command::Sim(args) => server::simulate::run(args).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

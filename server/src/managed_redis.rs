@@ -24,10 +24,7 @@ pub enum ManagedRedisError {
     )]
     NotInstalled { bin: String },
     #[error("cannot prepare the managed Redis data directory {dir}: {source}")]
-    DataDir {
-        dir: String,
-        source: std::io::Error,
-    },
+    DataDir { dir: String, source: std::io::Error },
     #[error("cannot start `{bin}`: {source}")]
     Spawn { bin: String, source: std::io::Error },
     #[error("no free TCP port for the managed Redis: {0}")]

@@ -1,33 +1,42 @@
-//! `repoll serve`: start (or connect to) Redis, build the router, serve until a signal, then
-//! drain in order — stop accepting, let open requests finish within the grace period, and
-//! only then stop the managed Redis so nothing in flight loses its connection.
+//! `repoll serve`: start (or connect to) Redis, build the router, run the embedded workers
+//! and (with `--sim`) the simulated upstream, serve until a signal, then drain in order —
+//! stop accepting, let workers release unfinished leases and open requests finish within the
+//! grace period, and only then stop the managed Redis so nothing in flight loses its
+//! connection.
 
 use std::time::Duration;
 
 use app::context::AppContext;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
-    cli::ServeArgs,
-    managed_redis::ManagedRedis,
-    shutdown,
+    cli::{RedisArgs, ServeArgs},
+    managed_redis::{ManagedRedis, ManagedRedisError},
+    shutdown, simulate,
     web::{self, Limits, WebState},
 };
 
-/// Errors that end `repoll serve`.
+/// Errors that end a `repoll` command.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error(transparent)]
-    ManagedRedis(#[from] crate::managed_redis::ManagedRedisError),
+    ManagedRedis(#[from] ManagedRedisError),
     #[error("cannot connect to Redis at {url}: {source}")]
     Redis {
         url: String,
-        source: queue::redis::RedisError,
+        source: queue::QueueError,
     },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("invalid upstream configuration: {0}")]
+    Upstream(#[from] worker::ConfigError),
+    #[error("worker failed: {0}")]
+    Worker(#[from] worker::WorkerError),
+    #[error("{0}")]
+    Config(String),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -36,8 +45,8 @@ pub enum ServeError {
 pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let shutdown = shutdown::on_signal();
     let managed = match &args.redis.redis_url {
-        Some(_) => None,
-        None => Some(
+        Some(url) if !url.is_empty() => None,
+        _ => Some(
             ManagedRedis::start(
                 &args.redis.redis_server_bin,
                 &args.redis.managed_redis_dir,
@@ -46,10 +55,9 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             .await?,
         ),
     };
-    let url = match (&args.redis.redis_url, &managed) {
-        (Some(url), _) => url.clone(),
-        (None, Some(m)) => m.url().to_string(),
-        (None, None) => unreachable!("managed redis is started when no URL is given"),
+    let url = match &managed {
+        Some(m) => m.url().to_string(),
+        None => args.redis.redis_url.clone().unwrap_or_default(),
     };
     let outcome = serve_with(&args, &url, shutdown).await;
     if let Some(m) = managed {
@@ -58,21 +66,59 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     outcome
 }
 
+/// Opens the queue on `url`, with the password hidden in any error.
+pub async fn open_queue(redis: &RedisArgs, url: &str) -> Result<queue::Queue, ServeError> {
+    queue::Queue::connect(url, redis.queue_config())
+        .await
+        .map_err(|source| ServeError::Redis {
+            url: redact(url),
+            source,
+        })
+}
+
 async fn serve_with(
     args: &ServeArgs,
     url: &str,
-    shutdown: tokio_util::sync::CancellationToken,
+    shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let redis_err = |source| ServeError::Redis {
-        url: redact(url),
-        source,
-    };
-    let redis = queue::connect(url).await.map_err(redis_err)?;
+    let queue = open_queue(&args.redis, url).await?;
+    let metrics = worker::install_prometheus();
+
+    let mut background = tokio::task::JoinSet::new();
+    if args.sim {
+        let listener = bind(args.sim_addr).await?;
+        tracing::info!("simulated upstream on http://{}", args.sim_addr);
+        let stop = shutdown.clone();
+        let sim_args = args.sim_args.clone();
+        background.spawn(async move {
+            simulate::serve(listener, sim_args, stop)
+                .await
+                .map_err(ServeError::from)
+        });
+    }
+    let slots = args.workers.unwrap_or(args.worker.concurrency);
+    if slots > 0 {
+        let upstream = worker::Upstream::new(&args.upstream)?;
+        let pubsub = queue::redis::Client::open(url).map_err(|e| ServeError::Redis {
+            url: redact(url),
+            source: e.into(),
+        })?;
+        let mut wargs = args.worker.clone();
+        wargs.concurrency = slots;
+        let w = worker::Worker::new(queue.clone(), pubsub, upstream, args.policy.clone(), wargs);
+        tracing::info!(worker = w.id(), slots, "embedded worker started");
+        let stop = shutdown.clone();
+        background.spawn(async move {
+            w.run(stop.cancelled_owned()).await?;
+            Ok(())
+        });
+    }
+
     let state = WebState {
         leptos_options: web::leptos_options(&args.site_root),
         app: AppContext {
-            redis,
-            queue_name: args.redis.queue.clone(),
+            queue,
+            enqueue_policy: args.policy.enqueue_policy(),
         },
     };
     let router = web::router(
@@ -81,13 +127,9 @@ async fn serve_with(
             body_bytes: args.body_limit,
             timeout: Duration::from_millis(args.request_timeout_ms),
         },
+        worker::metrics_router(metrics),
     );
-    let listener = tokio::net::TcpListener::bind(args.addr)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: args.addr,
-            source,
-        })?;
+    let listener = bind(args.addr).await?;
     tracing::info!("listening on http://{}", args.addr);
 
     let graceful = shutdown.clone();
@@ -103,7 +145,27 @@ async fn serve_with(
             tracing::warn!(?grace, "connections still open after the grace period; closing them");
         }
     }
-    Ok(())
+    // A background part that ended before the signal (e.g. a bind error) ends the server.
+    shutdown.cancel();
+    let mut first_error = None;
+    while let Some(joined) = background.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "background task failed");
+                first_error.get_or_insert(e);
+            }
+            Err(e) => tracing::error!(error = %e, "background task panicked"),
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Binds a listener with the address in the error.
+pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
 }
 
 /// Hides a password in a Redis URL before it reaches a log or an error message.

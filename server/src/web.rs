@@ -41,8 +41,9 @@ pub fn leptos_options(site_root: &str) -> LeptosOptions {
         .build()
 }
 
-/// Builds the whole application router.
-pub fn router(state: WebState, limits: Limits) -> Router {
+/// Builds the whole application router. `extra` is merged in before the layers, so extra
+/// routes (metrics) get the same tracing and limits.
+pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     let routes = generate_route_list(App);
     let ctx = state.app.clone();
     let options = state.leptos_options.clone();
@@ -56,13 +57,14 @@ pub fn router(state: WebState, limits: Limits) -> Router {
             move || shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<WebState, _>(shell))
+        .with_state(state)
+        .merge(extra)
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,
             limits.timeout,
         ))
         .layer(TraceLayer::new_for_http())
-        .with_state(state)
 }
 
 /// Liveness: the process is up and serving HTTP.
@@ -72,7 +74,7 @@ async fn healthz() -> &'static str {
 
 /// Readiness: Redis answers PING within a second.
 async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
-    let mut conn = state.app.redis.clone();
+    let mut conn = state.app.queue.connection();
     let ping = tokio::time::timeout(
         Duration::from_secs(1),
         queue::redis::cmd("PING").query_async::<String>(&mut conn),

@@ -1,0 +1,26 @@
+-- pause.lua: pause or resume claiming for the whole queue (claims return nothing while the
+-- flag exists). Recorded in the global event stream.
+-- KEYS[1] paused flag   KEYS[2] events stream
+-- ARGV[1..5] common   ARGV[6] mode ('pause' | 'resume')   ARGV[7] who
+-- Returns 1 if the state changed, 0 if it already was so.
+local paused = KEYS[1]
+local ekey = KEYS[2]
+local mode = ARGV[6]
+local who = ARGV[7]
+if (mode ~= 'pause' and mode ~= 'resume') or who == nil then
+  return redis.error_reply('ERR repoll pause: bad arguments')
+end
+local now = now_ms()
+if mode == 'pause' then
+  if redis.call('EXISTS', paused) == 1 then return 0 end
+  redis.call('SET', paused, fmt(now) .. '|' .. who)
+  event(ekey, now, 'paused', '', 'by admin ' .. who)
+  notify_dash('paused', '', now)
+  return 1
+end
+if redis.call('EXISTS', paused) == 0 then return 0 end
+redis.call('DEL', paused)
+event(ekey, now, 'resumed', '', 'by admin ' .. who)
+notify_dash('resumed', '', now)
+notify_wake('resumed', '', now)
+return 1

@@ -1,0 +1,10 @@
+-- peek_expired.lua (read-only): phase one of reap — leases past their deadline, oldest first.
+-- KEYS[1] lease zset
+-- ARGV[1..5] common   ARGV[6] max_n
+-- Returns {id1, deadline1, id2, deadline2, ...}
+local leasez = KEYS[1]
+local max_n = tonumber(ARGV[6])
+if max_n == nil or max_n < 1 then
+  return redis.error_reply('ERR repoll peek_expired: bad max_n')
+end
+return redis.call('ZRANGEBYSCORE', leasez, '-inf', now_ms(), 'WITHSCORES', 'LIMIT', 0, max_n)

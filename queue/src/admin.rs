@@ -1,0 +1,157 @@
+//! Admin operations. Each records who did it in the task history and the global event
+//! stream. Bulk ones (retry_all_dead, purge) work in chunks of [`CHUNK`] ids per script call,
+//! looping from Rust, so Redis is never blocked for long whatever the queue size.
+
+use crate::decode::{array, int, string};
+use crate::error::{corrupt, Result};
+use crate::model::PurgeTarget;
+use crate::queue::{clamp_ms, Queue};
+use crate::scripts::SCRIPTS;
+use redis::AsyncCommands;
+
+/// Ids per bulk script call.
+pub const CHUNK: usize = 500;
+
+impl Queue {
+    /// Runs a dead task again (attempts and lease losses reset), or makes a waiting task
+    /// due now. Ok(false) for ready, leased, finished or unknown ids.
+    pub async fn retry(&self, id: &str, who: &str) -> Result<bool> {
+        Ok(self.retry_ids(&[id.to_string()], who, "any").await? > 0)
+    }
+
+    /// Retries every dead task; returns how many.
+    pub async fn retry_all_dead(&self, who: &str) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let ids = self.zrange_chunk(&self.keys().dead.clone(), 0).await?;
+            if ids.is_empty() {
+                return Ok(total);
+            }
+            let n = self.retry_ids(&ids, who, "dead").await?;
+            if n == 0 {
+                // Everything we saw was retried or purged by someone else meanwhile.
+                return Ok(total);
+            }
+            total += n;
+        }
+    }
+
+    async fn retry_ids(&self, ids: &[String], who: &str, mode: &str) -> Result<u64> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.retry);
+        inv.key(&k.due)
+            .key(&k.retry)
+            .key(&k.dead)
+            .key(&k.events)
+            .arg(who)
+            .arg(mode);
+        for id in ids {
+            inv.key(k.task(id)).key(k.hist(id)).arg(id);
+        }
+        count(int(&self.run(&inv).await?)?)
+    }
+
+    /// Removes a live task (due, leased or dead) for good. Ok(false) if there is none.
+    pub async fn cancel(&self, id: &str, who: &str) -> Result<bool> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.cancel);
+        inv.key(k.task(id))
+            .key(k.hist(id))
+            .key(&k.due)
+            .key(&k.lease)
+            .key(&k.retry)
+            .key(&k.dead)
+            .key(&k.events)
+            .arg(id)
+            .arg(who)
+            .arg(clamp_ms(self.config().result_ttl_ms));
+        Ok(int(&self.run(&inv).await?)? == 1)
+    }
+
+    /// Stops claims (they return nothing) until resume. Leases in flight carry on.
+    pub async fn pause(&self, who: &str) -> Result<()> {
+        self.set_paused("pause", who).await
+    }
+
+    /// Lets claims run again and wakes idle workers.
+    pub async fn resume(&self, who: &str) -> Result<()> {
+        self.set_paused("resume", who).await
+    }
+
+    async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.pause);
+        inv.key(&k.paused).key(&k.events).arg(mode).arg(who);
+        self.run(&inv).await?;
+        Ok(())
+    }
+
+    pub async fn is_paused(&self) -> Result<bool> {
+        let mut c = self.conn.clone();
+        Ok(c.exists(&self.keys().paused).await?)
+    }
+
+    /// Removes everything of one kind, chunk by chunk; returns how many were removed.
+    pub async fn purge(&self, target: PurgeTarget, who: &str) -> Result<u64> {
+        let k = self.keys().clone();
+        let (name, sources): (&str, Vec<&String>) = match target {
+            PurgeTarget::Dead => ("dead", vec![&k.dead]),
+            PurgeTarget::Results => ("results", vec![&k.results]),
+            PurgeTarget::Queued => ("queued", vec![&k.due]),
+            // Histories belong to ids in any of these sets; cancelled tasks' histories
+            // expire on their own.
+            PurgeTarget::History => ("history", vec![&k.due, &k.lease, &k.dead, &k.results]),
+        };
+        let mut total = 0;
+        for src in sources {
+            // Deleting dead/results/queued removes the ids from the set being walked, so
+            // those restart at 0; a history purge leaves the sets alone and walks forward.
+            let mut offset = 0;
+            loop {
+                let ids = self.zrange_chunk(src, offset).await?;
+                if ids.is_empty() {
+                    break;
+                }
+                let n = self.purge_chunk(name, &ids, who).await?;
+                total += n;
+                if target == PurgeTarget::History {
+                    offset += ids.len();
+                } else if n == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    async fn purge_chunk(&self, target: &str, ids: &[String], who: &str) -> Result<u64> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.purge);
+        inv.key(&k.due)
+            .key(&k.retry)
+            .key(&k.dead)
+            .key(&k.results)
+            .key(&k.events)
+            .arg(target)
+            .arg(who);
+        for id in ids {
+            inv.key(k.task(id))
+                .key(k.hist(id))
+                .key(k.result(id))
+                .arg(id);
+        }
+        count(int(&self.run(&inv).await?)?)
+    }
+
+    /// Up to CHUNK members of a zset from `offset` (plain read; the acting script re-checks).
+    pub(crate) async fn zrange_chunk(&self, key: &str, offset: usize) -> Result<Vec<String>> {
+        let mut c = self.conn.clone();
+        let stop = (offset + CHUNK - 1) as isize;
+        let v: redis::Value = c.zrange(key, offset as isize, stop).await?;
+        array(v)?.iter().map(string).collect()
+    }
+}
+
+fn count(n: i64) -> Result<u64> {
+    u64::try_from(n).map_err(|_| corrupt("negative count"))
+}

@@ -1,0 +1,204 @@
+//! Turning Redis replies into model types. Nothing here panics: anything unexpected becomes
+//! [`QueueError::Corrupt`], because a damaged key must not take down a worker or the server.
+
+use crate::error::{corrupt, Result};
+use crate::model::{HistoryEntry, StoredResult, Task, TaskState, WorkerInfo};
+use redis::Value;
+use std::collections::HashMap;
+
+pub(crate) type Fields = HashMap<String, String>;
+
+pub(crate) fn string(v: &Value) -> Result<String> {
+    match v {
+        Value::BulkString(b) => {
+            String::from_utf8(b.clone()).map_err(|_| corrupt("reply is not valid UTF-8"))
+        }
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::VerbatimString { text, .. } => Ok(text.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        Value::Okay => Ok("OK".into()),
+        other => Err(corrupt(format!("expected a string, got {other:?}"))),
+    }
+}
+
+pub(crate) fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(_) | Value::SimpleString(_) => {
+            let s = string(v)?;
+            parse_i64(&s)
+        }
+        Value::Double(d) if d.fract() == 0.0 => Ok(*d as i64),
+        other => Err(corrupt(format!("expected an integer, got {other:?}"))),
+    }
+}
+
+/// Scores and counters are stored as decimal strings; zset scores may come back as "1.5e12".
+pub(crate) fn parse_i64(s: &str) -> Result<i64> {
+    if let Ok(i) = s.parse::<i64>() {
+        return Ok(i);
+    }
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f.fract() == 0.0 => Ok(f as i64),
+        _ => Err(corrupt(format!("not an integer: {s:?}"))),
+    }
+}
+
+pub(crate) fn array(v: Value) -> Result<Vec<Value>> {
+    match v {
+        Value::Array(a) | Value::Set(a) => Ok(a),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(corrupt(format!("expected an array, got {other:?}"))),
+    }
+}
+
+/// The first element of a script's `{'status', ...}` reply, and the rest.
+pub(crate) fn status(v: Value) -> Result<(String, Vec<Value>)> {
+    let mut a = array(v)?;
+    if a.is_empty() {
+        return Err(corrupt("empty script reply"));
+    }
+    let rest = a.split_off(1);
+    Ok((string(&a[0])?, rest))
+}
+
+/// A HGETALL reply (flat list or RESP3 map) as a map.
+pub(crate) fn fields(v: Value) -> Result<Fields> {
+    let mut out = Fields::new();
+    match v {
+        Value::Map(pairs) => {
+            for (k, val) in pairs {
+                out.insert(string(&k)?, string(&val)?);
+            }
+        }
+        other => {
+            let a = array(other)?;
+            if a.len() % 2 != 0 {
+                return Err(corrupt("odd field/value list"));
+            }
+            for pair in a.chunks(2) {
+                out.insert(string(&pair[0])?, string(&pair[1])?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn get<'a>(f: &'a Fields, k: &str) -> Result<&'a str> {
+    f.get(k)
+        .map(String::as_str)
+        .ok_or_else(|| corrupt(format!("record lacks field {k:?}")))
+}
+
+fn get_i64(f: &Fields, k: &str) -> Result<i64> {
+    match f.get(k) {
+        None => Ok(0),
+        Some(s) if s.is_empty() => Ok(0),
+        Some(s) => parse_i64(s),
+    }
+}
+
+fn get_u32(f: &Fields, k: &str) -> Result<u32> {
+    u32::try_from(get_i64(f, k)?).map_err(|_| corrupt(format!("field {k:?} out of range")))
+}
+
+fn get_u64(f: &Fields, k: &str) -> Result<u64> {
+    u64::try_from(get_i64(f, k)?).map_err(|_| corrupt(format!("field {k:?} out of range")))
+}
+
+fn opt(f: &Fields, k: &str) -> Option<String> {
+    f.get(k).filter(|s| !s.is_empty()).cloned()
+}
+
+pub(crate) fn task(f: &Fields) -> Result<Task> {
+    let state = match get(f, "state")? {
+        "due" => TaskState::Due,
+        "leased" => TaskState::Leased,
+        "dead" => TaskState::Dead,
+        other => return Err(corrupt(format!("unknown task state {other:?}"))),
+    };
+    let partial = if f.get("has_partial").map(String::as_str) == Some("1") {
+        f.get("partial").cloned()
+    } else {
+        None
+    };
+    Ok(Task {
+        id: get(f, "id")?.to_string(),
+        query: get(f, "query")?.to_string(),
+        payload: f.get("payload").cloned().unwrap_or_default(),
+        state,
+        created_ms: get_i64(f, "created")?,
+        updated_ms: get_i64(f, "updated")?,
+        attempts: get_u32(f, "attempts")?,
+        polls: get_u32(f, "polls")?,
+        max_attempts: get_u32(f, "max_attempts")?,
+        token: get_u64(f, "token")?,
+        worker: if state == TaskState::Leased {
+            opt(f, "worker")
+        } else {
+            None
+        },
+        last_error: opt(f, "last_error"),
+        partial,
+        deadline_ms: get_i64(f, "deadline")?,
+        due_ms: if state == TaskState::Due {
+            Some(get_i64(f, "due")?)
+        } else {
+            None
+        },
+        lease_deadline_ms: if state == TaskState::Leased {
+            Some(get_i64(f, "lease_deadline")?)
+        } else {
+            None
+        },
+        dead_reason: if state == TaskState::Dead {
+            opt(f, "dead_reason")
+        } else {
+            None
+        },
+    })
+}
+
+pub(crate) fn stored(f: &Fields) -> Result<StoredResult> {
+    Ok(StoredResult {
+        id: get(f, "id")?.to_string(),
+        query: get(f, "query")?.to_string(),
+        data: get(f, "data")?.to_string(),
+        completed_ms: get_i64(f, "completed")?,
+        created_ms: get_i64(f, "created")?,
+        polls: get_u32(f, "polls")?,
+    })
+}
+
+pub(crate) fn worker(f: &Fields) -> Result<WorkerInfo> {
+    Ok(WorkerInfo {
+        id: get(f, "id")?.to_string(),
+        host: f.get("host").cloned().unwrap_or_default(),
+        pid: get_u32(f, "pid")?,
+        started_ms: get_i64(f, "started")?,
+        in_flight: get_u32(f, "in_flight")?,
+        processed: get_u64(f, "processed")?,
+        failed: get_u64(f, "failed")?,
+        last_seen_ms: get_i64(f, "last_seen")?,
+    })
+}
+
+/// History entries are stored as "at|kind|detail".
+pub(crate) fn history(s: &str) -> Result<HistoryEntry> {
+    let mut it = s.splitn(3, '|');
+    let at = it.next().ok_or_else(|| corrupt("empty history entry"))?;
+    let kind = it
+        .next()
+        .ok_or_else(|| corrupt(format!("bad history entry {s:?}")))?;
+    Ok(HistoryEntry {
+        at_ms: parse_i64(at)?,
+        kind: kind.to_string(),
+        detail: it.next().unwrap_or("").to_string(),
+    })
+}
+
+/// Fields of a possibly empty HGETALL: None when the key does not exist.
+pub(crate) fn maybe_fields(v: Value) -> Result<Option<Fields>> {
+    let f = fields(v)?;
+    Ok(if f.is_empty() { None } else { Some(f) })
+}

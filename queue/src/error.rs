@@ -1,0 +1,32 @@
+//! The one error type of the crate. Callers mostly care about [`QueueError::StaleToken`]
+//! (drop the task: someone else owns it now); everything else is an operator problem.
+
+/// Errors returned by every queue operation.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The query text is empty, too long or contains control characters.
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
+    /// The caller's lease token is not the current one (lease lost, task reclaimed, finished
+    /// or cancelled). Nothing was written.
+    #[error("stale lease token: the lease is no longer yours")]
+    StaleToken,
+    /// The task does not exist.
+    #[error("task not found")]
+    NotFound,
+    /// Redis itself failed (connection, script error, ...).
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Redis returned data this crate did not write (or a bad configuration was given);
+    /// never a panic, so a damaged key cannot take a worker down.
+    #[error("corrupt data: {0}")]
+    Corrupt(String),
+}
+
+/// Result alias used across the crate.
+pub type Result<T> = std::result::Result<T, QueueError>;
+
+/// Shorthand for building a [`QueueError::Corrupt`].
+pub(crate) fn corrupt(msg: impl Into<String>) -> QueueError {
+    QueueError::Corrupt(msg.into())
+}

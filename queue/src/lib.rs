@@ -1,0 +1,47 @@
+//! repoll's queue core: unique polling tasks in Redis sorted sets, claimed under leases with
+//! fencing tokens, every transition one atomic Lua script timed by Redis `TIME`.
+//!
+//! A short tour, in reading order:
+//!
+//! - [`id`]: a task's id is a hash of its normalised query, so the same query is the same task.
+//! - [`model`]: the public data types (tasks, results, stats, ...), all serde.
+//! - [`error`]: [`QueueError`]; `StaleToken` is the one workers act on.
+//! - `keys`: the key layout; every key carries the hash tag `{name}` (Redis Cluster safe).
+//! - [`scripts`]: the Lua scripts from `lua/*.lua`, loaded once and run by SHA.
+//! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
+//! - `queue`: the [`Queue`] handle and shared plumbing.
+//! - `worker_ops`: enqueue, claim (peek + claim), renew, complete, reschedule, fail,
+//!   release, reap, heartbeats.
+//! - `admin`: retry, cancel, pause/resume, purge (chunked).
+//! - `read`: stats, list (cursor pages), get, workers, stuck leases, events.
+//!
+//! ARCHITECTURE.md ("Queue core: keys, states, transitions") has the key table and the
+//! state machine.
+
+mod admin;
+mod decode;
+pub mod error;
+pub mod id;
+mod keys;
+pub mod model;
+mod queue;
+mod read;
+pub mod scripts;
+mod worker_ops;
+
+pub use error::{QueueError, Result};
+pub use id::{normalise_query, task_id, TaskId};
+pub use model::*;
+pub use queue::Queue;
+pub use redis;
+
+pub use admin::CHUNK as PURGE_CHUNK;
+pub use read::{MAX_PAGE, STATS_BUCKETS};
+pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};
+
+/// Connects with a connection manager that reconnects on its own (kept from the foundation
+/// issue for crates that need a raw connection).
+pub async fn connect(url: &str) -> redis::RedisResult<redis::aio::ConnectionManager> {
+    let client = redis::Client::open(url)?;
+    redis::aio::ConnectionManager::new(client).await
+}

@@ -1,0 +1,132 @@
+//! The [`Queue`] handle: configuration, connection and the plumbing every operation shares
+//! (common script arguments, Redis time). The operations themselves live in `worker_ops`,
+//! `admin` and `read`.
+
+use crate::error::{corrupt, Result};
+use crate::keys::Keys;
+use crate::model::{Channels, QueueConfig};
+use crate::scripts::SCRIPTS;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, ScriptInvocation, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Response timeout used by [`Queue::connect`].
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Handle to one queue. Cheap to clone: the connection manager multiplexes one connection
+/// (concurrent calls are pipelined on it) and the rest is shared.
+#[derive(Clone)]
+pub struct Queue {
+    pub(crate) conn: ConnectionManager,
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub cfg: QueueConfig,
+    pub keys: Keys,
+    pub channels: Channels,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Queue {
+    /// Connects with a reconnecting connection manager and loads the scripts.
+    ///
+    /// The response timeout is raised from redis-rs's 500 ms default: all calls share one
+    /// multiplexed connection, so under a burst (thousands of pipelined enqueues on a busy
+    /// 2-core machine) a reply can queue behind others for longer than that, and a timeout
+    /// there would fail a call whose script may well have run.
+    pub async fn connect(redis_url: &str, cfg: QueueConfig) -> Result<Queue> {
+        let client = redis::Client::open(redis_url)?;
+        let mcfg = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_connection_timeout(Some(Duration::from_secs(5)));
+        let conn = ConnectionManager::new_with_config(client, mcfg).await?;
+        Queue::with_connection(conn, cfg).await
+    }
+
+    /// Uses an existing connection manager (shared with other parts of the app). Checks the
+    /// configuration and loads every script once so later calls are plain EVALSHA.
+    pub async fn with_connection(conn: ConnectionManager, cfg: QueueConfig) -> Result<Queue> {
+        if cfg.name.is_empty() || cfg.name.contains(['{', '}']) {
+            return Err(corrupt(format!(
+                "config: queue name {:?} must be non-empty without braces (it is the hash tag)",
+                cfg.name
+            )));
+        }
+        if cfg.result_ttl_ms == 0 || cfg.history_cap == 0 || cfg.events_cap == 0 {
+            return Err(corrupt(
+                "config: result_ttl_ms, history_cap and events_cap must be > 0",
+            ));
+        }
+        let q = Queue {
+            conn,
+            inner: Arc::new(Inner {
+                keys: Keys::new(&cfg.name),
+                channels: Channels::new(&cfg.name),
+                cfg,
+            }),
+        };
+        let mut c = q.conn.clone();
+        for s in SCRIPTS.all() {
+            s.prepare_invoke().load_async(&mut c).await?;
+        }
+        Ok(q)
+    }
+
+    pub fn config(&self) -> &QueueConfig {
+        &self.inner.cfg
+    }
+
+    /// A clone of the connection (for Pub/Sub set-up or ad-hoc reads by the app).
+    pub fn connection(&self) -> redis::aio::ConnectionManager {
+        self.conn.clone()
+    }
+
+    pub fn channels(&self) -> Channels {
+        self.inner.channels.clone()
+    }
+
+    /// Redis `TIME` in ms: the clock every script uses.
+    pub async fn now_ms(&self) -> Result<i64> {
+        let mut c = self.conn.clone();
+        let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
+        Ok(s * 1000 + us / 1000)
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// An invocation with the five common ARGV of the prelude already set.
+    pub(crate) fn invocation<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
+        let cfg = &self.inner.cfg;
+        let ch = &self.inner.channels;
+        let mut inv = script.prepare_invoke();
+        inv.arg(cfg.history_cap)
+            .arg(cfg.events_cap)
+            .arg(&ch.dashboard)
+            .arg(ch.task_prefix())
+            .arg(&ch.wake);
+        inv
+    }
+
+    /// Runs an invocation and returns the raw reply.
+    pub(crate) async fn run(&self, inv: &ScriptInvocation<'_>) -> Result<Value> {
+        let mut c = self.conn.clone();
+        Ok(inv.invoke_async::<Value>(&mut c).await?)
+    }
+}
+
+/// Durations arrive as u64 but Lua numbers are doubles: cap them (at ~100 years) so scores
+/// stay exact integers.
+pub(crate) fn clamp_ms(ms: u64) -> u64 {
+    ms.min(100 * 365 * 24 * 3600 * 1000)
+}

@@ -1,0 +1,472 @@
+//! The lease life cycle: fencing, reap, reschedule, fail, deadlines, results, reads.
+mod common;
+
+use common::*;
+use queue::*;
+
+fn policy(max_attempts: u32, deadline_ms: u64) -> EnqueuePolicy {
+    EnqueuePolicy {
+        deadline_ms,
+        max_attempts,
+    }
+}
+
+async fn one(q: &Queue, w: &str, lease: u64) -> Claimed {
+    let mut c = q.claim(w, 1, lease).await.unwrap();
+    assert_eq!(c.len(), 1, "expected one claim");
+    c.remove(0)
+}
+
+#[tokio::test]
+async fn dead_claimer_is_reaped_and_fenced() {
+    let name = "life_dead";
+    let q = queue(name).await;
+    let Enqueued::Created(t) = q.enqueue("dead claimer", "p", &policy(5, 0)).await.unwrap() else {
+        panic!("created")
+    };
+    let a = one(&q, "wa", 200).await;
+    assert_eq!(a.id, t.id);
+    // nothing to reap before the deadline
+    assert!(q.reap(10).await.unwrap().requeued.is_empty());
+    sleep_ms(300).await;
+    assert_eq!(q.stats().await.unwrap().stuck, 1);
+    let r = q.reap(10).await.unwrap();
+    assert_eq!(r.requeued, vec![t.id.clone()]);
+    let b = one(&q, "wb", 10_000).await;
+    assert!(b.token > a.token, "fencing token must grow");
+
+    let before = snapshot(name).await;
+    assert!(matches!(
+        q.complete(&a.id, a.token, "late", 5).await,
+        Err(QueueError::StaleToken)
+    ));
+    assert!(matches!(
+        q.renew(&a.id, a.token, 1000).await,
+        Err(QueueError::StaleToken)
+    ));
+    assert!(matches!(
+        q.reschedule(&a.id, a.token, 10, None, 1).await,
+        Err(QueueError::StaleToken)
+    ));
+    assert!(matches!(
+        q.fail(&a.id, a.token, "e", Retry::After(1), 1).await,
+        Err(QueueError::StaleToken)
+    ));
+    assert!(matches!(
+        q.release(&a.id, Some(a.token), "wa").await,
+        Err(QueueError::StaleToken)
+    ));
+    assert_eq!(before, snapshot(name).await, "a stale call wrote something");
+    assert!(q.result_by_id(&a.id).await.unwrap().is_none());
+
+    q.complete(&b.id, b.token, "fresh", 5).await.unwrap();
+    let r = q.result_by_id(&b.id).await.unwrap().unwrap();
+    assert_eq!(r.data, "fresh");
+    let d = q.get(&b.id).await.unwrap().unwrap();
+    assert!(d.task.is_none());
+    let kinds: Vec<_> = d.history.iter().map(|h| h.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "completed",
+            "claimed",
+            "lease_expired",
+            "claimed",
+            "enqueued"
+        ]
+    );
+    assert!(d.history[2].detail.contains("from wa"));
+    // now a finished task is stale too
+    assert!(matches!(
+        q.complete(&b.id, b.token, "again", 5).await,
+        Err(QueueError::StaleToken)
+    ));
+    // enqueue returns the stored result
+    assert!(matches!(
+        q.enqueue("dead  claimer", "p", &policy(5, 0)).await.unwrap(),
+        Enqueued::Stored(s) if s.data == "fresh"
+    ));
+}
+
+#[tokio::test]
+async fn poison_after_max_lease_losses() {
+    let mut cfg = cfg("life_poison");
+    cfg.max_lease_losses = 2;
+    let q = queue_with(cfg).await;
+    q.enqueue("poison", "p", &policy(5, 0)).await.unwrap();
+    one(&q, "w", 100).await;
+    sleep_ms(150).await;
+    assert_eq!(q.reap(10).await.unwrap().requeued.len(), 1);
+    let c = one(&q, "w", 100).await;
+    sleep_ms(150).await;
+    let r = q.reap(10).await.unwrap();
+    assert_eq!(r.dead, vec![c.id.clone()]);
+    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+    assert_eq!(t.state, TaskState::Dead);
+    assert_eq!(t.dead_reason.as_deref(), Some("poison"));
+}
+
+#[tokio::test]
+async fn reschedule_keeps_attempts_counts_polls() {
+    let q = queue("life_resched").await;
+    q.enqueue("resched", "p", &policy(5, 0)).await.unwrap();
+    let c = one(&q, "w", 10_000).await;
+    let f = q
+        .fail(&c.id, c.token, "boom", Retry::After(0), 3)
+        .await
+        .unwrap();
+    assert!(matches!(f, Failed::Retrying { attempts: 1, .. }));
+    let c = one(&q, "w", 10_000).await;
+    assert_eq!((c.attempts, c.polls), (1, 0));
+    let now = q.now_ms().await.unwrap();
+    let due = q
+        .reschedule(&c.id, c.token, 60_000, Some("half"), 7)
+        .await
+        .unwrap();
+    assert!(due >= now + 60_000 && due < now + 70_000);
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.waiting + s.retrying), (0, 1));
+    assert_eq!(q.next_due_ms().await.unwrap(), Some(due));
+    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+    assert_eq!((t.attempts, t.polls), (1, 1));
+    assert_eq!(t.partial.as_deref(), Some("half"));
+    assert_eq!(t.due_ms, Some(due));
+    assert!(
+        q.claim("w", 1, 1000).await.unwrap().is_empty(),
+        "not due yet"
+    );
+    // a poll due now goes straight back
+    q.retry(&c.id, "admin").await.unwrap();
+    let c = one(&q, "w", 10_000).await;
+    assert_eq!((c.attempts, c.polls), (1, 1));
+    let due = q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap();
+    assert!(due > 0);
+    let c = one(&q, "w", 10_000).await;
+    assert_eq!(c.polls, 2);
+    let polled: u64 = q
+        .stats()
+        .await
+        .unwrap()
+        .throughput
+        .iter()
+        .map(|b| b.polled)
+        .sum();
+    assert_eq!(polled, 2);
+}
+
+#[tokio::test]
+async fn fail_with_backoff_then_dead_after_max_attempts() {
+    let q = queue("life_fail").await;
+    q.enqueue("failing", "p", &policy(3, 0)).await.unwrap();
+    let c = one(&q, "w", 10_000).await;
+    let now = q.now_ms().await.unwrap();
+    let Failed::Retrying { due_at, attempts } = q
+        .fail(&c.id, c.token, "e1", Retry::After(150), 1)
+        .await
+        .unwrap()
+    else {
+        panic!("retrying")
+    };
+    assert_eq!(attempts, 1);
+    assert!(due_at >= now + 150);
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.retrying, s.waiting, s.ready), (1, 0, 0));
+    assert!(
+        q.claim("w", 1, 1000).await.unwrap().is_empty(),
+        "in backoff"
+    );
+    sleep_ms(200).await;
+    let c = one(&q, "w", 10_000).await;
+    assert_eq!(c.attempts, 1);
+    q.fail(&c.id, c.token, "e2", Retry::After(0), 1)
+        .await
+        .unwrap();
+    let c = one(&q, "w", 10_000).await;
+    let f = q
+        .fail(&c.id, c.token, "e3", Retry::After(0), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        f,
+        Failed::Dead {
+            reason: "max_attempts".into()
+        }
+    );
+    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+    assert_eq!(t.state, TaskState::Dead);
+    assert_eq!(t.last_error.as_deref(), Some("e3"));
+    assert_eq!(t.attempts, 3);
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.dead, s.retrying, s.ready), (1, 0, 0));
+    let failed: u64 = s.throughput.iter().map(|b| b.failed).sum();
+    assert_eq!(failed, 3);
+
+    // Retry::Dead is immediate
+    q.enqueue("fatal", "p", &policy(3, 0)).await.unwrap();
+    let c = one(&q, "w", 10_000).await;
+    let f = q.fail(&c.id, c.token, "bad", Retry::Dead, 1).await.unwrap();
+    assert_eq!(
+        f,
+        Failed::Dead {
+            reason: "fatal".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn whole_life_deadline() {
+    let q = queue("life_deadline").await;
+    let Enqueued::Created(t) = q.enqueue("deadline", "p", &policy(0, 300)).await.unwrap() else {
+        panic!()
+    };
+    assert!(t.deadline_ms >= t.created_ms + 300);
+    let c = one(&q, "w", 10_000).await;
+    assert_eq!(c.deadline_ms, t.deadline_ms);
+    // a poll that lands before the deadline is fine
+    assert!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap() > 0);
+    let c = one(&q, "w", 10_000).await;
+    // a poll after the deadline kills it
+    assert_eq!(
+        q.reschedule(&c.id, c.token, 10_000, None, 1).await.unwrap(),
+        0
+    );
+    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+    assert_eq!(t.dead_reason.as_deref(), Some("deadline"));
+
+    // the same for a retry after the deadline
+    q.enqueue("deadline2", "p", &policy(0, 300)).await.unwrap();
+    let c = one(&q, "w", 10_000).await;
+    let f = q
+        .fail(&c.id, c.token, "e", Retry::After(5_000), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        f,
+        Failed::Dead {
+            reason: "deadline".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn renew_extends_and_release_returns() {
+    let q = queue("life_renew").await;
+    q.enqueue("renew", "p", &policy(3, 0)).await.unwrap();
+    let c = one(&q, "w", 200).await;
+    let d = q.renew(&c.id, c.token, 5_000).await.unwrap();
+    assert!(d > c.lease_deadline_ms);
+    sleep_ms(300).await;
+    assert!(
+        q.reap(10).await.unwrap().requeued.is_empty(),
+        "renewed lease reaped"
+    );
+    let stuck = q.stuck_leases(10_000, 10).await.unwrap();
+    assert_eq!(stuck.len(), 1);
+    assert_eq!(stuck[0].worker, "w");
+    assert_eq!(stuck[0].token, c.token);
+    assert!(stuck[0].overdue_ms < 0);
+    assert!(q.stuck_leases(0, 10).await.unwrap().is_empty());
+    assert!(q.release(&c.id, Some(c.token), "w").await.unwrap());
+    let c2 = one(&q, "w2", 1000).await;
+    assert!(c2.token > c.token);
+    assert_eq!(c2.attempts, 0);
+}
+
+#[tokio::test]
+async fn pubsub_wakeups() {
+    use futures::StreamExt;
+    let q = queue("life_pubsub").await;
+    let client = redis::Client::open(server().url()).unwrap();
+    let mut ps = client.get_async_pubsub().await.unwrap();
+    let ch = q.channels();
+    let id = task_id(&normalise_query("pubsub").unwrap());
+    ps.subscribe(&ch.wake).await.unwrap();
+    ps.subscribe(&ch.dashboard).await.unwrap();
+    ps.subscribe(ch.task(&id)).await.unwrap();
+    q.enqueue("pubsub", "p", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut stream = ps.on_message();
+    for _ in 0..3 {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(2), stream.next())
+            .await
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&m.get_payload::<String>().unwrap()).unwrap();
+        assert_eq!(v["kind"], "enqueued");
+        assert_eq!(v["id"], id.as_str());
+        assert!(v["at_ms"].as_i64().unwrap() > 0);
+        got.push(m.get_channel_name().to_string());
+    }
+    got.sort();
+    let mut want = vec![ch.wake.clone(), ch.dashboard.clone(), ch.task(&id)];
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn list_pages_are_stable_and_complete() {
+    let q = queue("life_list").await;
+    for i in 0..57 {
+        q.enqueue(&format!("list {i}"), "p", &EnqueuePolicy::default())
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let p = q
+            .list(ListState::Ready, cursor.as_deref(), 10)
+            .await
+            .unwrap();
+        assert_eq!(p.total, 57 - if pages >= 2 { 1 } else { 0 });
+        pages += 1;
+        seen.extend(p.items.iter().map(|t| t.id.clone()));
+        if pages == 2 {
+            // removing an already listed item must not shift later pages
+            q.cancel(&seen[0], "admin").await.unwrap();
+        }
+        match p.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 6);
+    let uniq: std::collections::HashSet<_> = seen.iter().collect();
+    assert_eq!(uniq.len(), 57);
+    assert_eq!(seen.len(), 57);
+    // Waiting / Leased / Dead / Results listings
+    let c = one(&q, "w", 10_000).await;
+    let l = q.list(ListState::Leased, None, 10).await.unwrap();
+    assert_eq!(l.items.len(), 1);
+    assert_eq!(l.items[0].state, TaskState::Leased);
+    q.reschedule(&c.id, c.token, 60_000, None, 1).await.unwrap();
+    let w = q.list(ListState::Waiting, None, 10).await.unwrap();
+    assert_eq!((w.total, w.items.len()), (1, 1));
+    assert_eq!(q.list(ListState::Ready, None, 100).await.unwrap().total, 55);
+    let c = one(&q, "w", 10_000).await;
+    q.complete(&c.id, c.token, "data", 1).await.unwrap();
+    let r = q.list(ListState::Results, None, 10).await.unwrap();
+    assert_eq!(r.results.len(), 1);
+    assert_eq!(r.results[0].data, "data");
+    assert!(q
+        .list(ListState::Dead, None, 10)
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+}
+
+#[tokio::test]
+async fn workers_events_stats() {
+    let q = queue("life_workers").await;
+    let w = WorkerInfo {
+        id: "w1".into(),
+        host: "h".into(),
+        pid: 42,
+        started_ms: 1,
+        in_flight: 2,
+        processed: 3,
+        failed: 4,
+        last_seen_ms: 0,
+    };
+    q.heartbeat(&w, 200).await.unwrap();
+    let ws = q.workers().await.unwrap();
+    assert_eq!(ws.len(), 1);
+    assert_eq!(ws[0].pid, 42);
+    assert!(ws[0].last_seen_ms > 0);
+    sleep_ms(300).await;
+    assert!(
+        q.workers().await.unwrap().is_empty(),
+        "expired heartbeat listed"
+    );
+    q.heartbeat(&w, 10_000).await.unwrap();
+    q.remove_worker("w1").await.unwrap();
+    assert!(q.workers().await.unwrap().is_empty());
+
+    q.enqueue("ev", "p", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    q.pause("root").await.unwrap();
+    let ev = q.events(10).await.unwrap();
+    assert_eq!(ev[0].kind, "paused");
+    assert_eq!(ev[1].kind, "enqueued");
+    let s = q.stats().await.unwrap();
+    assert!(s.paused);
+    assert_eq!(s.ready, 1);
+    assert_eq!(s.throughput.len(), 60);
+    assert!(s
+        .throughput
+        .windows(2)
+        .all(|w| w[1].minute_ms - w[0].minute_ms == 60_000));
+    assert!(s.oldest_ready_age_ms >= 0);
+}
+
+#[tokio::test]
+async fn invalid_queries_and_config() {
+    let q = queue("life_invalid").await;
+    assert!(matches!(
+        q.enqueue("   ", "p", &EnqueuePolicy::default()).await,
+        Err(QueueError::InvalidQuery(_))
+    ));
+    let bad = QueueConfig {
+        name: "a{b".into(),
+        ..QueueConfig::default()
+    };
+    assert!(Queue::connect(&server().url(), bad).await.is_err());
+    // corrupt data never panics
+    let mut c = raw().await;
+    let id = "0123456789abcdef0123456789abcdef";
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{{life_invalid}}:t:{id}"))
+        .arg("state")
+        .arg("weird")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(matches!(q.get(id).await, Err(QueueError::Corrupt(_))));
+}
+
+#[tokio::test]
+async fn complete_many_mixes_fresh_and_stale() {
+    let q = queue("life_many").await;
+    for i in 0..5 {
+        q.enqueue(&format!("many {i}"), "p", &EnqueuePolicy::default())
+            .await
+            .unwrap();
+    }
+    let got = q.claim("w", 5, 60_000).await.unwrap();
+    assert_eq!(got.len(), 5);
+    let mut items: Vec<Completion> = got
+        .iter()
+        .map(|c| Completion {
+            id: c.id.clone(),
+            token: c.token,
+            result: format!("r{}", c.query),
+            latency_ms: 1,
+        })
+        .collect();
+    items[1].token += 100; // stale
+    items.push(Completion {
+        id: "ffffffffffffffffffffffffffffffff".into(),
+        token: 1,
+        result: "x".into(),
+        latency_ms: 1,
+    });
+    let r = q.complete_many(&items).await.unwrap();
+    assert_eq!(r.len(), 6);
+    let ok: Vec<bool> = r.iter().map(|x| x.is_ok()).collect();
+    assert_eq!(ok, [true, false, true, true, true, false]);
+    assert!(matches!(r[1], Err(QueueError::StaleToken)));
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.results, s.leased), (4, 1));
+    let completed: u64 = s.throughput.iter().map(|b| b.completed).sum();
+    assert_eq!(completed, 4);
+    assert_eq!(
+        q.result_by_id(&got[0].id).await.unwrap().unwrap().data,
+        format!("r{}", got[0].query)
+    );
+}

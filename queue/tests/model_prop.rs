@@ -1,0 +1,240 @@
+//! Property test: random operation sequences against a tiny in-memory model of the queue.
+//! Everything is due now (delays 0) and leases are long, so the model needs no clock.
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use queue::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const KEYS: usize = 3;
+const MAX_ATTEMPTS: u32 = 2;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Enqueue(usize),
+    Claim(usize),
+    Complete(usize, bool),
+    Fail(usize),
+    Reschedule(usize),
+    Release(usize),
+    Cancel(usize),
+    Retry(usize),
+    Pause,
+    Resume,
+    PurgeDead,
+    RetryAllDead,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let k = 0..KEYS;
+    prop_oneof![
+        3 => k.clone().prop_map(Op::Enqueue),
+        3 => (1..3usize).prop_map(Op::Claim),
+        3 => (k.clone(), any::<bool>()).prop_map(|(k, s)| Op::Complete(k, s)),
+        2 => k.clone().prop_map(Op::Fail),
+        2 => k.clone().prop_map(Op::Reschedule),
+        1 => k.clone().prop_map(Op::Release),
+        1 => k.clone().prop_map(Op::Cancel),
+        1 => k.clone().prop_map(Op::Retry),
+        1 => Just(Op::Pause),
+        1 => Just(Op::Resume),
+        1 => Just(Op::PurgeDead),
+        1 => Just(Op::RetryAllDead),
+    ]
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum M {
+    Absent,
+    Due(u32),
+    Leased(u64, u32),
+    Dead,
+    Done,
+}
+
+fn query(k: usize) -> String {
+    format!("prop key {k}")
+}
+
+static CASE: AtomicUsize = AtomicUsize::new(0);
+
+async fn run_case(ops: Vec<Op>) {
+    let name = format!("prop{}", CASE.fetch_add(1, Ordering::Relaxed));
+    let q = queue(&name).await;
+    let ids: Vec<String> = (0..KEYS).map(|k| task_id(&query(k))).collect();
+    let index: HashMap<String, usize> = ids
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, id)| (id, i))
+        .collect();
+    let mut m = [M::Absent; KEYS];
+    let mut paused = false;
+    let mut last_token = 0u64;
+    let pol = EnqueuePolicy {
+        deadline_ms: 0,
+        max_attempts: MAX_ATTEMPTS,
+    };
+    for op in ops {
+        match op {
+            Op::Enqueue(k) => {
+                let r = q.enqueue(&query(k), "p", &pol).await.unwrap();
+                match (m[k], r) {
+                    (M::Absent | M::Dead, Enqueued::Created(_)) => m[k] = M::Due(0),
+                    (M::Due(_) | M::Leased(..), Enqueued::Joined(_)) => {}
+                    (M::Done, Enqueued::Stored(_)) => {}
+                    (s, r) => panic!("enqueue in {s:?} gave {r:?}"),
+                }
+            }
+            Op::Claim(n) => {
+                let got = q.claim("w", n, 600_000).await.unwrap();
+                let due = m.iter().filter(|s| matches!(s, M::Due(_))).count();
+                let want = if paused { 0 } else { n.min(due) };
+                assert_eq!(got.len(), want, "claim {n} with {due} due, paused {paused}");
+                for c in got {
+                    let k = index[&c.id];
+                    let M::Due(a) = m[k] else {
+                        panic!("claimed {k} in {:?}", m[k])
+                    };
+                    assert_eq!(c.attempts, a);
+                    assert!(c.token > last_token, "tokens must increase");
+                    last_token = c.token;
+                    m[k] = M::Leased(c.token, a);
+                }
+            }
+            Op::Complete(k, stale) => {
+                let (tok, ok) = match m[k] {
+                    M::Leased(t, _) if !stale => (t, true),
+                    M::Leased(t, _) => (t + 1_000_000, false),
+                    _ => (last_token, false),
+                };
+                let r = q.complete(&ids[k], tok, "r", 1).await;
+                if ok {
+                    r.unwrap();
+                    m[k] = M::Done;
+                } else {
+                    assert!(matches!(r, Err(QueueError::StaleToken)), "{r:?}");
+                }
+            }
+            Op::Fail(k) => {
+                let r = q
+                    .fail(&ids[k], leased_token(m[k]), "e", Retry::After(0), 1)
+                    .await;
+                match m[k] {
+                    M::Leased(_, a) if a + 1 >= MAX_ATTEMPTS => {
+                        assert!(matches!(r.unwrap(), Failed::Dead { .. }));
+                        m[k] = M::Dead;
+                    }
+                    M::Leased(_, a) => {
+                        assert!(
+                            matches!(r.unwrap(), Failed::Retrying { attempts, .. } if attempts == a + 1)
+                        );
+                        m[k] = M::Due(a + 1);
+                    }
+                    _ => assert!(matches!(r, Err(QueueError::StaleToken))),
+                }
+            }
+            Op::Reschedule(k) => {
+                let r = q.reschedule(&ids[k], leased_token(m[k]), 0, None, 1).await;
+                match m[k] {
+                    M::Leased(_, a) => {
+                        assert!(r.unwrap() > 0);
+                        m[k] = M::Due(a);
+                    }
+                    _ => assert!(matches!(r, Err(QueueError::StaleToken))),
+                }
+            }
+            Op::Release(k) => {
+                let r = q.release(&ids[k], None, "admin").await.unwrap();
+                match m[k] {
+                    M::Leased(_, a) => {
+                        assert!(r);
+                        m[k] = M::Due(a);
+                    }
+                    _ => assert!(!r),
+                }
+            }
+            Op::Cancel(k) => {
+                let r = q.cancel(&ids[k], "admin").await.unwrap();
+                match m[k] {
+                    M::Due(_) | M::Leased(..) | M::Dead => {
+                        assert!(r);
+                        m[k] = M::Absent;
+                    }
+                    _ => assert!(!r),
+                }
+            }
+            Op::Retry(k) => {
+                let r = q.retry(&ids[k], "admin").await.unwrap();
+                if m[k] == M::Dead {
+                    assert!(r);
+                    m[k] = M::Due(0);
+                } else {
+                    assert!(!r, "retry in {:?}", m[k]);
+                }
+            }
+            Op::Pause => {
+                q.pause("admin").await.unwrap();
+                paused = true;
+            }
+            Op::Resume => {
+                q.resume("admin").await.unwrap();
+                paused = false;
+            }
+            Op::PurgeDead => {
+                let n = q.purge(PurgeTarget::Dead, "admin").await.unwrap();
+                let dead = m.iter().filter(|s| **s == M::Dead).count();
+                assert_eq!(n as usize, dead);
+                for s in m.iter_mut().filter(|s| **s == M::Dead) {
+                    *s = M::Absent;
+                }
+            }
+            Op::RetryAllDead => {
+                let n = q.retry_all_dead("admin").await.unwrap();
+                let dead = m.iter().filter(|s| **s == M::Dead).count();
+                assert_eq!(n as usize, dead);
+                for s in m.iter_mut().filter(|s| **s == M::Dead) {
+                    *s = M::Due(0);
+                }
+            }
+        }
+        // the whole observable state agrees with the model after every step
+        let s = q.stats().await.unwrap();
+        let count = |f: fn(&M) -> bool| m.iter().filter(|x| f(x)).count() as u64;
+        assert_eq!(s.ready, count(|x| matches!(x, M::Due(_))), "{m:?}");
+        assert_eq!(s.leased, count(|x| matches!(x, M::Leased(..))));
+        assert_eq!(s.dead, count(|x| *x == M::Dead));
+        assert_eq!(s.results, count(|x| *x == M::Done));
+        assert_eq!(s.paused, paused);
+        for k in 0..KEYS {
+            let t = q.get(&ids[k]).await.unwrap().and_then(|d| d.task);
+            match (m[k], t) {
+                (M::Absent | M::Done, None) => {}
+                (M::Due(a), Some(t)) => assert_eq!((t.state, t.attempts), (TaskState::Due, a)),
+                (M::Leased(tok, _), Some(t)) => {
+                    assert_eq!((t.state, t.token), (TaskState::Leased, tok))
+                }
+                (M::Dead, Some(t)) => assert_eq!(t.state, TaskState::Dead),
+                (s, t) => panic!("model {s:?}, redis {t:?}"),
+            }
+        }
+    }
+}
+
+fn leased_token(s: M) -> u64 {
+    match s {
+        M::Leased(t, _) => t,
+        _ => 1,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn random_operations_match_the_model(ops in proptest::collection::vec(op(), 1..30)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(run_case(ops));
+    }
+}

@@ -1,0 +1,325 @@
+//! Every script touches only keys given in KEYS, all under the queue's `{name}` hash tag.
+//! Two checks: a static one over the Lua sources (no key is ever built from a string), and a
+//! real one running every operation as a Redis ACL user allowed only `~*{aclq}*`.
+mod common;
+
+use common::*;
+use queue::scripts::{PRELUDE, SOURCES};
+use queue::*;
+use std::collections::{HashMap, HashSet};
+
+/// Commands whose first argument is not a key.
+const NO_KEY: &[&str] = &["TIME", "PUBLISH"];
+
+/// Top-level comma split of a call's argument list starting right after '('.
+fn call_args(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    for ch in s.chars() {
+        if let Some(q) = quote {
+            cur.push(ch);
+            if ch == q {
+                quote = None;
+            }
+            continue;
+        }
+        match ch {
+            '\'' | '"' => {
+                quote = Some(ch);
+                cur.push(ch);
+            }
+            '(' | '{' | '[' => {
+                depth += 1;
+                cur.push(ch);
+            }
+            ')' | '}' | ']' if depth == 0 => {
+                out.push(cur.trim().to_string());
+                return out;
+            }
+            ')' | '}' | ']' => {
+                depth -= 1;
+                cur.push(ch);
+            }
+            ',' if depth == 0 => {
+                out.push(cur.trim().to_string());
+                cur.clear();
+            }
+            _ => cur.push(ch),
+        }
+    }
+    out
+}
+
+/// Strips `--` comments (scripts have no `--` inside strings).
+fn code(src: &str) -> String {
+    src.lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// (name, params) of every `local function` in the source.
+fn functions(src: &str) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for (i, _) in src.match_indices("local function ") {
+        let rest = &src[i + "local function ".len()..];
+        let Some(open) = rest.find('(') else { continue };
+        let name = rest[..open].trim().to_string();
+        let close = rest.find(')').unwrap();
+        let params = rest[open + 1..close]
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        out.push((name, params));
+    }
+    out
+}
+
+/// All calls `name(args)` in the source.
+fn calls(src: &str, name: &str) -> Vec<Vec<String>> {
+    let pat = format!("{name}(");
+    src.match_indices(&pat)
+        .filter(|(i, _)| {
+            // whole identifier, and not the definition itself
+            let before = src[..*i].chars().last().unwrap_or(' ');
+            !(before.is_alphanumeric()
+                || before == '_'
+                || before == '.'
+                || src[..*i].ends_with("function "))
+        })
+        .map(|(i, _)| call_args(&src[i + pat.len()..]))
+        .collect()
+}
+
+#[test]
+fn scripts_name_keys_only_through_keys() {
+    let prelude = code(PRELUDE);
+    let funcs = functions(&prelude);
+    // Which parameter positions of each helper are keys: positions used as a redis.call key
+    // or passed on at a key position of another helper (to a fixpoint).
+    let mut key_pos: HashMap<String, HashSet<usize>> = HashMap::new();
+    loop {
+        let mut changed = false;
+        for (fname, params) in &funcs {
+            let start = prelude.find(&format!("local function {fname}(")).unwrap();
+            let body_end = prelude[start..]
+                .find("\nend")
+                .map(|e| start + e)
+                .unwrap_or(prelude.len());
+            let body = &prelude[start..body_end];
+            let mut used: HashSet<String> = HashSet::new();
+            for args in calls(body, "redis.call") {
+                let cmd = args[0].trim_matches('\'').to_string();
+                if !NO_KEY.contains(&cmd.as_str()) && args.len() > 1 {
+                    used.insert(args[1].clone());
+                }
+            }
+            for (other, _) in &funcs {
+                if let Some(pos) = key_pos.get(other).cloned() {
+                    for args in calls(body, other) {
+                        for p in &pos {
+                            if let Some(a) = args.get(*p) {
+                                used.insert(a.clone());
+                            }
+                        }
+                    }
+                }
+            }
+            for (i, p) in params.iter().enumerate() {
+                if used.contains(p) && key_pos.entry(fname.clone()).or_default().insert(i) {
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    assert!(
+        key_pos.get("hist").is_some_and(|p| p.contains(&0)),
+        "{key_pos:?}"
+    );
+    assert!(
+        key_pos.get("to_dead").is_some_and(|p| p.len() == 4),
+        "{key_pos:?}"
+    );
+
+    for (name, src) in SOURCES {
+        let body = code(src);
+        // identifiers holding keys: exactly `local x = KEYS[...]`, never reassigned
+        let mut key_vars = HashSet::new();
+        for line in body.lines() {
+            let l = line.trim();
+            if let Some(rest) = l.strip_prefix("local ") {
+                if let Some((lhs, rhs)) = rest.split_once('=') {
+                    let rhs = rhs.trim();
+                    if rhs.starts_with("KEYS[") {
+                        assert!(
+                            rhs.ends_with(']') && !rhs.contains(".."),
+                            "{name}: key built from a string: {l}"
+                        );
+                        key_vars.insert(lhs.trim().to_string());
+                    }
+                }
+            }
+        }
+        for v in &key_vars {
+            let assigns = body
+                .lines()
+                .filter(|l| {
+                    let t = l.trim().trim_start_matches("local ");
+                    t.starts_with(&format!("{v} =")) || t.starts_with(&format!("{v}="))
+                })
+                .count();
+            assert_eq!(assigns, 1, "{name}: key variable {v} reassigned");
+        }
+        let is_key = |a: &str| {
+            (a.starts_with("KEYS[") && a.ends_with(']') && !a.contains(".."))
+                || key_vars.contains(a)
+        };
+        let rc = calls(&body, "redis.call");
+        assert!(
+            !rc.is_empty() || *name == "peek_due",
+            "{name}: no redis.call found"
+        );
+        for args in rc {
+            let cmd = &args[0];
+            assert!(
+                cmd.starts_with('\'') && cmd.ends_with('\''),
+                "{name}: command is not a literal: {cmd}"
+            );
+            let cmd = cmd.trim_matches('\'');
+            if NO_KEY.contains(&cmd) {
+                continue;
+            }
+            assert!(
+                is_key(&args[1]),
+                "{name}: {cmd} on non-KEYS key {:?}",
+                args[1]
+            );
+        }
+        for (helper, pos) in &key_pos {
+            for args in calls(&body, helper) {
+                for p in pos {
+                    assert!(
+                        is_key(&args[*p]),
+                        "{name}: {helper}() gets non-KEYS key {:?}",
+                        args[*p]
+                    );
+                }
+            }
+        }
+        assert!(!body.contains("redis.pcall"), "{name}: pcall not checked");
+    }
+}
+
+async fn acl_queue(name: &str) -> Queue {
+    let mut c = raw().await;
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("qonly")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg("~*{aclq}*")
+        .arg("&*")
+        .arg("+@all")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let url = format!("redis://qonly:pw@127.0.0.1:{}/", server().port);
+    Queue::connect(&url, cfg(name))
+        .await
+        .expect("connect as ACL user")
+}
+
+#[tokio::test]
+async fn every_operation_runs_under_a_key_restricted_acl_user() {
+    let mut conf = cfg("aclq");
+    conf.max_lease_losses = 1;
+    let q = acl_queue("aclq").await;
+    let q = Queue::with_connection(q.connection(), conf).await.unwrap();
+    let p = EnqueuePolicy {
+        deadline_ms: 60_000,
+        max_attempts: 2,
+    };
+    for i in 0..6 {
+        q.enqueue(&format!("acl {i}"), "p", &p).await.unwrap();
+    }
+    let c = q.claim("w", 6, 100).await.unwrap();
+    assert_eq!(c.len(), 6);
+    q.renew(&c[0].id, c[0].token, 10_000).await.unwrap();
+    q.complete(&c[0].id, c[0].token, "r", 1).await.unwrap();
+    q.reschedule(&c[1].id, c[1].token, 60_000, Some("x"), 1)
+        .await
+        .unwrap();
+    q.fail(&c[2].id, c[2].token, "e", Retry::After(0), 1)
+        .await
+        .unwrap();
+    q.fail(&c[3].id, c[3].token, "e", Retry::Dead, 1)
+        .await
+        .unwrap();
+    q.release(&c[4].id, Some(c[4].token), "w").await.unwrap();
+    sleep_ms(150).await;
+    let r = q.reap(10).await.unwrap();
+    assert_eq!(r.dead, vec![c[5].id.clone()], "poison after one loss");
+    q.retry(&c[1].id, "a").await.unwrap();
+    assert!(q.retry_all_dead("a").await.unwrap() >= 1);
+    q.cancel(&c[2].id, "a").await.unwrap();
+    q.release(&c[4].id, None, "a").await.unwrap();
+    q.pause("a").await.unwrap();
+    q.resume("a").await.unwrap();
+    q.is_paused().await.unwrap();
+    let w = WorkerInfo {
+        id: "w".into(),
+        host: "h".into(),
+        pid: 1,
+        started_ms: 0,
+        in_flight: 0,
+        processed: 0,
+        failed: 0,
+        last_seen_ms: 0,
+    };
+    q.heartbeat(&w, 1000).await.unwrap();
+    q.workers().await.unwrap();
+    q.remove_worker("w").await.unwrap();
+    q.stats().await.unwrap();
+    for s in [
+        ListState::Ready,
+        ListState::Waiting,
+        ListState::Leased,
+        ListState::Dead,
+        ListState::Results,
+    ] {
+        q.list(s, None, 10).await.unwrap();
+        q.list(s, Some("0:x"), 10).await.unwrap();
+    }
+    q.get(&c[0].id).await.unwrap().unwrap();
+    q.result_by_id(&c[0].id).await.unwrap().unwrap();
+    q.stuck_leases(1000, 10).await.unwrap();
+    q.events(10).await.unwrap();
+    q.next_due_ms().await.unwrap();
+    q.now_ms().await.unwrap();
+    q.enqueue("acl 0", "p", &p).await.unwrap();
+    for t in [
+        PurgeTarget::History,
+        PurgeTarget::Dead,
+        PurgeTarget::Results,
+        PurgeTarget::Queued,
+    ] {
+        q.purge(t, "a").await.unwrap();
+    }
+
+    // negative control: the same user may not touch another queue, so the ACL really bites
+    let other = Queue::with_connection(q.connection(), cfg("otherq"))
+        .await
+        .unwrap();
+    let err = other.enqueue("x", "p", &p).await.unwrap_err();
+    assert!(
+        format!("{err}").contains("NOPERM") || format!("{err:?}").contains("NoPerm"),
+        "{err:?}"
+    );
+}

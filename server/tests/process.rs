@@ -1,0 +1,132 @@
+//! The real `repoll` binary as a process: managed Redis start-up, SIGTERM drain, and no
+//! redis-server child left behind.
+
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_ready(port: u16, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(body) = http_get(port, "/readyz") {
+            if body.starts_with("HTTP/1.1 200") {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// A minimal HTTP/1.1 GET so this test needs no client crate or async runtime.
+fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+#[test]
+fn serve_with_managed_redis_stops_within_two_seconds_on_sigterm() {
+    let web_port = free_port();
+    let redis_port = free_port();
+    let dir = std::env::temp_dir().join(format!("repoll-proc-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .arg("serve")
+        .env_remove("REDIS_URL")
+        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
+        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
+        .env("REPOLL_MANAGED_REDIS_DIR", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn repoll");
+    assert!(
+        wait_ready(web_port, Duration::from_secs(20)),
+        "repoll serve became ready"
+    );
+    assert!(
+        dir.join("appendonlydir").exists() || dir.join("appendonly.aof").exists(),
+        "managed redis keeps an append-only file in its data dir"
+    );
+
+    let sent = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "repoll serve did not exit after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = sent.elapsed();
+    eprintln!("repoll serve exited {status} {took:?} after SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_err(),
+        "managed redis-server is gone"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_without_redis_server_on_path_says_how_to_install_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .arg("serve")
+        .env_remove("REDIS_URL")
+        .env("REPOLL_ADDR", format!("127.0.0.1:{}", free_port()))
+        .env("PATH", "/nonexistent")
+        .env(
+            "REPOLL_MANAGED_REDIS_DIR",
+            std::env::temp_dir().join("repoll-nopath"),
+        )
+        .output()
+        .expect("run repoll");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("redis-server"), "{stderr}");
+    assert!(
+        stderr.contains("apt-get install -y redis-server"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn help_documents_every_setting_with_its_environment_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for var in [
+        "REDIS_URL",
+        "REPOLL_QUEUE",
+        "REPOLL_ADDR",
+        "LEPTOS_SITE_ROOT",
+    ] {
+        assert!(help.contains(var), "{var} missing from help:\n{help}");
+    }
+}

@@ -1,0 +1,164 @@
+//! The router driven with `oneshot`, against a real redis-server started through the same
+//! managed-Redis code `repoll serve` uses.
+
+use std::time::Duration;
+
+use app::context::AppContext;
+use axum::{body::Body, http::Request, Router};
+use http_body_util::BodyExt;
+use server::{
+    managed_redis::ManagedRedis,
+    web::{self, Limits, WebState},
+};
+use tower::ServiceExt;
+
+async fn start_redis() -> (ManagedRedis, tempdir::Dir) {
+    let dir = tempdir::Dir::new();
+    let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
+        .await
+        .expect("redis-server starts");
+    (redis, dir)
+}
+
+async fn router_for(url: &str) -> Router {
+    let queue = queue::Queue::connect(
+        url,
+        queue::QueueConfig {
+            name: "webtest".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("connect");
+    let state = WebState {
+        leptos_options: web::leptos_options("target/site"),
+        app: AppContext {
+            queue,
+            enqueue_policy: Default::default(),
+        },
+    };
+    web::router(
+        state,
+        Limits {
+            body_bytes: 1024,
+            timeout: Duration::from_secs(5),
+        },
+        Router::new(),
+    )
+}
+
+async fn get(router: &Router, uri: &str) -> (u16, String) {
+    let res = router
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status().as_u16();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn health_ready_and_server_rendered_page() {
+    let (redis, _dir) = start_redis().await;
+    let router = router_for(redis.url()).await;
+
+    assert_eq!(get(&router, "/healthz").await, (200, "ok".to_string()));
+    assert_eq!(get(&router, "/readyz").await.0, 200);
+
+    let (status, html) = get(&router, "/").await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("Redis: connected, version"),
+        "SSR includes the Redis status: {html}"
+    );
+    assert!(
+        html.contains("/pkg/repoll.js"),
+        "hydration script is linked"
+    );
+
+    let (status, _) = get(&router, "/definitely/not/here").await;
+    assert_eq!(status, 404);
+    redis.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_is_503_when_redis_goes_away() {
+    let (redis, _dir) = start_redis().await;
+    let router = router_for(redis.url()).await;
+    assert_eq!(get(&router, "/readyz").await.0, 200);
+    redis.stop().await;
+    let (status, _) = get(&router, "/readyz").await;
+    assert_eq!(status, 503);
+    // Liveness does not depend on Redis.
+    assert_eq!(get(&router, "/healthz").await.0, 200);
+}
+
+#[tokio::test]
+async fn oversized_body_is_413() {
+    let (redis, _dir) = start_redis().await;
+    let router = router_for(redis.url()).await;
+    let res = router
+        .clone()
+        .oneshot(
+            Request::post("/")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("content-length", "4096")
+                .body(Body::from(vec![b'a'; 4096]))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 413);
+    redis.stop().await;
+}
+
+#[tokio::test]
+async fn missing_redis_server_binary_gives_install_instructions() {
+    let dir = tempdir::Dir::new();
+    let err = ManagedRedis::start("/nonexistent/redis-server".as_ref(), dir.path(), 0)
+        .await
+        .err()
+        .expect("start fails");
+    let msg = err.to_string();
+    assert!(msg.contains("apt-get install -y redis-server"), "{msg}");
+    assert!(msg.contains("REDIS_URL"), "{msg}");
+}
+
+/// A tiny self-cleaning temporary directory (avoids a dependency for one use).
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new() -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "repoll-test-{}-{}",
+                std::process::id(),
+                rand_suffix()
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn rand_suffix() -> u128 {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        t ^ u128::from(N.fetch_add(1, Ordering::Relaxed))
+    }
+}

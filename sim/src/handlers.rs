@@ -1,0 +1,111 @@
+//! HTTP handlers: decode the request, ask [`SimState`] for a plan, carry it out.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::faults::Fault;
+use crate::overrides::Overrides;
+use crate::state::{Plan, SimState};
+
+type Shared = State<Arc<SimState>>;
+
+/// `GET /api/query?q=<key>`.
+pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, String>>) -> Response {
+    let Some(key) = params.get("q").filter(|k| !k.is_empty()) else {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "missing query parameter q"})),
+        )
+            .into_response();
+    };
+    let o = Overrides::parse(key, &params);
+    let plan = sim.plan(key, &o);
+    let latency = sim.latency(&o);
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    match plan {
+        Plan::Answer(body) => Json(body).into_response(),
+        Plan::Fault {
+            fault,
+            retry_after_s,
+        } => fault_response(fault, retry_after_s, sim.args.hang_ms).await,
+    }
+}
+
+async fn fault_response(fault: Fault, retry_after_s: u64, hang_ms: u64) -> Response {
+    let error = |code: StatusCode, msg: &str| (code, Json(json!({"error": msg}))).into_response();
+    match fault {
+        Fault::Internal => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "simulated internal error",
+        ),
+        Fault::Unavailable => error(StatusCode::SERVICE_UNAVAILABLE, "simulated outage"),
+        Fault::RateLimited => {
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "simulated rate limit");
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+            r
+        }
+        Fault::Malformed => json_bytes(r#"{"status": "done", "data": {"items": [1, 2"#),
+        Fault::WrongShape => json_bytes(r#"{"result": {"state": 42}, "items": "none"}"#),
+        Fault::Hang => {
+            tokio::time::sleep(Duration::from_millis(hang_ms)).await;
+            error(StatusCode::GATEWAY_TIMEOUT, "simulated hang ended")
+        }
+        Fault::Reset => {
+            // Headers and a few bytes go out, then the body fails: hyper aborts the connection,
+            // which the client sees as a connection cut in the middle of the answer.
+            let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(Bytes::from_static(b"{\"status\": \"proc")),
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "simulated connection reset",
+                )),
+            ];
+            let mut r = Response::new(Body::from_stream(futures::stream::iter(chunks)));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+    }
+}
+
+fn json_bytes(body: &'static str) -> Response {
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// `GET /_sim/stats`.
+pub async fn stats(State(sim): Shared) -> Response {
+    Json(sim.stats()).into_response()
+}
+
+/// `GET /_sim/key?q=<key>`.
+pub async fn key_detail(
+    State(sim): Shared,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let key = params.get("q").map(String::as_str).unwrap_or_default();
+    Json(sim.key_detail(key)).into_response()
+}
+
+/// `POST /_sim/reset`.
+pub async fn reset(State(sim): Shared) -> StatusCode {
+    sim.reset();
+    StatusCode::NO_CONTENT
+}

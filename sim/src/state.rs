@@ -1,0 +1,302 @@
+//! The simulator's memory: per-key progress and the call counters behind `/_sim/stats`.
+//!
+//! Everything sits behind one `std::sync::Mutex`, held only for the few map operations of a
+//! request and never across an `.await`, so it cannot deadlock and costs little next to HTTP.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::faults::Fault;
+use crate::overrides::Overrides;
+use crate::SimArgs;
+
+/// Call times kept per key for `/_sim/key` (the oldest are dropped past this).
+const CALL_TIMES_CAP: usize = 1024;
+
+/// What one request will answer, decided under the lock and carried out after it.
+#[derive(Debug)]
+pub enum Plan {
+    /// Show this failure instead of an answer.
+    Fault { fault: Fault, retry_after_s: u64 },
+    /// Answer 200 with this JSON body.
+    Answer(Value),
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    calls: u64,
+    done: u64,
+    /// Normal (non-fault) answers given, which is what moves a key towards done.
+    answers: u32,
+    first_call: Option<Instant>,
+    call_ms: Vec<i64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    rng: StdRng,
+    calls: u64,
+    keys: HashMap<String, KeyState>,
+}
+
+/// Shared state of one simulator instance.
+#[derive(Debug)]
+pub struct SimState {
+    pub args: SimArgs,
+    inner: Mutex<Inner>,
+}
+
+/// One key's line in `/_sim/stats`.
+#[derive(Debug, Serialize, serde::Deserialize, Clone, Copy, PartialEq, Eq)]
+pub struct KeyStats {
+    pub calls: u64,
+    pub done: u64,
+}
+
+/// The body of `/_sim/stats` (keep this shape: tests outside the project read it).
+#[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq, Eq)]
+pub struct Stats {
+    pub calls: u64,
+    pub keys: BTreeMap<String, KeyStats>,
+}
+
+/// The body of `/_sim/key?q=`: one key's counters and the wall-clock time (ms since the Unix
+/// epoch) of each of its calls, faults included.
+#[derive(Debug, Serialize, serde::Deserialize, Clone, PartialEq, Eq)]
+pub struct KeyDetail {
+    pub calls: u64,
+    pub done: u64,
+    pub call_ms: Vec<i64>,
+}
+
+impl SimState {
+    pub fn new(args: SimArgs) -> SimState {
+        let rng = match args.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_entropy(),
+        };
+        SimState {
+            args,
+            inner: Mutex::new(Inner {
+                rng,
+                calls: 0,
+                keys: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves counters that are still consistent enough for
+        // a simulator; carry on rather than poison every later request.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The latency to add before answering: fixed + uniform random, or the key's override.
+    pub fn latency(&self, o: &Overrides) -> Duration {
+        if let Some(ms) = o.latency_ms {
+            return Duration::from_millis(ms);
+        }
+        let jitter = match self.args.latency_jitter_ms {
+            0 => 0,
+            j => self.lock().rng.gen_range(0..=j),
+        };
+        Duration::from_millis(self.args.latency_ms + jitter)
+    }
+
+    /// Counts the call and decides its answer.
+    pub fn plan(&self, key: &str, o: &Overrides) -> Plan {
+        let args = &self.args;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        inner.calls += 1;
+        let ks = inner.keys.entry(key.to_string()).or_default();
+        ks.calls += 1;
+        let now = Instant::now();
+        let first = *ks.first_call.get_or_insert(now);
+        if ks.call_ms.len() >= CALL_TIMES_CAP {
+            ks.call_ms.remove(0);
+        }
+        ks.call_ms.push(epoch_ms());
+
+        let forced = match (o.fail, o.fail_times) {
+            (Some(f), Some(n)) if ks.calls <= u64::from(n) => Some(f),
+            (Some(f), None) => Some(f),
+            _ => None,
+        };
+        let fault = forced.or_else(|| Fault::roll(args, &mut inner.rng));
+        if let Some(fault) = fault {
+            return Plan::Fault {
+                fault,
+                retry_after_s: o.retry_after_s.unwrap_or(args.retry_after_s),
+            };
+        }
+        if o.failed {
+            let msg = o
+                .error
+                .clone()
+                .unwrap_or_else(|| format!("simulated failure for {key}"));
+            return Plan::Answer(json!({"status": "failed", "error": msg}));
+        }
+
+        ks.answers = ks.answers.saturating_add(1);
+        let ms = o.ms.unwrap_or(args.ms);
+        let progress = if ms > 0 {
+            (now.duration_since(first).as_secs_f64() * 1000.0 / ms as f64).min(1.0)
+        } else {
+            let polls = o.polls.unwrap_or(args.polls).max(1);
+            (f64::from(ks.answers) / f64::from(polls)).min(1.0)
+        };
+        let done = progress >= 1.0;
+        if done {
+            ks.done += 1;
+        }
+        let items = o.items.unwrap_or(args.items);
+        let data = data_for(key, items, progress, o.payload.as_deref());
+        let status = if done { "done" } else { "processing" };
+        Plan::Answer(json!({"status": status, "data": data}))
+    }
+
+    pub fn stats(&self) -> Stats {
+        let inner = self.lock();
+        Stats {
+            calls: inner.calls,
+            keys: inner
+                .keys
+                .iter()
+                .map(|(k, s)| {
+                    (
+                        k.clone(),
+                        KeyStats {
+                            calls: s.calls,
+                            done: s.done,
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    pub fn key_detail(&self, key: &str) -> KeyDetail {
+        let inner = self.lock();
+        match inner.keys.get(key) {
+            Some(s) => KeyDetail {
+                calls: s.calls,
+                done: s.done,
+                call_ms: s.call_ms.clone(),
+            },
+            None => KeyDetail {
+                calls: 0,
+                done: 0,
+                call_ms: Vec::new(),
+            },
+        }
+    }
+
+    /// Forgets every key and zeroes the counters (the dice keep rolling from where they are).
+    pub fn reset(&self) {
+        let mut inner = self.lock();
+        inner.calls = 0;
+        inner.keys.clear();
+    }
+}
+
+fn epoch_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The data of `key` at `progress` (0..=1): a prefix of its items that grows with progress,
+/// all of them at 1. Items are derived from a hash of the key, so they are the same on every
+/// run and every instance.
+pub fn data_for(key: &str, items: u32, progress: f64, payload: Option<&str>) -> Value {
+    // Truncation is intended: a partial answer shows only whole items.
+    let shown = ((f64::from(items) * progress).floor() as u32).min(items);
+    let list: Vec<Value> = (0..shown)
+        .map(|i| json!({"n": i + 1, "value": fnv1a(key, i) % 10_000}))
+        .collect();
+    let mut data = json!({"query": key, "progress": progress, "items": list});
+    if let (Some(p), Some(obj)) = (payload, data.as_object_mut()) {
+        obj.insert("payload".to_string(), Value::String(p.to_string()));
+    }
+    data
+}
+
+/// FNV-1a over the key and an index: tiny, stable across Rust versions (unlike `DefaultHasher`).
+fn fnv1a(key: &str, i: u32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.as_bytes().iter().chain(i.to_le_bytes().iter()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(p: Plan) -> Value {
+        match p {
+            Plan::Answer(v) => v,
+            Plan::Fault { fault, .. } => panic!("unexpected fault {fault:?}"),
+        }
+    }
+
+    #[test]
+    fn done_on_the_nth_poll_and_data_grows() {
+        let s = SimState::new(SimArgs::default());
+        let o = Overrides {
+            polls: Some(4),
+            items: Some(8),
+            ..Overrides::default()
+        };
+        let mut lens = Vec::new();
+        for call in 1..=5 {
+            let v = answer(s.plan("k", &o));
+            let expect = if call >= 4 { "done" } else { "processing" };
+            assert_eq!(v["status"], expect, "call {call}");
+            lens.push(v["data"]["items"].as_array().map_or(0, Vec::len));
+        }
+        assert_eq!(lens, vec![2, 4, 6, 8, 8]);
+        let st = s.stats();
+        assert_eq!(st.calls, 5);
+        assert_eq!(st.keys["k"], KeyStats { calls: 5, done: 2 });
+    }
+
+    #[test]
+    fn data_is_deterministic_per_key() {
+        assert_eq!(data_for("a", 5, 1.0, None), data_for("a", 5, 1.0, None));
+        assert_ne!(data_for("a", 5, 1.0, None), data_for("b", 5, 1.0, None));
+    }
+
+    #[test]
+    fn forced_fault_only_for_the_first_calls() {
+        let s = SimState::new(SimArgs::default());
+        let o = Overrides {
+            polls: Some(1),
+            fail: Some(Fault::RateLimited),
+            fail_times: Some(2),
+            retry_after_s: Some(3),
+            ..Overrides::default()
+        };
+        for _ in 0..2 {
+            assert!(matches!(
+                s.plan("k", &o),
+                Plan::Fault {
+                    fault: Fault::RateLimited,
+                    retry_after_s: 3
+                }
+            ));
+        }
+        assert_eq!(answer(s.plan("k", &o))["status"], "done");
+        assert_eq!(s.key_detail("k").call_ms.len(), 3);
+    }
+}

@@ -1,0 +1,232 @@
+//! The simulator over real HTTP on 127.0.0.1:0.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use sim::state::{KeyDetail, Stats};
+use sim::SimArgs;
+
+struct Sim {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+async fn start(args: SimArgs) -> Sim {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(sim::serve(listener, args, async move {
+        let _ = rx.await;
+    }));
+    Sim {
+        base: format!("http://{addr}"),
+        stop: Some(tx),
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("client")
+}
+
+async fn get(sim: &Sim, q: &str) -> reqwest::Response {
+    client()
+        .get(format!("{}/api/query", sim.base))
+        .query(&[("q", q)])
+        .send()
+        .await
+        .expect("send")
+}
+
+async fn stats(sim: &Sim) -> Stats {
+    let v: Value = client()
+        .get(format!("{}/_sim/stats", sim.base))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("json");
+    // Exactly the documented shape: {"calls": n, "keys": {k: {"calls": n, "done": d}}}.
+    let obj = v.as_object().expect("object");
+    assert_eq!(obj.len(), 2, "{v}");
+    for (_, k) in v["keys"].as_object().expect("keys") {
+        assert_eq!(k.as_object().map(|o| o.len()), Some(2), "{k}");
+    }
+    serde_json::from_value(v).expect("stats shape")
+}
+
+#[tokio::test]
+async fn polls_until_done_and_stats_count() {
+    let sim = start(SimArgs::default()).await;
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let v: Value = get(&sim, "alpha polls=3").await.json().await.expect("json");
+        statuses.push(v["status"].as_str().unwrap_or_default().to_string());
+        assert_eq!(v["data"]["query"], "alpha polls=3");
+    }
+    assert_eq!(statuses, ["processing", "processing", "done", "done"]);
+    let _ = get(&sim, "beta polls=1").await;
+    let st = stats(&sim).await;
+    assert_eq!(st.calls, 5);
+    assert_eq!(st.keys["alpha polls=3"].calls, 4);
+    assert_eq!(st.keys["alpha polls=3"].done, 2);
+    assert_eq!(st.keys["beta polls=1"].done, 1);
+
+    let reset = client()
+        .post(format!("{}/_sim/reset", sim.base))
+        .send()
+        .await
+        .expect("reset");
+    assert!(reset.status().is_success());
+    assert_eq!(stats(&sim).await.calls, 0);
+}
+
+#[tokio::test]
+async fn time_based_done_and_query_string_overrides() {
+    let sim = start(SimArgs::default()).await;
+    let url = format!("{}/api/query?q=timed&ms=300", sim.base);
+    let v: Value = client()
+        .get(&url)
+        .send()
+        .await
+        .expect("1")
+        .json()
+        .await
+        .expect("j");
+    assert_eq!(v["status"], "processing");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let v: Value = client()
+        .get(&url)
+        .send()
+        .await
+        .expect("2")
+        .json()
+        .await
+        .expect("j");
+    assert_eq!(v["status"], "done");
+}
+
+#[tokio::test]
+async fn forced_faults() {
+    let sim = start(SimArgs {
+        hang_ms: 5_000,
+        ..SimArgs::default()
+    })
+    .await;
+    let r = get(&sim, "a fail=429 retry_after=7 fail_times=1 polls=1").await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("7")
+    );
+    let v: Value = get(&sim, "a fail=429 retry_after=7 fail_times=1 polls=1")
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["status"], "done");
+
+    assert_eq!(get(&sim, "b fail=500").await.status(), 500);
+    assert_eq!(get(&sim, "b fail=503").await.status(), 503);
+    let body = get(&sim, "c fail=malformed")
+        .await
+        .text()
+        .await
+        .expect("text");
+    assert!(serde_json::from_str::<Value>(&body).is_err());
+    let v: Value = get(&sim, "d fail=shape").await.json().await.expect("json");
+    assert!(v.get("status").is_none());
+
+    // A reset: the answer starts, then the connection is cut.
+    // hyper may not even flush the headers, so the error shows at send or at the body.
+    let r = client()
+        .get(format!("{}/api/query", sim.base))
+        .query(&[("q", "e fail=reset")])
+        .send()
+        .await;
+    match r {
+        Ok(r) => assert!(r.text().await.is_err()),
+        Err(e) => assert!(!e.is_timeout(), "{e}"),
+    }
+
+    // A hang outlasts the client's timeout.
+    let err = client()
+        .get(format!("{}/api/query", sim.base))
+        .query(&[("q", "f fail=hang")])
+        .timeout(Duration::from_millis(200))
+        .send()
+        .await
+        .expect_err("hang");
+    assert!(err.is_timeout());
+
+    let v: Value = get(&sim, "g status=failed error=boom")
+        .await
+        .json()
+        .await
+        .expect("j");
+    assert_eq!(v["status"], "failed");
+    assert_eq!(v["error"], "boom");
+
+    let payload = "<script>alert(1)</script> & more";
+    let v: Value = get(&sim, &format!("h polls=1 payload={payload}"))
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["data"]["payload"], payload);
+
+    let detail: KeyDetail = client()
+        .get(format!("{}/_sim/key", sim.base))
+        .query(&[("q", "b fail=500")])
+        .send()
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(detail.calls, 1);
+    assert_eq!(detail.call_ms.len(), 1);
+    assert_eq!(stats(&sim).await.keys["b fail=500"].done, 0);
+}
+
+#[tokio::test]
+async fn random_faults_follow_rates_with_a_seed() {
+    let sim = start(SimArgs {
+        error_rate: 0.5,
+        seed: Some(42),
+        polls: 1,
+        ..SimArgs::default()
+    })
+    .await;
+    let mut errors = 0;
+    for i in 0..200 {
+        if get(&sim, &format!("k{i}")).await.status().is_server_error() {
+            errors += 1;
+        }
+    }
+    assert!((60..=140).contains(&errors), "{errors}");
+}
+
+#[tokio::test]
+async fn missing_key_is_a_400() {
+    let sim = start(SimArgs::default()).await;
+    let r = client()
+        .get(format!("{}/api/query", sim.base))
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(r.status(), 400);
+}

@@ -1,0 +1,229 @@
+//! One claimed task from call to write: poll the upstream (renewing the lease of a long call),
+//! apply the policies, and write the outcome with the claim's fencing token.
+//!
+//! A `StaleToken` answer means another worker owns the task now (our lease expired and it was
+//! re-claimed): the outcome is dropped, never retried — the owner will write its own.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use queue::{Claimed, QueueError, Retry};
+use rand::Rng;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::policy::Next;
+use crate::runtime::Ctx;
+use crate::telemetry as m;
+use crate::upstream::{Answer, UpstreamError};
+
+/// Attempts of a queue write that failed on Redis itself (not on the token).
+const WRITE_TRIES: u32 = 3;
+
+/// Keeps the in-flight gauge right even when the task is aborted mid-call.
+struct InFlightGauge;
+
+impl InFlightGauge {
+    fn new() -> InFlightGauge {
+        metrics::gauge!(m::IN_FLIGHT).increment(1.0);
+        InFlightGauge
+    }
+}
+
+impl Drop for InFlightGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
+    }
+}
+
+/// Runs one claimed task to its written outcome, holding the permit until the end. The task
+/// leaves the worker's lease registry only when it finished: an aborted one stays there so
+/// shutdown can release its lease.
+pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit) {
+    let _gauge = InFlightGauge::new();
+    process(&ctx, &c).await;
+    ctx.forget(&c.id);
+    drop(permit);
+}
+
+fn unit() -> f64 {
+    rand::thread_rng().gen()
+}
+
+async fn process(ctx: &Ctx, c: &Claimed) {
+    // No deadline check before the call: a task claimed just past its deadline gets one last
+    // look (a late result is still a result); if it is still processing, the queue ends it.
+    let started = Instant::now();
+    let Some(result) = call_with_renewal(ctx, c).await else {
+        return;
+    };
+    let latency = started.elapsed();
+    let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+    let outcome = match &result {
+        Ok(Answer::Processing { .. }) => "processing",
+        Ok(Answer::Done { .. }) => "done",
+        Ok(Answer::Failed { .. }) => "failed",
+        Err(_) => "error",
+    };
+    metrics::histogram!(m::UPSTREAM_LATENCY, "outcome" => outcome).record(latency.as_secs_f64());
+
+    let now = ctx.now_ms();
+    match result {
+        Ok(Answer::Done { data }) => {
+            let data = data.to_string();
+            let r = write(ctx, c, "complete", || {
+                ctx.queue.complete(&c.id, c.token, &data, latency_ms)
+            })
+            .await;
+            if r.is_some() {
+                metrics::counter!(m::COMPLETIONS).increment(1);
+                ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(Answer::Processing { data, retry_after }) => {
+            match ctx
+                .policy
+                .after_processing(c.polls, now, c.deadline_ms, retry_after, unit())
+            {
+                Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms).await,
+                Next::Dead(reason) => {
+                    fail(ctx, c, &reason, "max_polls", Retry::Dead, latency_ms).await;
+                }
+            }
+        }
+        Ok(Answer::Failed { message, .. }) => {
+            fail(ctx, c, &message, "failed", Retry::Dead, latency_ms).await;
+        }
+        Err(e) => {
+            tracing::debug!(id = %c.id, error = %e, "upstream call failed");
+            let next =
+                ctx.policy
+                    .after_error(c.attempts, c.max_attempts, &e, now, c.deadline_ms, unit());
+            // Only a permanent error is sent as Retry::Dead (reason "fatal"). Otherwise the
+            // queue's fail script counts the attempt and itself ends the task as
+            // "max_attempts" or "deadline" — the same verdict as the policy, named by the
+            // queue, decided atomically with the write.
+            let retry = match next {
+                Next::Dead(_) if e.is_permanent() => Retry::Dead,
+                Next::Dead(_) => Retry::After(0),
+                Next::Again(d) => Retry::After(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            };
+            fail(ctx, c, &e.to_string(), e.kind(), retry, latency_ms).await;
+        }
+    }
+}
+
+/// "Still processing": store the partial data and come back after `delay`. A due time past
+/// the whole-life deadline makes the queue end the task as "deadline" (returned as 0).
+async fn reschedule(
+    ctx: &Ctx,
+    c: &Claimed,
+    delay: Duration,
+    data: &serde_json::Value,
+    latency_ms: u64,
+) {
+    let partial = (!data.is_null()).then(|| data.to_string());
+    let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+    let r = write(ctx, c, "reschedule", || {
+        ctx.queue
+            .reschedule(&c.id, c.token, delay_ms, partial.as_deref(), latency_ms)
+    })
+    .await;
+    match r {
+        Some(0) => {
+            metrics::counter!(m::FAILURES, "kind" => "deadline", "outcome" => "dead").increment(1);
+            ctx.counters.dead.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(_) => {
+            metrics::counter!(m::POLLS).increment(1);
+            ctx.counters.rescheduled.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {}
+    }
+}
+
+/// The upstream call, renewing the lease every lease/3 while it runs. `None` if the lease was
+/// lost meanwhile (the call is dropped: its answer could not be written anyway).
+async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, UpstreamError>> {
+    let call = ctx.upstream.query(&c.query);
+    tokio::pin!(call);
+    let every = Duration::from_millis((ctx.lease_ms / 3).max(1));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            r = &mut call => return Some(r),
+            _ = tick.tick() => match ctx.queue.renew(&c.id, c.token, ctx.lease_ms).await {
+                Ok(_) => metrics::counter!(m::LEASE_RENEWALS).increment(1),
+                Err(QueueError::StaleToken) | Err(QueueError::NotFound) => {
+                    stale(c, "renew");
+                    return None;
+                }
+                // Redis trouble: keep calling; the next tick tries again before the lease ends.
+                Err(e) => tracing::warn!(id = %c.id, error = %e, "lease renewal failed"),
+            },
+        }
+    }
+}
+
+async fn fail(ctx: &Ctx, c: &Claimed, reason: &str, kind: &str, retry: Retry, latency_ms: u64) {
+    let retry_ms = match retry {
+        Retry::After(ms) => Some(ms),
+        Retry::Dead => None,
+    };
+    let written = write(ctx, c, "fail", || {
+        let retry = retry_ms.map_or(Retry::Dead, Retry::After);
+        ctx.queue.fail(&c.id, c.token, reason, retry, latency_ms)
+    })
+    .await;
+    if let Some(f) = written {
+        let dead = matches!(f, queue::Failed::Dead { .. });
+        let outcome = if dead { "dead" } else { "retry" };
+        metrics::counter!(m::FAILURES, "kind" => kind.to_string(), "outcome" => outcome)
+            .increment(1);
+        let counter = if dead {
+            &ctx.counters.dead
+        } else {
+            &ctx.counters.retried
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn stale(c: &Claimed, op: &str) {
+    metrics::counter!(m::STALE_TOKENS).increment(1);
+    tracing::info!(id = %c.id, token = c.token, op, "lease lost: another worker owns the task; dropping the outcome");
+}
+
+/// One queue write with the claim's token. Redis errors are retried a few times (safe: the
+/// token fences a write that already landed); `StaleToken` / `NotFound` are final.
+async fn write<T, F, Fut>(ctx: &Ctx, c: &Claimed, op: &str, f: F) -> Option<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = queue::Result<T>>,
+{
+    let mut pause = Duration::from_millis(50);
+    for attempt in 1..=WRITE_TRIES {
+        match f().await {
+            Ok(v) => return Some(v),
+            Err(QueueError::StaleToken) => {
+                ctx.counters.stale.fetch_add(1, Ordering::Relaxed);
+                stale(c, op);
+                return None;
+            }
+            Err(QueueError::NotFound) => {
+                tracing::info!(id = %c.id, op, "task is gone (cancelled?); dropping the outcome");
+                return None;
+            }
+            Err(e) if attempt < WRITE_TRIES => {
+                tracing::warn!(id = %c.id, op, error = %e, "queue write failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Err(e) => {
+                tracing::error!(id = %c.id, op, error = %e, "queue write failed; the lease will expire and the task come back");
+            }
+        }
+    }
+    None
+}

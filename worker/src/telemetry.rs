@@ -1,0 +1,107 @@
+//! Metric names, the Prometheus exporter helper and the `/metrics` endpoint.
+//!
+//! The worker records through the `metrics` facade only; whoever runs it (`repoll worker`,
+//! `repoll serve`) installs the exporter once with [`install_prometheus`] and serves
+//! [`metrics_router`] or [`serve_metrics`]. Without an installed recorder the macros are no-ops.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Tasks claimed.
+pub const CLAIMS: &str = "repoll_claims_total";
+/// Tasks completed (final result stored).
+pub const COMPLETIONS: &str = "repoll_completions_total";
+/// Calls answered "processing" and rescheduled.
+pub const POLLS: &str = "repoll_polls_total";
+/// Failed calls and dead tasks; labels `kind` (timeout, connect, status, bad_body, failed,
+/// deadline, max_polls) and `outcome` (retry, dead).
+pub const FAILURES: &str = "repoll_failures_total";
+/// Leases found expired by this worker's reaper (tasks requeued or dead as poison).
+pub const LEASE_EXPIRATIONS: &str = "repoll_lease_expirations_total";
+/// Lease renewals of long calls.
+pub const LEASE_RENEWALS: &str = "repoll_lease_renewals_total";
+/// Writes refused because another worker owns the task now (fencing token moved on).
+pub const STALE_TOKENS: &str = "repoll_stale_tokens_total";
+/// Leases released on shutdown.
+pub const RELEASES: &str = "repoll_releases_total";
+/// Upstream call latency in seconds; label `outcome` (processing, done, failed, error).
+pub const UPSTREAM_LATENCY: &str = "repoll_upstream_latency_seconds";
+/// Calls in flight in this process.
+pub const IN_FLIGHT: &str = "repoll_in_flight";
+/// Queue depth by `state` (ready, waiting, retrying, leased, stuck, dead, results), refreshed
+/// from `Queue::stats` periodically.
+pub const QUEUE_DEPTH: &str = "repoll_queue_depth";
+
+/// Latency buckets in seconds: an API poll is usually 10 ms..several s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder as the global `metrics` recorder (once per process; later
+/// calls return the same handle) and starts a thread that runs its upkeep (histogram
+/// draining) every 5 s. If another recorder was installed first, the returned handle renders
+/// an empty page and a warning is logged.
+pub fn install_prometheus() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full(UPSTREAM_LATENCY.to_string()),
+                    LATENCY_BUCKETS,
+                )
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "latency buckets refused; using summaries");
+                    PrometheusBuilder::new()
+                });
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if let Err(e) = metrics::set_global_recorder(recorder) {
+                tracing::warn!(error = %e, "a metrics recorder is already installed");
+            }
+            let upkeep = handle.clone();
+            let spawned = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "no metrics upkeep thread");
+            }
+            handle
+        })
+        .clone()
+}
+
+/// `GET /metrics` in Prometheus text format, for mounting in a web server.
+pub fn metrics_router(handle: PrometheusHandle) -> axum::Router {
+    axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move {
+                (
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+                    handle.render(),
+                )
+                    .into_response()
+            }
+        }),
+    )
+}
+
+/// Installs the exporter (see [`install_prometheus`]) and serves `GET /metrics` on `addr`
+/// until the task is dropped, for `repoll worker --metrics-addr`.
+pub async fn serve_metrics(addr: SocketAddr) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "metrics on /metrics");
+    axum::serve(listener, metrics_router(install_prometheus())).await
+}

@@ -1,0 +1,102 @@
+//! Periodic housekeeping beside the claim loop: heartbeat, reaper, queue-depth gauges.
+//! Each loop is cheap and bounded, and logs (never propagates) Redis errors.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::Notify;
+
+use crate::runtime::Ctx;
+use crate::telemetry as m;
+
+/// Reaps per tick at most this many batches, so one worker never hogs Redis.
+const REAP_BATCHES_PER_TICK: usize = 10;
+
+/// Writes this worker's entry into the registry every `every_ms` (first at once); it lives
+/// three periods, so a dead worker disappears by itself.
+pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
+    let every = Duration::from_millis(every_ms.max(100));
+    let ttl_ms = u64::try_from(every.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(3);
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let c = &ctx.counters;
+        let info = queue::WorkerInfo {
+            id: ctx.id.clone(),
+            host: host.clone(),
+            pid: std::process::id(),
+            started_ms,
+            in_flight: u32::try_from(ctx.in_flight()).unwrap_or(u32::MAX),
+            processed: c.completed.load(Ordering::Relaxed),
+            failed: c.dead.load(Ordering::Relaxed),
+            last_seen_ms: ctx.now_ms(),
+        };
+        if let Err(e) = ctx.queue.heartbeat(&info, ttl_ms).await {
+            tracing::warn!(error = %e, "heartbeat failed");
+        }
+    }
+}
+
+/// Requeues expired leases (any worker's) every `every_ms` ± 20%, so they come back even when
+/// only one worker is alive; the jitter keeps many workers from reaping in lockstep.
+pub(crate) async fn reaper(ctx: Arc<Ctx>, wake: Arc<Notify>, every_ms: u64, batch: usize) {
+    let batch = batch.max(1);
+    loop {
+        let spread: f64 = rand::thread_rng().gen_range(0.8..1.2);
+        tokio::time::sleep(Duration::from_millis(every_ms.max(10)).mul_f64(spread)).await;
+        for _ in 0..REAP_BATCHES_PER_TICK {
+            match ctx.queue.reap(batch).await {
+                Ok(r) => {
+                    let n = r.requeued.len() + r.dead.len();
+                    if n > 0 {
+                        metrics::counter!(m::LEASE_EXPIRATIONS).increment(n as u64);
+                        tracing::info!(
+                            requeued = r.requeued.len(),
+                            dead = r.dead.len(),
+                            "reaped expired leases"
+                        );
+                    }
+                    if !r.requeued.is_empty() {
+                        wake.notify_one();
+                    }
+                    if n < batch {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reap failed");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Refreshes the queue depth gauges every `every_ms`.
+pub(crate) async fn queue_depth(ctx: Arc<Ctx>, every_ms: u64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(every_ms.max(100)));
+    loop {
+        tick.tick().await;
+        match ctx.queue.stats().await {
+            Ok(s) => {
+                for (state, n) in [
+                    ("ready", s.ready),
+                    ("waiting", s.waiting),
+                    ("retrying", s.retrying),
+                    ("leased", s.leased),
+                    ("stuck", s.stuck),
+                    ("dead", s.dead),
+                    ("results", s.results),
+                ] {
+                    metrics::gauge!(m::QUEUE_DEPTH, "state" => state).set(n as f64);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "stats for gauges failed"),
+        }
+    }
+}

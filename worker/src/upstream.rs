@@ -1,0 +1,590 @@
+//! The upstream client: one HTTP call per poll, answered as [`Answer`] or a typed
+//! [`UpstreamError`].
+//!
+//! Everything about the third-party API is configuration ([`UpstreamArgs`]): the URL template,
+//! method, headers, API key, timeout, and how to read the answer (JSON pointers to the status,
+//! data and error, and which status values mean processing / done / failed). The defaults fit
+//! the simulator (`repoll sim`), so a user points repoll at a real API without code.
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, Url};
+use serde_json::Value;
+
+/// Default URL template: the simulator on its default address.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:9001/api/query?q={key}";
+
+/// How to reach and read the upstream API. Flags, each with a `REPOLL_UPSTREAM_*` variable.
+#[derive(clap::Args, Clone)]
+pub struct UpstreamArgs {
+    /// URL template; `{key}` is replaced by the task's query, percent-encoded.
+    #[arg(long = "upstream-url", env = "REPOLL_UPSTREAM_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+    /// HTTP method of a poll.
+    #[arg(
+        long = "upstream-method",
+        env = "REPOLL_UPSTREAM_METHOD",
+        default_value = "GET"
+    )]
+    pub method: String,
+    /// Extra headers as "Name: value"; repeat the flag, or separate them with ';' in the variable.
+    #[arg(
+        long = "upstream-header",
+        env = "REPOLL_UPSTREAM_HEADERS",
+        value_delimiter = ';'
+    )]
+    pub headers: Vec<String>,
+    /// The API key, read from `REPOLL_UPSTREAM_API_KEY` only (never a flag: a flag shows in
+    /// `ps`), sent in the header named by `--upstream-api-key-header`, never logged.
+    #[arg(skip = std::env::var("REPOLL_UPSTREAM_API_KEY").ok().filter(|k| !k.is_empty()))]
+    pub api_key: Option<String>,
+    /// Header that carries the API key (e.g. `Authorization` with a key "Bearer ...").
+    #[arg(
+        long = "upstream-api-key-header",
+        env = "REPOLL_UPSTREAM_API_KEY_HEADER",
+        default_value = "x-api-key"
+    )]
+    pub api_key_header: String,
+    /// Whole-request timeout of one poll, in milliseconds.
+    #[arg(
+        long = "upstream-timeout-ms",
+        env = "REPOLL_UPSTREAM_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub timeout_ms: u64,
+    /// Largest answer body accepted, in bytes (a bigger one is a bad body).
+    #[arg(long = "upstream-max-body", env = "REPOLL_UPSTREAM_MAX_BODY", default_value_t = 4 << 20)]
+    pub max_body_bytes: usize,
+    /// JSON pointer (RFC 6901) to the status in the answer.
+    #[arg(
+        long = "upstream-status-pointer",
+        env = "REPOLL_UPSTREAM_STATUS_POINTER",
+        default_value = "/status"
+    )]
+    pub status_pointer: String,
+    /// JSON pointer to the data (partial while processing, full when done); "" = whole body.
+    #[arg(
+        long = "upstream-data-pointer",
+        env = "REPOLL_UPSTREAM_DATA_POINTER",
+        default_value = "/data"
+    )]
+    pub data_pointer: String,
+    /// JSON pointer to the error message of a failed answer.
+    #[arg(
+        long = "upstream-error-pointer",
+        env = "REPOLL_UPSTREAM_ERROR_POINTER",
+        default_value = "/error"
+    )]
+    pub error_pointer: String,
+    /// Status values meaning "still processing, poll again".
+    #[arg(
+        long = "upstream-processing",
+        env = "REPOLL_UPSTREAM_PROCESSING",
+        value_delimiter = ',',
+        default_value = "processing,pending,queued,running"
+    )]
+    pub processing_values: Vec<String>,
+    /// Status values meaning "done, the data is final".
+    #[arg(
+        long = "upstream-done",
+        env = "REPOLL_UPSTREAM_DONE",
+        value_delimiter = ',',
+        default_value = "done,complete,completed,succeeded,success"
+    )]
+    pub done_values: Vec<String>,
+    /// Status values meaning "failed for good" (the task goes dead with the error message).
+    #[arg(
+        long = "upstream-failed",
+        env = "REPOLL_UPSTREAM_FAILED",
+        value_delimiter = ',',
+        default_value = "failed,error,cancelled"
+    )]
+    pub failed_values: Vec<String>,
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',').map(str::to_string).collect()
+}
+
+impl Default for UpstreamArgs {
+    /// The flags' defaults, without reading the environment.
+    fn default() -> Self {
+        UpstreamArgs {
+            url: DEFAULT_URL.to_string(),
+            method: "GET".to_string(),
+            headers: Vec::new(),
+            api_key: None,
+            api_key_header: "x-api-key".to_string(),
+            timeout_ms: 10_000,
+            max_body_bytes: 4 << 20,
+            status_pointer: "/status".to_string(),
+            data_pointer: "/data".to_string(),
+            error_pointer: "/error".to_string(),
+            processing_values: list("processing,pending,queued,running"),
+            done_values: list("done,complete,completed,succeeded,success"),
+            failed_values: list("failed,error,cancelled"),
+        }
+    }
+}
+
+impl fmt::Debug for UpstreamArgs {
+    /// Redacts the API key and header values (a header may carry a secret too).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self
+            .headers
+            .iter()
+            .map(|h| h.split_once(':').map_or(h.as_str(), |(n, _)| n.trim()))
+            .collect();
+        f.debug_struct("UpstreamArgs")
+            .field("url", &self.url)
+            .field("method", &self.method)
+            .field(
+                "headers",
+                &format_args!("{header_names:?} (values redacted)"),
+            )
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key_header", &self.api_key_header)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("status_pointer", &self.status_pointer)
+            .field("data_pointer", &self.data_pointer)
+            .field("error_pointer", &self.error_pointer)
+            .field("processing_values", &self.processing_values)
+            .field("done_values", &self.done_values)
+            .field("failed_values", &self.failed_values)
+            .finish()
+    }
+}
+
+/// What the upstream said about a key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// Not done yet; `data` is the partial data (may be `null`), `retry_after` the upstream's
+    /// own hint from a `Retry-After` header.
+    Processing {
+        data: Value,
+        retry_after: Option<Duration>,
+    },
+    /// Done; `data` is the final result.
+    Done { data: Value },
+    /// The upstream gave up on this key: no point polling again.
+    Failed { message: String, data: Value },
+}
+
+/// Why a poll got no answer.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("timeout after {after_ms} ms")]
+    Timeout { after_ms: u64 },
+    #[error("connection failed: {0}")]
+    Connect(String),
+    #[error("HTTP {code}")]
+    Status {
+        code: u16,
+        retry_after: Option<Duration>,
+    },
+    #[error("bad body: {0}")]
+    BadBody(String),
+}
+
+impl UpstreamError {
+    /// The upstream's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            UpstreamError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A 4xx other than 408 (timeout), 425 (too early) and 429 (rate limit) says the request
+    /// itself is wrong: asking again the same way cannot succeed, so the task goes dead at once.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, UpstreamError::Status { code, .. }
+            if (400..500).contains(code) && !matches!(code, 408 | 425 | 429))
+    }
+
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Status { .. } => "status",
+            UpstreamError::BadBody(_) => "bad_body",
+        }
+    }
+}
+
+/// A setting that cannot work, found when the client is built.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("upstream config: {0}")]
+pub struct ConfigError(pub String);
+
+/// How to read an answer body: pure, so it is unit tested without HTTP.
+#[derive(Clone, Debug)]
+pub struct AnswerReader {
+    status_pointer: String,
+    data_pointer: String,
+    error_pointer: String,
+    processing: Vec<String>,
+    done: Vec<String>,
+    failed: Vec<String>,
+}
+
+impl AnswerReader {
+    pub fn new(args: &UpstreamArgs) -> AnswerReader {
+        let clean = |v: &[String]| -> Vec<String> {
+            v.iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        AnswerReader {
+            status_pointer: args.status_pointer.clone(),
+            data_pointer: args.data_pointer.clone(),
+            error_pointer: args.error_pointer.clone(),
+            processing: clean(&args.processing_values),
+            done: clean(&args.done_values),
+            failed: clean(&args.failed_values),
+        }
+    }
+
+    /// Reads a parsed body. A missing or unknown status is a bad body (the API changed or the
+    /// pointers are wrong — retrying may help if it was a glitch, the error policy decides).
+    pub fn read(
+        &self,
+        body: &Value,
+        retry_after: Option<Duration>,
+    ) -> Result<Answer, UpstreamError> {
+        let status = match body.pointer(&self.status_pointer) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => {
+                return Err(UpstreamError::BadBody(format!(
+                    "no status at {}",
+                    self.status_pointer
+                )))
+            }
+            Some(other) => other.to_string(),
+        };
+        let data = body
+            .pointer(&self.data_pointer)
+            .cloned()
+            .unwrap_or(Value::Null);
+        let is = |set: &[String]| set.iter().any(|v| v.eq_ignore_ascii_case(&status));
+        if is(&self.done) {
+            Ok(Answer::Done { data })
+        } else if is(&self.processing) {
+            Ok(Answer::Processing { data, retry_after })
+        } else if is(&self.failed) {
+            let message = match body.pointer(&self.error_pointer) {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::Null) | None => format!("upstream status {status}"),
+                Some(other) => other.to_string(),
+            };
+            Ok(Answer::Failed { message, data })
+        } else {
+            Err(UpstreamError::BadBody(format!(
+                "unknown status {}",
+                truncate(&status, 80)
+            )))
+        }
+    }
+}
+
+/// The configured upstream client. Cheap to clone (reqwest's client is shared).
+#[derive(Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+    template: String,
+    method: Method,
+    headers: HeaderMap,
+    timeout: Duration,
+    max_body: usize,
+    reader: AnswerReader,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("template", &self.template)
+            .field("method", &self.method)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Builds the client, checking every setting once so a poll never fails on configuration.
+    pub fn new(args: &UpstreamArgs) -> Result<Upstream, ConfigError> {
+        if !args.url.contains("{key}") {
+            return Err(ConfigError(format!(
+                "the URL template has no {{key}}: {}",
+                args.url
+            )));
+        }
+        Url::parse(&args.url.replace("{key}", "k"))
+            .map_err(|e| ConfigError(format!("bad URL template: {e}")))?;
+        let method = Method::from_bytes(args.method.trim().to_ascii_uppercase().as_bytes())
+            .map_err(|_| ConfigError(format!("bad method {:?}", args.method)))?;
+        let mut headers = HeaderMap::new();
+        for h in args.headers.iter().filter(|h| !h.trim().is_empty()) {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| ConfigError("a header must look like \"Name: value\"".into()))?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes())
+                .map_err(|_| ConfigError(format!("bad header name {:?}", name.trim())))?;
+            let mut value = HeaderValue::from_str(value.trim())
+                .map_err(|_| ConfigError(format!("bad value for header {name}")))?;
+            value.set_sensitive(true);
+            headers.append(name, value);
+        }
+        if let Some(key) = &args.api_key {
+            let name = HeaderName::from_bytes(args.api_key_header.trim().as_bytes())
+                .map_err(|_| ConfigError("bad API key header name".into()))?;
+            let mut value = HeaderValue::from_str(key.trim())
+                .map_err(|_| ConfigError("the API key is not a valid header value".into()))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        for p in [
+            &args.status_pointer,
+            &args.data_pointer,
+            &args.error_pointer,
+        ] {
+            if !p.is_empty() && !p.starts_with('/') {
+                return Err(ConfigError(format!(
+                    "a JSON pointer starts with '/': {p:?}"
+                )));
+            }
+        }
+        if args.timeout_ms == 0 {
+            return Err(ConfigError("the request timeout must be > 0".into()));
+        }
+        let timeout = Duration::from_millis(args.timeout_ms);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| ConfigError(format!("HTTP client: {e}")))?;
+        Ok(Upstream {
+            client,
+            template: args.url.clone(),
+            method,
+            headers,
+            timeout,
+            max_body: args.max_body_bytes,
+            reader: AnswerReader::new(args),
+        })
+    }
+
+    /// The URL for `key`.
+    pub fn url_for(&self, key: &str) -> String {
+        self.template.replace("{key}", &urlencoding::encode(key))
+    }
+
+    /// Polls the upstream once for `key`.
+    pub async fn query(&self, key: &str) -> Result<Answer, UpstreamError> {
+        let resp = self
+            .client
+            .request(self.method.clone(), self.url_for(key))
+            .headers(self.headers.clone())
+            .send()
+            .await
+            .map_err(|e| self.classify(e))?;
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        if !status.is_success() {
+            return Err(UpstreamError::Status {
+                code: status.as_u16(),
+                retry_after,
+            });
+        }
+        let body = self.read_body(resp).await?;
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|e| UpstreamError::BadBody(format!("not JSON: {e}")))?;
+        self.reader.read(&value, retry_after)
+    }
+
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.classify(e))? {
+            if body.len() + chunk.len() > self.max_body {
+                return Err(UpstreamError::BadBody(format!(
+                    "body larger than {} bytes",
+                    self.max_body
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    fn classify(&self, e: reqwest::Error) -> UpstreamError {
+        if e.is_timeout() {
+            return UpstreamError::Timeout {
+                after_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            };
+        }
+        if e.is_decode() {
+            return UpstreamError::BadBody(error_chain(&e.without_url()));
+        }
+        // Connect failures, and connections cut mid-request or mid-body: the URL is left out
+        // of the message since a template may carry a credential in its query string.
+        UpstreamError::Connect(error_chain(&e.without_url()))
+    }
+}
+
+/// `Retry-After` as delay-seconds (HTTP dates are rare on APIs and are ignored).
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    truncate(&s, 300)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reader() -> AnswerReader {
+        AnswerReader::new(&UpstreamArgs::default())
+    }
+
+    #[test]
+    fn reads_the_three_answers() {
+        let r = reader();
+        let ra = Some(Duration::from_secs(2));
+        assert_eq!(
+            r.read(&json!({"status": "processing", "data": {"k": 1}}), ra),
+            Ok(Answer::Processing {
+                data: json!({"k": 1}),
+                retry_after: ra
+            })
+        );
+        assert_eq!(
+            r.read(&json!({"status": "DONE", "data": [1]}), None),
+            Ok(Answer::Done { data: json!([1]) })
+        );
+        assert_eq!(
+            r.read(&json!({"status": "failed", "error": "nope"}), None),
+            Ok(Answer::Failed {
+                message: "nope".into(),
+                data: Value::Null
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_are_bad_bodies() {
+        let r = reader();
+        for body in [
+            json!({"result": 1}),
+            json!({"status": "weird"}),
+            json!([1, 2]),
+        ] {
+            assert!(
+                matches!(r.read(&body, None), Err(UpstreamError::BadBody(_))),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn custom_pointers_and_values() {
+        let args = UpstreamArgs {
+            status_pointer: "/job/state".into(),
+            data_pointer: "".into(),
+            processing_values: list("RUNNING"),
+            done_values: list("SUCCEEDED"),
+            ..UpstreamArgs::default()
+        };
+        let r = AnswerReader::new(&args);
+        let body = json!({"job": {"state": "SUCCEEDED"}, "rows": 3});
+        assert_eq!(r.read(&body, None), Ok(Answer::Done { data: body.clone() }));
+    }
+
+    #[test]
+    fn url_is_encoded_and_config_checked() {
+        let up = Upstream::new(&UpstreamArgs {
+            url: "http://h/q?key={key}".into(),
+            ..UpstreamArgs::default()
+        })
+        .expect("valid");
+        assert_eq!(
+            up.url_for("a b&c=d/é"),
+            "http://h/q?key=a%20b%26c%3Dd%2F%C3%A9"
+        );
+        for bad in [
+            UpstreamArgs {
+                url: "http://h/q".into(),
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                headers: vec!["no colon".into()],
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                method: "GE T".into(),
+                ..UpstreamArgs::default()
+            },
+        ] {
+            assert!(Upstream::new(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let args = UpstreamArgs {
+            api_key: Some("s3cret-key".into()),
+            headers: vec!["Authorization: Bearer t0ken".into()],
+            ..UpstreamArgs::default()
+        };
+        let shown = format!("{args:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+        let up = Upstream::new(&args).expect("valid");
+        let shown = format!("{up:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("t0ken"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn permanent_errors() {
+        let s = |code| UpstreamError::Status {
+            code,
+            retry_after: None,
+        };
+        assert!(s(404).is_permanent());
+        assert!(!s(429).is_permanent());
+        assert!(!s(503).is_permanent());
+        assert_eq!(parse_retry_after(" 3 "), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! Test helpers: a private redis-server per test binary, the simulator over real HTTP on
+//! 127.0.0.1:0, and small wrappers to run workers and read the witnesses.
+//!
+//! The redis-server listens on a free port with no persistence; a shell watchdog stops it
+//! when the test process exits (statics are never dropped). Tests share it and isolate
+//! themselves by queue name.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use queue::{Queue, QueueConfig, Stats};
+use sim::state::{KeyDetail, Stats as SimStats};
+use sim::SimArgs;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use worker::{PolicyArgs, Upstream, UpstreamArgs, Worker, WorkerArgs, WorkerReport};
+
+static REDIS_PORT: OnceLock<u16> = OnceLock::new();
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn pong(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// Starts (once per process) a redis-server that dies with this process; returns its URL.
+pub fn redis_url() -> String {
+    let port = *REDIS_PORT.get_or_init(|| {
+        for _ in 0..5 {
+            let port = free_port();
+            let me = std::process::id();
+            let watchdog = format!(
+                "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no \
+                 --loglevel warning & R=$!; \
+                 while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
+                 kill $R 2>/dev/null; wait $R"
+            );
+            // Deliberately detached: the watchdog shell stops redis and exits when this process does.
+            #[allow(clippy::zombie_processes)]
+            Command::new("sh")
+                .arg("-c")
+                .arg(watchdog)
+                .current_dir(std::env::temp_dir())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(5) {
+                if pong(port) {
+                    return port;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        panic!("redis-server did not start");
+    });
+    format!("redis://127.0.0.1:{port}/")
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// A running simulator; stops when dropped.
+pub struct SimServer {
+    pub base: String,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub async fn start_sim(args: SimArgs) -> SimServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind sim");
+    let addr = listener.local_addr().expect("sim addr");
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(sim::serve(listener, args, async move {
+        let _ = rx.await;
+    }));
+    SimServer {
+        base: format!("http://{addr}"),
+        stop: Some(tx),
+    }
+}
+
+impl SimServer {
+    pub fn upstream_args(&self, timeout_ms: u64) -> UpstreamArgs {
+        UpstreamArgs {
+            url: format!("{}/api/query?q={{key}}", self.base),
+            timeout_ms,
+            ..UpstreamArgs::default()
+        }
+    }
+
+    pub async fn stats(&self) -> SimStats {
+        reqwest::get(format!("{}/_sim/stats", self.base))
+            .await
+            .expect("sim stats")
+            .json()
+            .await
+            .expect("sim stats json")
+    }
+
+    pub async fn key(&self, key: &str) -> KeyDetail {
+        reqwest::Client::new()
+            .get(format!("{}/_sim/key", self.base))
+            .query(&[("q", key)])
+            .send()
+            .await
+            .expect("sim key")
+            .json()
+            .await
+            .expect("sim key json")
+    }
+}
+
+pub async fn queue(name: &str) -> Queue {
+    let cfg = QueueConfig {
+        name: name.to_string(),
+        ..QueueConfig::default()
+    };
+    Queue::connect(&redis_url(), cfg).await.expect("queue")
+}
+
+/// A worker on `queue` polling `sim`.
+pub fn worker(queue: &Queue, up: &UpstreamArgs, policy: PolicyArgs, args: WorkerArgs) -> Worker {
+    let pubsub = redis::Client::open(redis_url()).expect("redis client");
+    let upstream = Upstream::new(up).expect("upstream");
+    Worker::new(queue.clone(), pubsub, upstream, policy, args)
+}
+
+/// A worker running in its own task; `stop` asks it to shut down gracefully.
+pub struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    pub handle: JoinHandle<Result<WorkerReport, worker::WorkerError>>,
+}
+
+pub fn spawn(w: Worker) -> Running {
+    let (tx, rx) = oneshot::channel::<()>();
+    let handle = tokio::spawn(w.run(async move {
+        let _ = rx.await;
+    }));
+    Running {
+        stop: Some(tx),
+        handle,
+    }
+}
+
+impl Running {
+    pub async fn stop(mut self) -> WorkerReport {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.handle.await.expect("worker task").expect("worker run")
+    }
+}
+
+/// Fast policies for tests.
+pub fn fast_policy() -> PolicyArgs {
+    PolicyArgs {
+        poll_interval_ms: 20,
+        poll_multiplier: 1.5,
+        poll_max_interval_ms: 200,
+        poll_jitter: 0.1,
+        max_polls: 10,
+        deadline_ms: 0,
+        max_attempts: 5,
+        backoff_base_ms: 20,
+        backoff_max_ms: 200,
+    }
+}
+
+pub fn fast_worker_args(concurrency: usize) -> WorkerArgs {
+    WorkerArgs {
+        concurrency,
+        lease_ms: 2_000,
+        grace_ms: 1_000,
+        heartbeat_ms: 500,
+        worker_id: None,
+        reap_interval_ms: 200,
+        reap_batch: 100,
+        stats_interval_ms: 500,
+        max_idle_ms: 1_000,
+    }
+}
+
+/// Waits until nothing is due, waiting or leased and `n` tasks are done or dead.
+pub async fn wait_settled(q: &Queue, n: u64, limit: Duration) -> Stats {
+    let t0 = Instant::now();
+    loop {
+        let s = q.stats().await.expect("stats");
+        let open = s.ready + s.waiting + s.retrying + s.leased;
+        if open == 0 && s.results + s.dead >= n {
+            return s;
+        }
+        assert!(t0.elapsed() < limit, "not settled after {limit:?}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn id_of(query: &str) -> String {
+    queue::task_id(&queue::normalise_query(query).expect("valid query"))
+}

@@ -1,0 +1,134 @@
+//! Faults: with 30% 5xx, 10% malformed bodies and 5% hangs (cut by a short client timeout),
+//! every task ends done or dead with a reason, none stays leased, none is lost, none is
+//! completed twice. And a 429's `Retry-After` is honoured, measured from the simulator's view.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use queue::TaskState;
+use sim::SimArgs;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_upstream_every_task_ends_done_or_dead() {
+    init_tracing();
+    let sim = start_sim(SimArgs {
+        error_rate: 0.30,
+        malformed_rate: 0.10,
+        hang_rate: 0.05,
+        hang_ms: 60_000,
+        seed: Some(7),
+        ..SimArgs::default()
+    })
+    .await;
+    let q = queue("faults").await;
+    let policy = fast_policy();
+    // 300 ms client timeout: a hang costs 300 ms, not a minute.
+    let up = sim.upstream_args(300);
+    let n = 300u64;
+    let keys: Vec<String> = (0..n)
+        .map(|i| format!("f-{i} polls={}", 1 + i % 3))
+        .collect();
+    for k in &keys {
+        q.enqueue(k, "", &policy.enqueue_policy())
+            .await
+            .expect("enqueue");
+    }
+    let w = spawn(worker(&q, &up, policy.clone(), fast_worker_args(32)));
+    let stats = wait_settled(&q, n, Duration::from_secs(60)).await;
+    let report = w.stop().await;
+    println!(
+        "faults: {} results, {} dead; {report:?}",
+        stats.results, stats.dead
+    );
+    assert_eq!(stats.leased, 0);
+    assert_eq!(stats.results + stats.dead, n, "none lost");
+    assert!(report.retried > 0, "faults were injected: {report:?}");
+
+    let witness = sim.stats().await;
+    let (mut done, mut dead) = (0, 0);
+    for k in &keys {
+        let d = q.get(&id_of(k)).await.expect("get").expect("task known");
+        let seen = witness.keys.get(k).map_or(0, |s| s.done);
+        if let Some(r) = d.result {
+            done += 1;
+            assert_eq!(seen, 1, "{k} answered done {seen} times");
+            assert!(r.data.contains("\"progress\":1"), "{k}: {}", r.data);
+        } else {
+            let t = d.task.expect("live task");
+            assert_eq!(t.state, TaskState::Dead, "{k}: {t:?}");
+            assert!(t.dead_reason.is_some(), "{k}: no reason");
+            assert!(t.last_error.is_some(), "{k}: no error");
+            assert_eq!(seen, 0, "{k} dead yet answered done");
+            dead += 1;
+        }
+        if let Some(s) = witness.keys.get(k) {
+            assert!(
+                s.calls <= u64::from(policy.max_polls + policy.max_attempts),
+                "{k}: {s:?}"
+            );
+        }
+    }
+    println!("faults: {done} done, {dead} dead of {n}");
+    assert_eq!(done + dead, n);
+    assert!(done > n / 2, "most tasks survive 5 attempts: {done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    init_tracing();
+    let sim = start_sim(SimArgs::default()).await;
+    let q = queue("retry-after").await;
+    // Backoff alone would retry within 50 ms; Retry-After: 1 must win.
+    let policy = fast_policy();
+    let up = sim.upstream_args(2_000);
+    let key = "ra fail=429 fail_times=2 retry_after=1 polls=2";
+    q.enqueue(key, "", &policy.enqueue_policy())
+        .await
+        .expect("enqueue");
+    let w = spawn(worker(&q, &up, policy, fast_worker_args(4)));
+    wait_settled(&q, 1, Duration::from_secs(20)).await;
+    w.stop().await;
+
+    let k = sim.key(key).await;
+    assert_eq!(k.calls, 4, "{k:?}");
+    assert_eq!(k.done, 1);
+    let gaps: Vec<i64> = k.call_ms.windows(2).map(|w| w[1] - w[0]).collect();
+    println!("gaps between polls (ms): {gaps:?} (429, 429, processing, done)");
+    assert!(
+        gaps[0] >= 995 && gaps[1] >= 995,
+        "Retry-After not honoured: {gaps:?}"
+    );
+    assert!(
+        gaps[2] < 900,
+        "after the 429s the poll policy applies again: {gaps:?}"
+    );
+    let r = q.result_by_id(&id_of(key)).await.expect("read");
+    assert!(r.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failed_answer_is_dead_with_its_message() {
+    init_tracing();
+    let sim = start_sim(SimArgs::default()).await;
+    let q = queue("failed-answer").await;
+    let up = sim.upstream_args(2_000);
+    let key = "bad status=failed error=no-such-order";
+    q.enqueue(key, "", &fast_policy().enqueue_policy())
+        .await
+        .expect("enqueue");
+    let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(2)));
+    wait_settled(&q, 1, Duration::from_secs(20)).await;
+    let report = w.stop().await;
+    assert_eq!(report.dead, 1);
+    let t = q
+        .get(&id_of(key))
+        .await
+        .expect("get")
+        .and_then(|d| d.task)
+        .expect("task");
+    assert_eq!(t.state, TaskState::Dead);
+    assert_eq!(t.last_error.as_deref(), Some("no-such-order"));
+    assert_eq!(sim.key(key).await.calls, 1, "no retry of a failed answer");
+}
