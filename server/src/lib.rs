@@ -5,6 +5,7 @@
 //! - [`cli`]: the command line (clap) — every setting is a flag and an environment variable.
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
+//! - [`live`]: one Redis Pub/Sub subscription fanned out to every live (SSE) stream.
 //! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
 //!   tower-http layers (trace, body limit, timeout).
 //! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
@@ -14,6 +15,7 @@
 //! - [`simulate`]: the `repoll sim` command — the simulated upstream API.
 
 pub mod cli;
+pub mod live;
 pub mod managed_redis;
 pub mod serve;
 pub mod shutdown;

@@ -114,7 +114,17 @@ async fn serve_with(
         });
     }
 
+    let live_client = queue::redis::Client::open(url).map_err(|e| ServeError::Redis {
+        url: redact(url),
+        source: e.into(),
+    })?;
+    let live = crate::live::Live::start(
+        live_client,
+        queue.channels().dashboard,
+        shutdown.clone(),
+    );
     let state = WebState {
+        live,
         leptos_options: web::leptos_options(&args.site_root),
         app: AppContext {
             queue,

@@ -22,6 +22,8 @@ use tower_http::{limit::RequestBodyLimitLayer, timeout::TimeoutLayer, trace::Tra
 pub struct WebState {
     pub leptos_options: LeptosOptions,
     pub app: AppContext,
+    /// Fan-out of the queue's Pub/Sub notifications to live streams.
+    pub live: crate::live::Live,
 }
 
 /// Limits applied to every request.

@@ -30,7 +30,13 @@ async fn router_for(url: &str) -> Router {
     )
     .await
     .expect("connect");
+    let live = server::live::Live::start(
+        queue::redis::Client::open(url).unwrap(),
+        queue.channels().dashboard,
+        Default::default(),
+    );
     let state = WebState {
+        live,
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
             queue,
