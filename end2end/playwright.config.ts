@@ -8,6 +8,13 @@ import * as fs from "fs";
 // managed redis-server in a fresh temporary directory, on a port of its own, so it never
 // touches a Redis or a demo server already running on this machine.
 const port = Number(process.env.E2E_PORT ?? 3117);
+// Fixed ports for the managed Redis and the embedded simulator so tests can reach them
+// directly (to verify state in Redis, read the simulator's stats, or start a worker process).
+export const redisPort = Number(process.env.E2E_REDIS_PORT ?? 6417);
+export const simPort = Number(process.env.E2E_SIM_PORT ?? 9117);
+export const adminPassword = "e2e-admin-password";
+process.env.E2E_REDIS_URL = `redis://127.0.0.1:${redisPort}/0`;
+process.env.E2E_SIM_URL = `http://127.0.0.1:${simPort}`;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "repoll-e2e-"));
 const root = path.resolve(__dirname, "..");
 
@@ -39,7 +46,7 @@ export default defineConfig({
     },
   },
   webServer: {
-    command: `${path.join(root, "target/release/repoll")} serve`,
+    command: `${path.join(root, "target/release/repoll")} serve --sim`,
     cwd: root,
     url: `http://127.0.0.1:${port}/readyz`,
     reuseExistingServer: false,
@@ -52,6 +59,12 @@ export default defineConfig({
       REPOLL_MANAGED_REDIS_DIR: dataDir,
       RUST_LOG: "info",
       REDIS_URL: "",
+      REPOLL_MANAGED_REDIS_PORT: String(redisPort),
+      REPOLL_SIM_ADDR: `127.0.0.1:${simPort}`,
+      REPOLL_UPSTREAM_URL: `http://127.0.0.1:${simPort}/api/query?q={key}`,
+      REPOLL_POLL_INTERVAL_MS: "250",
+      REPOLL_WORKERS: "16",
+      REPOLL_ADMIN_PASSWORD: adminPassword,
     },
   },
 });

@@ -135,6 +135,10 @@ pub struct ServeArgs {
     pub sim_addr: SocketAddr,
 
     #[command(flatten)]
+    pub api: crate::api::ApiArgs,
+    #[command(flatten)]
+    pub admin: crate::admin::AdminArgs,
+    #[command(flatten)]
     pub sim_args: sim::SimArgs,
     #[command(flatten)]
     pub upstream: worker::UpstreamArgs,

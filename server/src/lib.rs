@@ -2,6 +2,8 @@
 //! integration tests can build the same router and start the same pieces.
 //!
 //! A tour of the modules:
+//! - [`api`]: the public JSON API `/api/v1` and the per-query live stream.
+//! - [`admin`]: sign-in, sessions, cross-site protection, the dashboard's live stream.
 //! - [`cli`]: the command line (clap) — every setting is a flag and an environment variable.
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
@@ -14,6 +16,8 @@
 //! - [`work`]: the `repoll worker` command — a worker process without the web app.
 //! - [`simulate`]: the `repoll sim` command — the simulated upstream API.
 
+pub mod admin;
+pub mod api;
 pub mod cli;
 pub mod live;
 pub mod managed_redis;

@@ -125,6 +125,8 @@ async fn serve_with(
     );
     let state = WebState {
         live,
+        api: crate::api::ApiState::new(&args.api),
+        admin: crate::admin::AdminState::new(&args.admin),
         leptos_options: web::leptos_options(&args.site_root),
         app: AppContext {
             queue,

@@ -24,6 +24,10 @@ pub struct WebState {
     pub app: AppContext,
     /// Fan-out of the queue's Pub/Sub notifications to live streams.
     pub live: crate::live::Live,
+    /// Public API settings and state (rate limiter, ...).
+    pub api: crate::api::ApiState,
+    /// Admin settings and state (credentials, sessions, ...).
+    pub admin: crate::admin::AdminState,
 }
 
 /// Limits applied to every request.
@@ -52,6 +56,8 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(crate::api::router())
+        .merge(crate::admin::router())
         .leptos_routes_with_context(
             &state,
             routes,

@@ -37,6 +37,8 @@ async fn router_for(url: &str) -> Router {
     );
     let state = WebState {
         live,
+        api: Default::default(),
+        admin: Default::default(),
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
             queue,
