@@ -105,6 +105,10 @@ async fn serve_with(
         })?;
         let mut wargs = args.worker.clone();
         wargs.concurrency = slots;
+        // The web process promises a quick stop (SIGTERM to exit within ~2 s), so its embedded
+        // workers get at most the web drain period; unfinished leases are released to due at
+        // once and another worker picks them up.
+        wargs.grace_ms = wargs.grace_ms.min(args.shutdown_grace_ms);
         let w = worker::Worker::new(queue.clone(), pubsub, upstream, args.policy.clone(), wargs);
         tracing::info!(worker = w.id(), slots, "embedded worker started");
         let stop = shutdown.clone();
@@ -131,6 +135,7 @@ async fn serve_with(
         app: AppContext {
             queue,
             enqueue_policy: args.policy.enqueue_policy(),
+            first_answer: Duration::from_millis(args.api.first_answer_ms),
         },
     };
     let router = web::router(
@@ -145,6 +150,8 @@ async fn serve_with(
     tracing::info!("listening on http://{}", args.addr);
 
     let graceful = shutdown.clone();
+    // Connection info lets the API rate-limit per client address.
+    let router = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         graceful.cancelled().await;
     });
