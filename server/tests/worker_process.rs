@@ -107,9 +107,11 @@ async fn killed_worker_tasks_are_finished_by_another_exactly_once() {
 
     let mut a = spawn_worker(&env, 1_000, 5_000);
     let q = env.queue.clone();
-    wait_for("worker A to hold leases", Duration::from_secs(20), async || {
-        q.stats().await.map(|s| s.leased >= 4).unwrap_or(false)
-    })
+    wait_for(
+        "worker A to hold leases",
+        Duration::from_secs(20),
+        async || q.stats().await.map(|s| s.leased >= 4).unwrap_or(false),
+    )
     .await;
     a.kill().expect("SIGKILL worker A");
     a.wait().unwrap();
@@ -140,7 +142,11 @@ async fn killed_worker_tasks_are_finished_by_another_exactly_once() {
             .iter()
             .filter(|h| h.kind == "completed")
             .count();
-        assert_eq!(completed, 1, "task {id} completed once: {:?}", detail.history);
+        assert_eq!(
+            completed, 1,
+            "task {id} completed once: {:?}",
+            detail.history
+        );
         assert!(detail.result.is_some(), "result stored for {id}");
         expired += detail
             .history
