@@ -18,7 +18,8 @@ local ttl = tonumber(ARGV[8])
 if id == nil or id == '' or who == nil or ttl == nil or ttl < 1 then
   return redis.error_reply('ERR repoll cancel: bad arguments')
 end
-local state = redis.call('HGET', tkey, 'state')
+local f = redis.call('HMGET', tkey, 'state', 'hpend')
+local state = f[1]
 if not state then
   return 0
 end
@@ -28,7 +29,8 @@ redis.call('ZREM', leasez, id)
 redis.call('ZREM', retryz, id)
 redis.call('ZREM', deadz, id)
 redis.call('DEL', tkey)
-hist(hkey, now, 'cancelled', 'by admin ' .. who .. ' (was ' .. state .. ')')
+hist(hkey, now, 'cancelled', 'by admin ' .. who .. ' (was ' .. state .. ')',
+  pending(state, f[2]))
 redis.call('PEXPIRE', hkey, ttl)
 event(ekey, now, 'cancelled', id, 'by admin ' .. who)
 notify_task(id, 'cancelled', now)

@@ -24,7 +24,9 @@ if id == nil or id == '' or token == nil or err == nil or (mode ~= 'after' and m
   or delay == nil or delay < 0 or latency == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
 end
-local f = redis.call('HMGET', tkey, 'state', 'token', 'attempts', 'max_attempts', 'deadline')
+local f = redis.call('HMGET', tkey, 'state', 'token', 'attempts', 'max_attempts', 'deadline',
+  'hpend')
+local pend = pending(f[1], f[6])
 if f[1] ~= 'leased' or f[2] ~= token then
   return { 'stale' }
 end
@@ -44,14 +46,15 @@ elseif deadline > 0 and now + delay > deadline then
   reason = 'deadline'
 end
 if reason then
-  hist(hkey, now, 'error', err)
+  hist(hkey, now, 'error', err, pend)
   to_dead(tkey, hkey, ekey, deadz, id, now, reason, 'after ' .. fmt(attempts) .. ' attempts')
   notify_dash('dead', id, now)
   return { 'dead', reason }
 end
 local due_at = now + delay
 to_due(tkey, duez, retryz, id, due_at, attempts, now)
-hist(hkey, now, 'error', err .. ' -> retry at ' .. fmt(due_at) .. ' (attempt ' .. fmt(attempts) .. ')')
+hist(hkey, now, 'error', err .. ' -> retry at ' .. fmt(due_at) .. ' (attempt ' .. fmt(attempts) .. ')',
+  pend)
 event(ekey, now, 'failed', id, err)
 notify_task(id, 'failed', now)
 notify_dash('failed', id, now)

@@ -31,11 +31,33 @@ local function num(v, default)
 end
 
 -- Per-task capped history: "at|kind|detail". LTRIM only when over the cap (LPUSH returns
--- the length), which keeps the hot path one command per entry.
-local function hist(hkey, at, kind, detail)
-  if redis.call('LPUSH', hkey, fmt(at) .. '|' .. kind .. '|' .. detail) > HIST_CAP then
+-- the length), which keeps the hot path one command per entry. `pend` (optional) is the
+-- task's deferred "claimed" entry (see pending()), pushed first in the same LPUSH.
+local function hist(hkey, at, kind, detail, pend)
+  local e = fmt(at) .. '|' .. kind .. '|' .. detail
+  local len
+  if pend then
+    len = redis.call('LPUSH', hkey, pend, e)
+  else
+    len = redis.call('LPUSH', hkey, e)
+  end
+  if len > HIST_CAP then
     redis.call('LTRIM', hkey, 0, HIST_CAP - 1)
   end
+end
+
+-- claim.lua does not LPUSH its "claimed" history entry: it stores the finished entry in the
+-- record's `hpend` field (in the HSET it does anyway), and read.rs shows it on top of the
+-- history while the task is leased. Every script that ends a lease (complete, reschedule,
+-- fail, release, reap, cancel) reads `hpend` with the state and passes pending(state, hpend)
+-- to its first hist() call, so the entry lands in the list, in order, exactly once: after
+-- that the state is no longer 'leased' and a stale `hpend` is ignored until the next claim
+-- overwrites it.
+local function pending(state, p)
+  if state == 'leased' and p and p ~= '' then
+    return p
+  end
+  return nil
 end
 
 -- Capped global event stream for the dashboard.
@@ -63,6 +85,17 @@ local function notify_wake(kind, id, at)
   redis.call('PUBLISH', CH_WAKE, wake_msg(kind, id, at))
 end
 
+-- Dashboard wake-up for a batch: `kind`/`id` as for one task (id = the first), plus `ids`
+-- with every id when there is more than one. Ids are hex, so no escaping is needed.
+local function notify_dash_batch(kind, ids, at)
+  if #ids == 1 then
+    notify_dash(kind, ids[1], at)
+  else
+    redis.call('PUBLISH', CH_DASH, '{"kind":"' .. kind .. '","id":"' .. ids[1] .. '","ids":["'
+      .. table.concat(ids, '","') .. '"],"at_ms":' .. fmt(at) .. '}')
+  end
+end
+
 -- Time-bucketed throughput counter; the minute is indexed in a zset the first time it is
 -- written so reap can trim old buckets without scanning the hash.
 local function bump(tp, tpmin, now, field, by)
@@ -74,11 +107,11 @@ local function bump(tp, tpmin, now, field, by)
 end
 
 -- Move a task record to dead. Callers have already removed it from due/lease/retry.
-local function to_dead(tkey, hkey, ekey, deadz, id, now, reason, detail)
+local function to_dead(tkey, hkey, ekey, deadz, id, now, reason, detail, pend)
   redis.call('HSET', tkey, 'state', 'dead', 'dead_reason', reason, 'updated', fmt(now),
     'lease_deadline', '0', 'worker', '')
   redis.call('ZADD', deadz, now, id)
-  hist(hkey, now, 'dead', reason .. (detail ~= '' and (': ' .. detail) or ''))
+  hist(hkey, now, 'dead', reason .. (detail ~= '' and (': ' .. detail) or ''), pend)
   event(ekey, now, 'dead', id, reason)
   notify_task(id, 'dead', now)
 end

@@ -36,13 +36,15 @@ for i = 1, n do
   local hkey = KEYS[8 + 2 * i]
   local score = redis.call('ZSCORE', leasez, id)
   if score and tonumber(score) == tonumber(seen) and tonumber(score) <= now then
-    local f = redis.call('HMGET', tkey, 'state', 'worker', 'token', 'lease_losses', 'attempts', 'deadline')
+    local f = redis.call('HMGET', tkey, 'state', 'worker', 'token', 'lease_losses', 'attempts', 'deadline',
+      'hpend')
     if f[1] == 'leased' then
       local losses = num(f[4], 0) + 1
       local deadline = num(f[6], 0)
       redis.call('ZREM', leasez, id)
       redis.call('HSET', tkey, 'lease_losses', fmt(losses))
-      hist(hkey, now, 'lease_expired', 'from ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'))
+      hist(hkey, now, 'lease_expired', 'from ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'),
+        pending(f[1], f[7]))
       if max_losses > 0 and losses >= max_losses then
         to_dead(tkey, hkey, ekey, deadz, id, now, 'poison', fmt(losses) .. ' lease losses')
         dead[#dead + 1] = id

@@ -16,7 +16,7 @@ local who = ARGV[8]
 if id == nil or id == '' or token == nil or who == nil then
   return redis.error_reply('ERR repoll release: bad arguments')
 end
-local f = redis.call('HMGET', tkey, 'state', 'token', 'attempts', 'worker')
+local f = redis.call('HMGET', tkey, 'state', 'token', 'attempts', 'worker', 'hpend')
 if f[1] ~= 'leased' or (token ~= '' and f[2] ~= token) then
   if token ~= '' then return { 'stale' } end
   return { 'no' }
@@ -25,7 +25,8 @@ local now = now_ms()
 redis.call('ZREM', leasez, id)
 to_due(tkey, duez, retryz, id, now, num(f[3], 0), now)
 local by = token == '' and ('by admin ' .. who) or ('by ' .. who)
-hist(hkey, now, 'released', by .. ' (lease of ' .. (f[4] or '?') .. ' token ' .. (f[2] or '?') .. ')')
+hist(hkey, now, 'released', by .. ' (lease of ' .. (f[4] or '?') .. ' token ' .. (f[2] or '?') .. ')',
+  pending(f[1], f[5]))
 event(ekey, now, 'released', id, by)
 notify_task(id, 'released', now)
 notify_dash('released', id, now)

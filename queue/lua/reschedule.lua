@@ -24,29 +24,46 @@ if id == nil or id == '' or token == nil or delay == nil or delay < 0 or partial
   or latency == nil or (has_partial ~= '0' and has_partial ~= '1') then
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
-local f = redis.call('HMGET', tkey, 'state', 'token', 'polls', 'attempts', 'deadline', 'worker')
+local f = redis.call('HMGET', tkey, 'state', 'token', 'polls', 'attempts', 'deadline', 'worker',
+  'hpend')
 if f[1] ~= 'leased' or f[2] ~= token then
   return { 'stale' }
 end
 local now = now_ms()
+local now_s = fmt(now)
 local polls = num(f[3], 0) + 1
 local attempts = num(f[4], 0)
 local deadline = num(f[5], 0)
 local due_at = now + delay
-redis.call('HSET', tkey, 'polls', fmt(polls))
-if has_partial == '1' then
-  redis.call('HSET', tkey, 'partial', partial, 'has_partial', '1')
-end
+local pend = pending(f[1], f[7])
 bump(tp, tpmin, now, 'polled', 1)
 redis.call('ZREM', leasez, id)
 if deadline > 0 and due_at > deadline then
-  to_dead(tkey, hkey, ekey, deadz, id, now, 'deadline', 'next poll after the deadline')
+  if has_partial == '1' then
+    redis.call('HSET', tkey, 'polls', fmt(polls), 'partial', partial, 'has_partial', '1')
+  else
+    redis.call('HSET', tkey, 'polls', fmt(polls))
+  end
+  to_dead(tkey, hkey, ekey, deadz, id, now, 'deadline', 'next poll after the deadline', pend)
   notify_dash('dead', id, now)
   return { 'dead', 'deadline' }
 end
-to_due(tkey, duez, retryz, id, due_at, attempts, now)
+-- Inline to_due with one HSET: a leased task is never a member of the retry zset (claim
+-- removed it), so only attempts > 0 needs a ZADD there.
+local due_s = fmt(due_at)
+redis.call('ZADD', duez, due_at, id)
+if attempts > 0 then
+  redis.call('ZADD', retryz, due_at, id)
+end
+if has_partial == '1' then
+  redis.call('HSET', tkey, 'polls', fmt(polls), 'partial', partial, 'has_partial', '1',
+    'state', 'due', 'due', due_s, 'updated', now_s, 'lease_deadline', '0', 'worker', '')
+else
+  redis.call('HSET', tkey, 'polls', fmt(polls),
+    'state', 'due', 'due', due_s, 'updated', now_s, 'lease_deadline', '0', 'worker', '')
+end
 hist(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', ' .. fmt(latency)
-  .. ' ms), next poll at ' .. fmt(due_at))
+  .. ' ms), next poll at ' .. due_s, pend)
 notify_task(id, 'rescheduled', now)
 notify_dash('rescheduled', id, now)
 if delay == 0 then notify_wake('rescheduled', id, now) end

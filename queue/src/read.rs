@@ -162,17 +162,26 @@ impl Queue {
             .lrange(k.hist(id), 0, -1)
             .query_async(&mut c)
             .await?;
-        let task: Option<Task> = decode::maybe_fields(t)?
-            .map(|f| decode::task(&f))
-            .transpose()?;
+        let fields = decode::maybe_fields(t)?;
+        // claim.lua defers a leased task's "claimed" history entry to the record's `hpend`
+        // field (the script that ends the lease pushes it): show it on top meanwhile.
+        let pending = fields
+            .as_ref()
+            .filter(|f| f.get("state").map(String::as_str) == Some("leased"))
+            .and_then(|f| f.get("hpend"))
+            .filter(|p| !p.is_empty())
+            .cloned();
+        let task: Option<Task> = fields.map(|f| decode::task(&f)).transpose()?;
         let result = decode::maybe_fields(r)?
             .map(|f| decode::stored(&f))
             .transpose()?;
         if task.is_none() && result.is_none() && h.is_empty() {
             return Ok(None);
         }
-        let history = h
+        let history = pending
             .iter()
+            .chain(h.iter())
+            .take(self.config().history_cap as usize)
             .map(|s| decode::history(s))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(TaskDetail {

@@ -123,7 +123,7 @@ impl Queue {
                 .arg(max_n)
                 .arg(lease_ms);
             for id in &ids {
-                inv.key(k.task(id)).key(k.hist(id));
+                inv.key(k.task(id));
             }
             for id in &ids {
                 inv.arg(id);

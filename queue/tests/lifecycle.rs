@@ -470,3 +470,101 @@ async fn complete_many_mixes_fresh_and_stale() {
         format!("r{}", got[0].query)
     );
 }
+
+/// Batched claim/complete: the deferred "claimed" history entry is visible while leased and
+/// lands in order once the lease ends (complete, reschedule, fail, release, cancel); the
+/// dashboard gets one message per batch with every id.
+#[tokio::test]
+async fn batched_history_and_dashboard_ids() {
+    use futures::StreamExt;
+    let q = queue("life_batch").await;
+    let client = redis::Client::open(server().url()).unwrap();
+    let mut ps = client.get_async_pubsub().await.unwrap();
+    ps.subscribe(&q.channels().dashboard).await.unwrap();
+    for i in 0..6 {
+        q.enqueue(&format!("batch {i}"), "p", &EnqueuePolicy::default())
+            .await
+            .unwrap();
+    }
+    let mut stream = ps.on_message();
+    let mut next = async || -> serde_json::Value {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(2), stream.next())
+            .await
+            .unwrap()
+            .unwrap();
+        serde_json::from_str(&m.get_payload::<String>().unwrap()).unwrap()
+    };
+    for _ in 0..6 {
+        assert_eq!(next().await["kind"], "enqueued");
+    }
+    let c = q.claim("wb", 6, 60_000).await.unwrap();
+    assert_eq!(c.len(), 6);
+    let m = next().await;
+    assert_eq!(m["kind"], "claimed");
+    assert_eq!(m["id"], c[0].id.as_str());
+    let ids: Vec<&str> = m["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(ids, c.iter().map(|x| x.id.as_str()).collect::<Vec<_>>());
+    assert!(m["at_ms"].as_i64().unwrap() > 0);
+
+    let kinds = async |id: &str| -> Vec<String> {
+        let d = q.get(id).await.unwrap().unwrap();
+        d.history.iter().map(|h| h.kind.clone()).collect()
+    };
+    // while leased, the claim is on top of the history
+    assert_eq!(kinds(&c[0].id).await, ["claimed", "enqueued"]);
+    let d = q.get(&c[0].id).await.unwrap().unwrap();
+    assert!(d.history[0].detail.contains("by wb token"));
+
+    let items: Vec<Completion> = c[..3]
+        .iter()
+        .map(|x| Completion {
+            id: x.id.clone(),
+            token: x.token,
+            result: "r".into(),
+            latency_ms: 1,
+        })
+        .collect();
+    assert!(q
+        .complete_many(&items)
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.is_ok()));
+    let m = next().await;
+    assert_eq!(m["kind"], "completed");
+    assert_eq!(m["ids"].as_array().unwrap().len(), 3);
+    for x in &c[..3] {
+        assert_eq!(kinds(&x.id).await, ["completed", "claimed", "enqueued"]);
+    }
+    // a single completion keeps the plain single-task message
+    q.complete(&c[3].id, c[3].token, "r", 1).await.unwrap();
+    let m = next().await;
+    assert_eq!(m["id"], c[3].id.as_str());
+    assert!(m.get("ids").is_none());
+
+    q.reschedule(&c[4].id, c[4].token, 0, Some("part"), 1)
+        .await
+        .unwrap();
+    assert_eq!(kinds(&c[4].id).await, ["polled", "claimed", "enqueued"]);
+    // the stale hpend of a due task is not shown or flushed again
+    q.cancel(&c[4].id, "a").await.unwrap();
+    assert_eq!(
+        kinds(&c[4].id).await,
+        ["cancelled", "polled", "claimed", "enqueued"]
+    );
+    q.release(&c[5].id, Some(c[5].token), "wb").await.unwrap();
+    assert_eq!(kinds(&c[5].id).await, ["released", "claimed", "enqueued"]);
+    let c5 = one(&q, "wc", 60_000).await;
+    q.fail(&c5.id, c5.token, "boom", Retry::Dead, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds(&c5.id).await,
+        ["dead", "error", "claimed", "released", "claimed", "enqueued"]
+    );
+}

@@ -3,8 +3,9 @@
 //!
 //! Why one subscription: a Pub/Sub connection per browser tab would cost Redis a client per
 //! viewer. The queue publishes every state change of every task on its dashboard channel
-//! (`{"kind", "id", "at_ms"}`), so this process subscribes once and each stream filters what
-//! it needs (one task id, or everything for the dashboard).
+//! (`{"kind", "id", "at_ms"}`; a batch adds `"ids"`, turned into one event per id), so this
+//! process subscribes once and each stream filters what it needs (one task id, or everything
+//! for the dashboard).
 //!
 //! Pub/Sub is only a wake-up: a message carries no state, and a subscriber that lagged or
 //! missed messages (Redis reconnect, slow client) gets [`LiveEvent::Resync`] and re-reads
@@ -34,6 +35,9 @@ struct Wire {
     kind: String,
     #[serde(default)]
     id: String,
+    /// Batch messages (claim, complete_many) list every task id here; `id` is the first.
+    #[serde(default)]
+    ids: Vec<String>,
 }
 
 /// The process-wide hub. Cheap to clone.
@@ -96,13 +100,20 @@ async fn subscribe(
                     )));
                 };
                 let payload: String = msg.get_payload().unwrap_or_default();
-                let event = match serde_json::from_str::<Wire>(&payload) {
-                    Ok(w) if !w.id.is_empty() => LiveEvent::Task { id: w.id, kind: w.kind },
-                    Ok(w) => LiveEvent::Queue { kind: w.kind },
-                    Err(_) => LiveEvent::Resync,
+                let events = match serde_json::from_str::<Wire>(&payload) {
+                    Ok(w) if !w.ids.is_empty() => w
+                        .ids
+                        .into_iter()
+                        .map(|id| LiveEvent::Task { id, kind: w.kind.clone() })
+                        .collect(),
+                    Ok(w) if !w.id.is_empty() => vec![LiveEvent::Task { id: w.id, kind: w.kind }],
+                    Ok(w) => vec![LiveEvent::Queue { kind: w.kind }],
+                    Err(_) => vec![LiveEvent::Resync],
                 };
-                // No receivers is fine: nobody is watching right now.
-                let _ = tx.send(Arc::new(event));
+                for event in events {
+                    // No receivers is fine: nobody is watching right now.
+                    let _ = tx.send(Arc::new(event));
+                }
             }
         }
     }
