@@ -13,6 +13,11 @@ pub struct AppContext {
     pub queue: queue::Queue,
     /// Deadline and attempt limits stamped on every task this process creates.
     pub enqueue_policy: queue::EnqueuePolicy,
+    /// Admin passwords, session and sign-in settings (see [`crate::auth`]).
+    pub admin: crate::auth::AuthConfig,
+    /// How long a submit waits for the workers' first poll so the first answer carries
+    /// partial data (see `crate::query::submit`); zero answers at once.
+    pub first_answer: std::time::Duration,
 }
 
 /// The request's [`AppContext`], or a generic error if the server forgot to provide it.

@@ -6,10 +6,14 @@
 //! - [`status`]: the Redis status panel and the server function behind it — the smallest
 //!   complete path from a browser click through a server function to Redis and back.
 //! - [`pages`]: one module per page.
+//! - [`auth`]: who may use the admin dashboard (roles; on the server: passwords, sessions).
+//! - [`query`]: one query as the user sees it, shared by the query page and the JSON API.
 //! - `context` (server only): what the server hands to server functions (Redis connection,
 //!   queue name); never compiled into the wasm.
 
+pub mod auth;
 pub mod pages;
+pub mod query;
 pub mod status;
 
 #[cfg(feature = "ssr")]
@@ -19,7 +23,7 @@ use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::{
     components::{Route, Router, Routes, A},
-    path,
+    path, SsrMode,
 };
 
 /// The HTML document the server renders around [`App`]; the hydration scripts it includes
@@ -31,6 +35,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             <head>
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
                 <AutoReload options=options.clone() />
                 <HydrationScripts options />
                 <MetaTags />
@@ -60,7 +65,12 @@ pub fn App() -> impl IntoView {
             <main>
                 <Routes fallback=pages::NotFound>
                     <Route path=path!("") view=pages::QueryPage />
-                    <Route path=path!("/admin") view=pages::DashboardPage />
+                    <Route path=path!("/q/:id") view=pages::QueryResultPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin") view=pages::OverviewPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/login") view=pages::LoginPage />
+                    <Route path=path!("/admin/tasks") view=pages::TasksPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/tasks/:id") view=pages::TaskPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/leases") view=pages::LeasesPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>

@@ -22,6 +22,11 @@ pub enum Command {
     Worker(Box<WorkerCmdArgs>),
     /// Run the simulated upstream API (for demos and tests).
     Sim(SimCmdArgs),
+    /// Admin tools (e.g. `repoll admin hash-password`).
+    Admin {
+        #[command(subcommand)]
+        command: crate::admin::AdminCommand,
+    },
 }
 
 /// Where Redis is and which queue to use.

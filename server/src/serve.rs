@@ -122,19 +122,18 @@ async fn serve_with(
         url: redact(url),
         source: e.into(),
     })?;
-    let live = crate::live::Live::start(
-        live_client,
-        queue.channels().dashboard,
-        shutdown.clone(),
-    );
+    let live = crate::live::Live::start(live_client, queue.channels().dashboard, shutdown.clone());
+    let admin = crate::admin::AdminState::new(&args.admin, args.worker.heartbeat_ms)
+        .map_err(ServeError::Config)?;
     let state = WebState {
         live,
         api: crate::api::ApiState::new(&args.api),
-        admin: crate::admin::AdminState::new(&args.admin),
+        admin: admin.clone(),
         leptos_options: web::leptos_options(&args.site_root),
         app: AppContext {
             queue,
             enqueue_policy: args.policy.enqueue_policy(),
+            admin: admin.auth.clone(),
             first_answer: Duration::from_millis(args.api.first_answer_ms),
         },
     };

@@ -67,6 +67,9 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .fallback(leptos_axum::file_and_error_handler::<WebState, _>(shell))
         .with_state(state)
         .merge(extra)
+        // Cross-site POSTs to the admin side and the server functions are refused here,
+        // before any handler (see crate::admin::same_origin).
+        .layer(axum::middleware::from_fn(crate::admin::same_origin_guard))
         .layer(RequestBodyLimitLayer::new(limits.body_bytes))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::SERVICE_UNAVAILABLE,

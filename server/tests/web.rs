@@ -43,6 +43,8 @@ async fn router_for(url: &str) -> Router {
         app: AppContext {
             queue,
             enqueue_policy: Default::default(),
+            admin: Default::default(),
+            first_answer: Duration::ZERO,
         },
     };
     web::router(

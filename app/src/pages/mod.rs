@@ -1,9 +1,9 @@
 //! One module per page.
 
-mod dashboard;
+pub mod admin;
 mod not_found;
 mod query;
 
-pub use dashboard::DashboardPage;
+pub use admin::{LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage};
 pub use not_found::NotFound;
-pub use query::QueryPage;
+pub use query::{QueryPage, QueryResultPage};

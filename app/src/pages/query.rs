@@ -1,17 +1,318 @@
-use leptos::prelude::*;
+//! The query pages: `/` asks (a form that works without JavaScript) and `/q/<id>` shows one
+//! query — rendered complete on the server, then kept live in the browser by the query's
+//! Server-Sent-Events stream (`/api/v1/queries/<id>/events`).
 
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use crate::query::{pretty, QueryStatus, QueryView};
 use crate::status::RedisStatusPanel;
+
+/// Pretty text longer than this is folded into a `<details>` so a large body does not push
+/// the page's status out of sight.
+const FOLD_CHARS: usize = 4000;
+
+/// Submits a query and sends the browser to its shareable page. With JavaScript the router
+/// follows the redirect in place; without it the form post gets a plain 302.
+#[server]
+pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
+    use crate::query::QueryError;
+    let ctx = crate::context::app_context()?;
+    match crate::query::submit(&ctx, &query).await {
+        Ok((view, _created)) => {
+            leptos_axum::redirect(&format!("/q/{}", view.id));
+            Ok(view.id)
+        }
+        Err(QueryError::Invalid(msg)) => Err(ServerFnError::new(msg)),
+        // Generic words only; the cause is in the server log.
+        Err(e) => Err(ServerFnError::new(e.to_string())),
+    }
+}
+
+/// The current view of one query; `None` for an unknown id.
+#[server]
+pub async fn read_query(id: String) -> Result<Option<QueryView>, ServerFnError> {
+    let ctx = crate::context::app_context()?;
+    crate::query::read(&ctx, &id)
+        .await
+        .map_err(|e| ServerFnError::new(e.to_string()))
+}
+
+/// The words of a server function error, without Leptos' prefix.
+fn error_text(e: &ServerFnError) -> String {
+    match e {
+        ServerFnError::ServerError(msg) => msg.clone(),
+        _ => "The request failed; try again.".into(),
+    }
+}
 
 /// The query page: where a user asks the upstream API through repoll.
 #[component]
 pub fn QueryPage() -> impl IntoView {
+    let submit = ServerAction::<SubmitQuery>::new();
+    let error = move || {
+        submit
+            .value()
+            .get()
+            .and_then(|r| r.err())
+            .map(|e| error_text(&e))
+    };
     view! {
         <section class="panel">
             <h1>"Query"</h1>
             <p>
                 "repoll answers at once with what is known and keeps polling the slow upstream API for you."
             </p>
+            <ActionForm action=submit>
+                <input
+                    type="text"
+                    name="query"
+                    required
+                    autocomplete="off"
+                    placeholder="e.g. order-7 polls=4"
+                    aria-label="Query"
+                    data-testid="query-input"
+                />
+                " "
+                <button type="submit" class="primary" data-testid="query-submit">
+                    "Ask"
+                </button>
+            </ActionForm>
+            {move || {
+                error().map(|e| view! { <p class="err" data-testid="query-submit-error">{e}</p> })
+            }}
         </section>
         <RedisStatusPanel />
+    }
+}
+
+/// `/q/<id>`: one query's state, complete in the server's HTML (the route renders async, so
+/// it works without JavaScript), then live once hydrated.
+#[component]
+pub fn QueryResultPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").unwrap_or_default();
+    let initial = Resource::new(id, read_query);
+    view! {
+        <Suspense fallback=|| {
+            view! {
+                <section class="panel">
+                    <p>"Loading…"</p>
+                </section>
+            }
+        }>
+            {move || Suspend::new(async move {
+                match initial.await {
+                    Ok(Some(v)) => view! { <QueryState initial=v /> }.into_any(),
+                    Ok(None) => {
+                        #[cfg(feature = "ssr")]
+                        {
+                            if let Some(resp) = use_context::<leptos_axum::ResponseOptions>() {
+                                resp.set_status(http::StatusCode::NOT_FOUND);
+                            }
+                        }
+                        view! {
+                            <section class="panel">
+                                <h1>"Unknown query"</h1>
+                                <p data-testid="query-unknown">
+                                    "Nothing is known about this query (it may have expired). "
+                                    <a href="/">"Ask it again"</a>
+                                </p>
+                            </section>
+                        }
+                            .into_any()
+                    }
+                    Err(e) => {
+                        view! {
+                            <section class="panel">
+                                <p class="err" data-testid="query-error">
+                                    {format!("Cannot read this query right now: {}", error_text(&e))}
+                                </p>
+                            </section>
+                        }
+                            .into_any()
+                    }
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// Seconds with one decimal, for elapsed times and ETAs.
+fn secs(ms: i64) -> String {
+    format!("{:.1} s", ms.max(0) as f64 / 1000.0)
+}
+
+/// One query's live state. `now` is the browser's clock once hydrated (ticking), before that
+/// the server's read time, so the server-rendered text and the hydrated text agree.
+#[component]
+fn QueryState(initial: QueryView) -> impl IntoView {
+    let state = RwSignal::new(initial);
+    let now = RwSignal::new(None::<i64>);
+    #[cfg(feature = "hydrate")]
+    live::follow(state, now);
+
+    let clock = move || now.get().unwrap_or_else(|| state.with(|v| v.as_of));
+    let status = move || state.with(|v| v.status);
+    let badge_class = move || match status() {
+        QueryStatus::Processing => "badge warn",
+        QueryStatus::Done => "badge ok",
+        QueryStatus::Failed => "badge err",
+    };
+    let elapsed = move || {
+        let (s, created, updated, completed) =
+            state.with(|v| (v.status, v.created_at, v.updated_at, v.completed_at));
+        match s {
+            QueryStatus::Processing => format!("running for {}", secs(clock() - created)),
+            QueryStatus::Done => format!("took {}", secs(completed.unwrap_or(updated) - created)),
+            QueryStatus::Failed => format!("ended after {}", secs(updated - created)),
+        }
+    };
+    let polls = move || {
+        let n = state.with(|v| v.polls);
+        format!("{n} poll{} so far", if n == 1 { "" } else { "s" })
+    };
+    let next_poll = move || {
+        if status() != QueryStatus::Processing {
+            return None;
+        }
+        let text = match state.with(|v| v.next_poll_at) {
+            Some(at) if at > clock() => format!("next poll in {}", secs(at - clock())),
+            Some(_) => "next poll due now".to_string(),
+            None => "polling the upstream now".to_string(),
+        };
+        Some(view! { " · " <span data-testid="query-next-poll">{text}</span> })
+    };
+    // Without JavaScript the page refreshes itself while the query runs. The markup is a
+    // constant (never upstream data), set as inner HTML so hydration does not walk into it.
+    let refresh = move || {
+        (status() == QueryStatus::Processing).then(|| {
+            view! { <noscript inner_html=r#"<meta http-equiv="refresh" content="3">"# /> }
+        })
+    };
+    let error = move || {
+        state.with(|v| v.error.clone()).map(|e| {
+            view! { <p class="err" data-testid="query-error">{e}</p> }
+        })
+    };
+    let data = move || {
+        state.with(|v| {
+            v.data().map(|d| {
+                let text = pretty(d);
+                let label = if v.status == QueryStatus::Done {
+                    "Result"
+                } else {
+                    "Partial data so far"
+                };
+                if text.len() > FOLD_CHARS {
+                    let summary = format!("{label} ({} lines)", text.lines().count());
+                    view! {
+                        <details>
+                            <summary>{summary}</summary>
+                            <pre class="json" data-testid="query-data">{text}</pre>
+                        </details>
+                    }
+                    .into_any()
+                } else {
+                    view! {
+                        <h2>{label}</h2>
+                        <pre class="json" data-testid="query-data">{text}</pre>
+                    }
+                    .into_any()
+                }
+            })
+        })
+    };
+    let href = move || state.with(|v| format!("/q/{}", v.id));
+    view! {
+        <section class="panel query-state" data-testid="query-state">
+            <h1>
+                "Query " <code data-testid="query-text">{move || state.with(|v| v.query.clone())}</code>
+            </h1>
+            <p>
+                <strong class=badge_class data-testid="query-status">
+                    {move || status().as_str()}
+                </strong>
+                " · "
+                <span data-testid="query-elapsed">{elapsed}</span>
+                " · "
+                <span data-testid="query-polls">{polls}</span>
+                {next_poll}
+            </p>
+            {refresh}
+            {error}
+            {data}
+            <p class="muted">
+                "Shareable link: " <a href=href data-testid="query-link">{href}</a> " · "
+                <a href="/">"Ask another query"</a>
+            </p>
+        </section>
+    }
+}
+
+/// Browser-only: follow the query's live stream until a final state, and tick the clock.
+#[cfg(feature = "hydrate")]
+mod live {
+    use std::time::Duration;
+
+    use leptos::prelude::*;
+    use wasm_bindgen::{closure::Closure, JsCast};
+    use web_sys::{EventSource, MessageEvent};
+
+    use crate::query::QueryView;
+
+    type Source =
+        StoredValue<Option<(EventSource, Closure<dyn FnMut(MessageEvent)>)>, LocalStorage>;
+
+    fn browser_now() -> i64 {
+        js_sys::Date::now() as i64
+    }
+
+    /// Opens an `EventSource` while the query is processing and closes it on the final state
+    /// (the server closes its side too; closing ours stops the browser from reconnecting) or
+    /// when the page goes away. Every event is a full [`QueryView`], so a reconnect simply
+    /// starts again from the current state.
+    pub fn follow(state: RwSignal<QueryView>, now: RwSignal<Option<i64>>) {
+        let source: Source = StoredValue::new_local(None);
+        let tick = set_interval_with_handle(
+            move || now.set(Some(browser_now())),
+            Duration::from_millis(250),
+        )
+        .ok();
+        Effect::new(move |_| {
+            now.set(Some(browser_now()));
+            let (id, is_final) = state.with(|v| (v.id.clone(), v.status.is_final()));
+            if is_final {
+                close(source);
+                return;
+            }
+            if source.with_value(|s| s.is_some()) {
+                return;
+            }
+            let Ok(es) = EventSource::new(&format!("/api/v1/queries/{id}/events")) else {
+                return;
+            };
+            let on_state = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
+                if let Some(text) = ev.data().as_string() {
+                    if let Ok(v) = serde_json::from_str::<QueryView>(&text) {
+                        state.set(v);
+                    }
+                }
+            });
+            let _ = es.add_event_listener_with_callback("state", on_state.as_ref().unchecked_ref());
+            source.set_value(Some((es, on_state)));
+        });
+        on_cleanup(move || {
+            close(source);
+            if let Some(t) = tick {
+                t.clear();
+            }
+        });
+    }
+
+    fn close(source: Source) {
+        if let Some(Some((es, _callback))) = source.try_update_value(Option::take) {
+            es.close();
+        }
     }
 }

@@ -1,25 +1,142 @@
-//! The admin side: sign-in, sessions, cross-site protection and the dashboard's live stream.
+//! The admin side, server half: configuration and sign-in settings, cross-site protection of
+//! every state-changing request, the dashboard's live stream, and `repoll admin`.
+//!
+//! The pages and their server functions live in the app crate (`app::pages::admin`), the
+//! session and password checks in `app::auth`; this module wires them into the process:
+//!
+//! - [`same_origin`]: the middleware that refuses cross-site POSTs (403) before any handler.
+//! - [`events`]: `GET /admin/events`, Server-Sent Events that tell open pages to re-read.
+//! - [`password`]: `repoll admin hash-password`.
 
-use axum::Router;
-use clap::Args;
+pub mod events;
+pub mod password;
+pub mod same_origin;
+
+use app::auth::{AuthConfig, AuthSettings, Secret};
+use axum::{routing::get, Router};
+use clap::{Args, Subcommand};
 
 use crate::web::WebState;
 
-/// Settings of the admin dashboard.
-#[derive(Debug, Clone, Args, Default)]
-pub struct AdminArgs {}
+pub use same_origin::guard as same_origin_guard;
 
-/// State the admin handlers need beyond [`WebState`]'s shared parts.
-#[derive(Clone, Default)]
-pub struct AdminState {}
+/// Settings of the admin dashboard. Without any admin password configured, `repoll serve`
+/// makes up a one-time password and prints it at start: the dashboard is never open.
+#[derive(Clone, Args, Default)]
+pub struct AdminArgs {
+    /// Admin password as an argon2 PHC string (make one with `repoll admin hash-password`).
+    #[arg(long, env = "REPOLL_ADMIN_PASSWORD_HASH", hide_env_values = true)]
+    pub admin_password_hash: Option<String>,
 
-impl AdminState {
-    pub fn new(_args: &AdminArgs) -> Self {
-        AdminState {}
+    /// Admin password in plain text (development; prefer the hash).
+    #[arg(long, env = "REPOLL_ADMIN_PASSWORD", hide_env_values = true)]
+    pub admin_password: Option<String>,
+
+    /// Optional read-only ("viewer") password as an argon2 PHC string.
+    #[arg(long, env = "REPOLL_VIEWER_PASSWORD_HASH", hide_env_values = true)]
+    pub viewer_password_hash: Option<String>,
+
+    /// Optional read-only ("viewer") password in plain text (development).
+    #[arg(long, env = "REPOLL_VIEWER_PASSWORD", hide_env_values = true)]
+    pub viewer_password: Option<String>,
+
+    /// How long a sign-in lasts, in seconds.
+    #[arg(long, env = "REPOLL_SESSION_TTL_SECS", default_value_t = 12 * 3600)]
+    pub session_ttl_secs: u64,
+
+    /// Failed sign-ins per client address per minute before further tries are refused.
+    #[arg(long, env = "REPOLL_LOGIN_MAX_FAILURES", default_value_t = 5)]
+    pub login_max_failures: u32,
+
+    /// Always mark the session cookie Secure (set it when TLS ends at a proxy).
+    #[arg(long, env = "REPOLL_COOKIE_SECURE")]
+    pub cookie_secure: bool,
+
+    /// Trust X-Forwarded-Proto / X-Forwarded-For (only behind a proxy that sets them).
+    #[arg(long, env = "REPOLL_TRUST_FORWARDED")]
+    pub trust_forwarded: bool,
+}
+
+impl std::fmt::Debug for AdminArgs {
+    /// Passwords never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |o: &Option<String>| o.as_deref().is_some_and(|s| !s.is_empty());
+        f.debug_struct("AdminArgs")
+            .field("admin_password_hash", &set(&self.admin_password_hash))
+            .field("admin_password", &set(&self.admin_password))
+            .field("viewer_password_hash", &set(&self.viewer_password_hash))
+            .field("viewer_password", &set(&self.viewer_password))
+            .field("session_ttl_secs", &self.session_ttl_secs)
+            .field("login_max_failures", &self.login_max_failures)
+            .field("cookie_secure", &self.cookie_secure)
+            .field("trust_forwarded", &self.trust_forwarded)
+            .finish()
     }
 }
 
-/// Routes of the admin side.
+/// `repoll admin ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdminCommand {
+    /// Read a password from stdin (or a prompt) and print its argon2 hash for
+    /// REPOLL_ADMIN_PASSWORD_HASH / REPOLL_VIEWER_PASSWORD_HASH.
+    HashPassword,
+}
+
+/// State the admin handlers need beyond [`WebState`]'s shared parts. `Default` has no
+/// passwords, so nobody can sign in (tests configure their own).
+#[derive(Clone, Default)]
+pub struct AdminState {
+    /// Shared with the server functions through `AppContext::admin`.
+    pub auth: AuthConfig,
+}
+
+impl AdminState {
+    /// Builds the settings; `heartbeat_ms` is the workers' heartbeat period (a worker silent
+    /// for two periods is shown as gone). Prints a generated one-time admin password when
+    /// none is configured.
+    pub fn new(args: &AdminArgs, heartbeat_ms: u64) -> Result<Self, String> {
+        let mut admin = Secret::from_settings(
+            args.admin_password_hash.as_deref(),
+            args.admin_password.as_deref(),
+        )
+        .map_err(|e| format!("REPOLL_ADMIN_PASSWORD_HASH: {e}"))?;
+        let viewer = Secret::from_settings(
+            args.viewer_password_hash.as_deref(),
+            args.viewer_password.as_deref(),
+        )
+        .map_err(|e| format!("REPOLL_VIEWER_PASSWORD_HASH: {e}"))?;
+        if admin.is_none() {
+            let generated = password::generate();
+            eprintln!(
+                "repoll: no REPOLL_ADMIN_PASSWORD_HASH or REPOLL_ADMIN_PASSWORD set; \
+                 admin password for this run: {generated}"
+            );
+            admin = Some(Secret::from_settings(None, Some(&generated))?.ok_or("empty password")?);
+        }
+        Ok(AdminState {
+            auth: AuthConfig::new(AuthSettings {
+                admin,
+                viewer,
+                session_ttl_s: args.session_ttl_secs,
+                max_failures: args.login_max_failures,
+                cookie_secure: args.cookie_secure,
+                trust_forwarded: args.trust_forwarded,
+                gone_after_ms: i64::try_from(heartbeat_ms.saturating_mul(2)).unwrap_or(i64::MAX),
+            }),
+        })
+    }
+}
+
+/// Runs a `repoll admin` command.
+pub fn run(command: AdminCommand) -> Result<(), crate::serve::ServeError> {
+    match command {
+        AdminCommand::HashPassword => {
+            password::hash_password_command().map_err(crate::serve::ServeError::Config)
+        }
+    }
+}
+
+/// Routes of the admin side (the pages themselves are Leptos routes).
 pub fn router() -> Router<WebState> {
-    Router::new()
+    Router::new().route("/admin/events", get(events::stream))
 }

@@ -1,25 +1,112 @@
 //! The public JSON API (`/api/v1/...`) and the per-query live stream.
+//!
+//! - `queries`: submit a query, read its state.
+//! - `events`: the per-query Server-Sent-Events stream.
+//! - `rate`: the per-client rate limit of submits.
+//! - `error`: the one error shape and the JSON extractor that uses it.
+//! - `openapi`: the OpenAPI document describing all of it.
+//!
+//! Every answer to a client mistake is a 4xx in the shape `{"error": {"code", "message"}}`.
 
-use axum::Router;
+mod error;
+mod events;
+mod openapi;
+mod queries;
+mod rate;
+
+use std::time::Duration;
+
+use axum::{
+    extract::DefaultBodyLimit,
+    routing::{any, get, post},
+    Router,
+};
 use clap::Args;
+
+pub use error::{ApiError, ApiJson};
+pub use rate::Limiter;
 
 use crate::web::WebState;
 
+/// Largest request body of the API: a query is at most 512 characters, so a few KiB is ample,
+/// and a larger body gets the API's JSON 413 (beyond the global limit it gets a plain 413).
+pub const BODY_LIMIT_BYTES: usize = 4096;
+
 /// Settings of the public API.
-#[derive(Debug, Clone, Args, Default)]
-pub struct ApiArgs {}
+#[derive(Debug, Clone, Args)]
+pub struct ApiArgs {
+    /// How long a submit waits for the workers' first poll, so the first answer carries the
+    /// upstream's partial data, in ms (0 = answer at once).
+    #[arg(long, env = "REPOLL_FIRST_ANSWER_MS", default_value_t = 300)]
+    pub first_answer_ms: u64,
+    /// Submits (`POST /api/v1/queries`) allowed per client per minute (0 = no limit).
+    #[arg(long, env = "REPOLL_RATE_PER_MIN", default_value_t = 60)]
+    pub rate_per_min: u32,
+    /// Submits a client may make at once before the per-minute rate applies.
+    #[arg(long, env = "REPOLL_RATE_BURST", default_value_t = 20)]
+    pub rate_burst: u32,
+    /// Take the client's address from the last `X-Forwarded-For` entry (only behind a proxy
+    /// that sets it; otherwise clients could pick their own bucket).
+    #[arg(long, env = "REPOLL_TRUST_FORWARDED_FOR")]
+    pub trust_forwarded_for: bool,
+    /// Interval of heartbeat comments on live streams, in ms.
+    #[arg(long, env = "REPOLL_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
+    pub sse_keepalive_ms: u64,
+}
+
+impl Default for ApiArgs {
+    /// The flags' defaults, without reading the environment.
+    fn default() -> Self {
+        ApiArgs {
+            first_answer_ms: 300,
+            rate_per_min: 60,
+            rate_burst: 20,
+            trust_forwarded_for: false,
+            sse_keepalive_ms: 15_000,
+        }
+    }
+}
 
 /// State the API handlers need beyond [`WebState`]'s shared parts.
-#[derive(Clone, Default)]
-pub struct ApiState {}
+#[derive(Clone)]
+pub struct ApiState {
+    /// `None` when the rate limit is off.
+    pub limiter: Option<Limiter>,
+    pub keep_alive: Duration,
+}
+
+impl Default for ApiState {
+    fn default() -> Self {
+        ApiState::new(&ApiArgs::default())
+    }
+}
 
 impl ApiState {
-    pub fn new(_args: &ApiArgs) -> Self {
-        ApiState {}
+    pub fn new(args: &ApiArgs) -> Self {
+        ApiState {
+            limiter: Limiter::new(args.rate_per_min, args.rate_burst, args.trust_forwarded_for),
+            keep_alive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
+        }
     }
 }
 
 /// Routes of the public API.
 pub fn router() -> Router<WebState> {
     Router::new()
+        .route("/api/v1/queries", post(queries::submit))
+        .route("/api/v1/queries/{id}", get(queries::get))
+        .route("/api/v1/queries/{id}/events", get(events::events))
+        .route("/api/v1/openapi.json", get(openapi::document))
+        // Unknown API paths answer JSON, not the HTML 404 page.
+        .route("/api/v1", any(not_found))
+        .route("/api/v1/{*rest}", any(not_found))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "not_found",
+        "no such API endpoint",
+    )
 }

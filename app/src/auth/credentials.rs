@@ -1,0 +1,157 @@
+//! The configured passwords and the check of a typed one.
+//!
+//! Production configures an argon2 PHC hash (`repoll admin hash-password` prints one), so the
+//! password itself is never in the environment; a plain password is accepted for development
+//! and compared in constant time (over sha256 digests, so lengths do not leak either).
+
+use std::sync::Arc;
+
+use argon2::{
+    password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString},
+    Argon2,
+};
+use sha2::{Digest, Sha256};
+
+use super::Role;
+
+/// One configured password.
+pub enum Secret {
+    /// An argon2 PHC string (`$argon2id$v=19$...`), checked by argon2 itself.
+    Phc(String),
+    /// sha256 of a plain development password.
+    Plain([u8; 32]),
+}
+
+impl Secret {
+    /// The secret described by a hash setting (preferred) or a plain setting; `Ok(None)` when
+    /// both are empty. A hash that is not a PHC string is a configuration error, reported at
+    /// start rather than as "wrong password" forever.
+    pub fn from_settings(
+        hash: Option<&str>,
+        plain: Option<&str>,
+    ) -> Result<Option<Secret>, String> {
+        if let Some(h) = hash.map(str::trim).filter(|h| !h.is_empty()) {
+            PasswordHash::new(h).map_err(|_| {
+                "the password hash is not an argon2 PHC string (make one with `repoll admin hash-password`)"
+                    .to_string()
+            })?;
+            return Ok(Some(Secret::Phc(h.to_string())));
+        }
+        Ok(plain
+            .filter(|p| !p.is_empty())
+            .map(|p| Secret::Plain(digest(p))))
+    }
+
+    /// Whether `given` is this password. CPU-heavy for argon2: call it off the async threads.
+    pub fn verify(&self, given: &str) -> bool {
+        match self {
+            Secret::Phc(h) => PasswordHash::new(h)
+                .map(|ph| {
+                    Argon2::default()
+                        .verify_password(given.as_bytes(), &ph)
+                        .is_ok()
+                })
+                .unwrap_or(false),
+            Secret::Plain(d) => constant_time_eq(&digest(given), d),
+        }
+    }
+}
+
+fn digest(s: &str) -> [u8; 32] {
+    Sha256::digest(s.as_bytes()).into()
+}
+
+/// Compares without an early exit, so timing does not tell how much of a guess was right.
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// An argon2id PHC string for `password`, with a random salt.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// Everything the admin side is configured with.
+pub struct AuthSettings {
+    pub admin: Option<Secret>,
+    pub viewer: Option<Secret>,
+    /// Lifetime of a session in Redis and of its cookie.
+    pub session_ttl_s: u64,
+    /// Failed sign-ins per client address per minute before further tries are refused.
+    pub max_failures: u32,
+    /// Always mark the cookie `Secure` (behind a TLS-terminating proxy).
+    pub cookie_secure: bool,
+    /// Believe `X-Forwarded-Proto` / `X-Forwarded-For` (only behind a proxy that sets them).
+    pub trust_forwarded: bool,
+    /// A worker whose last heartbeat is older than this is shown as gone.
+    pub gone_after_ms: i64,
+}
+
+impl Default for AuthSettings {
+    /// No passwords: nobody can sign in (what tests get unless they configure one).
+    fn default() -> Self {
+        AuthSettings {
+            admin: None,
+            viewer: None,
+            session_ttl_s: 12 * 3600,
+            max_failures: 5,
+            cookie_secure: false,
+            trust_forwarded: false,
+            gone_after_ms: 10_000,
+        }
+    }
+}
+
+/// Shared, cheap-to-clone handle to the [`AuthSettings`].
+#[derive(Clone, Default)]
+pub struct AuthConfig(Arc<AuthSettings>);
+
+impl AuthConfig {
+    pub fn new(settings: AuthSettings) -> Self {
+        AuthConfig(Arc::new(settings))
+    }
+
+    pub fn settings(&self) -> &AuthSettings {
+        &self.0
+    }
+
+    /// The role `password` signs in as, if any. The admin password wins if both match.
+    pub fn check(&self, password: &str) -> Option<Role> {
+        let s = &self.0;
+        if s.admin.as_ref().is_some_and(|a| a.verify(password)) {
+            Some(Role::Admin)
+        } else if s.viewer.as_ref().is_some_and(|v| v.verify(password)) {
+            Some(Role::Viewer)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_and_hashed_passwords() {
+        let plain = Secret::from_settings(None, Some("s3cret"))
+            .unwrap()
+            .unwrap();
+        assert!(plain.verify("s3cret"));
+        assert!(!plain.verify("s3cre"));
+        let phc = hash_password("pw").unwrap();
+        let hashed = Secret::from_settings(Some(&phc), Some("ignored"))
+            .unwrap()
+            .unwrap();
+        assert!(hashed.verify("pw"));
+        assert!(!hashed.verify("ignored"));
+        assert!(Secret::from_settings(Some("not-a-hash"), None).is_err());
+        assert!(Secret::from_settings(Some(" "), Some(""))
+            .unwrap()
+            .is_none());
+    }
+}

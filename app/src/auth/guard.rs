@@ -1,0 +1,88 @@
+//! The checks every admin server function runs first.
+//!
+//! Server functions are plain URLs anyone can POST to, so the check lives in them (not only in
+//! the pages): no session → 401 "sign in required", viewer → 403. The status is set only on
+//! server-function calls from scripts; a page render or a plain form post keeps its own status
+//! (the page redirects to the sign-in page; a form post is redirected back with the error).
+
+use http::{request::Parts, StatusCode};
+use leptos::prelude::*;
+
+use super::{session::cookie_id, Role, Session, Sessions};
+
+/// URL prefix of every admin server function (see `#[server(prefix = ...)]` in the pages).
+pub const ADMIN_FN_PREFIX: &str = "/admin/fn";
+
+/// The error a refused request gets, with `status` on a scripted server-function call.
+pub fn refuse(status: StatusCode, message: &str) -> ServerFnError {
+    if let (Some(parts), Some(res)) = (
+        use_context::<Parts>(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) {
+        let accepts_html = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"));
+        if parts.uri.path().starts_with(ADMIN_FN_PREFIX) && !accepts_html {
+            res.set_status(status);
+        }
+    }
+    ServerFnError::new(message)
+}
+
+/// The session of the current request, if signed in.
+pub async fn current() -> Result<Option<Session>, ServerFnError> {
+    let ctx = crate::context::app_context()?;
+    let Some(id) = use_context::<Parts>().and_then(|p| cookie_id(&p.headers)) else {
+        return Ok(None);
+    };
+    Sessions::of(&ctx.queue).get(&id).await.map_err(|e| {
+        tracing::warn!(error = %e, "session lookup failed");
+        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
+    })
+}
+
+/// The session, if it may act as `role`; otherwise the refusal to return.
+pub async fn require(role: Role) -> Result<Session, ServerFnError> {
+    match current().await? {
+        None => Err(refuse(StatusCode::UNAUTHORIZED, "sign in required")),
+        Some(s) if role == Role::Admin && s.role != Role::Admin => Err(refuse(
+            StatusCode::FORBIDDEN,
+            "not allowed: this account is read-only",
+        )),
+        Some(s) => Ok(s),
+    }
+}
+
+/// The client's address for rate limiting: the peer address, or the first `X-Forwarded-For`
+/// entry when forwarded headers are trusted. "unknown" when neither is known.
+pub fn client_address(parts: &Parts, trust_forwarded: bool) -> String {
+    if trust_forwarded {
+        if let Some(first) = parts
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok())
+        {
+            return first.to_string();
+        }
+    }
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Whether the browser reached us over https (directly, or per a trusted proxy).
+pub fn request_is_https(parts: &Parts, trust_forwarded: bool) -> bool {
+    parts.uri.scheme_str() == Some("https")
+        || (trust_forwarded
+            && parts
+                .headers
+                .get("x-forwarded-proto")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("https")))
+}

@@ -1,0 +1,182 @@
+//! Every admin action, through one server function, [`act`].
+//!
+//! One entry point on purpose: the checks that make an action safe — signed in as admin,
+//! arguments valid, purge confirmed by typing the state's name, written to the audit log —
+//! are written once, so a new action cannot forget one. (Cross-site requests never get
+//! here: the server's same-origin middleware refuses them first.) The function answers with
+//! a sentence saying what it did ("released 3 leases"), which the page shows as text.
+//!
+//! Forms post `op` (what), `id` (a task id, or the purge target) and `confirm` (the typed
+//! purge target) / `token` (the lease to release); the forms work without JavaScript.
+
+use leptos::prelude::*;
+
+/// Runs one admin action and says what it did.
+#[server(prefix = "/admin/fn")]
+pub async fn act(
+    op: String,
+    id: Option<String>,
+    confirm: Option<String>,
+    token: Option<String>,
+) -> Result<String, ServerFnError> {
+    use crate::auth::{refuse, require, Role};
+    use http::StatusCode;
+
+    let session = require(Role::Admin).await?;
+    let ctx = crate::context::app_context()?;
+    let q = &ctx.queue;
+    let who = session.user.as_str();
+    let id = id.unwrap_or_default().trim().to_string();
+    let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
+    let task_id = || -> Result<String, ServerFnError> {
+        if id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(id.clone())
+        } else {
+            Err(bad("bad task id"))
+        }
+    };
+    let failed = |e: queue::QueueError| {
+        tracing::error!(error = %e, op = %op, "admin action failed");
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the action failed; see the server log",
+        )
+    };
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+
+    let (target, count, message) = match op.as_str() {
+        "retry" => {
+            let id = task_id()?;
+            let n = u64::from(q.retry(&id, who).await.map_err(failed)?);
+            let msg = if n == 1 {
+                format!("retried task {id}")
+            } else {
+                "nothing retried: the task is not dead or waiting".into()
+            };
+            (id, n, msg)
+        }
+        "retry_all_dead" => {
+            let n = q.retry_all_dead(who).await.map_err(failed)?;
+            (
+                "dead".into(),
+                n,
+                format!("retried {}", plural(n, "dead task", "dead tasks")),
+            )
+        }
+        "cancel" => {
+            let id = task_id()?;
+            let n = u64::from(q.cancel(&id, who).await.map_err(failed)?);
+            let msg = if n == 1 {
+                format!("cancelled task {id}")
+            } else {
+                "nothing cancelled: no live task with this id".into()
+            };
+            (id, n, msg)
+        }
+        "release" => {
+            let id = task_id()?;
+            // With the token shown on the page, only that lease is released: if the task was
+            // reclaimed meanwhile, the new holder keeps it.
+            let token = token.as_deref().and_then(|t| t.trim().parse::<u64>().ok());
+            let by = format!("admin {who}");
+            let n = match q.release(&id, token, &by).await {
+                Ok(released) => u64::from(released),
+                Err(queue::QueueError::StaleToken) => 0,
+                Err(e) => return Err(failed(e)),
+            };
+            let msg = format!("released {}", plural(n, "lease", "leases"));
+            (id, n, msg)
+        }
+        "release_stuck" => {
+            // Only leases already past their deadline: a lease close to it may belong to a
+            // healthy worker that is about to renew it.
+            let stuck = q.stuck_leases(0, queue::MAX_PAGE).await.map_err(failed)?;
+            let by = format!("admin {who}");
+            let mut n = 0u64;
+            for l in stuck.iter().filter(|l| l.overdue_ms >= 0) {
+                match q.release(&l.id, Some(l.token), &by).await {
+                    Ok(true) => n += 1,
+                    Ok(false) | Err(queue::QueueError::StaleToken) => {}
+                    Err(e) => return Err(failed(e)),
+                }
+            }
+            (
+                "stuck".into(),
+                n,
+                format!("released {}", plural(n, "lease", "leases")),
+            )
+        }
+        "purge" => {
+            let target = match id.as_str() {
+                "dead" => queue::PurgeTarget::Dead,
+                "results" => queue::PurgeTarget::Results,
+                "history" => queue::PurgeTarget::History,
+                "queued" => queue::PurgeTarget::Queued,
+                _ => return Err(bad("unknown purge target")),
+            };
+            if confirm.as_deref().map(str::trim) != Some(id.as_str()) {
+                return Err(bad(&format!("not purged: type \"{id}\" to confirm")));
+            }
+            let n = q.purge(target, who).await.map_err(failed)?;
+            (id.clone(), n, format!("purged {n} ({id})"))
+        }
+        "pause" => {
+            q.pause(who).await.map_err(failed)?;
+            (
+                "queue".into(),
+                1,
+                "paused: workers claim nothing until resumed".into(),
+            )
+        }
+        "resume" => {
+            q.resume(who).await.map_err(failed)?;
+            ("queue".into(), 1, "resumed".into())
+        }
+        _ => return Err(bad("unknown action")),
+    };
+    super::audit::record(q, who, &op, &target, count).await;
+    Ok(message)
+}
+
+/// The sentence the last action answered (or its error), for `data-testid="action-result"`.
+#[component]
+pub fn ActionResult(action: ServerAction<Act>) -> impl IntoView {
+    view! {
+        <p class="action-result" data-testid="action-result" aria-live="polite">
+            {move || {
+                action
+                    .value()
+                    .get()
+                    .map(|r| super::ui::or_dash(r.unwrap_or_else(|e| super::ui::error_text(&e))))
+            }}
+        </p>
+    }
+}
+
+/// A one-button form running `op` on `id` (works without JavaScript).
+#[component]
+pub fn ActButton(
+    action: ServerAction<Act>,
+    op: &'static str,
+    #[prop(into, optional)] id: String,
+    #[prop(optional)] token: Option<u64>,
+    label: &'static str,
+    #[prop(optional)] testid: &'static str,
+) -> impl IntoView {
+    view! {
+        <ActionForm action=action attr:class="inline">
+            <input type="hidden" name="op" value=op />
+            <input type="hidden" name="id" value=id />
+            {token.map(|t| view! { <input type="hidden" name="token" value=t.to_string() /> })}
+            <button type="submit" data-testid=testid>
+                {label}
+            </button>
+        </ActionForm>
+    }
+}

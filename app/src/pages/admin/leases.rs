@@ -1,0 +1,143 @@
+//! Stuck leases: leases past their deadline (the holder stopped renewing — crashed, hung or
+//! cut off) and leases close to it, with their holder and how long; release one or all.
+//!
+//! "Release all" takes only leases already past their deadline: one that is merely close may
+//! belong to a healthy worker about to renew it. A single release names the lease's token,
+//! so a task reclaimed meanwhile stays with its new holder.
+
+use leptos::prelude::*;
+use leptos_router::{components::A, hooks::use_query_map};
+use serde::{Deserialize, Serialize};
+
+use super::actions::{Act, ActButton, ActionResult};
+use super::frame::AdminFrame;
+use super::live::use_live;
+use super::model::LeaseRow;
+use super::ui::{duration, error_text, or_dash, short};
+
+/// Default "close to the deadline" window.
+const DEFAULT_WITHIN_MS: u64 = 20_000;
+
+/// What the page shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeasesData {
+    pub rows: Vec<LeaseRow>,
+    pub within_ms: u64,
+}
+
+/// Leases past their deadline or within `within_ms` of it, soonest deadline first.
+#[server(prefix = "/admin/fn")]
+pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
+    use crate::auth::{refuse, require, Role};
+    require(Role::Viewer).await?;
+    let ctx = crate::context::app_context()?;
+    let within_ms = within_ms.min(3_600_000);
+    let rows = ctx.queue.stuck_leases(within_ms, 500).await.map_err(|e| {
+        tracing::warn!(error = %e, "lease read failed");
+        refuse(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "Redis is unreachable",
+        )
+    })?;
+    Ok(LeasesData {
+        rows: rows.into_iter().map(Into::into).collect(),
+        within_ms,
+    })
+}
+
+/// `/admin/leases?within=<ms>`.
+#[component]
+pub fn LeasesPage() -> impl IntoView {
+    view! {
+        <AdminFrame>
+            <LeasesBody />
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn LeasesBody() -> impl IntoView {
+    let live = use_live();
+    let query = use_query_map();
+    let action = ServerAction::<Act>::new();
+    let data = Resource::new(
+        move || {
+            let within = query
+                .get()
+                .get("within")
+                .and_then(|w| w.parse::<u64>().ok())
+                .unwrap_or(DEFAULT_WITHIN_MS);
+            (within, live.tick.get(), action.version().get())
+        },
+        |(within, _, _)| leases(within),
+    );
+    view! {
+        <section class="panel">
+            <h1>"Stuck leases"</h1>
+            <p class="muted">
+                "Leases past their deadline (the worker stopped renewing) and leases close to it. "
+                "Released tasks are due again at once."
+            </p>
+            <div class="row">
+                <ActButton action op="release_stuck" label="Release all past deadline" testid="release-all" />
+                <A href="/admin/leases?within=60000">"show within 60s"</A>
+                <A href="/admin/leases?within=300000">"within 5 min"</A>
+            </div>
+            <ActionResult action />
+            <Transition fallback=|| view! { <p>"Reading…"</p> }>
+                {move || data.get().map(|r| match r {
+                        Ok(d) => view! { <LeaseTable data=d action /> }.into_any(),
+                        Err(e) => view! { <p class="err" data-testid="leases-error">{error_text(&e)}</p> }.into_any(),
+                    })}
+            </Transition>
+        </section>
+    }
+}
+
+#[component]
+fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
+    let past = data.rows.iter().filter(|r| r.overdue_ms >= 0).count();
+    view! {
+        <p data-testid="lease-summary">
+            {format!(
+                "{past} past deadline, {} within {} of it",
+                data.rows.len() - past,
+                duration(data.within_ms as i64),
+            )}
+        </p>
+        <table data-testid="lease-table">
+            <thead>
+                <tr><th>"task"</th><th>"query"</th><th>"holder"</th><th>"token"</th><th>"deadline"</th><th></th></tr>
+            </thead>
+            <tbody>
+                {data
+                    .rows
+                    .into_iter()
+                    .map(|l| {
+                        let status = if l.overdue_ms >= 0 {
+                            format!("past by {}", duration(l.overdue_ms))
+                        } else {
+                            format!("in {}", duration(-l.overdue_ms))
+                        };
+                        let class = if l.overdue_ms >= 0 { "stuck" } else { "" };
+                        let (id, worker) = (l.id.clone(), l.worker.clone());
+                        let href = format!("/admin/tasks/{}", l.id);
+                        let short_id = short(&l.id);
+                        view! {
+                            <tr data-testid="lease-row" data-id=l.id data-worker=worker class=class>
+                                <td><A href=href><code>{short_id}</code></A></td>
+                                <td class="query">{or_dash(l.query)}</td>
+                                <td>{or_dash(l.worker)}</td>
+                                <td>{l.token}</td>
+                                <td>{status}</td>
+                                <td>
+                                    <ActButton action op="release" id=id token=l.token label="Release" testid="lease-release" />
+                                </td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+    }
+}

@@ -1,0 +1,141 @@
+//! Signing in and out, and "who am I" for the page frame.
+//!
+//! Sign-in is a plain form posting to a server function, so it works without JavaScript. Any
+//! failure says only "wrong password" (no hint whether a viewer or admin password exists);
+//! failures are limited per client address, and the password is checked by argon2 off the
+//! async threads. Success stores a session in Redis, sets the cookie and redirects to /admin.
+
+use leptos::prelude::*;
+
+use crate::auth::Me;
+
+/// The signed-in user, or None. Never refuses: pages decide what to do without a session.
+#[server(prefix = "/admin/fn")]
+pub async fn whoami() -> Result<Option<Me>, ServerFnError> {
+    Ok(crate::auth::current().await?.map(|s| Me {
+        user: s.user,
+        role: s.role,
+    }))
+}
+
+/// Checks the password and, if it is right, starts a session.
+#[server(prefix = "/admin/fn")]
+pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
+    use crate::auth::{
+        client_address, refuse, request_is_https, set_cookie, LoginLimiter, Session, Sessions,
+    };
+    use http::{header::SET_COOKIE, HeaderValue, StatusCode};
+
+    let ctx = crate::context::app_context()?;
+    let settings = ctx.admin.settings();
+    let parts = use_context::<http::request::Parts>()
+        .ok_or_else(|| ServerFnError::new("server misconfigured"))?;
+    let unavailable = |e: queue::redis::RedisError| {
+        tracing::warn!(error = %e, "sign-in: redis error");
+        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
+    };
+    let client = client_address(&parts, settings.trust_forwarded);
+    let limiter = LoginLimiter::new(&ctx.queue, &client, settings.max_failures);
+    if limiter.blocked().await.map_err(unavailable)? {
+        tracing::warn!(client, "sign-in refused: too many failures");
+        return Err(refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many attempts; wait a minute",
+        ));
+    }
+    // Bounded input: argon2 over megabytes would be a cheap way to burn our CPU.
+    let role = if password.is_empty() || password.len() > 1024 {
+        None
+    } else {
+        let cfg = ctx.admin.clone();
+        tokio::task::spawn_blocking(move || cfg.check(&password))
+            .await
+            .ok()
+            .flatten()
+    };
+    let Some(role) = role else {
+        limiter.failed().await.map_err(unavailable)?;
+        tracing::warn!(client, "sign-in failed");
+        return Err(refuse(StatusCode::UNAUTHORIZED, "wrong password"));
+    };
+    let session = Session {
+        user: role.as_str().into(),
+        role,
+        created_ms: ctx.queue.now_ms().await.unwrap_or_default(),
+    };
+    let id = Sessions::of(&ctx.queue)
+        .create(&session, settings.session_ttl_s)
+        .await
+        .map_err(unavailable)?;
+    let secure = settings.cookie_secure || request_is_https(&parts, settings.trust_forwarded);
+    let cookie = HeaderValue::from_str(&set_cookie(&id, settings.session_ttl_s, secure))
+        .map_err(|_| ServerFnError::new("server misconfigured"))?;
+    if let Some(res) = use_context::<leptos_axum::ResponseOptions>() {
+        res.append_header(SET_COOKIE, cookie);
+    }
+    tracing::info!(client, role = role.as_str(), "signed in");
+    leptos_axum::redirect("/admin");
+    Ok(())
+}
+
+/// Ends the session (in Redis and in the browser) and goes to the sign-in page.
+#[server(prefix = "/admin/fn")]
+pub async fn sign_out() -> Result<(), ServerFnError> {
+    use crate::auth::{clear_cookie, cookie_id, request_is_https, Sessions};
+    use http::{header::SET_COOKIE, HeaderValue};
+
+    let ctx = crate::context::app_context()?;
+    let settings = ctx.admin.settings();
+    if let Some(parts) = use_context::<http::request::Parts>() {
+        if let Some(id) = cookie_id(&parts.headers) {
+            if let Err(e) = Sessions::of(&ctx.queue).delete(&id).await {
+                tracing::warn!(error = %e, "sign-out: session not deleted");
+                return Err(ServerFnError::new("Redis is unreachable"));
+            }
+        }
+        let secure = settings.cookie_secure || request_is_https(&parts, settings.trust_forwarded);
+        if let (Some(res), Ok(v)) = (
+            use_context::<leptos_axum::ResponseOptions>(),
+            HeaderValue::from_str(&clear_cookie(secure)),
+        ) {
+            res.append_header(SET_COOKIE, v);
+        }
+    }
+    leptos_axum::redirect("/admin/login");
+    Ok(())
+}
+
+/// The sign-in page.
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let sign_in = ServerAction::<SignIn>::new();
+    view! {
+        <section class="panel login">
+            <h1>"Sign in to the dashboard"</h1>
+            <ActionForm action=sign_in>
+                <label>
+                    "Password "
+                    <input
+                        type="password"
+                        name="password"
+                        autocomplete="current-password"
+                        required
+                        data-testid="login-password"
+                    />
+                </label>
+                <button type="submit" data-testid="login-submit">
+                    "Sign in"
+                </button>
+            </ActionForm>
+            <p class="err" data-testid="login-error">
+                {move || {
+                    sign_in
+                        .value()
+                        .get()
+                        .and_then(|r| r.err())
+                        .map(|e| super::ui::error_text(&e))
+                }}
+            </p>
+        </section>
+    }
+}

@@ -1,0 +1,35 @@
+//! The admin dashboard: sign-in, overview, tasks, task detail, stuck leases — each page
+//! server-rendered and hydrated, kept current by the live stream (`/admin/events`).
+//!
+//! - [`login`]: sign in / out, "who am I".
+//! - `frame`: what every signed-in page shares (session check, navigation, live indicator).
+//! - `live`: the browser's EventSource and the tick that makes pages re-read.
+//! - [`overview`], [`tasks`], [`task`], [`leases`]: the pages and their read functions.
+//! - [`actions`]: every state-changing admin action, through one server function.
+//! - `audit` (server only): the audit log in Redis.
+//! - `model`, `chart`, `ui`: plain data, SVG charts, formatting.
+//!
+//! Pattern: each page body reads its data through one `Resource` keyed on the live tick and
+//! its action's version, shown inside a `<Transition>` with `resource.get()` (not a `Suspend`):
+//! refetches can overlap up to four times a second, and the plain reactive read always shows
+//! exactly the latest answer, keeping the old one on screen until the new one is there.
+
+pub mod actions;
+#[cfg(feature = "ssr")]
+mod audit;
+mod chart;
+mod frame;
+pub mod leases;
+mod live;
+pub mod login;
+pub mod model;
+pub mod overview;
+pub mod task;
+pub mod tasks;
+mod ui;
+
+pub use leases::LeasesPage;
+pub use login::LoginPage;
+pub use overview::OverviewPage;
+pub use task::TaskPage;
+pub use tasks::TasksPage;

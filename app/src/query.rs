@@ -1,0 +1,317 @@
+//! One query as the user sees it: the [`QueryView`] shared by the query page, its server
+//! functions and the public JSON API, and (server only) the two operations behind them,
+//! [`submit`] and [`read`].
+//!
+//! Why here and not in the server crate: the Leptos server functions and the axum handlers
+//! of `/api/v1` must answer the same thing for the same state, so both call this code. The
+//! view is plain data that also compiles to wasm (the page decodes it from the live stream),
+//! so it never exposes queue types, which are server-only.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a query stands, as the user sees it (the queue's four task states folded into three).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryStatus {
+    /// A task is waiting for its next poll or being polled right now.
+    Processing,
+    /// A final result is stored.
+    Done,
+    /// The task gave up; `error` says why.
+    Failed,
+}
+
+impl QueryStatus {
+    /// The word shown to users and sent in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueryStatus::Processing => "processing",
+            QueryStatus::Done => "done",
+            QueryStatus::Failed => "failed",
+        }
+    }
+
+    /// No further change will come (the live stream closes after such a state).
+    pub fn is_final(self) -> bool {
+        !matches!(self, QueryStatus::Processing)
+    }
+}
+
+/// Everything known about one query right now. Every field is always present in the JSON
+/// (null when unknown) so API clients can rely on one shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueryView {
+    /// 32 lowercase hex chars, derived from the normalised query.
+    pub id: String,
+    /// The normalised query text.
+    pub query: String,
+    pub status: QueryStatus,
+    /// The upstream's latest partial data while processing (JSON when it is JSON, else text).
+    pub partial: Option<serde_json::Value>,
+    /// The final data once done (JSON when it is JSON, else text).
+    pub result: Option<serde_json::Value>,
+    /// A plain reason when failed.
+    pub error: Option<String>,
+    /// "Still processing" answers so far.
+    pub polls: u32,
+    /// When the next poll is due (ms since the epoch); null while a poll is running or when
+    /// there is no next poll.
+    pub next_poll_at: Option<i64>,
+    /// When the task was created (ms since the epoch).
+    pub created_at: i64,
+    /// When the state last changed (ms); grows with every change, so it serves as the live
+    /// stream's event id.
+    pub updated_at: i64,
+    /// When the result was stored (done only).
+    pub completed_at: Option<i64>,
+    /// The server's clock when this view was read, so a page rendered without JavaScript can
+    /// still show the elapsed time.
+    pub as_of: i64,
+}
+
+impl QueryView {
+    /// Same state, ignoring when it was read: the live stream sends only real changes.
+    pub fn same_state(&self, other: &QueryView) -> bool {
+        QueryView {
+            as_of: 0,
+            ..self.clone()
+        } == QueryView {
+            as_of: 0,
+            ..other.clone()
+        }
+    }
+
+    /// The data to show: the result when done, otherwise the latest partial.
+    pub fn data(&self) -> Option<&serde_json::Value> {
+        self.result.as_ref().or(self.partial.as_ref())
+    }
+}
+
+/// Upstream data as pretty JSON text (strings as they are). Always text: the page renders it
+/// escaped, never as HTML.
+pub fn pretty(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        v => serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()),
+    }
+}
+
+/// Task ids are 32 lowercase hex chars; anything else cannot name a task (so it is a 404
+/// without asking Redis, and never reaches a Redis key).
+pub fn is_task_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(feature = "ssr")]
+pub use ssr::*;
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use std::time::{Duration, Instant};
+
+    use queue::{Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
+
+    use super::{QueryStatus, QueryView};
+    use crate::context::AppContext;
+
+    /// How often [`submit`] re-reads the task while it waits for the first partial.
+    const FIRST_ANSWER_STEP: Duration = Duration::from_millis(25);
+
+    /// Why a submit or read did not produce a view.
+    #[derive(Debug, thiserror::Error)]
+    pub enum QueryError {
+        /// The user's text breaks the input rules (message is safe to show).
+        #[error("{0}")]
+        Invalid(String),
+        /// Redis is unreachable: try again later.
+        #[error("the queue is unavailable")]
+        Unavailable,
+        /// Something on our side is wrong (details are in the log only).
+        #[error("internal error")]
+        Internal,
+    }
+
+    impl From<QueueError> for QueryError {
+        fn from(e: QueueError) -> Self {
+            match e {
+                QueueError::InvalidQuery(msg) => QueryError::Invalid(msg),
+                QueueError::Redis(e) => {
+                    tracing::warn!(error = %e, "query: redis unavailable");
+                    QueryError::Unavailable
+                }
+                e => {
+                    tracing::error!(error = %e, "query: queue error");
+                    QueryError::Internal
+                }
+            }
+        }
+    }
+
+    /// Enqueues `text` (or joins its task, or finds its fresh result) and answers with what is
+    /// known, waiting up to `ctx.first_answer` for the workers' first poll so the first answer
+    /// usually carries partial data. No upstream call is made here: the workers' chain of
+    /// polls is the only one, however many users ask. Returns the view and whether a new task
+    /// was created.
+    pub async fn submit(ctx: &AppContext, text: &str) -> Result<(QueryView, bool), QueryError> {
+        let normalised = queue::normalise_query(text)?;
+        let enqueued = ctx
+            .queue
+            .enqueue(&normalised, "", &ctx.enqueue_policy)
+            .await?;
+        let (task, created) = match enqueued {
+            Enqueued::Stored(r) => return Ok((from_result(&r), false)),
+            Enqueued::Created(t) => (t, true),
+            Enqueued::Joined(t) => (t, false),
+        };
+        if task.partial.is_some() || ctx.first_answer.is_zero() {
+            return Ok((from_task(&task), created));
+        }
+        let deadline = Instant::now() + ctx.first_answer;
+        let mut latest = from_task(&task);
+        while Instant::now() < deadline {
+            tokio::time::sleep(FIRST_ANSWER_STEP.min(deadline - Instant::now())).await;
+            match read(ctx, &task.id).await? {
+                Some(v) => {
+                    let settled = v.partial.is_some() || v.status.is_final();
+                    latest = v;
+                    if settled {
+                        break;
+                    }
+                }
+                // Purged or cancelled in the meantime: answer with what we had.
+                None => break,
+            }
+        }
+        Ok((latest, created))
+    }
+
+    /// The current view of `id`, or `None` when the id is unknown (or not an id at all).
+    pub async fn read(ctx: &AppContext, id: &str) -> Result<Option<QueryView>, QueryError> {
+        if !super::is_task_id(id) {
+            return Ok(None);
+        }
+        Ok(ctx.queue.get(id).await?.map(|d| from_detail(id, &d)))
+    }
+
+    fn now_ms() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    }
+
+    /// Upstream data is stored as text; when it is JSON the API returns it structured.
+    fn data(text: &str) -> serde_json::Value {
+        serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.into()))
+    }
+
+    fn from_detail(id: &str, d: &TaskDetail) -> QueryView {
+        // A fresh result wins over a task record: it is the answer users are waiting for.
+        if let Some(r) = &d.result {
+            return from_result(r);
+        }
+        if let Some(t) = &d.task {
+            return from_task(t);
+        }
+        // Only history is left: the task was cancelled or purged and its result expired.
+        let at = d.history.first().map_or(0, |h| h.at_ms);
+        QueryView {
+            id: id.to_string(),
+            query: String::new(),
+            status: QueryStatus::Failed,
+            partial: None,
+            result: None,
+            error: Some(
+                "This query is no longer tracked (cancelled or expired). Submit it again.".into(),
+            ),
+            polls: 0,
+            next_poll_at: None,
+            created_at: at,
+            updated_at: at,
+            completed_at: None,
+            as_of: now_ms(),
+        }
+    }
+
+    fn from_result(r: &StoredResult) -> QueryView {
+        QueryView {
+            id: r.id.clone(),
+            query: r.query.clone(),
+            status: QueryStatus::Done,
+            partial: None,
+            result: Some(data(&r.data)),
+            error: None,
+            polls: r.polls,
+            next_poll_at: None,
+            created_at: r.created_ms,
+            updated_at: r.completed_ms,
+            completed_at: Some(r.completed_ms),
+            as_of: now_ms(),
+        }
+    }
+
+    fn from_task(t: &Task) -> QueryView {
+        let (status, error) = match t.state {
+            TaskState::Due | TaskState::Leased => (QueryStatus::Processing, None),
+            TaskState::Dead | TaskState::Done => (QueryStatus::Failed, Some(failure_reason(t))),
+        };
+        QueryView {
+            id: t.id.clone(),
+            query: t.query.clone(),
+            status,
+            partial: t.partial.as_deref().map(data),
+            result: None,
+            error,
+            polls: t.polls,
+            next_poll_at: if t.state == TaskState::Due {
+                t.due_ms
+            } else {
+                None
+            },
+            created_at: t.created_ms,
+            updated_at: t.updated_ms,
+            completed_at: None,
+            as_of: now_ms(),
+        }
+    }
+
+    /// The dead reason in plain words, with the upstream's last error when there is one.
+    fn failure_reason(t: &Task) -> String {
+        let why = match t.dead_reason.as_deref() {
+            Some("max_attempts") => format!(
+                "The upstream API kept failing; gave up after {} attempts.",
+                t.attempts
+            ),
+            Some("deadline") => "The upstream API took too long; gave up at the deadline.".into(),
+            Some("poison") => "Workers kept losing this query; gave up.".into(),
+            Some("fatal") => "The upstream API refused this query.".into(),
+            _ => "The query failed.".into(),
+        };
+        match t.last_error.as_deref().map(str::trim) {
+            Some(e) if !e.is_empty() => format!("{why} Last error: {e}"),
+            _ => why,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_32_lowercase_hex() {
+        assert!(is_task_id("0123456789abcdef0123456789abcdef"));
+        assert!(!is_task_id("0123456789ABCDEF0123456789abcdef"));
+        assert!(!is_task_id("0123456789abcdef"));
+        assert!(!is_task_id("../../../../../../../etc/passwd.."));
+    }
+
+    #[test]
+    fn pretty_keeps_strings_as_text() {
+        assert_eq!(pretty(&serde_json::json!("<b>")), "<b>");
+        assert_eq!(pretty(&serde_json::json!({"a": 1})), "{\n  \"a\": 1\n}");
+    }
+}

@@ -1,0 +1,96 @@
+//! `GET /admin/events`: the dashboard's live stream (Server-Sent Events).
+//!
+//! It carries no data, only "something changed" (`changed`) or "you may have missed things"
+//! (`resync`, also sent first on every (re)connection); pages answer either by re-reading
+//! what they show through their server functions. So the stream never leaks more than the
+//! fact of activity, and the pages' own auth and rendering stay the only path to data.
+//!
+//! Bursts are coalesced: after an event the stream waits [`COALESCE`] and folds everything
+//! that arrived meanwhile into one, so a busy queue costs each open page at most ~4 re-reads
+//! per second. The session is re-checked before each event; a signed-out stream ends.
+//!
+//! Each event carries its own name as data: browsers silently drop an event without data.
+
+use std::{convert::Infallible, time::Duration};
+
+use axum::{
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::{
+        sse::{Event, KeepAlive, Sse},
+        IntoResponse, Response,
+    },
+};
+use futures::stream::{self, Stream};
+use tokio::sync::broadcast::{self, error::TryRecvError};
+
+use crate::{live::LiveEvent, web::WebState};
+
+/// Quiet time after an event before the next one may be sent.
+pub const COALESCE: Duration = Duration::from_millis(250);
+
+/// The handler: 401 without a session.
+pub async fn stream(State(state): State<WebState>, headers: HeaderMap) -> Response {
+    let Some(id) = app::auth::cookie_id(&headers) else {
+        return (StatusCode::UNAUTHORIZED, "sign in required").into_response();
+    };
+    let sessions = app::auth::Sessions::of(&state.app.queue);
+    match sessions.get(&id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in required").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "session lookup failed");
+            return (StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable").into_response();
+        }
+    }
+    let rx = state.live.subscribe();
+    Sse::new(events(rx, sessions, id))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+struct Cursor {
+    rx: broadcast::Receiver<std::sync::Arc<LiveEvent>>,
+    sessions: app::auth::Sessions,
+    id: String,
+    first: bool,
+}
+
+fn events(
+    rx: broadcast::Receiver<std::sync::Arc<LiveEvent>>,
+    sessions: app::auth::Sessions,
+    id: String,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let start = Cursor {
+        rx,
+        sessions,
+        id,
+        first: true,
+    };
+    stream::unfold(start, |mut c| async move {
+        if c.first {
+            c.first = false;
+            return Some((Ok(Event::default().event("resync").data("resync")), c));
+        }
+        let mut resync = match c.rx.recv().await {
+            Ok(ev) => matches!(*ev, LiveEvent::Resync),
+            Err(broadcast::error::RecvError::Lagged(_)) => true,
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        tokio::time::sleep(COALESCE).await;
+        loop {
+            match c.rx.try_recv() {
+                Ok(ev) => resync |= matches!(*ev, LiveEvent::Resync),
+                Err(TryRecvError::Lagged(_)) => resync = true,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => return None,
+            }
+        }
+        // Signed out (or expired) meanwhile: end the stream; the page's next read says why.
+        if !matches!(c.sessions.get(&c.id).await, Ok(Some(_))) {
+            return None;
+        }
+        let name = if resync { "resync" } else { "changed" };
+        Some((Ok(Event::default().event(name).data(name)), c))
+    })
+}

@@ -1,0 +1,142 @@
+//! Per-client rate limit of `POST /api/v1/queries`, so one client cannot flood the upstream
+//! with new tasks.
+//!
+//! A token bucket per client address (GCRA from the `governor` crate: `per_min` tokens a
+//! minute, up to `burst` at once). The address is the TCP peer; `X-Forwarded-For` is believed
+//! only when the operator says a trusted proxy sets it, since any client can send the header.
+//! Without either (tests driving the router directly) all requests share one bucket.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    num::NonZeroU32,
+    sync::Arc,
+};
+
+use axum::{
+    extract::{ConnectInfo, FromRequestParts},
+    http::{request::Parts, HeaderMap},
+};
+use governor::{
+    clock::{Clock, DefaultClock},
+    state::keyed::DefaultKeyedStateStore,
+    Quota, RateLimiter,
+};
+
+use super::error::ApiError;
+use crate::web::WebState;
+
+/// Buckets kept before idle ones are dropped (a full bucket carries no information).
+const MAX_TRACKED_CLIENTS: usize = 10_000;
+
+type Keyed = RateLimiter<Option<IpAddr>, DefaultKeyedStateStore<Option<IpAddr>>, DefaultClock>;
+
+/// The process-wide limiter. Cheap to clone.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Keyed>,
+    trust_forwarded_for: bool,
+}
+
+impl Limiter {
+    /// `None` when `per_min` is 0 (limit off).
+    pub fn new(per_min: u32, burst: u32, trust_forwarded_for: bool) -> Option<Limiter> {
+        let per_min = NonZeroU32::new(per_min)?;
+        let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        Some(Limiter {
+            inner: Arc::new(RateLimiter::keyed(
+                Quota::per_minute(per_min).allow_burst(burst),
+            )),
+            trust_forwarded_for,
+        })
+    }
+
+    /// Takes one token for `client`, or says how many whole seconds to wait.
+    pub fn check(&self, client: Option<IpAddr>) -> Result<(), u64> {
+        if self.inner.len() > MAX_TRACKED_CLIENTS {
+            self.inner.retain_recent();
+        }
+        self.inner.check_key(&client).map_err(|not_until| {
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            // Round up: "retry in 0 s" would invite an immediate retry that fails again.
+            wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+        })
+    }
+
+    /// The client's address: the trusted proxy's last `X-Forwarded-For` entry, else the peer.
+    fn client(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
+        if self.trust_forwarded_for {
+            let forwarded = headers
+                .get_all("x-forwarded-for")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .filter_map(|s| s.trim().parse::<IpAddr>().ok())
+                .next_back();
+            if forwarded.is_some() {
+                return forwarded;
+            }
+        }
+        peer.map(|p| p.ip())
+    }
+}
+
+/// Extractor that admits a request under the rate limit or rejects it with 429 and
+/// `Retry-After`. It reads no body, so it runs before the body is parsed: invalid requests
+/// cost a token too.
+pub struct RateLimited;
+
+impl FromRequestParts<WebState> for RateLimited {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, ApiError> {
+        let Some(limiter) = &state.api.limiter else {
+            return Ok(RateLimited);
+        };
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        let client = limiter.client(&parts.headers, peer);
+        limiter
+            .check(client)
+            .map(|()| RateLimited)
+            .map_err(ApiError::rate_limited)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_then_limited_with_a_wait() {
+        let l = Limiter::new(60, 2, false).unwrap();
+        let a = Some(IpAddr::from([10, 0, 0, 1]));
+        assert!(l.check(a).is_ok());
+        assert!(l.check(a).is_ok());
+        let wait = l.check(a).unwrap_err();
+        assert!((1..=2).contains(&wait), "{wait}");
+        // Another client has its own bucket.
+        assert!(l.check(Some(IpAddr::from([10, 0, 0, 2]))).is_ok());
+    }
+
+    #[test]
+    fn forwarded_for_only_when_trusted() {
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", "1.1.1.1, 2.2.2.2".parse().unwrap());
+        let peer = Some(SocketAddr::from(([127, 0, 0, 1], 9)));
+        let trusted = Limiter::new(1, 1, true).unwrap();
+        assert_eq!(trusted.client(&h, peer), Some(IpAddr::from([2, 2, 2, 2])));
+        let untrusted = Limiter::new(1, 1, false).unwrap();
+        assert_eq!(
+            untrusted.client(&h, peer),
+            Some(IpAddr::from([127, 0, 0, 1]))
+        );
+        assert_eq!(untrusted.client(&h, None), None);
+    }
+
+    #[test]
+    fn zero_rate_is_off() {
+        assert!(Limiter::new(0, 5, false).is_none());
+    }
+}

@@ -1,0 +1,698 @@
+//! The admin side's security and speed, through the real router against a private
+//! redis-server: every action and read refuses a request without a session (and changes
+//! nothing — checked in Redis), cross-site requests are refused even with a valid session,
+//! sign-in is rate-limited with one generic message, a viewer cannot act, and the pages
+//! render quickly with 100,000 tasks queued (measured and printed, not asserted).
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use app::{
+    auth::{AuthConfig, AuthSettings, Secret},
+    context::AppContext,
+    pages::admin::{
+        actions::Act,
+        leases::Leases,
+        login::{SignIn, SignOut, Whoami},
+        overview::Overview,
+        task::ReadTask,
+        tasks::ListTasks,
+    },
+};
+use axum::{
+    body::Body,
+    extract::ConnectInfo,
+    http::{HeaderMap, Request},
+    Router,
+};
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use leptos::server_fn::ServerFn;
+use server::{
+    admin::AdminState,
+    managed_redis::ManagedRedis,
+    web::{self, Limits, WebState},
+};
+use tower::ServiceExt;
+
+const ADMIN_PW: &str = "correct horse battery staple";
+const VIEWER_PW: &str = "just looking";
+const HOST: &str = "admin.test:3000";
+
+struct Env {
+    redis: ManagedRedis,
+    _dir: tempdir::Dir,
+    router: Router,
+    queue: queue::Queue,
+}
+
+async fn start() -> Env {
+    let dir = tempdir::Dir::new();
+    let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
+        .await
+        .expect("redis-server starts");
+    let url = redis.url().to_string();
+    let queue = queue::Queue::connect(
+        &url,
+        queue::QueueConfig {
+            name: "admintest".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("connect");
+    let auth = AuthConfig::new(AuthSettings {
+        admin: Secret::from_settings(None, Some(ADMIN_PW)).unwrap(),
+        viewer: Secret::from_settings(None, Some(VIEWER_PW)).unwrap(),
+        max_failures: 3,
+        ..AuthSettings::default()
+    });
+    let live = server::live::Live::start(
+        queue::redis::Client::open(url.as_str()).unwrap(),
+        queue.channels().dashboard,
+        Default::default(),
+    );
+    let state = WebState {
+        live,
+        api: Default::default(),
+        admin: AdminState { auth: auth.clone() },
+        leptos_options: web::leptos_options("target/site"),
+        app: AppContext {
+            queue: queue.clone(),
+            enqueue_policy: Default::default(),
+            admin: auth,
+            first_answer: Duration::ZERO,
+        },
+    };
+    let router = web::router(
+        state,
+        Limits {
+            body_bytes: 64 * 1024,
+            timeout: Duration::from_secs(30),
+        },
+        Router::new(),
+    );
+    Env {
+        redis,
+        _dir: dir,
+        router,
+        queue,
+    }
+}
+
+/// What a request got back.
+struct Reply {
+    status: u16,
+    headers: HeaderMap,
+    body: String,
+}
+
+/// Minimal x-www-form-urlencoded encoding (what the server-function client sends).
+fn form(pairs: &[(&str, &str)]) -> String {
+    let enc = |s: &str| {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                b' ' => "+".into(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect::<String>()
+    };
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A request as a same-origin page script makes it, from client address `ip`, plus `extra`
+/// headers (which replace the defaults of the same name).
+async fn send(
+    router: &Router,
+    method: &str,
+    path: &str,
+    body: String,
+    cookie: Option<&str>,
+    extra: &[(&str, &str)],
+    ip: [u8; 4],
+) -> Reply {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", HOST)
+        .header("accept", "application/json")
+        .header("content-type", "application/x-www-form-urlencoded");
+    if let Some(c) = cookie {
+        req = req.header("cookie", format!("repoll_session={c}"));
+    }
+    let mut req = req.body(Body::from(body)).unwrap();
+    for (k, v) in extra {
+        req.headers_mut().insert(
+            axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            v.parse().unwrap(),
+        );
+    }
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+    let res = router.clone().oneshot(req).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+async fn call<S: ServerFn>(
+    router: &Router,
+    fields: &[(&str, &str)],
+    cookie: Option<&str>,
+    extra: &[(&str, &str)],
+) -> Reply {
+    send(
+        router,
+        "POST",
+        S::PATH,
+        form(fields),
+        cookie,
+        extra,
+        [10, 0, 0, 1],
+    )
+    .await
+}
+
+/// Signs in from `ip` and returns the session id from the cookie.
+async fn sign_in(router: &Router, password: &str, ip: [u8; 4]) -> Result<String, Reply> {
+    let r = send(
+        router,
+        "POST",
+        SignIn::PATH,
+        form(&[("password", password)]),
+        None,
+        &[],
+        ip,
+    )
+    .await;
+    let cookie = r
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("repoll_session="))
+        .map(|v| v.split(';').next().unwrap_or_default().to_string());
+    match cookie {
+        Some(c) if r.status < 400 && !c.is_empty() => Ok(c),
+        _ => Err(r),
+    }
+}
+
+/// A dead task (claimed, then failed for good), returning its id.
+async fn dead_task(q: &queue::Queue, query: &str) -> String {
+    q.enqueue(query, "", &Default::default()).await.unwrap();
+    let claimed = q.claim("test-worker", 1, 60_000).await.unwrap();
+    let c = claimed.into_iter().next().expect("claimed");
+    q.fail(&c.id, c.token, "boom", queue::Retry::Dead, 5)
+        .await
+        .unwrap();
+    c.id
+}
+
+/// A task leased to a worker that will never renew it, returning (id, token).
+async fn leased_task(q: &queue::Queue, query: &str) -> (String, u64) {
+    q.enqueue(query, "", &Default::default()).await.unwrap();
+    let c = q.claim("gone-worker", 1, 60_000).await.unwrap().remove(0);
+    (c.id, c.token)
+}
+
+/// Every action, with valid arguments.
+fn all_actions<'a>(dead: &'a str, leased: &'a str) -> Vec<Vec<(&'static str, &'a str)>> {
+    vec![
+        vec![("op", "retry"), ("id", dead)],
+        vec![("op", "retry_all_dead")],
+        vec![("op", "cancel"), ("id", dead)],
+        vec![("op", "release"), ("id", leased)],
+        vec![("op", "release_stuck")],
+        vec![("op", "purge"), ("id", "dead"), ("confirm", "dead")],
+        vec![("op", "purge"), ("id", "queued"), ("confirm", "queued")],
+        vec![("op", "purge"), ("id", "results"), ("confirm", "results")],
+        vec![("op", "purge"), ("id", "history"), ("confirm", "history")],
+        vec![("op", "pause")],
+    ]
+}
+
+/// The state the refused requests must leave alone.
+async fn unchanged(q: &queue::Queue, dead: &str, leased: &str) {
+    let s = q.stats().await.unwrap();
+    assert_eq!(s.dead, 1, "the dead task stays dead");
+    assert_eq!(s.leased, 1, "the lease stays");
+    assert!(!s.paused, "the queue is not paused");
+    let d = q.get(dead).await.unwrap().expect("dead task still there");
+    assert_eq!(d.task.unwrap().state, queue::TaskState::Dead);
+    assert!(!d.history.is_empty(), "history kept");
+    let l = q.get(leased).await.unwrap().unwrap().task.unwrap();
+    assert_eq!(l.state, queue::TaskState::Leased);
+}
+
+#[tokio::test]
+async fn unauthenticated_requests_are_refused_and_change_nothing() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "dead one").await;
+    let (leased, _) = leased_task(q, "held one").await;
+
+    for fields in all_actions(&dead, &leased) {
+        let reply = call::<Act>(r, &fields, None, &[]).await;
+        assert_eq!(reply.status, 401, "{fields:?}: {}", reply.body);
+        assert!(reply.body.contains("sign in required"), "{}", reply.body);
+        // A forged or expired session id is no better than none.
+        let forged = "ab".repeat(32);
+        let reply = call::<Act>(r, &fields, Some(&forged), &[]).await;
+        assert_eq!(reply.status, 401, "{fields:?}");
+    }
+    unchanged(q, &dead, &leased).await;
+
+    // Reads are refused too.
+    assert_eq!(call::<Overview>(r, &[], None, &[]).await.status, 401);
+    let listing = [("state", "dead")];
+    assert_eq!(call::<ListTasks>(r, &listing, None, &[]).await.status, 401);
+    assert_eq!(
+        call::<ReadTask>(r, &[("id", &dead)], None, &[])
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        call::<Leases>(r, &[("within_ms", "1000")], None, &[])
+            .await
+            .status,
+        401
+    );
+    let who = call::<Whoami>(r, &[], None, &[]).await;
+    assert_eq!((who.status, who.body.as_str()), (200, "null"));
+
+    // The live stream and the pages.
+    let events = send(
+        r,
+        "GET",
+        "/admin/events",
+        String::new(),
+        None,
+        &[],
+        [10, 0, 0, 1],
+    )
+    .await;
+    assert_eq!(events.status, 401);
+    for page in [
+        "/admin",
+        "/admin/tasks",
+        "/admin/leases",
+        &format!("/admin/tasks/{dead}"),
+    ] {
+        let html = send(
+            r,
+            "GET",
+            page,
+            String::new(),
+            None,
+            &[("accept", "text/html")],
+            [10, 0, 0, 1],
+        )
+        .await;
+        assert_eq!(html.status, 302, "{page} redirects");
+        assert_eq!(
+            html.headers.get("location").unwrap(),
+            "/admin/login",
+            "{page}"
+        );
+        assert!(!html.body.contains("dead one"), "{page} leaks no data");
+    }
+    let login = send(
+        r,
+        "GET",
+        "/admin/login",
+        String::new(),
+        None,
+        &[("accept", "text/html")],
+        [10, 0, 0, 1],
+    )
+    .await;
+    assert_eq!(login.status, 200);
+    unchanged(q, &dead, &leased).await;
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn cross_site_requests_are_refused_even_when_signed_in() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "dead two").await;
+    let (leased, _) = leased_task(q, "held two").await;
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 2])
+        .await
+        .ok()
+        .expect("signed in");
+
+    let hostile: [&[(&str, &str)]; 4] = [
+        &[("sec-fetch-site", "cross-site")],
+        &[("sec-fetch-site", "same-site")],
+        &[("origin", "https://evil.example")],
+        &[("origin", "null")],
+    ];
+    for headers in hostile {
+        for fields in all_actions(&dead, &leased) {
+            let reply = call::<Act>(r, &fields, Some(&cookie), headers).await;
+            assert_eq!(reply.status, 403, "{headers:?} {fields:?}: {}", reply.body);
+        }
+        // Sign-out and sign-in are state-changing too.
+        assert_eq!(
+            call::<SignOut>(r, &[], Some(&cookie), headers).await.status,
+            403
+        );
+        let login = call::<SignIn>(r, &[("password", ADMIN_PW)], None, headers).await;
+        assert_eq!(login.status, 403);
+    }
+    unchanged(q, &dead, &leased).await;
+
+    // The same request from our own origin works (so the refusals above were the check).
+    let ours = [
+        ("origin", "http://admin.test:3000"),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let fields = [("op", "purge"), ("id", "dead"), ("confirm", "dead")];
+    let reply = call::<Act>(r, &fields, Some(&cookie), &ours).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("purged 1"), "{}", reply.body);
+    assert_eq!(q.stats().await.unwrap().dead, 0);
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn sign_in_is_generic_and_rate_limited() {
+    let env = start().await;
+    let r = &env.router;
+    let ip = [10, 0, 0, 3];
+    for guess in ["wrong", "", "x".repeat(5000).as_str()] {
+        let reply = sign_in(r, guess, ip).await.expect_err("refused");
+        assert_eq!(reply.status, 401, "{}", reply.body);
+        assert!(reply.body.contains("wrong password"), "{}", reply.body);
+    }
+    // max_failures = 3: now even the right password is refused for this address...
+    let reply = sign_in(r, ADMIN_PW, ip).await.expect_err("limited");
+    assert_eq!(reply.status, 429, "{}", reply.body);
+    assert!(!reply.body.contains("wrong password"));
+    // ...while another address signs in.
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 4])
+        .await
+        .ok()
+        .expect("other address");
+
+    // The cookie is locked down.
+    let reply = send(
+        r,
+        "POST",
+        SignIn::PATH,
+        form(&[("password", ADMIN_PW)]),
+        None,
+        &[],
+        [10, 0, 0, 5],
+    )
+    .await;
+    let set = reply
+        .headers
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    assert!(
+        !set.contains("Secure"),
+        "plain http without REPOLL_COOKIE_SECURE: {set}"
+    );
+
+    // Signing out ends the session for good.
+    let me = call::<Whoami>(r, &[], Some(&cookie), &[]).await;
+    assert!(me.body.contains("admin"), "{}", me.body);
+    assert!(call::<SignOut>(r, &[], Some(&cookie), &[]).await.status < 400);
+    let me = call::<Whoami>(r, &[], Some(&cookie), &[]).await;
+    assert_eq!(me.body, "null");
+    assert_eq!(
+        call::<Act>(r, &[("op", "pause")], Some(&cookie), &[])
+            .await
+            .status,
+        401
+    );
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn viewer_sees_everything_and_changes_nothing() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "dead three").await;
+    let (leased, _) = leased_task(q, "held three").await;
+    let cookie = sign_in(r, VIEWER_PW, [10, 0, 0, 6])
+        .await
+        .ok()
+        .expect("viewer signs in");
+
+    for fields in all_actions(&dead, &leased) {
+        let reply = call::<Act>(r, &fields, Some(&cookie), &[]).await;
+        assert_eq!(reply.status, 403, "{fields:?}: {}", reply.body);
+        assert!(reply.body.contains("read-only"), "{}", reply.body);
+    }
+    unchanged(q, &dead, &leased).await;
+
+    let overview = call::<Overview>(r, &[], Some(&cookie), &[]).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    let listing = call::<ListTasks>(r, &[("state", "dead")], Some(&cookie), &[]).await;
+    assert!(listing.body.contains(&dead), "{}", listing.body);
+    let html = send(
+        r,
+        "GET",
+        "/admin",
+        String::new(),
+        Some(&cookie),
+        &[("accept", "text/html")],
+        [10, 0, 0, 6],
+    )
+    .await;
+    assert_eq!(html.status, 200);
+    assert!(html.body.contains("read-only"), "the frame says so");
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn admin_actions_work_and_are_audited() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "dead four").await;
+    let (leased, token) = leased_task(q, "held four").await;
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 7])
+        .await
+        .ok()
+        .expect("admin signs in");
+    let act = |fields: Vec<(&'static str, String)>| {
+        let cookie = cookie.clone();
+        async move {
+            let f: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            call::<Act>(r, &f, Some(&cookie), &[]).await
+        }
+    };
+
+    // A purge needs the typed name.
+    let reply = act(vec![
+        ("op", "purge".into()),
+        ("id", "dead".into()),
+        ("confirm", "deaf".into()),
+    ])
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(q.stats().await.unwrap().dead, 1);
+    // Bad ids and unknown ops are refused without a panic.
+    assert_eq!(
+        act(vec![("op", "retry".into()), ("id", "../../x".into())])
+            .await
+            .status,
+        400
+    );
+    assert_eq!(act(vec![("op", "explode".into())]).await.status, 400);
+
+    let reply = act(vec![
+        ("op", "release".into()),
+        ("id", leased.clone()),
+        ("token", token.to_string()),
+    ])
+    .await;
+    assert_eq!(reply.body, "\"released 1 lease\"");
+    let reply = act(vec![("op", "retry".into()), ("id", dead.clone())]).await;
+    assert!(reply.body.contains("retried task"), "{}", reply.body);
+    let reply = act(vec![("op", "pause".into())]).await;
+    assert_eq!(reply.status, 200);
+    assert!(q.stats().await.unwrap().paused);
+    act(vec![("op", "resume".into())]).await;
+    assert!(!q.stats().await.unwrap().paused);
+
+    let overview = call::<Overview>(r, &[], Some(&cookie), &[]).await;
+    for action in ["release", "retry", "pause", "resume"] {
+        assert!(
+            overview.body.contains(&format!("\"action\":\"{action}\"")),
+            "{}",
+            overview.body
+        );
+    }
+    let detail = call::<ReadTask>(r, &[("id", &dead)], Some(&cookie), &[]).await;
+    assert!(
+        detail.body.contains("admin"),
+        "history names who retried: {}",
+        detail.body
+    );
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn live_stream_needs_a_session_and_starts_with_resync() {
+    let env = start().await;
+    let r = &env.router;
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 8])
+        .await
+        .ok()
+        .expect("signed in");
+    let req = Request::get("/admin/events")
+        .header("host", HOST)
+        .header("cookie", format!("repoll_session={cookie}"))
+        .body(Body::empty())
+        .unwrap();
+    let res = r.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    assert_eq!(
+        res.headers().get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    let mut body = res.into_body().into_data_stream();
+    let first = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .expect("first event in time")
+        .expect("an event")
+        .unwrap();
+    let first = String::from_utf8_lossy(&first).into_owned();
+    // Browsers drop an event without data, so the data line must be there.
+    assert!(
+        first.contains("event: resync") && first.contains("data: resync"),
+        "{first}"
+    );
+    // A change in the queue arrives as `changed`.
+    env.queue.pause("test").await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let chunk = body.next().await.expect("stream open").unwrap();
+            let text = String::from_utf8_lossy(&chunk).into_owned();
+            if text.contains("event:") {
+                return text;
+            }
+        }
+    })
+    .await
+    .expect("changed in time");
+    assert!(
+        next.contains("event: changed") || next.contains("event: resync"),
+        "{next}"
+    );
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn render_time_with_100k_tasks() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let n = 100_000;
+    let started = Instant::now();
+    let policy = queue::EnqueuePolicy::default();
+    let mut pending = futures::stream::iter(0..n)
+        .map(|i| {
+            let q = q.clone();
+            let policy = policy.clone();
+            async move { q.enqueue(&format!("load task {i}"), "", &policy).await }
+        })
+        .buffer_unordered(512);
+    while let Some(res) = pending.next().await {
+        res.unwrap();
+    }
+    println!("enqueued {n} tasks in {:?}", started.elapsed());
+    assert_eq!(q.stats().await.unwrap().ready, n);
+
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 9])
+        .await
+        .ok()
+        .expect("signed in");
+    for page in ["/admin", "/admin/tasks", "/admin/tasks?state=ready"] {
+        let mut times = Vec::new();
+        for _ in 0..7 {
+            let t = Instant::now();
+            let reply = send(
+                r,
+                "GET",
+                page,
+                String::new(),
+                Some(&cookie),
+                &[("accept", "text/html")],
+                [10, 0, 0, 9],
+            )
+            .await;
+            times.push(t.elapsed());
+            assert_eq!(reply.status, 200, "{page}");
+            assert!(reply.body.contains("100000"), "{page} shows the count");
+        }
+        times.sort();
+        println!(
+            "RENDER {page}: median {:?}, min {:?}, max {:?} (server render incl. Redis reads, {n} tasks queued)",
+            times[times.len() / 2],
+            times[0],
+            times[times.len() - 1]
+        );
+    }
+    env.redis.stop().await;
+}
+
+/// A tiny self-cleaning temporary directory (as in tests/web.rs).
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new() -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let p = std::env::temp_dir().join(format!(
+                "repoll-admin-test-{}-{}-{}",
+                std::process::id(),
+                t,
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! The public JSON API driven through the real router (`oneshot`), against a private
+//! redis-server, with the simulator and a worker in-process where a test needs progress.
+
+use std::{net::SocketAddr, time::Duration};
+
+use app::context::AppContext;
+use axum::{
+    body::Body,
+    extract::ConnectInfo,
+    http::{HeaderMap, Request},
+    Router,
+};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use server::{
+    api::{ApiArgs, ApiState},
+    managed_redis::ManagedRedis,
+    web::{self, Limits, WebState},
+};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// What a test may change about the server.
+struct Opts {
+    /// Run the simulator and a worker (otherwise tasks never progress).
+    worker: bool,
+    api: ApiArgs,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            worker: false,
+            api: ApiArgs {
+                rate_per_min: 0,
+                ..ApiArgs::default()
+            },
+        }
+    }
+}
+
+struct Env {
+    router: Router,
+    queue: queue::Queue,
+    sim_url: String,
+    redis: Option<ManagedRedis>,
+    stop: CancellationToken,
+    _dir: tempdir::Dir,
+}
+
+impl Env {
+    async fn start(opts: Opts) -> Env {
+        let dir = tempdir::Dir::new();
+        let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
+            .await
+            .expect("redis-server starts");
+        let url = redis.url().to_string();
+        let queue = queue::Queue::connect(
+            &url,
+            queue::QueueConfig {
+                name: "apitest".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("connect");
+        let stop = CancellationToken::new();
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let sim_addr = listener.local_addr().unwrap();
+        tokio::spawn(sim::serve(
+            listener,
+            sim::SimArgs::default(),
+            stop.clone().cancelled_owned(),
+        ));
+        if opts.worker {
+            let upstream = worker::Upstream::new(&worker::UpstreamArgs {
+                url: format!("http://{sim_addr}/api/query?q={{key}}"),
+                ..Default::default()
+            })
+            .unwrap();
+            let policy = worker::PolicyArgs {
+                poll_interval_ms: 100,
+                poll_multiplier: 1.0,
+                ..Default::default()
+            };
+            let w = worker::Worker::new(
+                queue.clone(),
+                queue::redis::Client::open(url.as_str()).unwrap(),
+                upstream,
+                policy,
+                worker::WorkerArgs {
+                    concurrency: 4,
+                    grace_ms: 200,
+                    ..Default::default()
+                },
+            );
+            tokio::spawn(w.run(stop.clone().cancelled_owned()));
+        }
+
+        let live = server::live::Live::start(
+            queue::redis::Client::open(url.as_str()).unwrap(),
+            queue.channels().dashboard,
+            stop.clone(),
+        );
+        let state = WebState {
+            live,
+            api: ApiState::new(&opts.api),
+            admin: Default::default(),
+            leptos_options: web::leptos_options("target/site"),
+            app: AppContext {
+                queue: queue.clone(),
+                enqueue_policy: Default::default(),
+                admin: Default::default(),
+                first_answer: Duration::from_millis(opts.api.first_answer_ms),
+            },
+        };
+        let router = web::router(
+            state,
+            Limits {
+                body_bytes: 64 * 1024,
+                timeout: Duration::from_secs(10),
+            },
+            Router::new(),
+        );
+        Env {
+            router,
+            queue,
+            sim_url: format!("http://{sim_addr}"),
+            redis: Some(redis),
+            stop,
+            _dir: dir,
+        }
+    }
+
+    async fn send(&self, req: Request<Body>) -> Reply {
+        let res = self.router.clone().oneshot(req).await.unwrap();
+        let status = res.status().as_u16();
+        let headers = res.headers().clone();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+
+    async fn submit(&self, query: &str) -> Reply {
+        self.send(post_json(&json!({ "query": query }).to_string()))
+            .await
+    }
+
+    async fn get(&self, uri: &str) -> Reply {
+        self.send(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+    }
+
+    async fn sim_key(&self, key: &str) -> Value {
+        let stats: Value = reqwest::get(format!("{}/_sim/stats", self.sim_url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        stats["keys"][key].clone()
+    }
+
+    async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(r) = self.redis.take() {
+            r.stop().await;
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: HeaderMap,
+    text: String,
+    json: Value,
+}
+
+impl Reply {
+    /// Asserts the API's error shape and returns the code.
+    fn error_code(&self) -> &str {
+        assert!(
+            self.json["error"]["message"].is_string(),
+            "error shape: {} {}",
+            self.status,
+            self.text
+        );
+        self.json["error"]["code"].as_str().unwrap()
+    }
+}
+
+fn post_json(body: &str) -> Request<Body> {
+    Request::post("/api/v1/queries")
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+/// Polls `GET /api/v1/queries/{id}` until it is final.
+async fn wait_final(env: &Env, id: &str) -> Value {
+    for _ in 0..200 {
+        let r = env.get(&format!("/api/v1/queries/{id}")).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        if r.json["status"] != "processing" {
+            return r.json;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("query {id} did not finish");
+}
+
+#[tokio::test]
+async fn bad_input_is_4xx_with_the_error_shape() {
+    let env = Env::start(Opts::default()).await;
+
+    for (body, status, code) in [
+        (r#"{"query": ""}"#, 422, "invalid_query"),
+        (r#"{"query": "   \t "}"#, 422, "invalid_query"),
+        (r#"{"query": "a\u0007b"}"#, 422, "invalid_query"),
+        (r#"{"nope": 1}"#, 422, "invalid_body"),
+        (r#"{"query": 5}"#, 422, "invalid_body"),
+        (r#"{"query": "#, 400, "malformed_json"),
+        ("not json at all", 400, "malformed_json"),
+    ] {
+        let r = env.send(post_json(body)).await;
+        assert_eq!(r.status, status, "{body}: {}", r.text);
+        assert_eq!(r.error_code(), code, "{body}");
+    }
+
+    let long = "x".repeat(513);
+    let r = env.submit(&long).await;
+    assert_eq!((r.status, r.error_code()), (422, "invalid_query"));
+    // 512 characters after trimming are fine.
+    let ok = format!("  {}  ", "y".repeat(512));
+    assert_eq!(env.submit(&ok).await.status, 202);
+
+    // Wrong or missing content type.
+    let r = env
+        .send(
+            Request::post("/api/v1/queries")
+                .header("content-type", "text/plain")
+                .body(Body::from(r#"{"query":"a"}"#))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!((r.status, r.error_code()), (415, "unsupported_media_type"));
+    let r = env
+        .send(
+            Request::post("/api/v1/queries")
+                .body(Body::from(r#"{"query":"a"}"#))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!((r.status, r.error_code()), (415, "unsupported_media_type"));
+
+    // Oversized: beyond the API's own limit, a JSON 413 ...
+    let big = format!(r#"{{"query": "{}"}}"#, "z".repeat(8 * 1024));
+    let r = env.send(post_json(&big)).await;
+    assert_eq!((r.status, r.error_code()), (413, "payload_too_large"));
+    // ... and beyond the global limit, still a 413.
+    let huge = format!(r#"{{"query": "{}"}}"#, "z".repeat(100 * 1024));
+    assert_eq!(env.send(post_json(&huge)).await.status, 413);
+
+    // Unknown ids and malformed ids are 404 in the error shape, on both read endpoints.
+    for uri in [
+        "/api/v1/queries/0123456789abcdef0123456789abcdef",
+        "/api/v1/queries/NOT-AN-ID",
+        "/api/v1/queries/0123456789ABCDEF0123456789ABCDEF",
+        "/api/v1/queries/0123456789abcdef0123456789abcdef/events",
+        "/api/v1/queries/..%2F..%2Fetc/events",
+        "/api/v1/nothing/here",
+    ] {
+        let r = env.get(uri).await;
+        assert_eq!((r.status, r.error_code()), (404, "not_found"), "{uri}");
+    }
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn submit_is_202_then_done_with_partial_first_and_one_chain_of_polls() {
+    let env = Env::start(Opts {
+        worker: true,
+        ..Default::default()
+    })
+    .await;
+    let key = "order-7 polls=4";
+    let r = env.submit(key).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let v = &r.json;
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 32);
+    assert_eq!(v["status"], "processing");
+    assert_eq!(v["query"], key);
+    assert!(v["result"].is_null());
+    assert!(v["created_at"].as_i64().unwrap() > 0);
+    // The first poll ran within the first-answer budget: partial data is in the first answer,
+    // structured (the upstream sent JSON).
+    assert!(v["partial"].is_object(), "partial in first answer: {v}");
+    assert_eq!(v["polls"], 1);
+    assert_eq!(
+        r.headers["location"].to_str().unwrap(),
+        format!("/api/v1/queries/{id}")
+    );
+
+    let done = wait_final(&env, &id).await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert!(done["result"].is_object(), "{done}");
+    assert!(done["partial"].is_null());
+    assert!(done["error"].is_null());
+
+    // A fresh stored result answers 200 at once, without a new task.
+    let again = env.submit("  order-7   polls=4 ").await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json["status"], "done");
+    assert_eq!(again.json["id"], id.as_str());
+    assert_eq!(again.json["result"], done["result"]);
+
+    // One chain of upstream polls: 3 processing answers + 1 done.
+    let sim = env.sim_key(key).await;
+    assert_eq!(sim["calls"], 4, "{sim}");
+    assert_eq!(sim["done"], 1, "{sim}");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn failed_upstream_is_failed_with_a_plain_reason() {
+    let env = Env::start(Opts {
+        worker: true,
+        ..Default::default()
+    })
+    .await;
+    let r = env
+        .submit("broken-1 status=failed error=no_such_order")
+        .await;
+    assert!(matches!(r.status, 200 | 202), "{}", r.text);
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let v = wait_final(&env, &id).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    let error = v["error"].as_str().unwrap();
+    assert!(error.contains("refused"), "{error}");
+    assert!(error.contains("no_such_order"), "{error}");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn sse_sends_state_then_final_and_closes() {
+    let env = Env::start(Opts {
+        worker: true,
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+    })
+    .await;
+    let r = env.submit("stream-1 polls=3").await;
+    assert_eq!(r.status, 202);
+    let id = r.json["id"].as_str().unwrap().to_string();
+
+    let res = env
+        .router
+        .clone()
+        .oneshot(
+            Request::get(format!("/api/v1/queries/{id}/events"))
+                .header("last-event-id", "12345")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    assert_eq!(
+        res.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    // The body ends by itself after the final event.
+    let body = tokio::time::timeout(Duration::from_secs(15), res.into_body().collect())
+        .await
+        .expect("stream closes after the final event")
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    let events: Vec<(u64, Value)> = text
+        .split("\n\n")
+        .filter(|block| block.contains("event: state"))
+        .map(|block| {
+            let id = block
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let data = block
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap();
+            (id, serde_json::from_str(data).unwrap())
+        })
+        .collect();
+    assert!(events.len() >= 2, "state then final: {text}");
+    assert_eq!(events[0].1["status"], "processing", "{text}");
+    let last = &events.last().unwrap().1;
+    assert_eq!(last["status"], "done", "{text}");
+    assert!(last["result"].is_object());
+    assert!(
+        events.windows(2).all(|w| w[0].0 <= w[1].0),
+        "event ids grow: {text}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| e.1["status"] == "done").count(),
+        1,
+        "one final event: {text}"
+    );
+
+    // A stream opened on a finished query sends the final state and closes at once.
+    let res = env
+        .router
+        .clone()
+        .oneshot(
+            Request::get(format!("/api/v1/queries/{id}/events"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let body = tokio::time::timeout(Duration::from_secs(5), res.into_body().collect())
+        .await
+        .expect("closes at once")
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(text.matches("event: state").count(), 1, "{text}");
+    assert!(text.contains(r#""status":"done""#), "{text}");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_submits_of_the_same_query_share_one_task() {
+    // No worker: the task stays put, so both answers are "processing".
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let (a, b) = tokio::join!(env.submit("shared-1"), env.submit("  shared-1  "));
+    assert_eq!((a.status, b.status), (202, 202));
+    assert_eq!(a.json["id"], b.json["id"]);
+    let stats = env.queue.stats().await.unwrap();
+    assert_eq!(stats.ready, 1, "{stats:?}");
+
+    // The shared code says which request created the task and which joined it.
+    let ctx = AppContext {
+        queue: env.queue.clone(),
+        enqueue_policy: Default::default(),
+        admin: Default::default(),
+        first_answer: Duration::ZERO,
+    };
+    let (x, y) = tokio::join!(
+        app::query::submit(&ctx, "shared-2"),
+        app::query::submit(&ctx, "shared-2")
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.0.id, y.0.id);
+    let mut created = [x.1, y.1];
+    created.sort();
+    assert_eq!(created, [false, true], "one Created, one Joined");
+
+    let got = env
+        .get(&format!(
+            "/api/v1/queries/{}",
+            a.json["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.json["status"], "processing");
+    assert!(got.json["next_poll_at"].as_i64().is_some());
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn rate_limit_is_per_client_with_retry_after() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 1,
+            rate_burst: 2,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let from = |ip: [u8; 4], q: &str| {
+        let mut req = post_json(&json!({ "query": q }).to_string());
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+        req
+    };
+    assert_eq!(env.send(from([10, 0, 0, 1], "r1")).await.status, 202);
+    assert_eq!(env.send(from([10, 0, 0, 1], "r2")).await.status, 202);
+    let r = env.send(from([10, 0, 0, 1], "r3")).await;
+    assert_eq!((r.status, r.error_code()), (429, "rate_limited"));
+    let wait: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    // Another client is not affected.
+    assert_eq!(env.send(from([10, 0, 0, 2], "r4")).await.status, 202);
+    // Reads are not limited.
+    assert_eq!(env.get("/api/v1/openapi.json").await.status, 200);
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn redis_down_is_503_with_the_error_shape() {
+    let mut env = Env::start(Opts::default()).await;
+    env.redis.take().unwrap().stop().await;
+    let r = env.submit("anything").await;
+    assert_eq!(
+        (r.status, r.error_code()),
+        (503, "unavailable"),
+        "{}",
+        r.text
+    );
+    let r = env
+        .get("/api/v1/queries/0123456789abcdef0123456789abcdef")
+        .await;
+    assert_eq!(
+        (r.status, r.error_code()),
+        (503, "unavailable"),
+        "{}",
+        r.text
+    );
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn openapi_document_lists_every_endpoint() {
+    let env = Env::start(Opts::default()).await;
+    let r = env.get("/api/v1/openapi.json").await;
+    assert_eq!(r.status, 200);
+    let doc = &r.json;
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/api/v1/queries",
+        "/api/v1/queries/{id}",
+        "/api/v1/queries/{id}/events",
+        "/api/v1/openapi.json",
+    ] {
+        assert!(paths.contains_key(p), "{p} documented");
+    }
+    let post = &doc["paths"]["/api/v1/queries"]["post"]["responses"];
+    for code in ["200", "202", "400", "413", "415", "422", "429", "503"] {
+        assert!(post.get(code).is_some(), "POST documents {code}");
+    }
+    for schema in ["Query", "Error", "SubmitBody"] {
+        assert!(doc["components"]["schemas"].get(schema).is_some());
+    }
+    env.stop().await;
+}
+
+/// A tiny self-cleaning temporary directory (avoids a dependency for one use).
+mod tempdir {
+    use std::path::{Path, PathBuf};
+
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new() -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let p = std::env::temp_dir().join(format!(
+                "repoll-api-test-{}-{}-{}",
+                std::process::id(),
+                t,
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
