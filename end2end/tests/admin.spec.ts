@@ -119,7 +119,7 @@ test("retry a dead task and watch it complete live; search finds it; its timelin
 }) => {
   test.setTimeout(120_000);
   const errors = watchErrors(page);
-  const query = `admin-dead-${run} fail=500 fail_times=5 polls=1`;
+  const query = `admin-dead-${run}-${test.info().repeatEachIndex} fail=500 fail_times=5 polls=1`;
   const id = await submit(request, query);
   await signIn(page);
 

@@ -47,7 +47,7 @@ pub fn ThroughputChart(buckets: Vec<Bucket>) -> impl IntoView {
                 <polyline class="s-failed" fill="none" stroke="#d33a2c" stroke-width="1.5" points=points(&failed, max) />
             </svg>
             <figcaption>
-                "per minute, last hour (max " {max as u64} ") · this minute: "
+                {format!("per minute, last hour (max {}) · this minute: ", max as u64)}
                 <span class="s-completed" style="color:#2e9e44">{format!("{} completed", last.completed)}</span> ", "
                 <span class="s-failed" style="color:#d33a2c">{format!("{} failed", last.failed)}</span> ", "
                 <span class="s-polled" style="color:#3b6fd6">{format!("{} polled", last.polled)}</span>
@@ -78,8 +78,11 @@ pub fn TimeToResultChart(buckets: Vec<Bucket>) -> impl IntoView {
                 <polyline class="s-ttr" fill="none" stroke="#8a4fd1" stroke-width="2" points=points(&avg, max) />
             </svg>
             <figcaption>
-                "average time to result per minute (max " {super::ui::duration(max as i64)}
-                ", latest " {super::ui::duration(latest as i64)} ")"
+                {format!(
+                    "average time to result per minute (max {}, latest {})",
+                    super::ui::duration(max as i64),
+                    super::ui::duration(latest as i64),
+                )}
             </figcaption>
         </figure>
     }

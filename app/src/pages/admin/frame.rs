@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use leptos_meta::Style;
 use leptos_router::components::{Redirect, A};
 
-use super::live::{connect_live, provide_live, LiveIndicator};
+use super::live::{connect_live, use_live, LiveIndicator};
 use super::login::{whoami, LoginPage, SignOut};
 use crate::auth::Role;
 
@@ -15,18 +15,21 @@ use crate::auth::Role;
 #[component]
 pub fn AdminFrame(children: ChildrenFn) -> impl IntoView {
     let me = Resource::new(|| (), |_| whoami());
-    let live = provide_live();
+    let live = use_live();
     let sign_out = ServerAction::<SignOut>::new();
     let children = StoredValue::new(children);
     view! {
         <Style id="repoll-admin">{ADMIN_CSS}</Style>
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
-            {move || Suspend::new(async move {
-                match me.await {
+            {move || me.get().map(|answer| {
+                match answer {
                     Ok(Some(me)) => {
                         let read_only = me.role == Role::Viewer;
                         connect_live(live);
+                        // One root element per branch: multi-root views swapped by a
+                        // Transition after hydration were seen to leave nodes behind.
                         view! {
+                            <div class="admin-frame">
                             <nav class="admin-nav" data-testid="admin-nav">
                                 <A href="/admin" exact=true>"Overview"</A>
                                 <A href="/admin/tasks">"Tasks"</A>
@@ -41,11 +44,12 @@ pub fn AdminFrame(children: ChildrenFn) -> impl IntoView {
                                 </ActionForm>
                             </nav>
                             {children.with_value(|c| c())}
+                            </div>
                         }
                             .into_any()
                     }
                     Ok(None) if cfg!(feature = "ssr") => {
-                        view! { <Redirect path="/admin/login" /> <p>"sign in required"</p> }.into_any()
+                        view! { <div><Redirect path="/admin/login" /> <p>"sign in required"</p></div> }.into_any()
                     }
                     Ok(None) => view! { <LoginPage /> }.into_any(),
                     Err(e) => view! { <p class="err">{super::ui::error_text(&e)}</p> }.into_any(),

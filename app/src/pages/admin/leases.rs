@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::AdminFrame;
-use super::live::use_live;
+use super::live::provide_live;
 use super::model::LeaseRow;
 use super::ui::{duration, error_text, or_dash, short};
 
@@ -48,16 +48,9 @@ pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
 /// `/admin/leases?within=<ms>`.
 #[component]
 pub fn LeasesPage() -> impl IntoView {
-    view! {
-        <AdminFrame>
-            <LeasesBody />
-        </AdminFrame>
-    }
-}
-
-#[component]
-fn LeasesBody() -> impl IntoView {
-    let live = use_live();
+    // Resources are created here, before the frame, so their order (which hydration
+    // matches by) never depends on when the session check resolves.
+    let live = provide_live();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
@@ -72,6 +65,16 @@ fn LeasesBody() -> impl IntoView {
         |(within, _, _)| leases(within),
     );
     view! {
+        <AdminFrame>
+            <LeasesBody data action />
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn LeasesBody(data: Resource<Result<LeasesData, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
+    let query = use_query_map();
+    view! {
         <section class="panel">
             <h1>"Stuck leases"</h1>
             <p class="muted">
@@ -84,12 +87,14 @@ fn LeasesBody() -> impl IntoView {
                 <A href="/admin/leases?within=300000">"within 5 min"</A>
             </div>
             <ActionResult action />
-            <Transition fallback=|| view! { <p>"Reading…"</p> }>
+            <div class="data">
+                <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
                         Ok(d) => view! { <LeaseTable data=d action /> }.into_any(),
                         Err(e) => view! { <p class="err" data-testid="leases-error">{error_text(&e)}</p> }.into_any(),
                     })}
             </Transition>
+            </div>
         </section>
     }
 }
@@ -98,6 +103,7 @@ fn LeasesBody() -> impl IntoView {
 fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
     let past = data.rows.iter().filter(|r| r.overdue_ms >= 0).count();
     view! {
+        <div class="view">
         <p data-testid="lease-summary">
             {format!(
                 "{past} past deadline, {} within {} of it",
@@ -139,5 +145,6 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                     .collect_view()}
             </tbody>
         </table>
+        </div>
     }
 }

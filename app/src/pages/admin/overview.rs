@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::chart::{ThroughputChart, TimeToResultChart};
 use super::frame::AdminFrame;
-use super::live::use_live;
+use super::live::provide_live;
 use super::model::{AuditEntry, StatsView, WorkerRow};
 use super::ui::{duration, error_text, or_dash, relative};
 use crate::status::RedisStatusPanel;
@@ -71,21 +71,23 @@ async fn futures_join(
 /// `/admin`.
 #[component]
 pub fn OverviewPage() -> impl IntoView {
-    view! {
-        <AdminFrame>
-            <OverviewBody />
-        </AdminFrame>
-    }
-}
-
-#[component]
-fn OverviewBody() -> impl IntoView {
-    let live = use_live();
+    // Resources are created here, before the frame, so their order (which hydration
+    // matches by) never depends on when the session check resolves.
+    let live = provide_live();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
         move || (live.tick.get(), action.version().get()),
         |_| overview(),
     );
+    view! {
+        <AdminFrame>
+            <OverviewBody data action />
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn OverviewBody(data: Resource<Result<OverviewData, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
     // One number of the current data, as text that refreshes on its own.
     let count = move |f: fn(&StatsView) -> u64| {
         view! {
@@ -97,12 +99,14 @@ fn OverviewBody() -> impl IntoView {
     view! {
         <section class="panel">
             <h1>"Overview"</h1>
-            <Transition fallback=|| view! { <p>"Reading the queue…"</p> }>
+            <div class="data">
+                <Transition fallback=|| view! { <p>"Reading the queue…"</p> }>
                 {move || data.get().map(|r| match r {
                         Ok(d) => view! { <OverviewView data=d /> }.into_any(),
                         Err(e) => view! { <p class="err" data-testid="overview-error">{error_text(&e)}</p> }.into_any(),
                     })}
             </Transition>
+            </div>
         </section>
         <section class="panel" data-testid="queue-actions">
             <h2>"Actions"</h2>
@@ -142,8 +146,8 @@ fn PurgeRow(
     view! {
         <tr>
             <td>
-                "Removes " <strong data-testid=format!("purge-count-{target}")>{count}</strong> " "
-                {what} "."
+                "Removes " <strong data-testid=format!("purge-count-{target}")>{count}</strong>
+                {format!(" {what}.")}
             </td>
             <td>
                 <ActionForm action=action attr:class="inline">
@@ -179,6 +183,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         }
     };
     view! {
+        <div class="view">
         <div class="counts" data-testid="counts">
             {card("ready", "ready now", s.ready)}
             {card("waiting", "waiting for next poll", s.waiting)}
@@ -217,8 +222,8 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                         view! {
                             <tr class=class data-worker=wid>
                                 <td>
-                                    {or_dash(w.id)}
-                                    {w.gone.then(|| view! { " " <span class="badge err">"gone"</span> })}
+                                    <code>{or_dash(w.id)}</code>
+                                    {w.gone.then(|| view! { <span class="badge err">"gone"</span> })}
                                 </td>
                                 <td>{or_dash(w.host)}</td>
                                 <td>{w.pid}</td>
@@ -256,5 +261,6 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                     .collect_view()}
             </tbody>
         </table>
+        </div>
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::AdminFrame;
-use super::live::use_live;
+use super::live::provide_live;
 use super::model::{HistoryRow, ResultRow, TaskRow};
 use super::ui::{error_text, or_dash, relative};
 
@@ -51,16 +51,9 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
 /// `/admin/tasks/:id`.
 #[component]
 pub fn TaskPage() -> impl IntoView {
-    view! {
-        <AdminFrame>
-            <TaskBody />
-        </AdminFrame>
-    }
-}
-
-#[component]
-fn TaskBody() -> impl IntoView {
-    let live = use_live();
+    // Resources are created here, before the frame, so their order (which hydration
+    // matches by) never depends on when the session check resolves.
+    let live = provide_live();
     let params = use_params_map();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
@@ -74,16 +67,27 @@ fn TaskBody() -> impl IntoView {
         |(id, _, _)| read_task(id),
     );
     view! {
+        <AdminFrame>
+            <TaskBody data action />
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn TaskBody(data: Resource<Result<Option<TaskView>, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
+    view! {
         <section class="panel">
             <h1>"Task"</h1>
             <ActionResult action />
-            <Transition fallback=|| view! { <p>"Reading…"</p> }>
+            <div class="data">
+                <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
                         Ok(Some(v)) => view! { <TaskDetailView view=v action /> }.into_any(),
                         Ok(None) => view! { <p data-testid="task-missing">"Nothing is known about this id (finished and expired, purged, or never seen)."</p> }.into_any(),
                         Err(e) => view! { <p class="err" data-testid="task-error">{error_text(&e)}</p> }.into_any(),
                     })}
             </Transition>
+            </div>
         </section>
     }
 }
@@ -143,9 +147,10 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         }
     });
     view! {
+        <div class="view">
         <p>"id " <code data-testid="task-id">{id}</code></p>
-        {task}
-        {result}
+        <div>{task}</div>
+        <div>{result}</div>
         <h2>"History"</h2>
         <ol class="timeline" data-testid="timeline" reversed>
             {view
@@ -163,5 +168,6 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
                 })
                 .collect_view()}
         </ol>
+        </div>
     }
 }

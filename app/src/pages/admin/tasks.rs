@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::AdminFrame;
-use super::live::use_live;
+use super::live::provide_live;
 use super::model::{ResultRow, TaskRow};
 use super::ui::{error_text, or_dash, relative, short};
 
@@ -205,16 +205,9 @@ mod ssr {
 /// `/admin/tasks?state=..&cursor=..&q=..`.
 #[component]
 pub fn TasksPage() -> impl IntoView {
-    view! {
-        <AdminFrame>
-            <TasksBody />
-        </AdminFrame>
-    }
-}
-
-#[component]
-fn TasksBody() -> impl IntoView {
-    let live = use_live();
+    // Resources are created here, before the frame, so their order (which hydration
+    // matches by) never depends on when the session check resolves.
+    let live = provide_live();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
@@ -230,6 +223,16 @@ fn TasksBody() -> impl IntoView {
         },
         |(state, cursor, search, _, _)| list_tasks(state, cursor, search),
     );
+    view! {
+        <AdminFrame>
+            <TasksBody data action />
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn TasksBody(data: Resource<Result<Listing, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
+    let query = use_query_map();
     let current = move || query.get().get("state").unwrap_or_else(|| "ready".into());
     view! {
         <section class="panel">
@@ -262,12 +265,14 @@ fn TasksBody() -> impl IntoView {
                     .collect_view()}
             </nav>
             <ActionResult action />
-            <Transition fallback=|| view! { <p>"Reading…"</p> }>
+            <div class="data">
+                <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
                         Ok(l) => view! { <ListingView listing=l action /> }.into_any(),
                         Err(e) => view! { <p class="err" data-testid="tasks-error">{error_text(&e)}</p> }.into_any(),
                     })}
             </Transition>
+            </div>
         </section>
     }
 }
@@ -288,9 +293,14 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     });
     let dead = listing.state == "dead" && listing.total > 0;
     view! {
+        <div class="view">
         <p data-testid="listing-total">{heading}</p>
-        {listing.note.map(|n| view! { <p class="muted">{n}</p> })}
-        {dead.then(|| view! { <ActButton action op="retry_all_dead" label="Retry all dead" testid="retry-all-dead" /> })}
+        // Optional parts each sit in their own element: bare empty placeholders next to each
+        // other are what hydration is most likely to mis-assign.
+        <div class="muted">{listing.note}</div>
+        <div>
+            {dead.then(|| view! { <ActButton action op="retry_all_dead" label="Retry all dead" testid="retry-all-dead" /> })}
+        </div>
         <table data-testid="task-table">
             <thead>
                 <tr>
@@ -345,6 +355,7 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
                     .collect_view()}
             </tbody>
         </table>
-        <p class="pager">{first} " " {next}</p>
+        <p class="pager row"><span>{first}</span><span>{next}</span></p>
+        </div>
     }
 }
