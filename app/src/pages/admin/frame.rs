@@ -9,12 +9,31 @@ use leptos_router::components::{Redirect, A};
 
 use super::live::{connect_live, use_live, LiveIndicator};
 use super::login::{whoami, LoginPage, SignOut};
-use crate::auth::Role;
+use crate::auth::{Me, Role};
+
+/// The session check of a page. Created by the page before its data resources, so the
+/// order of resources (which hydration matches by) is fixed.
+pub fn session() -> Resource<Result<Option<Me>, ServerFnError>> {
+    Resource::new(|| (), |_| whoami())
+}
+
+/// Whether `me` says signed in. Page data resources await this first, so a signed-out
+/// visit (client-side navigation) makes no request that would only be refused.
+pub async fn signed_in(me: Resource<Result<Option<Me>, ServerFnError>>) -> bool {
+    matches!(me.await, Ok(Some(_)))
+}
+
+/// The error page data holds when nobody is signed in (the frame shows the sign-in form).
+pub fn signed_out<T>() -> Result<T, ServerFnError> {
+    Err(ServerFnError::new("sign in required"))
+}
 
 /// Wraps an admin page's content.
 #[component]
-pub fn AdminFrame(children: ChildrenFn) -> impl IntoView {
-    let me = Resource::new(|| (), |_| whoami());
+pub fn AdminFrame(
+    me: Resource<Result<Option<Me>, ServerFnError>>,
+    children: ChildrenFn,
+) -> impl IntoView {
     let live = use_live();
     let sign_out = ServerAction::<SignOut>::new();
     let children = StoredValue::new(children);

@@ -10,7 +10,7 @@ use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::frame::AdminFrame;
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::model::LeaseRow;
 use super::ui::{duration, error_text, or_dash, short};
@@ -51,6 +51,7 @@ pub fn LeasesPage() -> impl IntoView {
     // Resources are created here, before the frame, so their order (which hydration
     // matches by) never depends on when the session check resolves.
     let live = provide_live();
+    let me = session();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
@@ -62,18 +63,25 @@ pub fn LeasesPage() -> impl IntoView {
                 .unwrap_or(DEFAULT_WITHIN_MS);
             (within, live.tick.get(), action.version().get())
         },
-        |(within, _, _)| leases(within),
+        move |(within, _, _)| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            leases(within).await
+        },
     );
     view! {
-        <AdminFrame>
+        <AdminFrame me>
             <LeasesBody data action />
         </AdminFrame>
     }
 }
 
 #[component]
-fn LeasesBody(data: Resource<Result<LeasesData, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
-    let query = use_query_map();
+fn LeasesBody(
+    data: Resource<Result<LeasesData, ServerFnError>>,
+    action: ServerAction<Act>,
+) -> impl IntoView {
     view! {
         <section class="panel">
             <h1>"Stuck leases"</h1>

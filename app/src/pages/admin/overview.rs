@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
 use super::chart::{ThroughputChart, TimeToResultChart};
-use super::frame::AdminFrame;
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::model::{AuditEntry, StatsView, WorkerRow};
 use super::ui::{duration, error_text, or_dash, relative};
@@ -74,20 +74,30 @@ pub fn OverviewPage() -> impl IntoView {
     // Resources are created here, before the frame, so their order (which hydration
     // matches by) never depends on when the session check resolves.
     let live = provide_live();
+    let me = session();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
         move || (live.tick.get(), action.version().get()),
-        |_| overview(),
+        move |_| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            overview().await
+        },
     );
     view! {
-        <AdminFrame>
+        <AdminFrame me>
             <OverviewBody data action />
         </AdminFrame>
+        <RedisStatusPanel />
     }
 }
 
 #[component]
-fn OverviewBody(data: Resource<Result<OverviewData, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
+fn OverviewBody(
+    data: Resource<Result<OverviewData, ServerFnError>>,
+    action: ServerAction<Act>,
+) -> impl IntoView {
     // One number of the current data, as text that refreshes on its own.
     let count = move |f: fn(&StatsView) -> u64| {
         view! {
@@ -131,7 +141,6 @@ fn OverviewBody(data: Resource<Result<OverviewData, ServerFnError>>, action: Ser
                 </tbody>
             </table>
         </section>
-        <RedisStatusPanel />
     }
 }
 

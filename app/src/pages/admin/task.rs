@@ -7,7 +7,7 @@ use leptos_router::hooks::use_params_map;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::frame::AdminFrame;
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::model::{HistoryRow, ResultRow, TaskRow};
 use super::ui::{error_text, or_dash, relative};
@@ -54,6 +54,7 @@ pub fn TaskPage() -> impl IntoView {
     // Resources are created here, before the frame, so their order (which hydration
     // matches by) never depends on when the session check resolves.
     let live = provide_live();
+    let me = session();
     let params = use_params_map();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
@@ -64,17 +65,25 @@ pub fn TaskPage() -> impl IntoView {
                 action.version().get(),
             )
         },
-        |(id, _, _)| read_task(id),
+        move |(id, _, _)| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            read_task(id).await
+        },
     );
     view! {
-        <AdminFrame>
+        <AdminFrame me>
             <TaskBody data action />
         </AdminFrame>
     }
 }
 
 #[component]
-fn TaskBody(data: Resource<Result<Option<TaskView>, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
+fn TaskBody(
+    data: Resource<Result<Option<TaskView>, ServerFnError>>,
+    action: ServerAction<Act>,
+) -> impl IntoView {
     view! {
         <section class="panel">
             <h1>"Task"</h1>

@@ -15,7 +15,7 @@ use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::frame::AdminFrame;
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::model::{ResultRow, TaskRow};
 use super::ui::{error_text, or_dash, relative, short};
@@ -208,6 +208,7 @@ pub fn TasksPage() -> impl IntoView {
     // Resources are created here, before the frame, so their order (which hydration
     // matches by) never depends on when the session check resolves.
     let live = provide_live();
+    let me = session();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
     let data = Resource::new(
@@ -221,17 +222,25 @@ pub fn TasksPage() -> impl IntoView {
                 action.version().get(),
             )
         },
-        |(state, cursor, search, _, _)| list_tasks(state, cursor, search),
+        move |(state, cursor, search, _, _)| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            list_tasks(state, cursor, search).await
+        },
     );
     view! {
-        <AdminFrame>
+        <AdminFrame me>
             <TasksBody data action />
         </AdminFrame>
     }
 }
 
 #[component]
-fn TasksBody(data: Resource<Result<Listing, ServerFnError>>, action: ServerAction<Act>) -> impl IntoView {
+fn TasksBody(
+    data: Resource<Result<Listing, ServerFnError>>,
+    action: ServerAction<Act>,
+) -> impl IntoView {
     let query = use_query_map();
     let current = move || query.get().get("state").unwrap_or_else(|| "ready".into());
     view! {
