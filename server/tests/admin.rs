@@ -4,6 +4,9 @@
 //! sign-in is rate-limited with one generic message, a viewer cannot act, and the pages
 //! render quickly with 100,000 tasks queued (measured and printed, not asserted).
 
+mod common;
+use common::tempdir;
+
 use std::{
     net::SocketAddr,
     time::{Duration, Instant},
@@ -660,39 +663,4 @@ async fn render_time_with_100k_tasks() {
         );
     }
     env.redis.stop().await;
-}
-
-/// A tiny self-cleaning temporary directory (as in tests/web.rs).
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct Dir(PathBuf);
-
-    impl Dir {
-        pub fn new() -> Self {
-            use std::sync::atomic::{AtomicU32, Ordering};
-            static N: AtomicU32 = AtomicU32::new(0);
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            let p = std::env::temp_dir().join(format!(
-                "repoll-admin-test-{}-{}-{}",
-                std::process::id(),
-                t,
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }

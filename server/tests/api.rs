@@ -1,6 +1,9 @@
 //! The public JSON API driven through the real router (`oneshot`), against a private
 //! redis-server, with the simulator and a worker in-process where a test needs progress.
 
+mod common;
+use common::tempdir;
+
 use std::{net::SocketAddr, time::Duration};
 
 use app::context::AppContext;
@@ -567,39 +570,4 @@ async fn openapi_document_lists_every_endpoint() {
         assert!(doc["components"]["schemas"].get(schema).is_some());
     }
     env.stop().await;
-}
-
-/// A tiny self-cleaning temporary directory (avoids a dependency for one use).
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct Dir(PathBuf);
-
-    impl Dir {
-        pub fn new() -> Self {
-            use std::sync::atomic::{AtomicU32, Ordering};
-            static N: AtomicU32 = AtomicU32::new(0);
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            let p = std::env::temp_dir().join(format!(
-                "repoll-api-test-{}-{}-{}",
-                std::process::id(),
-                t,
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
 }

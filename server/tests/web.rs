@@ -1,6 +1,9 @@
 //! The router driven with `oneshot`, against a real redis-server started through the same
 //! managed-Redis code `repoll serve` uses.
 
+mod common;
+use common::tempdir;
+
 use std::time::Duration;
 
 use app::context::AppContext;
@@ -133,42 +136,4 @@ async fn missing_redis_server_binary_gives_install_instructions() {
     let msg = err.to_string();
     assert!(msg.contains("apt-get install -y redis-server"), "{msg}");
     assert!(msg.contains("REDIS_URL"), "{msg}");
-}
-
-/// A tiny self-cleaning temporary directory (avoids a dependency for one use).
-mod tempdir {
-    use std::path::{Path, PathBuf};
-
-    pub struct Dir(PathBuf);
-
-    impl Dir {
-        pub fn new() -> Self {
-            let p = std::env::temp_dir().join(format!(
-                "repoll-test-{}-{}",
-                std::process::id(),
-                rand_suffix()
-            ));
-            std::fs::create_dir_all(&p).unwrap();
-            Dir(p)
-        }
-        pub fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn rand_suffix() -> u128 {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        t ^ u128::from(N.fetch_add(1, Ordering::Relaxed))
-    }
 }
