@@ -7,11 +7,17 @@
 //! 3. unbatched: one worker, claim(1) then complete, one after the other;
 //! 4. claim(BATCH), then one reschedule per task (all of a batch in flight together).
 //!
-//! Script calls (EVALSHA, each one round trip) are counted from the server's INFO commandstats.
+//! Script calls (EVALSHA, each one round trip) are counted from the server's INFO commandstats,
+//! as are all commands Redis executed (every `cmdstat_*` but INFO; Redis counts the commands
+//! a script runs there too, so that is the work done inside Redis, not what the client sent).
 //! Two Redis-side costs are reported per task: `usec` inside the scripts (commandstats; wall
 //! clock, so it grows when other processes steal the CPU) and the CPU time Redis itself used
 //! (INFO cpu, user + sys; not inflated by waiting for a core, so the better figure on a
-//! loaded machine). The reference lines at the end come from /work/shared/notes/peers.md.
+//! loaded machine).
+//!
+//! Each phase also prints one machine-readable line, the same as the BullMQ peer's
+//! (`bench/bullmq/bench.mjs`); `scripts/bench` runs both and prints the ratios:
+//! `RESULT peer=repoll phase=enqueue|batched|single|poll n= secs= tps= cpu_us= script_us= scripts= cmds=`
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -20,12 +26,13 @@ use futures::future::join_all;
 use queue::{Completion, EnqueuePolicy, Queue};
 use std::time::Instant;
 
-/// Redis-side counters at one moment: script calls, microseconds inside them (commandstats)
-/// and the CPU seconds the server process used (INFO cpu).
+/// Redis-side counters at one moment: script calls, microseconds inside them, all commands
+/// executed but INFO (commandstats) and the CPU seconds the server process used (INFO cpu).
 #[derive(Clone, Copy, Default)]
 struct Snap {
     calls: u64,
     usec: u64,
+    cmds: u64,
     cpu: f64,
 }
 
@@ -35,6 +42,7 @@ impl std::ops::Sub for Snap {
         Snap {
             calls: self.calls - o.calls,
             usec: self.usec - o.usec,
+            cmds: self.cmds - o.cmds,
             cpu: self.cpu - o.cpu,
         }
     }
@@ -52,15 +60,25 @@ async fn info(q: &Queue, section: &str) -> String {
 async fn snap(q: &Queue) -> Snap {
     let mut s = Snap::default();
     for line in info(q, "commandstats").await.lines() {
-        // script calls only (commands run inside scripts are counted separately by Redis)
-        if line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_evalsha_ro:") {
-            let field = |name: &str| {
-                line.split(name)
-                    .nth(1)
-                    .and_then(|r| r.split(',').next())
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
+        let Some((name, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        if name == "info" {
+            continue; // our own measuring
+        }
+        let field = |key: &str| {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(key))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        s.cmds += field("calls=");
+        // script calls (the commands they run are counted again under their own names)
+        if SCRIPT_CMDS.contains(&name) {
             s.calls += field("calls=");
             s.usec += field("usec=");
         }
@@ -75,17 +93,44 @@ async fn snap(q: &Queue) -> Snap {
     s
 }
 
-/// "x.xx script calls per task, y us/task inside scripts, z us/task Redis CPU".
+/// The commands that run a script (as the BullMQ bench counts them).
+const SCRIPT_CMDS: [&str; 6] = [
+    "eval",
+    "evalsha",
+    "eval_ro",
+    "evalsha_ro",
+    "fcall",
+    "fcall_ro",
+];
+
+/// "x.xx script calls per task, n commands/task, y us/task inside scripts, z us/task Redis CPU".
 fn redis_cost(d: Snap, tasks: usize) -> String {
     let t = tasks.max(1) as f64;
     format!(
-        "{:.3} script calls (= round trips)/task, {:.1} us/task inside scripts, {:.1} us/task Redis CPU",
+        "{:.3} script calls (= round trips)/task, {:.2} Redis commands/task (incl. inside scripts), \
+         {:.1} us/task inside scripts, {:.1} us/task Redis CPU",
         d.calls as f64 / t,
+        d.cmds as f64 / t,
         d.usec as f64 / t,
         d.cpu * 1e6 / t
     )
 }
 
+/// The machine-readable line for scripts/bench (same fields as bench/bullmq/bench.mjs).
+fn result_line(phase: &str, tasks: usize, secs: f64, d: Snap) {
+    let t = tasks.max(1) as f64;
+    println!(
+        "RESULT peer=repoll phase={phase} n={tasks} secs={secs:.3} tps={:.0} cpu_us={:.2} \
+         script_us={:.2} scripts={:.3} cmds={:.2}",
+        tasks as f64 / secs.max(f64::MIN_POSITIVE),
+        d.cpu * 1e6 / t,
+        d.usec as f64 / t,
+        d.calls as f64 / t,
+        d.cmds as f64 / t
+    );
+}
+
+/// Enqueues `n` tasks, 1000 in flight at a time; returns the seconds it took.
 async fn enqueue_all(q: &Queue, prefix: &str, n: usize) -> f64 {
     let t0 = Instant::now();
     let policy = EnqueuePolicy::default();
@@ -99,7 +144,7 @@ async fn enqueue_all(q: &Queue, prefix: &str, n: usize) -> f64 {
             r.expect("enqueue");
         }
     }
-    n as f64 / t0.elapsed().as_secs_f64()
+    t0.elapsed().as_secs_f64()
 }
 
 #[tokio::main]
@@ -117,18 +162,25 @@ async fn main() {
     let q = Queue::connect(&server.url(), common::cfg("bench"))
         .await
         .expect("connect");
+    let version = info(&q, "server")
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:").map(str::to_string))
+        .unwrap_or_else(|| "?".into());
     println!(
-        "redis-server on port {}, {n} tasks, {workers} workers, batch {batch}",
+        "redis-server {version} on port {}, {n} tasks, {workers} workers, batch {batch}",
         server.port
     );
 
     let s0 = snap(&q).await;
-    let rate = enqueue_all(&q, "bench", n).await;
+    let secs = enqueue_all(&q, "bench", n).await;
     let d = snap(&q).await - s0;
     println!(
-        "enqueue (pipelined):          {rate:>9.0} tasks/s  ({})",
+        "enqueue (pipelined):          {:>9.0} tasks/s  ({})",
+        n as f64 / secs,
         redis_cost(d, n)
     );
+    result_line("enqueue", n, secs, d);
 
     // batched claim + complete
     let s0 = snap(&q).await;
@@ -177,6 +229,7 @@ async fn main() {
         "batched claim+complete:       {batched_rate:>9.0} tasks/s  ({done} tasks in {secs:.2} s, {batches} batches of <= {batch}, {workers} workers)"
     );
     println!("  {}", redis_cost(d, done));
+    result_line("batched", done, secs, d);
     let cpu_per = d.cpu * 1e6 / done.max(1) as f64;
     println!(
         "  (per batch: peek + claim + complete_many) -> Redis CPU ceiling {:.0} tasks/s on one free core",
@@ -203,6 +256,7 @@ async fn main() {
         "unbatched claim(1)+complete:  {single_rate:>9.0} tasks/s  ({done1} tasks, one worker, sequential)"
     );
     println!("  {}", redis_cost(d, done1));
+    result_line("single", done1, secs, d);
 
     // reschedule: batched claims, then one reschedule ("still processing") per task, the
     // reschedules of a batch in flight together (one script call each; there is no batch API)
@@ -231,6 +285,7 @@ async fn main() {
         done2 as f64 / secs
     );
     println!("  {}", redis_cost(d, done2));
+    result_line("poll", done2, secs, d);
     println!();
     println!(
         "batched vs unbatched:         {:>9.1} x  (claim+complete tasks/s, same run)",
@@ -240,12 +295,9 @@ async fn main() {
         "target (issue 3):                 50000 claim+complete/s batched on this 2-core machine -> {:.0}% reached",
         batched_rate / 500.0
     );
-    println!("reference (peers.md; other machines and harnesses, not comparable one to one):");
-    println!("  BullMQ ~48k jobs/s (8-core laptop, concurrency 100), River ~46k (Postgres), Sidekiq 7 ~23.5k");
     println!(
-        "  here, 2 vCPU: bare claim script 100/call ~76k jobs/s (~11 us Redis/job), 10/call ~52k;"
+        "peers: scripts/bench runs BullMQ on this machine right after this and prints the ratios"
     );
-    println!("  one claim + one ack per task unbatched tops out near 10-12k tasks/s");
     if std::env::var_os("BENCH_CMDSTATS").is_some() {
         let mut c = q.connection();
         let info: String = redis::cmd("INFO")
