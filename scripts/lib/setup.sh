@@ -11,6 +11,19 @@ CARGO_LEPTOS_VERSION="0.3.11"
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+report_disk() {
+  # Free space and the size of target/, so a CI log shows how close a run came to a full disk.
+  local free target="-"
+  free="$(df -h --output=avail "$ROOT" 2>/dev/null | tail -1 | tr -d ' ')"
+  [ -d "$ROOT/target" ] && target="$(du -sh "$ROOT/target" 2>/dev/null | cut -f1)"
+  say "disk $1: ${free:-?} free, target/ ${target}"
+  local kb
+  kb="$(df -k --output=avail "$ROOT" 2>/dev/null | tail -1 | tr -d ' ')"
+  if [ -n "$kb" ] && [ "$kb" -lt 8000000 ]; then
+    printf 'warning: less than 8 GB free; a full build and test run needs about that much\n' >&2
+  fi
+}
+
 apt_install() {
   # Installs Debian packages when apt is available and we are root (as on these machines).
   command -v apt-get >/dev/null || die "apt-get not found: install $* with your package manager"
