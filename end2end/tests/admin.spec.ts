@@ -113,6 +113,33 @@ test("sign in, see counts; the overview updates live while tasks flow", async ({
   expect(errors).toEqual([]);
 });
 
+test("the task list pages newest first as well as oldest first", async ({ page, request }) => {
+  const errors = watchErrors(page);
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) ids.push(await submit(request, `admin-order-${run}-${i} polls=1`));
+  await expect(async () => {
+    for (const id of ids) expect((await apiStatus(request, id)).status).toBe("done");
+  }).toPass({ timeout: 20_000 });
+  await signIn(page);
+  await page.goto("/admin/tasks?state=results");
+  await waitLive(page);
+  await expect(page.getByTestId("listing-total")).toContainText("(oldest first)");
+  await page.getByTestId("order-toggle").click();
+  await expect(page).toHaveURL(/state=results&order=newest/);
+  await expect(page.getByTestId("listing-total")).toContainText("(newest first)");
+  // The first row is the newest member of the results index, read from Redis itself.
+  await expect(async () => {
+    const newest = redis("ZREVRANGE", "{repoll}:results", "0", "0");
+    await expect(page.getByTestId("task-row").first()).toHaveAttribute("data-id", newest, { timeout: 1000 });
+  }).toPass({ timeout: 10_000 });
+  // Tabs keep the order.
+  await page.getByTestId("tab-dead").click();
+  await expect(page).toHaveURL(/state=dead&order=newest/);
+  await page.getByTestId("order-toggle").click();
+  await expect(page).toHaveURL(/state=dead$/);
+  expect(errors).toEqual([]);
+});
+
 test("retry a dead task and watch it complete live; search finds it; its timeline shows every step", async ({
   page,
   request,

@@ -1,63 +1,90 @@
 -- list.lua (read-only): one page of a sorted set between two score bounds, ordered by
--- (score, id). The cursor is the (score, id) of the last item returned, so pages stay stable
--- while members come and go: we restart just after that position even if the member itself
--- has left (binary search over the members sharing its score), never from a numeric offset.
+-- (score, id), oldest first ('asc') or newest first ('desc'). The cursor is the (score, id) of
+-- the last item returned, so pages stay stable while members come and go: the next page
+-- starts just past that position even if the member itself has left (binary search over the
+-- members sharing its score), never from a numeric offset.
 -- KEYS[1] the zset
--- ARGV[1..5] common   ARGV[6] min bound ('-inf' | 'now' | 'after_now')   ARGV[7] max bound
--- ('now' | '+inf')   ARGV[8] cursor score ('' = first page)   ARGV[9] cursor id   ARGV[10] limit
--- Returns {total, has_more (0/1), id1, score1, id2, score2, ...}
+-- ARGV[1..5] common   ARGV[6] min bound ('-inf' | 'after_now')   ARGV[7] max bound
+-- ('now' | '+inf')   ARGV[8] cursor score ('' = first page)   ARGV[9] cursor id
+-- ARGV[10] limit (1..1000)   ARGV[11] order ('asc' | 'desc')
+-- Returns {total, has_more (0/1), id1, score1, id2, score2, ...} in the requested order.
 local z = KEYS[1]
 local minb = ARGV[6]
 local maxb = ARGV[7]
 local cscore = ARGV[8]
 local cid = ARGV[9]
 local limit = tonumber(ARGV[10])
-if limit == nil or limit < 1 or limit > 1000 or cid == nil or cscore == nil then
+local order = ARGV[11]
+if limit == nil or limit < 1 or limit > 1000 or cid == nil or cscore == nil
+  or (order ~= 'asc' and order ~= 'desc') then
   return redis.error_reply('ERR repoll list: bad arguments')
 end
-local now = now_ms()
-local min_arg, max_arg
-if minb == '-inf' then min_arg = '-inf'
-elseif minb == 'after_now' then min_arg = '(' .. fmt(now)
-else return redis.error_reply('ERR repoll list: bad min') end
-if maxb == '+inf' then max_arg = '+inf'
-elseif maxb == 'now' then max_arg = fmt(now)
-else return redis.error_reply('ERR repoll list: bad max') end
-
-local total = redis.call('ZCOUNT', z, min_arg, max_arg)
--- rank of the first member inside the min bound
-local start = 0
-if min_arg ~= '-inf' then start = redis.call('ZCOUNT', z, '-inf', fmt(now)) end
+if minb ~= '-inf' and minb ~= 'after_now' then
+  return redis.error_reply('ERR repoll list: bad min')
+end
+if maxb ~= 'now' and maxb ~= '+inf' then
+  return redis.error_reply('ERR repoll list: bad max')
+end
+local cs = nil
 if cscore ~= '' then
-  local cs = tonumber(cscore)
+  cs = tonumber(cscore)
   if cs == nil then return redis.error_reply('ERR repoll list: bad cursor') end
-  local pos
+end
+
+-- The bounds as a rank interval [lo, hi): members due by now are ranks [0, ZCOUNT(-inf, now)).
+local now = now_ms()
+local lo, hi = 0, redis.call('ZCARD', z)
+if minb == 'after_now' or maxb == 'now' then
+  local due_now = redis.call('ZCOUNT', z, '-inf', fmt(now))
+  if minb == 'after_now' then lo = due_now end
+  if maxb == 'now' then hi = due_now end
+end
+local total = math.max(hi - lo, 0)
+
+-- Rank of the first member sorting after the cursor ('asc'), or of the cursor position itself
+-- ('desc': everything before it is still to come).
+local function cursor_rank(after)
   local cur = redis.call('ZSCORE', z, cid)
   if cur and tonumber(cur) == cs then
-    pos = redis.call('ZRANK', z, cid) + 1
-  else
-    local lo = redis.call('ZCOUNT', z, '-inf', '(' .. fmt(cs))
-    local hi = redis.call('ZCOUNT', z, '-inf', fmt(cs))
-    -- first index in [lo, hi) whose member sorts after cid
-    while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      local m = redis.call('ZRANGE', z, mid, mid)[1]
-      if m and m <= cid then lo = mid + 1 else hi = mid end
-    end
-    pos = lo
+    local r = redis.call('ZRANK', z, cid)
+    if after then return r + 1 end
+    return r
   end
-  if pos > start then start = pos end
+  local a = redis.call('ZCOUNT', z, '-inf', '(' .. fmt(cs))
+  local b = redis.call('ZCOUNT', z, '-inf', fmt(cs))
+  -- first index in [a, b) whose member sorts after cid (cid itself is absent)
+  while a < b do
+    local mid = math.floor((a + b) / 2)
+    local m = redis.call('ZRANGE', z, mid, mid)[1]
+    if m and m <= cid then a = mid + 1 else b = mid end
+  end
+  return a
 end
-local rows = redis.call('ZRANGE', z, start, start + limit, 'WITHSCORES')
+
 local out = { total, 0 }
-local maxn = (max_arg == '+inf') and math.huge or now
-local taken = 0
-for i = 1, #rows, 2 do
-  local s = tonumber(rows[i + 1])
-  if s > maxn then break end
-  if taken == limit then out[2] = 1 break end
-  out[#out + 1] = rows[i]
-  out[#out + 1] = rows[i + 1]
-  taken = taken + 1
+local first, last
+if order == 'asc' then
+  first = lo
+  if cs then first = math.max(first, cursor_rank(true)) end
+  last = math.min(first + limit, hi) - 1
+  if first + limit < hi then out[2] = 1 end
+else
+  last = hi - 1
+  if cs then last = math.min(last, cursor_rank(false) - 1) end
+  first = math.max(last - limit + 1, lo)
+  if first > lo then out[2] = 1 end
+end
+if first > last then
+  out[2] = 0
+  return out
+end
+local rows = redis.call('ZRANGE', z, first, last, 'WITHSCORES')
+if order == 'asc' then
+  for i = 1, #rows do out[#out + 1] = rows[i] end
+else
+  for i = #rows - 1, 1, -2 do
+    out[#out + 1] = rows[i]
+    out[#out + 1] = rows[i + 1]
+  end
 end
 return out

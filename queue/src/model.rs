@@ -266,6 +266,15 @@ pub enum ListState {
     Results,
 }
 
+/// Direction of a [`crate::Queue::list`]: by the set's score (due time, lease deadline, time of
+/// death, completion), oldest first or newest first. A cursor belongs to the order it came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Order {
+    #[default]
+    OldestFirst,
+    NewestFirst,
+}
+
 /// One page of a listing. `items` is filled for task states, `results` for `Results`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Page {

@@ -4,8 +4,8 @@
 use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
 use crate::model::{
-    Event, LeaseInfo, ListState, Page, Stats, StoredResult, Task, TaskDetail, ThroughputBucket,
-    WorkerInfo,
+    Event, LeaseInfo, ListState, Order, Page, Stats, StoredResult, Task, TaskDetail,
+    ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -76,11 +76,18 @@ impl Queue {
         })
     }
 
-    /// One page of tasks (or results) in a state, ordered by (score, id): due time for
-    /// Ready/Waiting, lease deadline for Leased, time of death for Dead, completion for
+    /// One page of tasks (or results) in a state, ordered by (score, id) in `order`: due time
+    /// for Ready/Waiting, lease deadline for Leased, time of death for Dead, completion for
     /// Results. The cursor is "score:id" of the last item, so paging is stable while tasks
-    /// come and go (nothing is skipped or repeated that stayed put).
-    pub async fn list(&self, state: ListState, cursor: Option<&str>, limit: usize) -> Result<Page> {
+    /// come and go (nothing is skipped or repeated that stayed put); pass it back with the
+    /// same order.
+    pub async fn list(
+        &self,
+        state: ListState,
+        order: Order,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
         let k = self.keys();
         let (zset, min, max) = match state {
             ListState::Ready => (&k.due, "-inf", "now"),
@@ -105,7 +112,11 @@ impl Queue {
             .arg(max)
             .arg(&cscore)
             .arg(&cid)
-            .arg(limit.clamp(1, MAX_PAGE));
+            .arg(limit.clamp(1, MAX_PAGE))
+            .arg(match order {
+                Order::OldestFirst => "asc",
+                Order::NewestFirst => "desc",
+            });
         let a = array(self.run(&inv).await?)?;
         if a.len() < 2 || a.len() % 2 != 0 {
             return Err(corrupt("list: bad reply"));

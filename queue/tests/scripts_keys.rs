@@ -294,8 +294,10 @@ async fn every_operation_runs_under_a_key_restricted_acl_user() {
         ListState::Dead,
         ListState::Results,
     ] {
-        q.list(s, None, 10).await.unwrap();
-        q.list(s, Some("0:x"), 10).await.unwrap();
+        q.list(s, Order::OldestFirst, None, 10).await.unwrap();
+        q.list(s, Order::OldestFirst, Some("0:x"), 10)
+            .await
+            .unwrap();
     }
     q.get(&c[0].id).await.unwrap().unwrap();
     q.result_by_id(&c[0].id).await.unwrap().unwrap();

@@ -1,9 +1,9 @@
 //! The task list: one state at a time with cursor pages, and search.
 //!
 //! Order is the queue's own: by due time (ready, waiting), lease deadline (leased), time of
-//! death (dead) or completion (results), oldest first. The queue's list API pages forward
-//! only, so newest-first is not offered. Cursors are the queue's "score:id" cursors, stable
-//! while tasks come and go.
+//! death (dead) or completion (results), oldest first by default or newest first
+//! (`order=newest`). Cursors are the queue's "score:id" cursors, stable while tasks come and
+//! go; a cursor is only meaningful with the order it came from, so every link carries both.
 //!
 //! Search takes query text or an id. Query text is normalised and hashed exactly like the
 //! queue does, so it finds the one task of that query in O(1). An id prefix (hex) is looked
@@ -37,6 +37,8 @@ const STATES: [(&str, &str); 5] = [
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listing {
     pub state: String,
+    /// "oldest" or "newest".
+    pub order: String,
     pub tasks: Vec<TaskRow>,
     pub results: Vec<ResultRow>,
     pub next_cursor: Option<String>,
@@ -49,12 +51,14 @@ pub struct Listing {
     pub now_ms: i64,
 }
 
-/// A page of `state` after `cursor`, or the hits of `search` when it is not empty.
+/// A page of `state` in `order` ("oldest", the default, or "newest") after `cursor`, or the
+/// hits of `search` when it is not empty.
 #[server(prefix = "/admin/fn")]
 pub async fn list_tasks(
     state: String,
     cursor: Option<String>,
     search: Option<String>,
+    order: Option<String>,
 ) -> Result<Listing, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     use http::StatusCode;
@@ -82,13 +86,18 @@ pub async fn list_tasks(
         "results" => queue::ListState::Results,
         _ => return Err(refuse(StatusCode::BAD_REQUEST, "unknown state")),
     };
+    let (order, order_name) = match order.as_deref() {
+        None | Some("") | Some("oldest") => (queue::Order::OldestFirst, "oldest"),
+        Some("newest") => (queue::Order::NewestFirst, "newest"),
+        _ => return Err(refuse(StatusCode::BAD_REQUEST, "unknown order")),
+    };
     // A malformed cursor (edited URL) starts from the first page instead of failing.
     let cursor = cursor.filter(|c| {
         c.split_once(':')
             .is_some_and(|(s, id)| s.parse::<i64>().is_ok() && id.len() <= 64)
     });
     let page = q
-        .list(list_state, cursor.as_deref(), PAGE)
+        .list(list_state, order, cursor.as_deref(), PAGE)
         .await
         .map_err(failed)?;
     Ok(Listing {
@@ -97,6 +106,7 @@ pub async fn list_tasks(
         } else {
             state
         },
+        order: order_name.into(),
         tasks: page.items.into_iter().map(Into::into).collect(),
         results: page.results.into_iter().map(Into::into).collect(),
         next_cursor: page.next_cursor,
@@ -218,15 +228,16 @@ pub fn TasksPage() -> impl IntoView {
                 m.get("state").unwrap_or_default(),
                 m.get("cursor"),
                 m.get("q"),
+                m.get("order"),
                 live.tick.get(),
                 action.version().get(),
             )
         },
-        move |(state, cursor, search, _, _)| async move {
+        move |(state, cursor, search, order, _, _)| async move {
             if !signed_in(me).await {
                 return signed_out();
             }
-            list_tasks(state, cursor, search).await
+            list_tasks(state, cursor, search, order).await
         },
     );
     view! {
@@ -243,6 +254,11 @@ fn TasksBody(
 ) -> impl IntoView {
     let query = use_query_map();
     let current = move || query.get().get("state").unwrap_or_else(|| "ready".into());
+    // Tabs keep the chosen order (no cursor: a new state starts at its first page).
+    let order_param = move || match query.get().get("order").as_deref() {
+        Some("newest") => "&order=newest",
+        _ => "",
+    };
     view! {
         <section class="panel">
             <h1>"Tasks"</h1>
@@ -263,7 +279,7 @@ fn TasksBody(
                         let name = *name;
                         view! {
                             <A
-                                href=format!("/admin/tasks?state={name}")
+                                href=move || format!("/admin/tasks?state={name}{}", order_param())
                                 attr:class=move || if current() == name { "tab active" } else { "tab" }
                                 attr:data-testid=format!("tab-{name}")
                             >
@@ -291,19 +307,42 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     let now = listing.now_ms;
     let heading = match &listing.search {
         Some(s) => format!("{} found for \u{201c}{s}\u{201d}", listing.total),
-        None => format!("{} {} (oldest first)", listing.total, listing.state),
+        None => format!(
+            "{} {} ({} first)",
+            listing.total, listing.state, listing.order
+        ),
+    };
+    let order_q = if listing.order == "newest" {
+        "&order=newest"
+    } else {
+        ""
     };
     let next = listing.next_cursor.clone().map(|c| {
-        let href = format!("/admin/tasks?state={}&cursor={c}", listing.state);
+        let href = format!("/admin/tasks?state={}{order_q}&cursor={c}", listing.state);
         view! { <A href=href attr:data-testid="next-page">"Next page →"</A> }
     });
     let first = listing.search.is_none().then(|| {
-        view! { <A href=format!("/admin/tasks?state={}", listing.state)>"First page"</A> }
+        view! { <A href=format!("/admin/tasks?state={}{order_q}", listing.state)>"First page"</A> }
+    });
+    // The other order, from its first page.
+    let flip = listing.search.is_none().then(|| {
+        let (href, label) = if listing.order == "newest" {
+            (
+                format!("/admin/tasks?state={}", listing.state),
+                "Oldest first",
+            )
+        } else {
+            (
+                format!("/admin/tasks?state={}&order=newest", listing.state),
+                "Newest first",
+            )
+        };
+        view! { <A href=href attr:data-testid="order-toggle">{label}</A> }
     });
     let dead = listing.state == "dead" && listing.total > 0;
     view! {
         <div class="view">
-        <p data-testid="listing-total">{heading}</p>
+        <p class="row"><span data-testid="listing-total">{heading}</span><span>{flip}</span></p>
         // Optional parts each sit in their own element: bare empty placeholders next to each
         // other are what hydration is most likely to mis-assign.
         <div class="muted">{listing.note}</div>
