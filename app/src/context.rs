@@ -27,3 +27,27 @@ pub fn app_context() -> Result<AppContext, ServerFnError> {
         ServerFnError::new("server misconfigured")
     })
 }
+
+/// Admits or refuses one more query submission from the client of the current request: the
+/// same per-client rate limit as `POST /api/v1/queries`, so the page's form is not a way
+/// around it. `Err(seconds)` says how long the client must wait. The server provides it (see
+/// `server/src/web.rs`) when a limit is configured; without one every submission is admitted.
+#[derive(Clone)]
+pub struct SubmitGate(pub std::sync::Arc<GateFn>);
+
+/// The check behind a [`SubmitGate`]: the request's parts in, `Err(seconds to wait)` out.
+pub type GateFn = dyn Fn(&http::request::Parts) -> Result<(), u64> + Send + Sync;
+
+impl SubmitGate {
+    /// Checks the current request (server functions only). A request whose parts cannot be
+    /// read is admitted: the gate is a limit on floods, not an authentication step.
+    pub async fn admit_current() -> Result<(), u64> {
+        let Some(gate) = use_context::<SubmitGate>() else {
+            return Ok(());
+        };
+        match leptos_axum::extract::<http::request::Parts>().await {
+            Ok(parts) => (gate.0)(&parts),
+            Err(_) => Ok(()),
+        }
+    }
+}

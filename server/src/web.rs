@@ -52,6 +52,12 @@ pub fn leptos_options(site_root: &str) -> LeptosOptions {
 pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     let routes = generate_route_list(App);
     let ctx = state.app.clone();
+    // The query page's submit server function shares the API's per-client buckets.
+    let gate = state.api.limiter.clone().map(|limiter| {
+        app::context::SubmitGate(std::sync::Arc::new(
+            move |parts: &axum::http::request::Parts| limiter.check_parts(parts),
+        ))
+    });
     let options = state.leptos_options.clone();
     Router::new()
         .route("/healthz", get(healthz))
@@ -61,7 +67,12 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .leptos_routes_with_context(
             &state,
             routes,
-            move || provide_context(ctx.clone()),
+            move || {
+                provide_context(ctx.clone());
+                if let Some(gate) = &gate {
+                    provide_context(gate.clone());
+                }
+            },
             move || shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<WebState, _>(shell))

@@ -520,6 +520,29 @@ async fn rate_limit_is_per_client_with_retry_after() {
     assert_eq!(env.send(from([10, 0, 0, 2], "r4")).await.status, 202);
     // Reads are not limited.
     assert_eq!(env.get("/api/v1/openapi.json").await.status, 200);
+
+    // The query page's form (a server function) draws from the same bucket: no way around
+    // the limit, and a refused submission creates nothing.
+    let form = |ip: [u8; 4], q: &str| {
+        use leptos::server_fn::ServerFn;
+        let mut req = Request::post(app::pages::SubmitQuery::PATH)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(Body::from(format!("query={q}")))
+            .unwrap();
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+        req
+    };
+    let before = env.queue.stats().await.unwrap().ready;
+    let r = env.send(form([10, 0, 0, 1], "r5")).await;
+    assert_eq!(r.status, 429, "{}", r.text);
+    assert!(r.headers.contains_key("retry-after"));
+    assert!(r.text.contains("Too many queries"), "{}", r.text);
+    assert_eq!(env.queue.stats().await.unwrap().ready, before);
+    // Another client's form post goes through (a redirect to the query's page).
+    let r = env.send(form([10, 0, 0, 3], "r6")).await;
+    assert!(r.status < 400, "{} {}", r.status, r.text);
+    assert_eq!(env.queue.stats().await.unwrap().ready, before + 1);
     env.stop().await;
 }
 

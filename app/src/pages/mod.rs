@@ -6,4 +6,4 @@ mod query;
 
 pub use admin::{LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage};
 pub use not_found::NotFound;
-pub use query::{QueryPage, QueryResultPage};
+pub use query::{QueryPage, QueryResultPage, SubmitQuery};

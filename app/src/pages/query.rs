@@ -13,11 +13,20 @@ use crate::status::RedisStatusPanel;
 const FOLD_CHARS: usize = 4000;
 
 /// Submits a query and sends the browser to its shareable page. With JavaScript the router
-/// follows the redirect in place; without it the form post gets a plain 302.
+/// follows the redirect in place; without it the form post gets a plain 302. Shares the
+/// public API's per-client rate limit (429 with Retry-After when over it).
 #[server]
 pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
     use crate::query::QueryError;
     let ctx = crate::context::app_context()?;
+    if let Err(wait) = crate::context::SubmitGate::admit_current().await {
+        let response = expect_context::<leptos_axum::ResponseOptions>();
+        response.set_status(http::StatusCode::TOO_MANY_REQUESTS);
+        response.insert_header(http::header::RETRY_AFTER, http::HeaderValue::from(wait));
+        return Err(ServerFnError::new(format!(
+            "Too many queries from your address; try again in {wait} s."
+        )));
+    }
     match crate::query::submit(&ctx, &query).await {
         Ok((view, _created)) => {
             leptos_axum::redirect(&format!("/q/{}", view.id));

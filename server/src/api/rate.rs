@@ -80,6 +80,17 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// Takes one token for the client that sent `parts` (see [`Limiter::client`]).
+    pub fn check_parts(&self, parts: &Parts) -> Result<(), u64> {
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0);
+        self.check(self.client(&parts.headers, peer))
+    }
+}
+
 /// Extractor that admits a request under the rate limit or rejects it with 429 and
 /// `Retry-After`. It reads no body, so it runs before the body is parsed: invalid requests
 /// cost a token too.
@@ -92,13 +103,8 @@ impl FromRequestParts<WebState> for RateLimited {
         let Some(limiter) = &state.api.limiter else {
             return Ok(RateLimited);
         };
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0);
-        let client = limiter.client(&parts.headers, peer);
         limiter
-            .check(client)
+            .check_parts(parts)
             .map(|()| RateLimited)
             .map_err(ApiError::rate_limited)
     }
