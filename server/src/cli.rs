@@ -10,6 +10,12 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "repoll", version, about, long_about = None)]
 pub struct Cli {
+    /// Read settings from this TOML file. Keys are the settings' environment variable names
+    /// (any case, `REPOLL_` optional, tables join with `_`); flags and environment variables
+    /// win over the file.
+    #[arg(long, env = crate::config_file::CONFIG_ENV, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -5,6 +5,7 @@
 //! - [`api`]: the public JSON API `/api/v1` and the per-query live stream.
 //! - [`admin`]: sign-in, sessions, cross-site protection, the dashboard's live stream.
 //! - [`cli`]: the command line (clap) — every setting is a flag and an environment variable.
+//! - [`config_file`]: `--config <file>` — the same settings from a TOML file.
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
 //! - [`live`]: one Redis Pub/Sub subscription fanned out to every live (SSE) stream.
@@ -19,6 +20,7 @@
 pub mod admin;
 pub mod api;
 pub mod cli;
+pub mod config_file;
 pub mod live;
 pub mod managed_redis;
 pub mod serve;

@@ -1,13 +1,18 @@
-//! `repoll`: thin entry point. Parses the command line, sets up logging and hands over to
+//! `repoll`: thin entry point. Parses the command line (and the config file, if any), sets up logging and hands over to
 //! the command's module.
 
-use clap::Parser;
-use server::cli::{Cli, Command};
+use server::cli::Command;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match server::config_file::parse_cli() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("repoll: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env()

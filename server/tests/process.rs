@@ -130,3 +130,52 @@ fn help_documents_every_setting_with_its_environment_variable() {
         assert!(help.contains(var), "{var} missing from help:\n{help}");
     }
 }
+
+#[test]
+fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
+    let dir = std::env::temp_dir().join(format!("repoll-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "queue = \"from-config-file\"\n[upstream]\ntimeout_ms = 4321\n",
+    )
+    .unwrap();
+    // `--help` shows the effective defaults, the file's included.
+    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .args(["serve", "--help", "--config"])
+        .arg(&good)
+        .env_remove("REPOLL_QUEUE")
+        .env_remove("REPOLL_UPSTREAM_TIMEOUT_MS")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[default: from-config-file]"), "{help}");
+    assert!(help.contains("[default: 4321]"), "{help}");
+    // The variable names the file as well as the flag does.
+    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .args(["worker", "--help"])
+        .env("REPOLL_CONFIG", &good)
+        .env_remove("REPOLL_QUEUE")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[default: from-config-file]"));
+
+    // A typo is an error before anything starts, naming the key; so is a missing file.
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "upstream_timeout = 5\n").unwrap();
+    for (file, words) in [
+        (&bad, "unknown setting `upstream_timeout`"),
+        (&dir.join("missing.toml"), "cannot read config file"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
+            .args(["serve", "--config"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(words), "{stderr}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,381 @@
+//! `--config <file>` (or `REPOLL_CONFIG`): settings from a TOML file.
+//!
+//! Every setting already has a flag and an environment variable; a file is the third way,
+//! for the many upstream and policy settings a real API needs. Its keys are the environment
+//! variables' names, in any case, with the `REPOLL_` prefix optional, and tables join their
+//! path with `_` — so these three lines say the same thing:
+//!
+//! ```toml
+//! REPOLL_UPSTREAM_URL = "https://api.example.com/reports/{key}"
+//! upstream_url = "https://api.example.com/reports/{key}"
+//! [upstream]
+//! url = "https://api.example.com/reports/{key}"
+//! ```
+//!
+//! Precedence: flag, then environment variable, then file, then the built-in default. It is
+//! done without touching the process environment: a value from the file becomes the clap
+//! argument's *default*, which clap only uses when neither the flag nor the variable is
+//! given (and which `--help` then shows, so `repoll serve --config f --help` prints the
+//! effective settings). A key no subcommand knows is an error naming the closest keys, so a
+//! typo never silently falls back to a default.
+
+use std::{
+    collections::BTreeMap,
+    ffi::OsString,
+    path::{Path, PathBuf},
+};
+
+use clap::{ArgMatches, Command, CommandFactory, FromArgMatches};
+
+use crate::cli::Cli;
+
+/// Environment variable naming the config file (the `--config` flag wins).
+pub const CONFIG_ENV: &str = "REPOLL_CONFIG";
+
+/// What can go wrong reading a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config file {path}: unknown setting `{key}`{hint}")]
+    Unknown {
+        path: PathBuf,
+        key: String,
+        hint: String,
+    },
+    #[error("config file {path}: `{key}` {problem}")]
+    Value {
+        path: PathBuf,
+        key: String,
+        problem: String,
+    },
+}
+
+/// Parses the command line like `Cli::parse()`, with defaults from the config file named by
+/// `--config` or `REPOLL_CONFIG` (when there is one). Exits with clap's message on bad flags.
+pub fn parse_cli() -> Result<Cli, ConfigError> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let path = config_path(&args).or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
+    let cmd = match path {
+        Some(p) => with_file_defaults(Cli::command(), &p)?,
+        None => Cli::command(),
+    };
+    let matches = cmd.get_matches_from(args);
+    Ok(from_matches(&matches))
+}
+
+/// `Cli` from matches; clap's own error exit when they do not fit (cannot happen for
+/// matches of `Cli::command()`, but the message is clap's either way).
+fn from_matches(m: &ArgMatches) -> Cli {
+    Cli::from_arg_matches(m).unwrap_or_else(|e| e.exit())
+}
+
+/// The value of `--config <p>` / `--config=<p>` in raw arguments, before clap runs (clap
+/// needs the file's values to build the command it parses with).
+fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let s = a.to_string_lossy();
+        if s == "--" {
+            return None;
+        }
+        if s == "--config" {
+            return it.next().map(PathBuf::from);
+        }
+        if let Some(v) = s.strip_prefix("--config=") {
+            return Some(PathBuf::from(v));
+        }
+    }
+    None
+}
+
+/// `cmd` with the file's settings as argument defaults (see the module docs).
+pub fn with_file_defaults(cmd: Command, path: &Path) -> Result<Command, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    with_defaults_from_str(cmd, path, &text)
+}
+
+/// As [`with_file_defaults`], from the file's text.
+pub fn with_defaults_from_str(
+    cmd: Command,
+    path: &Path,
+    text: &str,
+) -> Result<Command, ConfigError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.message().to_string(),
+        })?;
+    let mut flat = BTreeMap::new();
+    flatten("", &table, &mut flat);
+
+    let known = known_envs(&cmd);
+    let mut settings: Vec<(String, Vec<String>)> = Vec::new();
+    for (key, value) in flat {
+        let env = resolve(&key, &known).ok_or_else(|| ConfigError::Unknown {
+            path: path.to_owned(),
+            hint: hint(&key, &known),
+            key: key.clone(),
+        })?;
+        let multiple = known.get(&env).copied().unwrap_or(false);
+        let values = to_strings(&value, multiple).map_err(|problem| ConfigError::Value {
+            path: path.to_owned(),
+            key: key.clone(),
+            problem,
+        })?;
+        settings.push((env, values));
+    }
+    Ok(apply(cmd, &settings))
+}
+
+/// Nested tables become `outer_inner` keys.
+fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, toml::Value>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}_{k}")
+        };
+        match v {
+            toml::Value::Table(t) => flatten(&key, t, out),
+            other => {
+                out.insert(key, other.clone());
+            }
+        }
+    }
+}
+
+/// Every environment variable any (sub)command reads, and whether its argument takes many
+/// values.
+fn known_envs(cmd: &Command) -> BTreeMap<String, bool> {
+    let mut out = BTreeMap::new();
+    for a in cmd.get_arguments() {
+        if let Some(env) = a.get_env().filter(|e| *e != CONFIG_ENV) {
+            let many = a.get_num_args().is_some_and(|n| n.max_values() > 1)
+                || matches!(a.get_action(), clap::ArgAction::Append);
+            out.insert(env.to_string_lossy().into_owned(), many);
+        }
+    }
+    for sc in cmd.get_subcommands() {
+        out.extend(known_envs(sc));
+    }
+    out
+}
+
+/// The environment variable a file key stands for: its upper snake case, with or without
+/// `REPOLL_` (tried with it first, so `queue` is `REPOLL_QUEUE`; `redis_url` is `REDIS_URL`).
+fn resolve(key: &str, known: &BTreeMap<String, bool>) -> Option<String> {
+    let upper = key.replace(['-', '.'], "_").to_ascii_uppercase();
+    let prefixed = format!("REPOLL_{upper}");
+    [prefixed, upper]
+        .into_iter()
+        .find(|k| known.contains_key(k))
+}
+
+/// ", did you mean `x`?" for the known keys sharing the most words with `key`.
+fn hint(key: &str, known: &BTreeMap<String, bool>) -> String {
+    let words: Vec<String> = key
+        .to_ascii_lowercase()
+        .split(['_', '-', '.'])
+        .map(str::to_owned)
+        .collect();
+    let mut best: Vec<(usize, String)> = known
+        .keys()
+        .map(|env| {
+            let name = env
+                .strip_prefix("REPOLL_")
+                .unwrap_or(env)
+                .to_ascii_lowercase();
+            let score = name
+                .split('_')
+                .filter(|w| words.iter().any(|k| k == w))
+                .count();
+            (score, name)
+        })
+        .filter(|(s, _)| *s > 0)
+        .collect();
+    best.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let names: Vec<String> = best
+        .into_iter()
+        .take(3)
+        .map(|(_, n)| format!("`{n}`"))
+        .collect();
+    if names.is_empty() {
+        " (keys are the settings' environment variable names; see `repoll <command> --help`)"
+            .to_string()
+    } else {
+        format!(", did you mean {}?", names.join(" or "))
+    }
+}
+
+/// A TOML value as clap argument text; arrays only where the argument takes many values.
+fn to_strings(v: &toml::Value, multiple: bool) -> Result<Vec<String>, String> {
+    let one = |v: &toml::Value| -> Result<String, String> {
+        Ok(match v {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Datetime(d) => d.to_string(),
+            toml::Value::Array(_) | toml::Value::Table(_) => {
+                return Err("must be a single value here".into())
+            }
+        })
+    };
+    match v {
+        toml::Value::Array(items) if multiple => items.iter().map(one).collect(),
+        toml::Value::Array(_) => Err("takes one value, not a list".into()),
+        other => one(other).map(|s| vec![s]),
+    }
+}
+
+/// Sets the defaults on every argument (in every subcommand) reading one of the variables.
+fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command {
+    let ids: Vec<(clap::Id, Vec<String>)> = cmd
+        .get_arguments()
+        .filter_map(|a| {
+            let env = a.get_env()?.to_string_lossy().into_owned();
+            settings
+                .iter()
+                .find(|(e, _)| *e == env)
+                .map(|(_, v)| (a.get_id().clone(), v.clone()))
+        })
+        .collect();
+    let mut cmd = cmd;
+    for (id, values) in ids {
+        cmd = cmd.mut_arg(id, |a| {
+            // An argument that was required is satisfied by the file.
+            a.required(false).default_values(values)
+        });
+    }
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |sc| apply(sc, settings));
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Command as Sub;
+
+    fn parse(file: &str, argv: &[&str]) -> Result<Cli, String> {
+        let cmd = with_defaults_from_str(Cli::command(), Path::new("test.toml"), file)
+            .map_err(|e| e.to_string())?;
+        let m = cmd
+            .try_get_matches_from(std::iter::once("repoll").chain(argv.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        Cli::from_arg_matches(&m).map_err(|e| e.to_string())
+    }
+
+    fn serve(file: &str, argv: &[&str]) -> crate::cli::ServeArgs {
+        match parse(file, argv).unwrap().command {
+            Sub::Serve(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn keys_are_env_names_with_or_without_prefix_and_tables_join() {
+        let a = serve(
+            r#"
+            REPOLL_QUEUE = "q1"
+            body_limit = 1234
+            [upstream]
+            url = "https://api.example.com/r/{key}"
+            headers = ["X-A: 1", "X-B: 2"]
+            "#,
+            &["serve"],
+        );
+        assert_eq!(a.redis.queue, "q1");
+        assert_eq!(a.body_limit, 1234);
+        assert_eq!(a.upstream.url, "https://api.example.com/r/{key}");
+        assert_eq!(a.upstream.headers, vec!["X-A: 1", "X-B: 2"]);
+    }
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let file = "queue = \"from-file\"\nsim = true\n";
+        assert_eq!(serve(file, &["serve"]).redis.queue, "from-file");
+        assert!(serve(file, &["serve"]).sim);
+        assert!(!serve("", &["serve"]).sim);
+        assert_eq!(
+            serve(file, &["serve", "--queue", "from-flag"]).redis.queue,
+            "from-flag"
+        );
+        // Untouched settings keep their built-in defaults.
+        assert_eq!(serve(file, &["serve"]).body_limit, 64 * 1024);
+    }
+
+    #[test]
+    fn one_file_serves_every_subcommand() {
+        // REPOLL_SIM_ADDR is `--sim-addr` for serve and `--addr` for sim.
+        let file = "sim_addr = \"127.0.0.1:9555\"\nworkers = 3\n";
+        assert_eq!(serve(file, &["serve"]).sim_addr.port(), 9555);
+        match parse(file, &["sim"]).unwrap().command {
+            Sub::Sim(s) => assert_eq!(s.addr.port(), 9555),
+            other => panic!("{other:?}"),
+        }
+        // `workers` (serve only) does not disturb `repoll worker`.
+        assert!(matches!(
+            parse(file, &["worker"]).unwrap().command,
+            Sub::Worker(_)
+        ));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let e = parse("upstream_urll = \"x\"", &["serve"]).unwrap_err();
+        assert!(e.contains("unknown setting `upstream_urll`"), "{e}");
+        assert!(e.contains("did you mean"), "{e}");
+        let e = parse("queue = [\"a\", \"b\"]", &["serve"]).unwrap_err();
+        assert!(e.contains("`queue` takes one value"), "{e}");
+        let e = parse("queue = ", &["serve"]).unwrap_err();
+        assert!(e.contains("not valid TOML"), "{e}");
+        // A value of the wrong type is clap's error, naming the flag.
+        let e = parse("body_limit = \"lots\"", &["serve"]).unwrap_err();
+        assert!(e.contains("body-limit"), "{e}");
+    }
+
+    #[test]
+    fn the_documented_example_file_is_valid() {
+        let a = serve(include_str!("../../docs/repoll.example.toml"), &["serve"]);
+        assert_eq!(
+            a.redis.redis_url.as_deref(),
+            Some("redis://redis.internal:6379/0")
+        );
+        assert_eq!(a.redis.queue, "reports");
+        assert_eq!(a.workers, Some(32));
+        assert_eq!(a.upstream.processing_values, vec!["RUNNING", "QUEUED"]);
+        assert_eq!(a.upstream.data_pointer, "");
+        assert_eq!(a.policy.poll_interval_ms, 500);
+        assert_eq!(a.policy.max_attempts, 5);
+    }
+
+    #[test]
+    fn config_path_from_raw_args() {
+        let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            config_path(&a(&["repoll", "serve", "--config", "x.toml"])),
+            Some(PathBuf::from("x.toml"))
+        );
+        assert_eq!(
+            config_path(&a(&["repoll", "--config=y.toml", "worker"])),
+            Some(PathBuf::from("y.toml"))
+        );
+        assert_eq!(config_path(&a(&["repoll", "serve"])), None);
+    }
+}
