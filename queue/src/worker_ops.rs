@@ -406,14 +406,17 @@ impl Queue {
         Ok(())
     }
 
-    /// Forgets a worker at once (clean shutdown) instead of waiting for its heartbeat TTL.
+    /// Forgets a worker at once (clean shutdown) instead of waiting for its heartbeat TTL,
+    /// and tells the dashboard (`worker_left`).
     pub async fn remove_worker(&self, worker_id: &str) -> Result<()> {
         let k = self.keys();
         let mut c = self.conn.clone();
+        let msg = serde_json::json!({ "kind": "worker_left", "worker": worker_id }).to_string();
         redis::pipe()
             .atomic()
             .del(k.worker(worker_id))
             .zrem(&k.workers, worker_id)
+            .publish(self.channels().dashboard, msg)
             .query_async::<()>(&mut c)
             .await?;
         Ok(())

@@ -307,6 +307,43 @@ async fn pubsub_wakeups() {
 }
 
 #[tokio::test]
+async fn workers_joining_and_leaving_wake_the_dashboard() {
+    use futures::StreamExt;
+    let q = queue("life_worker_news").await;
+    let client = redis::Client::open(server().url()).unwrap();
+    let mut ps = client.get_async_pubsub().await.unwrap();
+    ps.subscribe(&q.channels().dashboard).await.unwrap();
+    let w = WorkerInfo {
+        // Not hex like task ids: the message must still be valid JSON.
+        id: "host \"a\"/1".into(),
+        host: "h".into(),
+        pid: 1,
+        started_ms: 1,
+        in_flight: 0,
+        processed: 0,
+        failed: 0,
+        last_seen_ms: 0,
+    };
+    // Three heartbeats, then a clean stop: one `worker_joined`, one `worker_left`.
+    for _ in 0..3 {
+        q.heartbeat(&w, 10_000).await.unwrap();
+    }
+    q.remove_worker(&w.id).await.unwrap();
+    let mut stream = ps.on_message();
+    let mut kinds = Vec::new();
+    while let Ok(Some(m)) =
+        tokio::time::timeout(std::time::Duration::from_millis(500), stream.next()).await
+    {
+        let v: serde_json::Value =
+            serde_json::from_str(&m.get_payload::<String>().unwrap()).unwrap();
+        assert_eq!(v["worker"], w.id.as_str());
+        assert!(v.get("id").is_none(), "not a task event: {v}");
+        kinds.push(v["kind"].as_str().unwrap().to_string());
+    }
+    assert_eq!(kinds, ["worker_joined", "worker_left"]);
+}
+
+#[tokio::test]
 async fn list_pages_are_stable_and_complete() {
     let q = queue("life_list").await;
     for i in 0..57 {

@@ -5,6 +5,8 @@
 //! what they show through their server functions. So the stream never leaks more than the
 //! fact of activity, and the pages' own auth and rendering stay the only path to data.
 //!
+//! When nothing happens for [`QUIET_REFRESH`] it sends `changed` anyway (see there).
+//!
 //! Bursts are coalesced: after an event the stream waits [`COALESCE`] and folds everything
 //! that arrived meanwhile into one, so a busy queue costs each open page at most ~4 re-reads
 //! per second. The session is re-checked before each event; a signed-out stream ends.
@@ -28,6 +30,13 @@ use crate::{live::LiveEvent, web::WebState};
 
 /// Quiet time after an event before the next one may be sent.
 pub const COALESCE: Duration = Duration::from_millis(250);
+
+/// After this long without any event the stream sends `changed` anyway. Some state changes
+/// with time alone and publishes nothing: a waiting task becomes ready when its due time
+/// passes, a lease becomes stuck when its deadline passes, a worker killed without a goodbye
+/// becomes "gone" when its heartbeat ages; relative times ("3 s ago") move too. One re-read
+/// per open page every few seconds while nothing else happens keeps all of them current.
+pub const QUIET_REFRESH: Duration = Duration::from_secs(5);
 
 /// The handler: 401 without a session.
 pub async fn stream(State(state): State<WebState>, headers: HeaderMap) -> Response {
@@ -72,10 +81,12 @@ fn events(
             c.first = false;
             return Some((Ok(Event::default().event("resync").data("resync")), c));
         }
-        let mut resync = match c.rx.recv().await {
-            Ok(ev) => matches!(*ev, LiveEvent::Resync),
-            Err(broadcast::error::RecvError::Lagged(_)) => true,
-            Err(broadcast::error::RecvError::Closed) => return None,
+        let mut resync = match tokio::time::timeout(QUIET_REFRESH, c.rx.recv()).await {
+            Ok(Ok(ev)) => matches!(*ev, LiveEvent::Resync),
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => true,
+            Ok(Err(broadcast::error::RecvError::Closed)) => return None,
+            // Quiet: a plain `changed`, so what time alone changes gets re-read.
+            Err(_elapsed) => false,
         };
         tokio::time::sleep(COALESCE).await;
         loop {
