@@ -1,89 +1,625 @@
-//! Line charts of the last hour, drawn as inline SVG by us: a few polylines need no chart
-//! library in the wasm, and the server renders them like any other markup.
+//! Line charts of the last hour, drawn as inline SVG by us: a few polylines, axes and `<title>`
+//! tooltips need no chart library in the wasm, and the server renders them like any other
+//! markup.
+//!
+//! Everything drawn is a pure function of the buckets (times come from their `minute_ms`, never
+//! from the clock), so the server's markup and the hydrating browser's are the same.
 
 use leptos::prelude::*;
 
 use super::model::Bucket;
+use super::ui::duration;
 
+/// The viewBox, and the plot area inside it: the margins hold the axes' labels.
 const W: f64 = 600.0;
-const H: f64 = 120.0;
-const PAD: f64 = 4.0;
+const H: f64 = 160.0;
+const LEFT: f64 = 52.0;
+const RIGHT: f64 = W - 16.0;
+const TOP: f64 = 10.0;
+const BOTTOM: f64 = H - 22.0;
 
-/// `points` attribute of a polyline of `values`, scaled to `max`.
-fn points(values: &[f64], max: f64) -> String {
-    let n = values.len().max(2) - 1;
-    values
+const MINUTE_MS: i64 = 60_000;
+const DAY_MS: i64 = 86_400_000;
+/// At most this many time labels under the x axis.
+const MAX_TIME_LABELS: i64 = 6;
+
+const AXIS: &str = "#999";
+const GRID: &str = "#e3e6ea";
+const LABEL: &str = "#666";
+const COMPLETED: &str = "#2e9e44";
+const FAILED: &str = "#d33a2c";
+const POLLED: &str = "#3b6fd6";
+const TTR: &str = "#8a4fd1";
+
+/// Y axis ticks from 0: 3 to 5 multiples of a 1, 2 or 5 × 10ⁿ step, the last one ≥ `max`.
+fn nice_ticks(max: u64) -> Vec<u64> {
+    let max = u128::from(max);
+    let mut magnitude: u128 = 1;
+    let step = loop {
+        if let Some(step) = [1, 2, 5]
+            .iter()
+            .map(|m| m * magnitude)
+            .find(|step| max.div_ceil(*step) <= 4)
+        {
+            break step;
+        }
+        magnitude *= 10;
+    };
+    let n = max.div_ceil(step).max(2);
+    (0..=n)
+        .map(|k| u64::try_from(k * step).unwrap_or(u64::MAX))
+        .collect()
+}
+
+/// Where the time labels go: every whole 1, 2, 5, 10, 15, 30… minutes between `t0` and `t1`,
+/// the finest spacing that gives at most [`MAX_TIME_LABELS`]; `t0` alone if none falls there.
+fn time_ticks(t0: i64, t1: i64) -> Vec<i64> {
+    if t1 < t0 {
+        return Vec::new();
+    }
+    let count = |every: i64| {
+        let first = t0.div_euclid(every) + i64::from(t0.rem_euclid(every) != 0);
+        t1.div_euclid(every) - first + 1
+    };
+    let span_minutes = (i128::from(t1) - i128::from(t0)) / i128::from(MINUTE_MS);
+    let every = [1, 2, 5, 10, 15, 30, 60, 120, 180, 240, 360, 720]
         .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let x = i as f64 * W / n as f64;
-            let y = H - PAD - (v / max) * (H - 2.0 * PAD);
-            format!("{x:.1},{y:.1}")
-        })
+        .map(|m| m * MINUTE_MS)
+        .find(|every| count(*every) <= MAX_TIME_LABELS)
+        .unwrap_or_else(|| {
+            let minutes = span_minutes / i128::from(MAX_TIME_LABELS - 1) + 1;
+            i64::try_from(minutes * i128::from(MINUTE_MS)).unwrap_or(i64::MAX)
+        });
+    let mut t = t0.div_euclid(every).saturating_mul(every);
+    if t < t0 {
+        t = t.saturating_add(every);
+    }
+    let mut ticks = Vec::new();
+    while t >= t0 && t <= t1 {
+        ticks.push(t);
+        match t.checked_add(every) {
+            Some(next) => t = next,
+            None => break,
+        }
+    }
+    if ticks.is_empty() {
+        ticks.push(t0);
+    }
+    ticks
+}
+
+/// "HH:MM" of a time in UTC.
+fn utc_hhmm(ms: i64) -> String {
+    let minutes = ms.rem_euclid(DAY_MS) / MINUTE_MS;
+    format!("{:02}:{:02}", minutes / 60, minutes % 60)
+}
+
+/// `x` with one decimal, without a trailing ".0".
+fn one_decimal(x: f64) -> String {
+    let s = format!("{x:.1}");
+    match s.strip_suffix(".0") {
+        Some(whole) => whole.to_owned(),
+        None => s,
+    }
+}
+
+/// A count as "850", "1.5k", "2M", "3G".
+fn count_label(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{}k", one_decimal(n as f64 / 1e3)),
+        1_000_000..1_000_000_000 => format!("{}M", one_decimal(n as f64 / 1e6)),
+        _ => format!("{}G", one_decimal(n as f64 / 1e9)),
+    }
+}
+
+/// Y label of the throughput chart: "0", "50/min", "1.5k/min".
+fn per_minute_label(n: u64) -> String {
+    if n == 0 {
+        "0".into()
+    } else {
+        format!("{}/min", count_label(n))
+    }
+}
+
+/// Y label of the time-to-result chart: "0", "200ms", "1.5s", "100s".
+fn ms_label(ms: u64) -> String {
+    match ms {
+        0 => "0".into(),
+        1..1_000 => format!("{ms}ms"),
+        _ => format!("{}s", one_decimal(ms as f64 / 1e3)),
+    }
+}
+
+/// A coordinate as it goes into the markup.
+fn coord(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+/// Maps minutes and values to the plot area.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Frame {
+    /// First and last minute of the buckets; `None` without buckets.
+    span: Option<(i64, i64)>,
+    /// Value at the top of the plot (the last y tick, never 0).
+    top: f64,
+}
+
+impl Frame {
+    fn new(buckets: &[Bucket], top: u64) -> Self {
+        let t0 = buckets.iter().map(|b| b.minute_ms).min();
+        let t1 = buckets.iter().map(|b| b.minute_ms).max();
+        Frame {
+            span: t0.zip(t1),
+            top: top.max(1) as f64,
+        }
+    }
+
+    /// X of minute `t`: first minute at the left, last at the right, a lone one in the middle.
+    fn x(&self, t: i64) -> f64 {
+        match self.span {
+            Some((t0, t1)) if t1 > t0 => {
+                let f = (t as f64 - t0 as f64) / (t1 as f64 - t0 as f64);
+                LEFT + f.clamp(0.0, 1.0) * (RIGHT - LEFT)
+            }
+            _ => (LEFT + RIGHT) / 2.0,
+        }
+    }
+
+    /// Y of value `v`: 0 on the x axis, `top` at the top.
+    fn y(&self, v: f64) -> f64 {
+        BOTTOM - (v / self.top).clamp(0.0, 1.0) * (BOTTOM - TOP)
+    }
+
+    /// Half the width of each of `n` hover bands, one per bucket.
+    fn half_band(&self, n: usize) -> f64 {
+        match self.span {
+            Some((t0, t1)) if t1 > t0 && n > 1 => (RIGHT - LEFT) / (n - 1) as f64 / 2.0,
+            _ => (RIGHT - LEFT) / 2.0,
+        }
+    }
+}
+
+/// `points` attribute of a polyline.
+fn points(xy: impl IntoIterator<Item = (f64, f64)>) -> String {
+    xy.into_iter()
+        .map(|(x, y)| format!("{x:.1},{y:.1}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The runs of consecutive `Some` values, as (index, value) pairs: one line each, so minutes
+/// without data are gaps rather than drops to zero.
+fn runs(values: &[Option<f64>]) -> Vec<Vec<(usize, f64)>> {
+    let mut out: Vec<Vec<(usize, f64)>> = Vec::new();
+    let mut current = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        match v {
+            Some(v) => current.push((i, *v)),
+            None if !current.is_empty() => out.push(std::mem::take(&mut current)),
+            None => {}
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// Grid lines and labels of the y axis; the line at 0 is the x axis.
+fn y_axis(frame: Frame, ticks: &[u64], label: fn(u64) -> String) -> impl IntoView {
+    let rows = ticks
+        .iter()
+        .map(|&v| {
+            let y = frame.y(v as f64);
+            let (class, stroke) = if v == 0 { ("axis", AXIS) } else { ("grid", GRID) };
+            view! {
+                <line class=class x1=coord(LEFT) y1=coord(y) x2=coord(RIGHT) y2=coord(y) stroke=stroke stroke-width="1" />
+                <text x=coord(LEFT - 6.0) y=coord(y + 3.5) text-anchor="end" font-size="10" fill=LABEL>{label(v)}</text>
+            }
+        })
+        .collect_view();
+    view! {
+        <g class="y-axis">
+            <line x1=coord(LEFT) y1=coord(TOP) x2=coord(LEFT) y2=coord(BOTTOM) stroke=AXIS stroke-width="1" />
+            {rows}
+        </g>
+    }
+}
+
+/// Time labels (UTC HH:MM) under the x axis.
+fn x_axis(frame: Frame) -> impl IntoView {
+    let ticks = frame
+        .span
+        .map(|(t0, t1)| time_ticks(t0, t1))
+        .unwrap_or_default();
+    let labels = ticks
+        .into_iter()
+        .map(|t| {
+            let x = coord(frame.x(t));
+            view! {
+                <line x1=x.clone() y1=coord(BOTTOM) x2=x.clone() y2=coord(BOTTOM + 4.0) stroke=AXIS stroke-width="1" />
+                <text x=x y=coord(H - 6.0) text-anchor="middle" font-size="10" fill=LABEL>{utc_hhmm(t)}</text>
+            }
+        })
+        .collect_view();
+    view! { <g class="x-axis">{labels}</g> }
+}
+
+/// One invisible band per bucket over the plot's full height, whose `<title>` is the tooltip.
+fn hover_bands(frame: Frame, tips: Vec<(i64, String)>) -> impl IntoView {
+    let half = frame.half_band(tips.len());
+    let bands = tips
+        .into_iter()
+        .map(|(t, tip)| {
+            let x = frame.x(t);
+            let (l, r) = ((x - half).max(LEFT), (x + half).min(RIGHT));
+            view! {
+                <rect x=coord(l) y=coord(TOP) width=coord(r - l) height=coord(BOTTOM - TOP) fill="#000" fill-opacity="0">
+                    <title>{tip}</title>
+                </rect>
+            }
+        })
+        .collect_view();
+    view! { <g class="tips">{bands}</g> }
+}
+
+/// A note in the middle of an empty plot.
+fn empty_note(text: &'static str) -> impl IntoView {
+    view! {
+        <text x=coord((LEFT + RIGHT) / 2.0) y=coord((TOP + BOTTOM) / 2.0) text-anchor="middle" font-size="12" fill=LABEL>{text}</text>
+    }
 }
 
 /// Completed / failed / polled per minute.
 #[component]
 pub fn ThroughputChart(buckets: Vec<Bucket>) -> impl IntoView {
-    let series = |f: fn(&Bucket) -> u64| buckets.iter().map(|b| f(b) as f64).collect::<Vec<_>>();
-    let completed = series(|b| b.completed);
-    let failed = series(|b| b.failed);
-    let polled = series(|b| b.polled);
-    let max = completed
+    let max = buckets
         .iter()
-        .chain(&failed)
-        .chain(&polled)
-        .copied()
-        .fold(1.0, f64::max);
+        .map(|b| b.completed.max(b.failed).max(b.polled))
+        .max()
+        .unwrap_or(0);
+    let ticks = nice_ticks(max);
+    let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
+    let line = |f: fn(&Bucket) -> u64| {
+        points(
+            buckets
+                .iter()
+                .map(|b| (frame.x(b.minute_ms), frame.y(f(b) as f64))),
+        )
+    };
+    let (polled, completed, failed) = (
+        line(|b| b.polled),
+        line(|b| b.completed),
+        line(|b| b.failed),
+    );
+    let tips = buckets
+        .iter()
+        .map(|b| {
+            let tip = format!(
+                "{} UTC · {} completed, {} failed, {} polled",
+                utc_hhmm(b.minute_ms),
+                b.completed,
+                b.failed,
+                b.polled
+            );
+            (b.minute_ms, tip)
+        })
+        .collect();
+    let empty = buckets.is_empty().then(|| empty_note("no data"));
     let last = buckets.last().cloned().unwrap_or_default();
     view! {
         <figure class="chart" data-testid="throughput-chart">
-            <svg width="600" height="120" viewBox=format!("0 0 {W} {H}") role="img" aria-label="throughput per minute, last hour">
-                <line x1="0" y1=H - PAD x2=W y2=H - PAD class="axis" stroke="#999" stroke-width="1" />
-                <polyline class="s-polled" fill="none" stroke="#3b6fd6" stroke-width="1.5" points=points(&polled, max) />
-                <polyline class="s-completed" fill="none" stroke="#2e9e44" stroke-width="2" points=points(&completed, max) />
-                <polyline class="s-failed" fill="none" stroke="#d33a2c" stroke-width="1.5" points=points(&failed, max) />
+            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label="throughput per minute, last hour">
+                {y_axis(frame, &ticks, per_minute_label)}
+                {x_axis(frame)}
+                <polyline class="s-polled" fill="none" stroke=POLLED stroke-width="1.5" points=polled />
+                <polyline class="s-completed" fill="none" stroke=COMPLETED stroke-width="2" points=completed />
+                <polyline class="s-failed" fill="none" stroke=FAILED stroke-width="1.5" points=failed />
+                {empty}
+                {hover_bands(frame, tips)}
             </svg>
             <figcaption>
-                {format!("per minute, last hour (max {}) · this minute: ", max as u64)}
-                <span class="s-completed" style="color:#2e9e44">{format!("{} completed", last.completed)}</span> ", "
-                <span class="s-failed" style="color:#d33a2c">{format!("{} failed", last.failed)}</span> ", "
-                <span class="s-polled" style="color:#3b6fd6">{format!("{} polled", last.polled)}</span>
+                "Tasks per minute, last hour (times in UTC) · this minute: "
+                <span class="s-completed" style=format!("color:{COMPLETED}")>{format!("{} completed", last.completed)}</span> ", "
+                <span class="s-failed" style=format!("color:{FAILED}")>{format!("{} failed", last.failed)}</span> ", "
+                <span class="s-polled" style=format!("color:{POLLED}")>{format!("{} polled", last.polled)}</span>
             </figcaption>
         </figure>
     }
 }
 
-/// Average time to result of the tasks completed in each minute.
+/// Average time to result of the tasks completed in each minute; minutes in which none
+/// completed are gaps.
 #[component]
 pub fn TimeToResultChart(buckets: Vec<Bucket>) -> impl IntoView {
-    let avg: Vec<f64> = buckets
+    let avg: Vec<Option<f64>> = buckets
         .iter()
-        .map(|b| {
-            if b.ttr_count == 0 {
-                0.0
-            } else {
-                b.ttr_sum_ms as f64 / b.ttr_count as f64
-            }
+        .map(|b| (b.ttr_count > 0).then(|| b.ttr_sum_ms as f64 / b.ttr_count as f64))
+        .collect();
+    let max = avg.iter().flatten().copied().fold(0.0, f64::max);
+    let ticks = nice_ticks(max.ceil() as u64);
+    let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
+    let at = |i: usize, v: f64| (frame.x(buckets[i].minute_ms), frame.y(v));
+    let lines = runs(&avg)
+        .into_iter()
+        .filter(|run| run.len() > 1)
+        .map(|run| {
+            let pts = points(run.into_iter().map(|(i, v)| at(i, v)));
+            view! { <polyline class="s-ttr" fill="none" stroke=TTR stroke-width="2" points=pts /> }
+        })
+        .collect_view();
+    let dots = avg
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| v.map(|v| at(i, v)))
+        .map(|(x, y)| view! { <circle class="s-ttr" cx=coord(x) cy=coord(y) r="2" fill=TTR /> })
+        .collect_view();
+    let tips = buckets
+        .iter()
+        .zip(&avg)
+        .map(|(b, v)| {
+            let what = match v {
+                Some(v) => format!(
+                    "average time to result {} over {} completed",
+                    duration(v.round() as i64),
+                    b.ttr_count
+                ),
+                None => "nothing completed".into(),
+            };
+            (
+                b.minute_ms,
+                format!("{} UTC · {what}", utc_hhmm(b.minute_ms)),
+            )
         })
         .collect();
-    let max = avg.iter().copied().fold(1.0, f64::max);
-    let latest = avg.iter().rev().find(|v| **v > 0.0).copied().unwrap_or(0.0);
+    let latest = avg.iter().rev().flatten().next().copied();
+    let empty = latest
+        .is_none()
+        .then(|| empty_note("nothing completed in the last hour"));
+    let summary = match latest {
+        Some(latest) => format!(
+            " per minute, last hour (times in UTC) · peak {}, latest {}",
+            duration(max.round() as i64),
+            duration(latest.round() as i64),
+        ),
+        None => " per minute, last hour (times in UTC)".into(),
+    };
     view! {
         <figure class="chart" data-testid="ttr-chart">
-            <svg width="600" height="120" viewBox=format!("0 0 {W} {H}") role="img" aria-label="time to result, last hour">
-                <line x1="0" y1=H - PAD x2=W y2=H - PAD class="axis" stroke="#999" stroke-width="1" />
-                <polyline class="s-ttr" fill="none" stroke="#8a4fd1" stroke-width="2" points=points(&avg, max) />
+            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label="time to result, last hour">
+                {y_axis(frame, &ticks, ms_label)}
+                {x_axis(frame)}
+                {lines}
+                {dots}
+                {empty}
+                {hover_bands(frame, tips)}
             </svg>
             <figcaption>
-                {format!(
-                    "average time to result per minute (max {}, latest {})",
-                    super::ui::duration(max as i64),
-                    super::ui::duration(latest as i64),
-                )}
+                <span class="s-ttr" style=format!("color:{TTR}")>"Average time to result"</span>
+                {summary}
             </figcaption>
         </figure>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Midnight UTC of some day, so that minute labels are easy to read.
+    const DAY: i64 = 19_000 * DAY_MS;
+
+    fn at(h: i64, m: i64) -> i64 {
+        DAY + (h * 60 + m) * MINUTE_MS
+    }
+
+    /// The last hour as stats() returns it: 60 consecutive minutes ending at `end`.
+    fn hour(end: i64, f: impl Fn(usize) -> Bucket) -> Vec<Bucket> {
+        (0..60)
+            .map(|i| Bucket {
+                minute_ms: end - (59 - i as i64) * MINUTE_MS,
+                ..f(i)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nice_ticks_are_small_round_steps_from_zero() {
+        assert_eq!(nice_ticks(0), [0, 1, 2]);
+        assert_eq!(nice_ticks(1), [0, 1, 2]);
+        assert_eq!(nice_ticks(4), [0, 1, 2, 3, 4]);
+        assert_eq!(nice_ticks(5), [0, 2, 4, 6]);
+        assert_eq!(nice_ticks(10), [0, 5, 10]);
+        assert_eq!(nice_ticks(11), [0, 5, 10, 15]);
+        assert_eq!(nice_ticks(37), [0, 10, 20, 30, 40]);
+        assert_eq!(nice_ticks(101), [0, 50, 100, 150]);
+        assert_eq!(nice_ticks(1234), [0, 500, 1000, 1500]);
+        assert_eq!(nice_ticks(20_000), [0, 5000, 10_000, 15_000, 20_000]);
+    }
+
+    #[test]
+    fn nice_ticks_hold_for_every_max() {
+        let maxes = (0..5000).chain([u64::MAX / 3, u64::MAX - 1, u64::MAX]);
+        for max in maxes {
+            let t = nice_ticks(max);
+            assert!((3..=5).contains(&t.len()), "{max}: {t:?}");
+            assert_eq!(t[0], 0);
+            assert!(*t.last().unwrap() >= max, "{max}: {t:?}");
+            let step = t[1];
+            let mut mantissa = step;
+            while mantissa.is_multiple_of(10) {
+                mantissa /= 10;
+            }
+            assert!([1, 2, 5].contains(&mantissa), "{max}: step {step}");
+            if max < u64::MAX / 2 {
+                assert!(t.windows(2).all(|w| w[1] - w[0] == step), "{max}: {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc_hhmm(0), "00:00");
+        assert_eq!(utc_hhmm(at(14, 5)), "14:05");
+        assert_eq!(utc_hhmm(at(23, 59) + 59_999), "23:59");
+        assert_eq!(utc_hhmm(1_700_000_000_000), "22:13");
+        assert_eq!(utc_hhmm(-MINUTE_MS), "23:59");
+    }
+
+    #[test]
+    fn time_labels_fall_on_round_minutes() {
+        let labels = |t0, t1| {
+            time_ticks(t0, t1)
+                .into_iter()
+                .map(utc_hhmm)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            labels(at(14, 1), at(15, 0)),
+            ["14:10", "14:20", "14:30", "14:40", "14:50", "15:00"]
+        );
+        assert_eq!(
+            labels(at(13, 7), at(14, 6)),
+            ["13:10", "13:20", "13:30", "13:40", "13:50", "14:00"]
+        );
+        assert_eq!(
+            labels(at(9, 0), at(9, 4)),
+            ["09:00", "09:01", "09:02", "09:03", "09:04"]
+        );
+        assert_eq!(
+            labels(at(9, 0), at(9, 9)),
+            ["09:00", "09:02", "09:04", "09:06", "09:08"]
+        );
+        assert_eq!(labels(at(9, 3), at(9, 3)), ["09:03"]);
+        // A whole day (the most stats() returns) gets a label every 4 hours.
+        assert_eq!(
+            labels(at(0, 0), at(23, 59)),
+            ["00:00", "04:00", "08:00", "12:00", "16:00", "20:00"]
+        );
+        // Never more than six, and a time between minutes still gets its label.
+        assert_eq!(time_ticks(at(9, 3) + 5, at(9, 3) + 10), [at(9, 3) + 5]);
+        assert!(time_ticks(at(1, 0), at(0, 0)).is_empty());
+        for minutes in 0..3000 {
+            let n = time_ticks(at(0, 17), at(0, 17) + minutes * MINUTE_MS).len() as i64;
+            assert!((1..=MAX_TIME_LABELS).contains(&n), "{minutes}: {n}");
+        }
+        assert!(time_ticks(i64::MIN, i64::MAX).len() as i64 <= MAX_TIME_LABELS);
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(count_label(0), "0");
+        assert_eq!(count_label(850), "850");
+        assert_eq!(count_label(1500), "1.5k");
+        assert_eq!(count_label(20_000), "20k");
+        assert_eq!(count_label(2_000_000), "2M");
+        assert_eq!(count_label(5_000_000_000), "5G");
+        assert_eq!(per_minute_label(0), "0");
+        assert_eq!(per_minute_label(50), "50/min");
+        assert_eq!(per_minute_label(1500), "1.5k/min");
+        assert_eq!(ms_label(0), "0");
+        assert_eq!(ms_label(200), "200ms");
+        assert_eq!(ms_label(1000), "1s");
+        assert_eq!(ms_label(1500), "1.5s");
+        assert_eq!(ms_label(100_000), "100s");
+    }
+
+    #[test]
+    fn frame_maps_minutes_and_values_into_the_plot() {
+        let buckets = hour(at(15, 0), |_| Bucket::default());
+        let f = Frame::new(&buckets, 20);
+        assert_eq!(f.x(at(14, 1)), LEFT);
+        assert_eq!(f.x(at(15, 0)), RIGHT);
+        assert!((f.x(at(14, 30)) - (LEFT + 29.0 / 59.0 * (RIGHT - LEFT))).abs() < 1e-9);
+        assert_eq!(f.y(0.0), BOTTOM);
+        assert_eq!(f.y(20.0), TOP);
+        assert_eq!(f.y(10.0), (TOP + BOTTOM) / 2.0);
+        assert!((f.half_band(60) * 2.0 * 59.0 - (RIGHT - LEFT)).abs() < 1e-9);
+
+        // One bucket sits in the middle; none, or a top of 0, gives no NaN.
+        let one = Frame::new(&buckets[..1], 0);
+        assert_eq!(one.x(at(14, 1)), (LEFT + RIGHT) / 2.0);
+        assert_eq!(one.y(0.0), BOTTOM);
+        let none = Frame::new(&[], 0);
+        assert_eq!(none.span, None);
+        assert!(none.x(0).is_finite() && none.y(0.0).is_finite() && none.half_band(0).is_finite());
+    }
+
+    #[test]
+    fn polylines_and_gaps() {
+        assert_eq!(
+            points([(52.0, 138.0), (60.25, 10.0)]),
+            "52.0,138.0 60.2,10.0"
+        );
+        assert_eq!(points([]), "");
+        let v = [None, Some(1.0), Some(2.0), None, None, Some(3.0), Some(4.0)];
+        assert_eq!(
+            runs(&v),
+            [vec![(1, 1.0), (2, 2.0)], vec![(5, 3.0), (6, 4.0)]]
+        );
+        assert!(runs(&[None, None]).is_empty());
+    }
+
+    fn html(view: impl IntoView) -> String {
+        let owner = Owner::new();
+        owner.with(|| view.into_view().to_html())
+    }
+
+    #[test]
+    fn renders_the_same_markup_every_time_without_nan() {
+        let buckets = hour(at(15, 0), |i| Bucket {
+            completed: i as u64 % 7,
+            failed: u64::from(i % 10 == 0),
+            polled: 12 + i as u64 % 5,
+            ttr_sum_ms: if i % 3 == 0 { 0 } else { 1500 * i as u64 },
+            ttr_count: if i % 3 == 0 { 0 } else { i as u64 },
+            ..Bucket::default()
+        });
+        let tp = || html(view! { <ThroughputChart buckets=buckets.clone() /> });
+        let ttr = || html(view! { <TimeToResultChart buckets=buckets.clone() /> });
+        let (a, b) = (tp(), ttr());
+        assert_eq!(a, tp());
+        assert_eq!(b, ttr());
+        for s in [&a, &b] {
+            assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
+            assert_eq!(s.matches("<title>").count(), 60, "{s}");
+            assert!(s.contains(">14:10<") && s.contains(">15:00<"), "{s}");
+            assert!(s.contains("(times in UTC)"), "{s}");
+        }
+        assert!(a.contains("data-testid=\"throughput-chart\""));
+        assert!(a.contains(">20/min<"), "{a}");
+        assert!(
+            a.contains("<title>14:01 UTC · 0 completed, 1 failed, 12 polled</title>"),
+            "{a}"
+        );
+        for class in ["s-completed", "s-failed", "s-polled"] {
+            assert_eq!(
+                a.matches(&format!("class=\"{class}\"")).count(),
+                2,
+                "{class}"
+            );
+        }
+        assert!(b.contains("data-testid=\"ttr-chart\""));
+        assert!(b.contains(">1.5s<"), "{b}");
+        assert!(
+            b.contains("<title>14:02 UTC · average time to result 1.5s over 1 completed</title>")
+        );
+        assert!(b.contains("<title>14:04 UTC · nothing completed</title>"));
+    }
+
+    #[test]
+    fn renders_empty_and_idle_hours() {
+        let idle = hour(at(15, 0), |_| Bucket::default());
+        for buckets in [Vec::new(), idle] {
+            let a = html(view! { <ThroughputChart buckets=buckets.clone() /> });
+            let b = html(view! { <TimeToResultChart buckets=buckets.clone() /> });
+            for s in [&a, &b] {
+                assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
+            }
+            assert!(a.contains(">2/min<"), "{a}");
+            assert!(b.contains("nothing completed in the last hour"), "{b}");
+            assert!(!b.contains("<polyline"), "{b}");
+        }
     }
 }
