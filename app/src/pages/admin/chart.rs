@@ -273,7 +273,7 @@ fn empty_note(text: &'static str) -> impl IntoView {
 
 /// Completed / failed / polled per minute.
 #[component]
-pub fn ThroughputChart(buckets: Vec<Bucket>) -> impl IntoView {
+pub fn ThroughputChart(buckets: Vec<Bucket>) -> AnyView {
     let max = buckets
         .iter()
         .map(|b| b.completed.max(b.failed).max(b.polled))
@@ -327,12 +327,15 @@ pub fn ThroughputChart(buckets: Vec<Bucket>) -> impl IntoView {
             </figcaption>
         </figure>
     }
+    // Type-erased: the SVG's element types, nested in the overview's, overflow rustc's
+    // query depth limit when the page is compiled to machine code.
+    .into_any()
 }
 
 /// Average time to result of the tasks completed in each minute; minutes in which none
 /// completed are gaps.
 #[component]
-pub fn TimeToResultChart(buckets: Vec<Bucket>) -> impl IntoView {
+pub fn TimeToResultChart(buckets: Vec<Bucket>) -> AnyView {
     let avg: Vec<Option<f64>> = buckets
         .iter()
         .map(|b| (b.ttr_count > 0).then(|| b.ttr_sum_ms as f64 / b.ttr_count as f64))
@@ -401,6 +404,9 @@ pub fn TimeToResultChart(buckets: Vec<Bucket>) -> impl IntoView {
             </figcaption>
         </figure>
     }
+    // Type-erased: the SVG's element types, nested in the overview's, overflow rustc's
+    // query depth limit when the page is compiled to machine code.
+    .into_any()
 }
 
 #[cfg(test)]
