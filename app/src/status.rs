@@ -75,7 +75,7 @@ pub fn RedisStatusPanel() -> impl IntoView {
                                     </p>
                                     <p class="muted">
                                         "queue " <code>{s.queue}</code> " · checked at "
-                                        <span data-testid="redis-checked">{s.checked_ms}</span>
+                                        <span data-testid="redis-checked" title=format!("{} ms since the Unix epoch", s.checked_ms)>{utc_clock(s.checked_ms)}</span>
                                     </p>
                                 }
                                     .into_any()
@@ -98,5 +98,28 @@ pub fn RedisStatusPanel() -> impl IntoView {
                 {move || format!("{} refreshes", checks.get())}
             </span>
         </section>
+    }
+}
+
+/// A Redis timestamp (ms) as the UTC time of day with milliseconds, e.g. "06:41:07.215 UTC"
+/// (milliseconds, so two checks in a row never read the same).
+fn utc_clock(ms: i64) -> String {
+    let day = ms.rem_euclid(86_400_000);
+    let (h, m, s, milli) = (
+        day / 3_600_000,
+        day / 60_000 % 60,
+        day / 1000 % 60,
+        day % 1000,
+    );
+    format!("{h:02}:{m:02}:{s:02}.{milli:03} UTC")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_clock_formats_the_time_of_day() {
+        // 2026-12-01T06:41:07.215Z
+        assert_eq!(super::utc_clock(1_796_107_267_215), "06:41:07.215 UTC");
+        assert_eq!(super::utc_clock(0), "00:00:00.000 UTC");
     }
 }
