@@ -154,6 +154,11 @@ test("with JavaScript disabled the form works and /q/<id> shows the current stat
   await expect(page.getByTestId("query-status")).toHaveText("done", { timeout: 20_000 });
   expect(await page.content()).not.toContain('http-equiv="refresh"');
   await page.screenshot({ path: shot("nojs-done"), fullPage: true });
+  // A rejected query comes back to the form with the reason, still without scripts.
+  await page.goto("/");
+  await page.getByTestId("query-input").fill("x".repeat(600));
+  await page.getByTestId("query-submit").click();
+  await expect(page.getByTestId("query-submit-error")).toContainText("512");
   await context.close();
 });
 

@@ -242,78 +242,8 @@ async fn every_operation_runs_under_a_key_restricted_acl_user() {
     conf.max_lease_losses = 1;
     let q = acl_queue("aclq").await;
     let q = Queue::with_connection(q.connection(), conf).await.unwrap();
-    let p = EnqueuePolicy {
-        deadline_ms: 60_000,
-        max_attempts: 2,
-    };
-    for i in 0..6 {
-        q.enqueue(&format!("acl {i}"), "p", &p).await.unwrap();
-    }
-    let c = q.claim("w", 6, 100).await.unwrap();
-    assert_eq!(c.len(), 6);
-    q.renew(&c[0].id, c[0].token, 10_000).await.unwrap();
-    q.complete(&c[0].id, c[0].token, "r", 1).await.unwrap();
-    q.reschedule(&c[1].id, c[1].token, 60_000, Some("x"), 1)
-        .await
-        .unwrap();
-    q.fail(&c[2].id, c[2].token, "e", Retry::After(0), 1)
-        .await
-        .unwrap();
-    q.fail(&c[3].id, c[3].token, "e", Retry::Dead, 1)
-        .await
-        .unwrap();
-    q.release(&c[4].id, Some(c[4].token), "w").await.unwrap();
-    sleep_ms(150).await;
-    let r = q.reap(10).await.unwrap();
-    assert_eq!(r.dead, vec![c[5].id.clone()], "poison after one loss");
-    q.retry(&c[1].id, "a").await.unwrap();
-    assert!(q.retry_all_dead("a").await.unwrap() >= 1);
-    q.cancel(&c[2].id, "a").await.unwrap();
-    q.release(&c[4].id, None, "a").await.unwrap();
-    q.pause("a").await.unwrap();
-    q.resume("a").await.unwrap();
-    q.is_paused().await.unwrap();
-    let w = WorkerInfo {
-        id: "w".into(),
-        host: "h".into(),
-        pid: 1,
-        started_ms: 0,
-        in_flight: 0,
-        processed: 0,
-        failed: 0,
-        last_seen_ms: 0,
-    };
-    q.heartbeat(&w, 1000).await.unwrap();
-    q.workers().await.unwrap();
-    q.remove_worker("w").await.unwrap();
-    q.stats().await.unwrap();
-    for s in [
-        ListState::Ready,
-        ListState::Waiting,
-        ListState::Leased,
-        ListState::Dead,
-        ListState::Results,
-    ] {
-        q.list(s, Order::OldestFirst, None, 10).await.unwrap();
-        q.list(s, Order::OldestFirst, Some("0:x"), 10)
-            .await
-            .unwrap();
-    }
-    q.get(&c[0].id).await.unwrap().unwrap();
-    q.result_by_id(&c[0].id).await.unwrap().unwrap();
-    q.stuck_leases(1000, 10).await.unwrap();
-    q.events(10).await.unwrap();
-    q.next_due_ms().await.unwrap();
-    q.now_ms().await.unwrap();
-    q.enqueue("acl 0", "p", &p).await.unwrap();
-    for t in [
-        PurgeTarget::History,
-        PurgeTarget::Dead,
-        PurgeTarget::Results,
-        PurgeTarget::Queued,
-    ] {
-        q.purge(t, "a").await.unwrap();
-    }
+    exercise_every_operation(&q).await;
+    let p = EnqueuePolicy::default();
 
     // negative control: the same user may not touch another queue, so the ACL really bites
     let other = Queue::with_connection(q.connection(), cfg("otherq"))

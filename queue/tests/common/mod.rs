@@ -4,7 +4,7 @@
 //! distinct queue name (the `{name}` hash tag prefixes every key).
 #![allow(dead_code)]
 
-use queue::{Queue, QueueConfig};
+use queue::{EnqueuePolicy, ListState, Order, PurgeTarget, Queue, QueueConfig, Retry, WorkerInfo};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -48,6 +48,13 @@ fn ping(port: u16) -> bool {
 // its redis-server) when this process exits, which is the point.
 #[allow(clippy::zombie_processes)]
 pub fn spawn_redis() -> Server {
+    spawn_redis_with("")
+}
+
+/// As [`spawn_redis`], with extra `redis-server` arguments (its working directory is a fresh
+/// temp dir, so relative file names such as a cluster config land there).
+#[allow(clippy::zombie_processes)]
+pub fn spawn_redis_with(extra: &str) -> Server {
     for _ in 0..5 {
         let port = free_port();
         let dir =
@@ -56,7 +63,7 @@ pub fn spawn_redis() -> Server {
         let me = std::process::id();
         let script = format!(
             "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
-             --loglevel warning & R=$!; \
+             --loglevel warning {extra} & R=$!; \
              while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
              kill $R 2>/dev/null; wait $R; rm -rf '{dir}'",
             dir = dir.display()
@@ -136,4 +143,83 @@ pub async fn snapshot(name: &str) -> Vec<(String, String)> {
 
 pub async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// Runs every public operation of the queue once, each on a state where it acts (scripts,
+/// pipelined reads, Pub/Sub publishes), and panics on the first error. Used to prove that a
+/// restricted environment (an ACL user limited to the queue's keys, a Redis Cluster node) runs
+/// all of them. `q` must have `max_lease_losses = 1`, so the reaper's poison path runs too.
+pub async fn exercise_every_operation(q: &Queue) {
+    let p = EnqueuePolicy {
+        deadline_ms: 60_000,
+        max_attempts: 2,
+    };
+    for i in 0..6 {
+        q.enqueue(&format!("acl {i}"), "p", &p).await.unwrap();
+    }
+    let c = q.claim("w", 6, 100).await.unwrap();
+    assert_eq!(c.len(), 6);
+    q.renew(&c[0].id, c[0].token, 10_000).await.unwrap();
+    q.complete(&c[0].id, c[0].token, "r", 1).await.unwrap();
+    q.reschedule(&c[1].id, c[1].token, 60_000, Some("x"), 1)
+        .await
+        .unwrap();
+    q.fail(&c[2].id, c[2].token, "e", Retry::After(0), 1)
+        .await
+        .unwrap();
+    q.fail(&c[3].id, c[3].token, "e", Retry::Dead, 1)
+        .await
+        .unwrap();
+    q.release(&c[4].id, Some(c[4].token), "w").await.unwrap();
+    sleep_ms(150).await;
+    let r = q.reap(10).await.unwrap();
+    assert_eq!(r.dead, vec![c[5].id.clone()], "poison after one loss");
+    q.retry(&c[1].id, "a").await.unwrap();
+    assert!(q.retry_all_dead("a").await.unwrap() >= 1);
+    q.cancel(&c[2].id, "a").await.unwrap();
+    q.release(&c[4].id, None, "a").await.unwrap();
+    q.pause("a").await.unwrap();
+    q.resume("a").await.unwrap();
+    q.is_paused().await.unwrap();
+    let w = WorkerInfo {
+        id: "w".into(),
+        host: "h".into(),
+        pid: 1,
+        started_ms: 0,
+        in_flight: 0,
+        processed: 0,
+        failed: 0,
+        last_seen_ms: 0,
+    };
+    q.heartbeat(&w, 1000).await.unwrap();
+    q.workers().await.unwrap();
+    q.remove_worker("w").await.unwrap();
+    q.stats().await.unwrap();
+    for s in [
+        ListState::Ready,
+        ListState::Waiting,
+        ListState::Leased,
+        ListState::Dead,
+        ListState::Results,
+    ] {
+        for o in [Order::OldestFirst, Order::NewestFirst] {
+            q.list(s, o, None, 10).await.unwrap();
+            q.list(s, o, Some("0:x"), 10).await.unwrap();
+        }
+    }
+    q.get(&c[0].id).await.unwrap().unwrap();
+    q.result_by_id(&c[0].id).await.unwrap().unwrap();
+    q.stuck_leases(1000, 10).await.unwrap();
+    q.events(10).await.unwrap();
+    q.next_due_ms().await.unwrap();
+    q.now_ms().await.unwrap();
+    q.enqueue("acl 0", "p", &p).await.unwrap();
+    for t in [
+        PurgeTarget::History,
+        PurgeTarget::Dead,
+        PurgeTarget::Results,
+        PurgeTarget::Queued,
+    ] {
+        q.purge(t, "a").await.unwrap();
+    }
 }
