@@ -441,9 +441,21 @@ impl Upstream {
     }
 }
 
-/// `Retry-After` as delay-seconds (HTTP dates are rare on APIs and are ignored).
+/// `Retry-After` as delay-seconds or as an HTTP date (RFC 9110 allows both; a date in the
+/// past means "now"). Anything else is ignored.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    parse_retry_after_at(v, std::time::SystemTime::now())
+}
+
+/// [`parse_retry_after`] against a given clock (for tests). The date is compared with this
+/// host's clock: the upstream's clock is all an HTTP date can be measured against.
+pub fn parse_retry_after_at(v: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -585,6 +597,17 @@ mod tests {
         assert!(!s(429).is_permanent());
         assert!(!s(503).is_permanent());
         assert_eq!(parse_retry_after(" 3 "), Some(Duration::from_secs(3)));
-        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        // HTTP dates: the delay until then; a past date is "now"; garbage is ignored.
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        assert_eq!(
+            parse_retry_after_at("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after_at("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after_at("soon", now), None);
+        assert_eq!(parse_retry_after_at("-5", now), None);
     }
 }
