@@ -17,6 +17,8 @@ pub(crate) struct Keys {
     pub tp: String,
     pub tpmin: String,
     pub workers: String,
+    /// Rate limiter of upstream calls (GCRA arrival time), shared by all workers.
+    pub upstream_rate: String,
 }
 
 impl Keys {
@@ -35,6 +37,7 @@ impl Keys {
             tp: k("tp"),
             tpmin: k("tpmin"),
             workers: k("workers"),
+            upstream_rate: k("upstream_rate"),
             tag,
         }
     }

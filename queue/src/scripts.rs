@@ -28,6 +28,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("stats", include_str!("../lua/stats.lua")),
     ("list", include_str!("../lua/list.lua")),
     ("heartbeat", include_str!("../lua/heartbeat.lua")),
+    ("upstream_rate", include_str!("../lua/upstream_rate.lua")),
 ];
 
 /// Compiled scripts, one field per file.
@@ -49,6 +50,7 @@ pub(crate) struct Scripts {
     pub stats: Script,
     pub list: Script,
     pub heartbeat: Script,
+    pub upstream_rate: Script,
 }
 
 fn build(name: &str) -> Script {
@@ -79,10 +81,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     stats: build("stats"),
     list: build("list"),
     heartbeat: build("heartbeat"),
+    upstream_rate: build("upstream_rate"),
 });
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 17] {
+    pub fn all(&self) -> [&Script; 18] {
         [
             &self.enqueue,
             &self.peek_due,
@@ -101,6 +104,7 @@ impl Scripts {
             &self.stats,
             &self.list,
             &self.heartbeat,
+            &self.upstream_rate,
         ]
     }
 }

@@ -406,6 +406,18 @@ impl Queue {
         Ok(())
     }
 
+    /// Takes one permit of the queue-wide limit on upstream calls (`per_sec` on average, up
+    /// to `burst` at once), shared by every worker of the queue on any host: `Ok(0)` means
+    /// call now; otherwise the milliseconds to wait before asking again. Redis time decides.
+    pub async fn upstream_permit(&self, per_sec: u32, burst: u32) -> Result<u64> {
+        let mut inv = self.invocation(&SCRIPTS.upstream_rate);
+        inv.key(&self.keys().upstream_rate)
+            .arg(per_sec.max(1))
+            .arg(burst.max(1));
+        let wait = int(&self.run(&inv).await?)?;
+        u64::try_from(wait).map_err(|_| corrupt("upstream_rate: negative wait"))
+    }
+
     /// Forgets a worker at once (clean shutdown) instead of waiting for its heartbeat TTL,
     /// and tells the dashboard (`worker_left`).
     pub async fn remove_worker(&self, worker_id: &str) -> Result<()> {

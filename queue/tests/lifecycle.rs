@@ -344,6 +344,33 @@ async fn workers_joining_and_leaving_wake_the_dashboard() {
 }
 
 #[tokio::test]
+async fn upstream_rate_limit_is_shared_and_admits_a_burst() {
+    // Two handles, as two worker processes would have, share one limiter per queue.
+    let a = queue("life_rate").await;
+    let b = queue("life_rate").await;
+    let other = queue("life_rate_other").await;
+    // 1 a second with a burst of 3: three calls go at once, the fourth must wait ~1 s.
+    assert_eq!(a.upstream_permit(1, 3).await.unwrap(), 0);
+    assert_eq!(b.upstream_permit(1, 3).await.unwrap(), 0);
+    assert_eq!(a.upstream_permit(1, 3).await.unwrap(), 0);
+    let wait = b.upstream_permit(1, 3).await.unwrap();
+    assert!((1..=1000).contains(&wait), "{wait}");
+    // A refusal takes nothing: asking again right away is refused with about the same wait.
+    let again = a.upstream_permit(1, 3).await.unwrap();
+    assert!(again > 0 && again <= wait, "{again} vs {wait}");
+    // Another queue has its own limiter.
+    assert_eq!(other.upstream_permit(1, 1).await.unwrap(), 0);
+    // After the wait, one more call is admitted (and only one).
+    sleep_ms(wait + 20).await;
+    assert_eq!(a.upstream_permit(1, 3).await.unwrap(), 0);
+    assert!(b.upstream_permit(1, 3).await.unwrap() > 0);
+    // A high rate admits many a second: 1000/s with burst 1 -> waits of about a millisecond.
+    let fast = queue("life_rate_fast").await;
+    assert_eq!(fast.upstream_permit(1000, 1).await.unwrap(), 0);
+    assert!(fast.upstream_permit(1000, 1).await.unwrap() <= 1);
+}
+
+#[tokio::test]
 async fn list_pages_are_stable_and_complete() {
     let q = queue("life_list").await;
     for i in 0..57 {

@@ -27,7 +27,7 @@ mod wake;
 pub use policy::{Next, PolicyArgs};
 pub use runtime::{default_worker_id, Worker, WorkerArgs, WorkerError, WorkerReport};
 pub use telemetry::{install_prometheus, metrics_router, serve_metrics};
-pub use upstream::{Answer, ConfigError, Upstream, UpstreamArgs, UpstreamError};
+pub use upstream::{Answer, ConfigError, RateLimit, Upstream, UpstreamArgs, UpstreamError};
 
 #[cfg(test)]
 mod tests {

@@ -146,7 +146,12 @@ async fn reschedule(
 /// The upstream call, renewing the lease every lease/3 while it runs. `None` if the lease was
 /// lost meanwhile (the call is dropped: its answer could not be written anyway).
 async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, UpstreamError>> {
-    let call = ctx.upstream.query(&c.query);
+    // Waiting for the rate limit happens inside the renewed section: a long wait keeps the
+    // lease alive like a long call does.
+    let call = async {
+        rate_permit(ctx).await;
+        ctx.upstream.query(&c.query).await
+    };
     tokio::pin!(call);
     let every = Duration::from_millis((ctx.lease_ms / 3).max(1));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -162,6 +167,30 @@ async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, Upst
                 // Redis trouble: keep calling; the next tick tries again before the lease ends.
                 Err(e) => tracing::warn!(id = %c.id, error = %e, "lease renewal failed"),
             },
+        }
+    }
+}
+
+/// Waits until the queue-wide upstream rate limit (if any) admits one more call. Each
+/// refusal says how long to wait; a little jitter spreads the waiters of many workers so they
+/// do not all ask again in the same millisecond. If Redis cannot be asked, the call goes
+/// ahead: the limit protects the upstream from floods, and without Redis nothing is flowing.
+async fn rate_permit(ctx: &Ctx) {
+    let Some(limit) = ctx.upstream.rate_limit() else {
+        return;
+    };
+    loop {
+        match ctx.queue.upstream_permit(limit.per_sec, limit.burst).await {
+            Ok(0) => return,
+            Ok(wait_ms) => {
+                metrics::counter!(m::RATE_LIMITED).increment(1);
+                let jitter = (wait_ms as f64 * 0.25 * unit()) as u64;
+                tokio::time::sleep(Duration::from_millis(wait_ms + jitter)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "upstream rate limit unavailable; calling anyway");
+                return;
+            }
         }
     }
 }

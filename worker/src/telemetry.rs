@@ -30,6 +30,8 @@ pub const LEASE_RENEWALS: &str = "repoll_lease_renewals_total";
 pub const STALE_TOKENS: &str = "repoll_stale_tokens_total";
 /// Leases released on shutdown.
 pub const RELEASES: &str = "repoll_releases_total";
+/// Times a call waited for the queue-wide upstream rate limit (one per refusal).
+pub const RATE_LIMITED: &str = "repoll_upstream_rate_limited_total";
 /// Upstream call latency in seconds; label `outcome` (processing, done, failed, error).
 pub const UPSTREAM_LATENCY: &str = "repoll_upstream_latency_seconds";
 /// Calls in flight in this process.

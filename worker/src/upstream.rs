@@ -102,6 +102,28 @@ pub struct UpstreamArgs {
         default_value = "failed,error,cancelled"
     )]
     pub failed_values: Vec<String>,
+    /// Upstream calls per second for the whole queue, across every worker process on every
+    /// host (a limiter in Redis); 0 = no limit.
+    #[arg(
+        long = "upstream-rate-per-sec",
+        env = "REPOLL_UPSTREAM_RATE_PER_SEC",
+        default_value_t = 0
+    )]
+    pub rate_per_sec: u32,
+    /// Calls the rate limit lets through at once after a quiet spell (with --upstream-rate-per-sec).
+    #[arg(
+        long = "upstream-rate-burst",
+        env = "REPOLL_UPSTREAM_RATE_BURST",
+        default_value_t = 1
+    )]
+    pub rate_burst: u32,
+}
+
+/// A queue-wide limit on upstream calls (see [`UpstreamArgs::rate_per_sec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_sec: u32,
+    pub burst: u32,
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -125,6 +147,8 @@ impl Default for UpstreamArgs {
             processing_values: list("processing,pending,queued,running"),
             done_values: list("done,complete,completed,succeeded,success"),
             failed_values: list("failed,error,cancelled"),
+            rate_per_sec: 0,
+            rate_burst: 1,
         }
     }
 }
@@ -302,6 +326,7 @@ pub struct Upstream {
     timeout: Duration,
     max_body: usize,
     reader: AnswerReader,
+    rate: Option<RateLimit>,
 }
 
 impl fmt::Debug for Upstream {
@@ -377,7 +402,16 @@ impl Upstream {
             timeout,
             max_body: args.max_body_bytes,
             reader: AnswerReader::new(args),
+            rate: (args.rate_per_sec > 0).then(|| RateLimit {
+                per_sec: args.rate_per_sec,
+                burst: args.rate_burst.max(1),
+            }),
         })
+    }
+
+    /// The queue-wide limit on calls, if one is configured.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate
     }
 
     /// The URL for `key`.

@@ -191,6 +191,7 @@ pub async fn exercise_every_operation(q: &Queue) {
         failed: 0,
         last_seen_ms: 0,
     };
+    q.upstream_permit(10, 2).await.unwrap();
     q.heartbeat(&w, 1000).await.unwrap();
     q.workers().await.unwrap();
     q.remove_worker("w").await.unwrap();
