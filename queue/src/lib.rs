@@ -10,6 +10,7 @@
 //! - [`scripts`]: the Lua scripts from `lua/*.lua`, loaded once and run by SHA.
 //! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
 //! - `queue`: the [`Queue`] handle and shared plumbing.
+//! - `conn`: [`RedisConn`], one server or a Redis Cluster behind one connection type.
 //! - `worker_ops`: enqueue, claim (peek + claim), renew, complete, reschedule, fail,
 //!   release, reap, heartbeats.
 //! - `admin`: retry, cancel, pause/resume, purge (chunked).
@@ -19,6 +20,7 @@
 //! state machine.
 
 mod admin;
+mod conn;
 mod decode;
 pub mod error;
 pub mod id;
@@ -29,6 +31,7 @@ mod read;
 pub mod scripts;
 mod worker_ops;
 
+pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{normalise_query, task_id, TaskId};
 pub use model::*;
@@ -38,10 +41,3 @@ pub use redis;
 pub use admin::CHUNK as PURGE_CHUNK;
 pub use read::{MAX_PAGE, STATS_BUCKETS};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};
-
-/// Connects with a connection manager that reconnects on its own (kept from the foundation
-/// issue for crates that need a raw connection).
-pub async fn connect(url: &str) -> redis::RedisResult<redis::aio::ConnectionManager> {
-    let client = redis::Client::open(url)?;
-    redis::aio::ConnectionManager::new(client).await
-}

@@ -2,6 +2,7 @@
 //! (common script arguments, Redis time). The operations themselves live in `worker_ops`,
 //! `admin` and `read`.
 
+use crate::conn::RedisConn;
 use crate::error::{corrupt, Result};
 use crate::keys::Keys;
 use crate::model::{Channels, QueueConfig};
@@ -18,7 +19,7 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// (concurrent calls are pipelined on it) and the rest is shared.
 #[derive(Clone)]
 pub struct Queue {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) conn: RedisConn,
     pub(crate) inner: Arc<Inner>,
 }
 
@@ -52,9 +53,22 @@ impl Queue {
         Queue::with_connection(conn, cfg).await
     }
 
-    /// Uses an existing connection manager (shared with other parts of the app). Checks the
+    /// Connects to a Redis Cluster through any of `seed_urls` (the client discovers the rest
+    /// and follows the queue's slot when it moves). All of a queue's keys share one slot, so
+    /// every script runs on the one primary that owns it.
+    pub async fn connect_cluster(seed_urls: &[String], cfg: QueueConfig) -> Result<Queue> {
+        let client = redis::cluster::ClusterClient::builder(seed_urls.to_vec())
+            .response_timeout(RESPONSE_TIMEOUT)
+            .connection_timeout(Duration::from_secs(5))
+            .build()?;
+        let conn = client.get_async_connection().await?;
+        Queue::with_connection(conn, cfg).await
+    }
+
+    /// Uses an existing connection (shared with other parts of the app). Checks the
     /// configuration and loads every script once so later calls are plain EVALSHA.
-    pub async fn with_connection(conn: ConnectionManager, cfg: QueueConfig) -> Result<Queue> {
+    pub async fn with_connection(conn: impl Into<RedisConn>, cfg: QueueConfig) -> Result<Queue> {
+        let conn = conn.into();
         if cfg.name.is_empty() || cfg.name.contains(['{', '}']) {
             return Err(corrupt(format!(
                 "config: queue name {:?} must be non-empty without braces (it is the hash tag)",
@@ -85,8 +99,8 @@ impl Queue {
         &self.inner.cfg
     }
 
-    /// A clone of the connection (for Pub/Sub set-up or ad-hoc reads by the app).
-    pub fn connection(&self) -> redis::aio::ConnectionManager {
+    /// A clone of the connection (for ad-hoc reads and writes by the app).
+    pub fn connection(&self) -> RedisConn {
         self.conn.clone()
     }
 

@@ -424,8 +424,9 @@ impl Queue {
         let k = self.keys();
         let mut c = self.conn.clone();
         let msg = serde_json::json!({ "kind": "worker_left", "worker": worker_id }).to_string();
+        // Not MULTI/EXEC (a cluster connection has no transactions); nothing needs it: a
+        // half-done removal leaves an index entry that workers() drops once the hash is gone.
         redis::pipe()
-            .atomic()
             .del(k.worker(worker_id))
             .zrem(&k.workers, worker_id)
             .publish(self.channels().dashboard, msg)

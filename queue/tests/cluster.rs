@@ -103,3 +103,112 @@ async fn every_operation_runs_on_a_cluster_node() {
         cursor = next;
     }
 }
+
+/// Three primaries made into a cluster by `redis-cli --cluster create`.
+async fn three_node_cluster() -> Vec<Server> {
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| spawn_redis_with("--cluster-enabled yes --cluster-config-file nodes.conf"))
+        .collect();
+    let mut cmd = std::process::Command::new("redis-cli");
+    cmd.arg("--cluster").arg("create");
+    for n in &nodes {
+        cmd.arg(format!("127.0.0.1:{}", n.port));
+    }
+    let out = cmd
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli (package redis-tools) is needed to create the cluster");
+    assert!(
+        out.status.success(),
+        "cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    for n in &nodes {
+        let mut c = redis::Client::open(n.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let mut ok = false;
+        for _ in 0..100 {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            if info.contains("cluster_state:ok") {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(ok, "node {} never reached cluster_state:ok", n.port);
+    }
+    nodes
+}
+
+#[tokio::test]
+async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
+    let nodes = three_node_cluster().await;
+    let conn = |n: &Server| {
+        let url = n.url();
+        async move {
+            redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap()
+        }
+    };
+    // Which node owns the queue's slot (CLUSTER SLOTS: [start, end, [ip, port, ..], ..]).
+    let mut c0 = conn(&nodes[0]).await;
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{clq3}")
+        .query_async(&mut c0)
+        .await
+        .unwrap();
+    let ranges: Vec<(i64, i64, (String, u16))> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<Vec<redis::Value>>(&mut c0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            // [start, end, [ip, port, id, (metadata)], replicas...]
+            let row: Vec<redis::Value> = redis::FromRedisValue::from_redis_value(r).unwrap();
+            let num = |v: &redis::Value| -> i64 {
+                redis::FromRedisValue::from_redis_value(v.clone()).unwrap()
+            };
+            let node: Vec<redis::Value> =
+                redis::FromRedisValue::from_redis_value(row[2].clone()).unwrap();
+            let ip: String = redis::FromRedisValue::from_redis_value(node[0].clone()).unwrap();
+            (num(&row[0]), num(&row[1]), (ip, num(&node[1]) as u16))
+        })
+        .collect();
+    let owner_port = ranges
+        .iter()
+        .find(|(a, b, _)| (*a..=*b).contains(&slot))
+        .map(|(_, _, n)| n.1)
+        .expect("slot owner");
+    // Seed the client with a node that does NOT own the slot: it must find the owner.
+    let seed = nodes.iter().find(|n| n.port != owner_port).unwrap();
+    let mut conf = cfg("clq3");
+    conf.max_lease_losses = 1;
+    let q = Queue::connect_cluster(&[seed.url()], conf)
+        .await
+        .expect("connect through the cluster");
+    assert!(q.connection().is_cluster());
+    exercise_every_operation(&q).await;
+
+    // Everything the queue wrote lives on the owner; the other nodes hold nothing.
+    for n in &nodes {
+        let mut c = conn(n).await;
+        let size: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
+        if n.port == owner_port {
+            assert!(size > 0, "owner holds the queue");
+        } else {
+            assert_eq!(size, 0, "node {} holds keys", n.port);
+        }
+    }
+}

@@ -43,6 +43,12 @@ pub struct RedisArgs {
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
 
+    /// REDIS_URL names a Redis Cluster: one or more seed nodes, comma-separated (e.g.
+    /// redis://10.0.0.1:7000,redis://10.0.0.2:7000). Commands follow the queue's slot; Pub/Sub
+    /// goes through the first seed (a cluster forwards every publish to every node).
+    #[arg(long, env = "REDIS_CLUSTER")]
+    pub redis_cluster: bool,
+
     /// Queue name. All of the queue's keys share the Redis hash tag `{<queue>}`.
     #[arg(long, env = "REPOLL_QUEUE", default_value = "repoll")]
     pub queue: String,
@@ -69,6 +75,20 @@ pub struct RedisArgs {
 }
 
 impl RedisArgs {
+    /// The URLs in REDIS_URL-style text: one, or (for a cluster) several comma-separated.
+    pub fn seed_urls(url: &str) -> Vec<String> {
+        url.split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The URL for Pub/Sub connections: the URL itself, or a cluster's first seed.
+    pub fn pubsub_url(url: &str) -> String {
+        Self::seed_urls(url).into_iter().next().unwrap_or_default()
+    }
+
     /// The queue configuration these settings describe.
     pub fn queue_config(&self) -> queue::QueueConfig {
         queue::QueueConfig {

@@ -366,6 +366,13 @@ mod tests {
     }
 
     #[test]
+    fn the_command_line_definition_is_valid() {
+        // clap's debug asserts (unique argument ids across flattened groups, ...) run here,
+        // not only when a subcommand is first parsed by the real binary.
+        Cli::command().debug_assert();
+    }
+
+    #[test]
     fn config_path_from_raw_args() {
         let a = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         assert_eq!(

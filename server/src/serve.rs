@@ -46,6 +46,13 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     let shutdown = shutdown::on_signal();
     let managed = match &args.redis.redis_url {
         Some(url) if !url.is_empty() => None,
+        _ if args.redis.redis_cluster => {
+            return Err(ServeError::Config(
+                "--redis-cluster needs REDIS_URL with the cluster's seed nodes (the managed \
+                 local Redis is a single server)"
+                    .into(),
+            ))
+        }
         _ => Some(
             ManagedRedis::start(
                 &args.redis.redis_server_bin,
@@ -66,14 +73,31 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     outcome
 }
 
-/// Opens the queue on `url`, with the password hidden in any error.
+/// Opens the queue on `url` (a cluster's seeds with --redis-cluster), with passwords hidden
+/// in any error.
 pub async fn open_queue(redis: &RedisArgs, url: &str) -> Result<queue::Queue, ServeError> {
-    queue::Queue::connect(url, redis.queue_config())
-        .await
-        .map_err(|source| ServeError::Redis {
-            url: redact(url),
-            source,
-        })
+    let opened = if redis.redis_cluster {
+        queue::Queue::connect_cluster(&RedisArgs::seed_urls(url), redis.queue_config()).await
+    } else {
+        queue::Queue::connect(url, redis.queue_config()).await
+    };
+    opened.map_err(|source| ServeError::Redis {
+        url: RedisArgs::seed_urls(url)
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(","),
+        source,
+    })
+}
+
+/// A Pub/Sub client for `url` (a cluster's first seed).
+pub fn pubsub_client(url: &str) -> Result<queue::redis::Client, ServeError> {
+    let url = RedisArgs::pubsub_url(url);
+    queue::redis::Client::open(url.as_str()).map_err(|e| ServeError::Redis {
+        url: redact(&url),
+        source: e.into(),
+    })
 }
 
 async fn serve_with(
@@ -99,10 +123,7 @@ async fn serve_with(
     let slots = args.workers.unwrap_or(args.worker.concurrency);
     if slots > 0 {
         let upstream = worker::Upstream::new(&args.upstream)?;
-        let pubsub = queue::redis::Client::open(url).map_err(|e| ServeError::Redis {
-            url: redact(url),
-            source: e.into(),
-        })?;
+        let pubsub = pubsub_client(url)?;
         let mut wargs = args.worker.clone();
         wargs.concurrency = slots;
         // The web process promises a quick stop (SIGTERM to exit within ~2 s), so its embedded
@@ -118,10 +139,7 @@ async fn serve_with(
         });
     }
 
-    let live_client = queue::redis::Client::open(url).map_err(|e| ServeError::Redis {
-        url: redact(url),
-        source: e.into(),
-    })?;
+    let live_client = pubsub_client(url)?;
     let live = crate::live::Live::start(live_client, queue.channels().dashboard, shutdown.clone());
     let admin = crate::admin::AdminState::new(&args.admin, args.worker.heartbeat_ms)
         .map_err(ServeError::Config)?;

@@ -4,7 +4,7 @@
 
 use crate::{
     cli::WorkerCmdArgs,
-    serve::{open_queue, redact, ServeError},
+    serve::{open_queue, pubsub_client, ServeError},
     shutdown,
 };
 
@@ -30,10 +30,7 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
         });
     }
     let upstream = worker::Upstream::new(&args.upstream)?;
-    let pubsub = queue::redis::Client::open(url.as_str()).map_err(|e| ServeError::Redis {
-        url: redact(&url),
-        source: e.into(),
-    })?;
+    let pubsub = pubsub_client(&url)?;
     let w = worker::Worker::new(queue, pubsub, upstream, args.policy, args.worker);
     tracing::info!(worker = w.id(), "worker started");
     let report = w.run(stop.cancelled_owned()).await?;

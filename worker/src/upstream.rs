@@ -109,17 +109,17 @@ pub struct UpstreamArgs {
         env = "REPOLL_UPSTREAM_RATE_PER_SEC",
         default_value_t = 0
     )]
-    pub rate_per_sec: u32,
+    pub upstream_rate_per_sec: u32,
     /// Calls the rate limit lets through at once after a quiet spell (with --upstream-rate-per-sec).
     #[arg(
         long = "upstream-rate-burst",
         env = "REPOLL_UPSTREAM_RATE_BURST",
         default_value_t = 1
     )]
-    pub rate_burst: u32,
+    pub upstream_rate_burst: u32,
 }
 
-/// A queue-wide limit on upstream calls (see [`UpstreamArgs::rate_per_sec`]).
+/// A queue-wide limit on upstream calls (see [`UpstreamArgs::upstream_rate_per_sec`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimit {
     pub per_sec: u32,
@@ -147,8 +147,8 @@ impl Default for UpstreamArgs {
             processing_values: list("processing,pending,queued,running"),
             done_values: list("done,complete,completed,succeeded,success"),
             failed_values: list("failed,error,cancelled"),
-            rate_per_sec: 0,
-            rate_burst: 1,
+            upstream_rate_per_sec: 0,
+            upstream_rate_burst: 1,
         }
     }
 }
@@ -402,9 +402,9 @@ impl Upstream {
             timeout,
             max_body: args.max_body_bytes,
             reader: AnswerReader::new(args),
-            rate: (args.rate_per_sec > 0).then(|| RateLimit {
-                per_sec: args.rate_per_sec,
-                burst: args.rate_burst.max(1),
+            rate: (args.upstream_rate_per_sec > 0).then(|| RateLimit {
+                per_sec: args.upstream_rate_per_sec,
+                burst: args.upstream_rate_burst.max(1),
             }),
         })
     }

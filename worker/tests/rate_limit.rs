@@ -18,8 +18,8 @@ async fn two_workers_share_one_upstream_rate_limit() {
     let policy = fast_policy();
     let (per_sec, burst, n) = (20u32, 5u32, 45u64);
     let mut up = sim.upstream_args(5_000);
-    up.rate_per_sec = per_sec;
-    up.rate_burst = burst;
+    up.upstream_rate_per_sec = per_sec;
+    up.upstream_rate_burst = burst;
 
     // Done on the first call: every call is one task, so calls = n if nothing runs twice.
     let keys: Vec<String> = (0..n).map(|i| format!("rate-{i} polls=1")).collect();

@@ -10,7 +10,7 @@ use queue::redis;
 const WINDOW_S: i64 = 60;
 
 pub struct LoginLimiter {
-    conn: redis::aio::ConnectionManager,
+    conn: queue::RedisConn,
     key: String,
     max: u32,
 }

@@ -24,7 +24,7 @@ pub struct Session {
 
 /// The session store of one queue.
 pub struct Sessions {
-    conn: redis::aio::ConnectionManager,
+    conn: queue::RedisConn,
     prefix: String,
 }
 
