@@ -89,6 +89,9 @@ ensure_redis_server() {
     apt_install redis-server
     # Debian starts a service on 6379 after install; repoll never uses it, but leave it be.
   fi
+  # redis-cli makes the Redis Cluster of the queue's cluster test (and checks state in the
+  # Playwright suite); Debian ships it in redis-tools, which redis-server pulls in.
+  command -v redis-cli >/dev/null || apt_install redis-tools
 }
 
 ensure_chromium() {
