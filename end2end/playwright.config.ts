@@ -24,8 +24,8 @@ export default defineConfig({
   expect: { timeout: 10_000 },
   fullyParallel: false,
   workers: 1,
-  // One retry in CI: the stuck-lease test races real worker processes for a task and failed
-  // once in six full runs while it was written; a retry is reported as "flaky", not hidden.
+  // One retry in CI, as a safety net for tests that race real processes; a retried test is
+  // reported as "flaky" by Playwright and in scripts/test's summary, never hidden.
   retries: process.env.CI ? 1 : 0,
   reporter: [["list"]],
   outputDir: "test-results",
@@ -66,6 +66,10 @@ export default defineConfig({
       REPOLL_UPSTREAM_URL: `http://127.0.0.1:${simPort}/api/query?q={key}`,
       REPOLL_POLL_INTERVAL_MS: "250",
       REPOLL_WORKERS: "16",
+      // Every test submits from 127.0.0.1, one client to the limiter; the limit itself is
+      // tested in server/tests/api.rs. A high limit keeps submissions from waiting on 429s.
+      REPOLL_RATE_PER_MIN: "6000",
+      REPOLL_RATE_BURST: "1000",
       REPOLL_ADMIN_PASSWORD: adminPassword,
     },
   },

@@ -11,9 +11,11 @@ import * as path from "path";
 // suffix because the e2e Redis lives for the whole run.
 //
 // The stuck lease is made by a real `repoll worker` process killed with SIGKILL while it
-// holds a lease (60 s lease, upstream answering after 9 s). The web server's embedded workers
-// compete for the same queue, so the test submits one task at a time until the doomed worker
-// is the one holding it (each try is a coin flip; the embedded workers finish theirs in 9 s).
+// holds a lease (60 s lease, upstream answering after 8 s). The web server's embedded workers
+// (16 slots) compete for the same queue and usually win a race (the web process wakes them
+// first), so the test submits 20 tasks at once: with 16 + 4 slots busy for 8 s, the doomed
+// worker must hold some. Afterwards it waits until no lease is left, so the next tests find
+// the embedded workers free.
 
 const root = path.resolve(__dirname, "..", "..");
 const redisUrl = process.env.E2E_REDIS_URL!;
@@ -262,14 +264,15 @@ test("a lease held by a killed worker shows as stuck and is released", async ({ 
     await expect(page.locator(`[data-testid=workers] tr[data-worker="${workerId}"]`)).toBeVisible({
       timeout: 20_000,
     });
-    let held: string | undefined;
-    for (let i = 0; i < 16 && !held; i++) {
-      const id = await submit(request, `admin-stuck-${run}-${i} latency=9000 polls=1`);
-      await expect(async () => {
-        expect(redis("HGET", `{repoll}:t:${id}`, "worker")).not.toBe("");
-      }).toPass({ timeout: 5_000 });
-      if (redis("HGET", `{repoll}:t:${id}`, "worker") === workerId) held = id;
-    }
+    // 20 tasks at once for 16 embedded slots + 4 doomed ones, each call taking 8 s: once all
+    // are leased, the doomed worker holds some of them whoever won each race.
+    const ids = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => submit(request, `admin-stuck-${run}-${i} latency=8000 polls=1`)),
+    );
+    await expect(async () => {
+      for (const id of ids) expect(redis("HGET", `{repoll}:t:${id}`, "worker")).not.toBe("");
+    }).toPass({ timeout: 7_000 });
+    const held = ids.find((id) => redis("HGET", `{repoll}:t:${id}`, "worker") === workerId);
     expect(held, "the doomed worker took one of the tasks").toBeTruthy();
     worker.kill("SIGKILL");
 
@@ -284,8 +287,18 @@ test("a lease held by a killed worker shows as stuck and is released", async ({ 
     await expect(row).toHaveCount(0, { timeout: 10_000 });
     // Released means due again (or already reclaimed by a live worker), never the dead one.
     expect(redis("HGET", `{repoll}:t:${held}`, "worker")).not.toBe(workerId);
+    // The doomed worker's other leases go back the same way, one click each.
+    const rest = page.locator(`[data-testid=lease-row][data-worker="${workerId}"]`);
+    for (let n = await rest.count(); n > 0; n--) {
+      await rest.first().getByTestId("lease-release").click();
+      await expect(rest).toHaveCount(n - 1, { timeout: 10_000 });
+    }
   } finally {
     worker.kill("SIGKILL");
   }
+  // The embedded workers finish the 8 s calls (the released task included) before the next test.
+  await expect(async () => {
+    expect(redis("ZCARD", "{repoll}:lease")).toBe("0");
+  }).toPass({ timeout: 30_000 });
   expect(errors).toEqual([]);
 });
