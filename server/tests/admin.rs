@@ -5,7 +5,7 @@
 //! render quickly with 100,000 tasks queued (measured and printed, not asserted).
 
 mod common;
-use common::tempdir;
+use common::{connect_queue, start_redis, tempdir};
 
 use std::{
     net::SocketAddr,
@@ -52,20 +52,9 @@ struct Env {
 }
 
 async fn start() -> Env {
-    let dir = tempdir::Dir::new();
-    let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
-        .await
-        .expect("redis-server starts");
+    let (redis, dir) = start_redis().await;
     let url = redis.url().to_string();
-    let queue = queue::Queue::connect(
-        &url,
-        queue::QueueConfig {
-            name: "admintest".into(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("connect");
+    let queue = connect_queue(&url, "admintest").await;
     let auth = AuthConfig::new(AuthSettings {
         admin: Secret::from_settings(None, Some(ADMIN_PW)).unwrap(),
         viewer: Secret::from_settings(None, Some(VIEWER_PW)).unwrap(),

@@ -2,7 +2,7 @@
 //! redis-server, with the simulator and a worker in-process where a test needs progress.
 
 mod common;
-use common::tempdir;
+use common::{connect_queue, start_redis, tempdir};
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -53,20 +53,9 @@ struct Env {
 
 impl Env {
     async fn start(opts: Opts) -> Env {
-        let dir = tempdir::Dir::new();
-        let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
-            .await
-            .expect("redis-server starts");
+        let (redis, dir) = start_redis().await;
         let url = redis.url().to_string();
-        let queue = queue::Queue::connect(
-            &url,
-            queue::QueueConfig {
-                name: "apitest".into(),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("connect");
+        let queue = connect_queue(&url, "apitest").await;
         let stop = CancellationToken::new();
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -2,7 +2,7 @@
 //! managed-Redis code `repoll serve` uses.
 
 mod common;
-use common::tempdir;
+use common::{connect_queue, start_redis, tempdir};
 
 use std::time::Duration;
 
@@ -15,24 +15,8 @@ use server::{
 };
 use tower::ServiceExt;
 
-async fn start_redis() -> (ManagedRedis, tempdir::Dir) {
-    let dir = tempdir::Dir::new();
-    let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
-        .await
-        .expect("redis-server starts");
-    (redis, dir)
-}
-
 async fn router_for(url: &str) -> Router {
-    let queue = queue::Queue::connect(
-        url,
-        queue::QueueConfig {
-            name: "webtest".into(),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("connect");
+    let queue = connect_queue(url, "webtest").await;
     let live = server::live::Live::start(
         queue::redis::Client::open(url).unwrap(),
         queue.channels().dashboard,

@@ -1,4 +1,29 @@
 //! Helpers shared by the server's integration tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use server::managed_redis::ManagedRedis;
+
+/// A private managed redis-server (free port, its own temp data dir, removed on drop).
+pub async fn start_redis() -> (ManagedRedis, tempdir::Dir) {
+    let dir = tempdir::Dir::new();
+    let redis = ManagedRedis::start("redis-server".as_ref(), dir.path(), 0)
+        .await
+        .expect("redis-server starts");
+    (redis, dir)
+}
+
+/// The queue `name` (default settings) on `url`.
+pub async fn connect_queue(url: &str, name: &str) -> queue::Queue {
+    queue::Queue::connect(
+        url,
+        queue::QueueConfig {
+            name: name.into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("connect")
+}
 
 /// A tiny self-cleaning temporary directory (a managed redis-server's data dir per test).
 pub mod tempdir {
