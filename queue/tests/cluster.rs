@@ -13,20 +13,20 @@ use common::*;
 use queue::*;
 use std::time::Duration;
 
-async fn cluster_node() -> (Server, redis::aio::MultiplexedConnection) {
-    let node = spawn_redis_with("--cluster-enabled yes --cluster-config-file nodes.conf");
-    let mut c = redis::Client::open(node.url())
+const CLUSTER_MODE: &str = "--cluster-enabled yes --cluster-config-file nodes.conf";
+
+/// A plain (non-cluster) connection to one node.
+async fn node_conn(node: &Server) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(node.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .unwrap();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("ADDSLOTSRANGE")
-        .arg(0)
-        .arg(16383)
-        .query_async(&mut c)
-        .await
-        .expect("assign every slot to the node");
+        .unwrap()
+}
+
+/// Waits until the node says the cluster serves every slot.
+async fn wait_cluster_ok(node: &Server) {
+    let mut c = node_conn(node).await;
     for _ in 0..100 {
         let info: String = redis::cmd("CLUSTER")
             .arg("INFO")
@@ -34,11 +34,26 @@ async fn cluster_node() -> (Server, redis::aio::MultiplexedConnection) {
             .await
             .unwrap();
         if info.contains("cluster_state:ok") {
-            return (node, c);
+            return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("cluster did not reach state ok");
+    panic!("node {} never reached cluster_state:ok", node.port);
+}
+
+/// One node in cluster mode that owns all 16,384 slots.
+async fn cluster_node() -> (Server, redis::aio::MultiplexedConnection) {
+    let node = spawn_redis_with(CLUSTER_MODE);
+    let mut c = node_conn(&node).await;
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query_async(&mut c)
+        .await
+        .expect("assign every slot to the node");
+    wait_cluster_ok(&node).await;
+    (node, c)
 }
 
 #[tokio::test]
@@ -106,9 +121,7 @@ async fn every_operation_runs_on_a_cluster_node() {
 
 /// Three primaries made into a cluster by `redis-cli --cluster create`.
 async fn three_node_cluster() -> Vec<Server> {
-    let nodes: Vec<Server> = (0..3)
-        .map(|_| spawn_redis_with("--cluster-enabled yes --cluster-config-file nodes.conf"))
-        .collect();
+    let nodes: Vec<Server> = (0..3).map(|_| spawn_redis_with(CLUSTER_MODE)).collect();
     let mut cmd = std::process::Command::new("redis-cli");
     cmd.arg("--cluster").arg("create");
     for n in &nodes {
@@ -124,25 +137,7 @@ async fn three_node_cluster() -> Vec<Server> {
         String::from_utf8_lossy(&out.stdout)
     );
     for n in &nodes {
-        let mut c = redis::Client::open(n.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let mut ok = false;
-        for _ in 0..100 {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            if info.contains("cluster_state:ok") {
-                ok = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(ok, "node {} never reached cluster_state:ok", n.port);
+        wait_cluster_ok(n).await;
     }
     nodes
 }
@@ -150,47 +145,18 @@ async fn three_node_cluster() -> Vec<Server> {
 #[tokio::test]
 async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
     let nodes = three_node_cluster().await;
-    let conn = |n: &Server| {
-        let url = n.url();
-        async move {
-            redis::Client::open(url)
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .unwrap()
+    // The slot's owner answers a read of the queue's tag; the others answer MOVED.
+    let mut owner_port = None;
+    for n in &nodes {
+        let read: redis::RedisResult<Option<String>> = redis::cmd("GET")
+            .arg("{clq3}")
+            .query_async(&mut node_conn(n).await)
+            .await;
+        if read.is_ok() {
+            owner_port = Some(n.port);
         }
-    };
-    // Which node owns the queue's slot (CLUSTER SLOTS: [start, end, [ip, port, ..], ..]).
-    let mut c0 = conn(&nodes[0]).await;
-    let slot: i64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg("{clq3}")
-        .query_async(&mut c0)
-        .await
-        .unwrap();
-    let ranges: Vec<(i64, i64, (String, u16))> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async::<Vec<redis::Value>>(&mut c0)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| {
-            // [start, end, [ip, port, id, (metadata)], replicas...]
-            let row: Vec<redis::Value> = redis::FromRedisValue::from_redis_value(r).unwrap();
-            let num = |v: &redis::Value| -> i64 {
-                redis::FromRedisValue::from_redis_value(v.clone()).unwrap()
-            };
-            let node: Vec<redis::Value> =
-                redis::FromRedisValue::from_redis_value(row[2].clone()).unwrap();
-            let ip: String = redis::FromRedisValue::from_redis_value(node[0].clone()).unwrap();
-            (num(&row[0]), num(&row[1]), (ip, num(&node[1]) as u16))
-        })
-        .collect();
-    let owner_port = ranges
-        .iter()
-        .find(|(a, b, _)| (*a..=*b).contains(&slot))
-        .map(|(_, _, n)| n.1)
-        .expect("slot owner");
+    }
+    let owner_port = owner_port.expect("slot owner");
     // Seed the client with a node that does NOT own the slot: it must find the owner.
     let seed = nodes.iter().find(|n| n.port != owner_port).unwrap();
     let mut conf = cfg("clq3");
@@ -203,7 +169,7 @@ async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
 
     // Everything the queue wrote lives on the owner; the other nodes hold nothing.
     for n in &nodes {
-        let mut c = conn(n).await;
+        let mut c = node_conn(n).await;
         let size: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
         if n.port == owner_port {
             assert!(size > 0, "owner holds the queue");
