@@ -255,10 +255,7 @@ fn TasksBody(
     let query = use_query_map();
     let current = move || query.get().get("state").unwrap_or_else(|| "ready".into());
     // Tabs keep the chosen order (no cursor: a new state starts at its first page).
-    let order_param = move || match query.get().get("order").as_deref() {
-        Some("newest") => "&order=newest",
-        _ => "",
-    };
+    let order = move || query.get().get("order").unwrap_or_default();
     view! {
         <section class="panel">
             <h1>"Tasks"</h1>
@@ -279,7 +276,7 @@ fn TasksBody(
                         let name = *name;
                         view! {
                             <A
-                                href=move || format!("/admin/tasks?state={name}{}", order_param())
+                                href=move || tasks_href(name, &order(), None)
                                 attr:class=move || if current() == name { "tab active" } else { "tab" }
                                 attr:data-testid=format!("tab-{name}")
                             >
@@ -302,6 +299,20 @@ fn TasksBody(
     }
 }
 
+/// The link to a page of the task list. Oldest-first is the default and stays out of the
+/// URL; a cursor only ever travels with the order it came from.
+fn tasks_href(state: &str, order: &str, cursor: Option<&str>) -> String {
+    let mut href = format!("/admin/tasks?state={state}");
+    if order == "newest" {
+        href.push_str("&order=newest");
+    }
+    if let Some(c) = cursor {
+        href.push_str("&cursor=");
+        href.push_str(c);
+    }
+    href
+}
+
 #[component]
 fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     let now = listing.now_ms;
@@ -312,32 +323,22 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
             listing.total, listing.state, listing.order
         ),
     };
-    let order_q = if listing.order == "newest" {
-        "&order=newest"
-    } else {
-        ""
-    };
-    let next = listing.next_cursor.clone().map(|c| {
-        let href = format!("/admin/tasks?state={}{order_q}&cursor={c}", listing.state);
+    let (state, order) = (listing.state.as_str(), listing.order.as_str());
+    let next = listing.next_cursor.as_deref().map(|c| {
+        let href = tasks_href(state, order, Some(c));
         view! { <A href=href attr:data-testid="next-page">"Next page →"</A> }
     });
     let first = listing.search.is_none().then(|| {
-        view! { <A href=format!("/admin/tasks?state={}{order_q}", listing.state)>"First page"</A> }
+        view! { <A href=tasks_href(state, order, None)>"First page"</A> }
     });
     // The other order, from its first page.
     let flip = listing.search.is_none().then(|| {
-        let (href, label) = if listing.order == "newest" {
-            (
-                format!("/admin/tasks?state={}", listing.state),
-                "Oldest first",
-            )
+        let (other, label) = if order == "newest" {
+            ("oldest", "Oldest first")
         } else {
-            (
-                format!("/admin/tasks?state={}&order=newest", listing.state),
-                "Newest first",
-            )
+            ("newest", "Newest first")
         };
-        view! { <A href=href attr:data-testid="order-toggle">{label}</A> }
+        view! { <A href=tasks_href(state, other, None) attr:data-testid="order-toggle">{label}</A> }
     });
     let dead = listing.state == "dead" && listing.total > 0;
     view! {
