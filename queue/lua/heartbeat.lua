@@ -17,14 +17,16 @@ for i = 8, 12 do
   if tonumber(ARGV[i]) == nil then return redis.error_reply('ERR repoll heartbeat: bad number') end
 end
 local now = now_ms()
--- A worker's first heartbeat (or its first after its record expired) is news for the
--- dashboard's workers table. No "id" field: the message is about the queue, not a task.
-if redis.call('EXISTS', wkey) == 0 then
+-- HSET answers how many fields were new: all of them on a worker's first heartbeat (or its
+-- first after its record expired), none later. That is news for the dashboard's workers
+-- table. No "id" field: the message is about the queue, not a task.
+local added = redis.call('HSET', wkey, 'id', id, 'host', ARGV[7], 'pid', ARGV[8],
+  'started', ARGV[9], 'in_flight', ARGV[10], 'processed', ARGV[11], 'failed', ARGV[12],
+  'last_seen', fmt(now))
+if added > 0 then
   redis.call('PUBLISH', CH_DASH, '{"kind":"worker_joined","worker":' .. cjson.encode(id)
     .. ',"at_ms":' .. fmt(now) .. '}')
 end
-redis.call('HSET', wkey, 'id', id, 'host', ARGV[7], 'pid', ARGV[8], 'started', ARGV[9],
-  'in_flight', ARGV[10], 'processed', ARGV[11], 'failed', ARGV[12], 'last_seen', fmt(now))
 redis.call('PEXPIRE', wkey, ttl)
 redis.call('ZADD', workersz, now, id)
 redis.call('ZREMRANGEBYSCORE', workersz, '-inf', now - 86400000)
