@@ -7,7 +7,7 @@
 //!   development) and how a typed password is checked against them.
 //! - `session`: random session ids in the `repoll_session` cookie, stored in Redis (only
 //!   their sha256) with a time to live.
-//! - `limiter`: failed sign-ins per client address, counted in Redis.
+//! - `limiter`: sign-in attempts per client address, counted in Redis before the check.
 //! - `guard`: what server functions call first — [`require`] refuses a request without a
 //!   session (401) or with too weak a role (403), before anything is read or changed.
 
@@ -50,9 +50,11 @@ mod limiter;
 mod session;
 
 #[cfg(feature = "ssr")]
-pub use credentials::{hash_password, AuthConfig, AuthSettings, Secret};
+pub use credentials::{
+    hash_password, AuthConfig, AuthSettings, Secret, DEFAULT_PASSWORD_CHECKS, PASSWORD_CHECK_WAIT,
+};
 #[cfg(feature = "ssr")]
-pub use guard::{client_address, current, refuse, request_is_https, require, ADMIN_FN_PREFIX};
+pub use guard::{current, refuse, request_is_https, require, ADMIN_FN_PREFIX};
 #[cfg(feature = "ssr")]
 pub use limiter::LoginLimiter;
 #[cfg(feature = "ssr")]

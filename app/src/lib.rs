@@ -8,6 +8,7 @@
 //! - [`pages`]: one module per page.
 //! - [`auth`]: who may use the admin dashboard (roles; on the server: passwords, sessions).
 //! - [`query`]: one query as the user sees it, shared by the query page and the JSON API.
+//! - `client` (server only): the one client-address rule every per-client limit uses.
 //! - `context` (server only): what the server hands to server functions (Redis connection,
 //!   queue name); never compiled into the wasm.
 
@@ -16,6 +17,8 @@ pub mod pages;
 pub mod query;
 pub mod status;
 
+#[cfg(feature = "ssr")]
+pub mod client;
 #[cfg(feature = "ssr")]
 pub mod context;
 

@@ -1,5 +1,5 @@
-//! The Redis status panel: proves the whole chain (hydrated button → server function → Redis)
-//! and tells an operator at a glance which Redis the app is talking to.
+//! The Redis status panel of the dashboard: proves the whole chain (hydrated button → server
+//! function → Redis) and tells an operator at a glance which Redis the app is talking to.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -17,11 +17,14 @@ pub struct RedisStatus {
     pub queue: String,
 }
 
-/// Asks Redis for its version, key count and time. Internal error text stays in the server
-/// log; the browser only learns that Redis is unreachable.
-#[server]
+/// Asks Redis for its version, key count and time. Signed-in users only (viewer or admin):
+/// which Redis, how many keys and which queue are facts for operators, not for anonymous
+/// visitors. Internal error text stays in the server log; the browser only learns that Redis
+/// is unreachable.
+#[server(prefix = "/admin/fn")]
 pub async fn check_redis() -> Result<RedisStatus, ServerFnError> {
     use queue::redis;
+    crate::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
     let mut conn = ctx.queue.connection();
     let unreachable = |e: redis::RedisError| {

@@ -25,14 +25,10 @@ async function simKey(key: string): Promise<{ calls: number; done: number }> {
   return stats.keys[key];
 }
 
-/** Opens `/`, waits for hydration (the Redis panel's button reacts) and types `text`. */
+/** Opens `/`, waits for hydration (the page marks itself once its effects run) and types `text`. */
 async function prepare(page: Page, text: string) {
   await page.goto("/");
-  await expect(page.getByTestId("redis-ok")).toBeVisible();
-  await expect(async () => {
-    await page.getByTestId("redis-refresh").click();
-    await expect(page.getByTestId("redis-refreshes")).not.toHaveText("0 refreshes", { timeout: 500 });
-  }).toPass({ timeout: 15_000 });
+  await expect(page.getByTestId("query-panel")).toHaveAttribute("data-hydrated", "true", { timeout: 15_000 });
   await page.getByTestId("query-input").fill(text);
 }
 

@@ -33,9 +33,9 @@ mod worker_ops;
 
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
-pub use id::{normalise_query, task_id, TaskId};
+pub use id::{is_forbidden_char, normalise_query, query_pattern, task_id, TaskId, FORBIDDEN_INVISIBLE};
 pub use model::*;
-pub use queue::Queue;
+pub use queue::{Queue, RESPONSE_TIMEOUT};
 pub use redis;
 
 pub use admin::CHUNK as PURGE_CHUNK;

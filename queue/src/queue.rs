@@ -45,9 +45,21 @@ impl Queue {
     /// 2-core machine) a reply can queue behind others for longer than that, and a timeout
     /// there would fail a call whose script may well have run.
     pub async fn connect(redis_url: &str, cfg: QueueConfig) -> Result<Queue> {
+        Queue::connect_with_timeout(redis_url, cfg, RESPONSE_TIMEOUT).await
+    }
+
+    /// [`Queue::connect`] with another response timeout. The web process uses a short one
+    /// for the requests it serves: a user waiting on a page is better told "unavailable" in
+    /// two seconds than kept ten while Redis stalls (its script may still run; every
+    /// operation a request makes can be repeated safely).
+    pub async fn connect_with_timeout(
+        redis_url: &str,
+        cfg: QueueConfig,
+        response_timeout: Duration,
+    ) -> Result<Queue> {
         let client = redis::Client::open(redis_url)?;
         let mcfg = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_response_timeout(Some(response_timeout))
             .set_connection_timeout(Some(Duration::from_secs(5)));
         let conn = ConnectionManager::new_with_config(client, mcfg).await?;
         Queue::with_connection(conn, cfg).await
@@ -57,8 +69,18 @@ impl Queue {
     /// and follows the queue's slot when it moves). All of a queue's keys share one slot, so
     /// every script runs on the one primary that owns it.
     pub async fn connect_cluster(seed_urls: &[String], cfg: QueueConfig) -> Result<Queue> {
+        Queue::connect_cluster_with_timeout(seed_urls, cfg, RESPONSE_TIMEOUT).await
+    }
+
+    /// [`Queue::connect_cluster`] with another response timeout (see
+    /// [`Queue::connect_with_timeout`]).
+    pub async fn connect_cluster_with_timeout(
+        seed_urls: &[String],
+        cfg: QueueConfig,
+        response_timeout: Duration,
+    ) -> Result<Queue> {
         let client = redis::cluster::ClusterClient::builder(seed_urls.to_vec())
-            .response_timeout(RESPONSE_TIMEOUT)
+            .response_timeout(response_timeout)
             .connection_timeout(Duration::from_secs(5))
             .build()?;
         let conn = client.get_async_connection().await?;

@@ -36,11 +36,12 @@ pub enum Command {
 }
 
 /// Where Redis is and which queue to use.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct RedisArgs {
     /// Redis to use, e.g. redis://127.0.0.1:6379/0. When unset, `repoll serve` starts and
-    /// manages its own local redis-server (see --managed-redis-*).
-    #[arg(long, env = "REDIS_URL")]
+    /// manages its own local redis-server (see --managed-redis-*). May carry a password, so
+    /// `--help` never shows its value.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
 
     /// REDIS_URL names a Redis Cluster: one or more seed nodes, comma-separated (e.g.
@@ -72,6 +73,25 @@ pub struct RedisArgs {
     /// Lease expiries after which a task is dead as "poison" (0 = never).
     #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = 3)]
     pub max_lease_losses: u32,
+}
+
+impl std::fmt::Debug for RedisArgs {
+    /// The URL only with its password hidden.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisArgs")
+            .field(
+                "redis_url",
+                &self.redis_url.as_deref().map(crate::serve::redact),
+            )
+            .field("redis_cluster", &self.redis_cluster)
+            .field("queue", &self.queue)
+            .field("managed_redis_port", &self.managed_redis_port)
+            .field("managed_redis_dir", &self.managed_redis_dir)
+            .field("redis_server_bin", &self.redis_server_bin)
+            .field("result_ttl_ms", &self.result_ttl_ms)
+            .field("max_lease_losses", &self.max_lease_losses)
+            .finish()
+    }
 }
 
 impl RedisArgs {
@@ -126,8 +146,8 @@ pub struct SimCmdArgs {
     pub sim: sim::SimArgs,
 }
 
-/// `repoll serve`.
-#[derive(Debug, Clone, Args)]
+/// `repoll serve`. (`Debug` leaves secrets out: see its impl.)
+#[derive(Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
@@ -147,6 +167,40 @@ pub struct ServeArgs {
     /// Time limit for producing a response, in milliseconds (streams are not cut by it).
     #[arg(long, env = "REPOLL_REQUEST_TIMEOUT_MS", default_value_t = 15_000)]
     pub request_timeout_ms: u64,
+
+    /// Open HTTP connections at most (never more than the process's descriptor limit allows,
+    /// less 256 kept for Redis and files). Over it a connection gets a JSON 503 and is closed.
+    #[arg(long, env = "REPOLL_MAX_CONNECTIONS", default_value_t = 4096,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_connections: usize,
+
+    /// Time a connection has to send a request's headers, from its start and again after
+    /// each response (so also the idle keep-alive timeout), in milliseconds.
+    #[arg(long, env = "REPOLL_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub header_timeout_ms: u64,
+
+    /// Live (SSE) streams open at once, in all; more get 503.
+    #[arg(long, env = "REPOLL_MAX_STREAMS", default_value_t = 1_000,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    pub max_streams: usize,
+
+    /// Live (SSE) streams one client address may hold open at once; more get 429.
+    #[arg(long, env = "REPOLL_MAX_STREAMS_PER_CLIENT", default_value_t = 32,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub max_streams_per_client: usize,
+
+    /// Redis response timeout for the work of a web request, in milliseconds: past it the
+    /// request answers 503 instead of hanging while Redis stalls (workers keep their own,
+    /// longer timeout).
+    #[arg(long, env = "REPOLL_REDIS_REQUEST_TIMEOUT_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub redis_request_timeout_ms: u64,
+
+    /// Bearer token for `GET /metrics` from other hosts (`Authorization: Bearer <token>`).
+    /// Without it, /metrics answers only to loopback clients.
+    #[arg(long, env = "REPOLL_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
 
     /// After SIGTERM/SIGINT, how long open connections may take to finish, in milliseconds.
     #[arg(long, env = "REPOLL_SHUTDOWN_GRACE_MS", default_value_t = 1_500)]
@@ -177,4 +231,25 @@ pub struct ServeArgs {
     pub policy: worker::PolicyArgs,
     #[command(flatten)]
     pub worker: worker::WorkerArgs,
+}
+
+impl std::fmt::Debug for ServeArgs {
+    /// Only what is safe in a log line: the Redis URL and the metrics token are left out
+    /// (the nested settings redact their own secrets).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeArgs")
+            .field("addr", &self.addr)
+            .field("queue", &self.redis.queue)
+            .field("max_connections", &self.max_connections)
+            .field("header_timeout_ms", &self.header_timeout_ms)
+            .field("max_streams", &self.max_streams)
+            .field("max_streams_per_client", &self.max_streams_per_client)
+            .field("metrics_token", &self.metrics_token.as_ref().map(|_| "***"))
+            .field("api", &self.api)
+            .field("admin", &self.admin)
+            .field("upstream", &self.upstream)
+            .field("policy", &self.policy)
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
 }

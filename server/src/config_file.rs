@@ -253,8 +253,12 @@ fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command {
     let mut cmd = cmd;
     for (id, values) in ids {
         cmd = cmd.mut_arg(id, |a| {
-            // An argument that was required is satisfied by the file.
-            a.required(false).default_values(values)
+            // An argument that was required is satisfied by the file. A secret (an argument
+            // whose environment value `--help` hides) keeps its file value out of `--help` too.
+            let secret = a.is_hide_env_values_set();
+            a.required(false)
+                .default_values(values)
+                .hide_default_value(secret)
         });
     }
     let names: Vec<String> = cmd
@@ -363,6 +367,50 @@ mod tests {
         assert_eq!(a.upstream.data_pointer, "");
         assert_eq!(a.policy.poll_interval_ms, 500);
         assert_eq!(a.policy.max_attempts, 5);
+    }
+
+    #[test]
+    fn secrets_from_the_file_never_reach_help() {
+        let file = r#"
+            REDIS_URL = "redis://:redis-pw-123@10.0.0.1:6379/0"
+            admin_password = "admin-pw-456"
+            viewer_password_hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$viewer-hash-789"
+            metrics_token = "metrics-tok-000"
+            "#;
+        let mut cmd = with_defaults_from_str(Cli::command(), Path::new("s.toml"), file).unwrap();
+        for sub in ["serve", "worker"] {
+            let help = cmd
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            for secret in ["redis-pw-123", "admin-pw-456", "viewer-hash-789", "metrics-tok-000"] {
+                assert!(!help.contains(secret), "{sub} --help shows {secret}");
+            }
+            // Not hidden altogether: the option itself is still documented.
+            assert!(help.contains("--redis-url"), "{sub}");
+        }
+    }
+
+    #[test]
+    fn secrets_from_the_environment_never_reach_help() {
+        // Every argument whose value could be a secret hides its environment value.
+        let cmd = Cli::command();
+        let serve = cmd.find_subcommand("serve").unwrap();
+        for env in [
+            "REDIS_URL",
+            "REPOLL_ADMIN_PASSWORD",
+            "REPOLL_ADMIN_PASSWORD_HASH",
+            "REPOLL_VIEWER_PASSWORD",
+            "REPOLL_VIEWER_PASSWORD_HASH",
+            "REPOLL_METRICS_TOKEN",
+        ] {
+            let arg = serve
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|e| e == env))
+                .unwrap_or_else(|| panic!("no argument reads {env}"));
+            assert!(arg.is_hide_env_values_set(), "{env} is shown by --help");
+        }
     }
 
     #[test]

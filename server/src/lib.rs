@@ -8,9 +8,14 @@
 //! - [`config_file`]: `--config <file>` — the same settings from a TOML file.
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
-//! - [`live`]: one Redis Pub/Sub subscription fanned out to every live (SSE) stream.
+//! - [`live`]: one Redis Pub/Sub subscription fanned out to the live (SSE) streams, per task,
+//!   and the caps on open streams.
 //! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
-//!   tower-http layers (trace, body limit, timeout).
+//!   tower-http layers (trace, body limit, timeout, panic to 500).
+//! - [`security`]: response headers (CSP with per-response nonces, framing, sniffing,
+//!   referrer), JSON errors for every API 4xx, redirects kept on our own paths.
+//! - [`http_server`]: the accept loop — connection cap, header-read/idle timeout,
+//!   `TCP_NODELAY`, drain.
 //! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
 //! - [`serve`]: the `repoll serve` command — Redis, router, embedded workers and simulator,
 //!   listener, graceful drain.
@@ -21,7 +26,9 @@ pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod config_file;
+pub mod http_server;
 pub mod live;
+pub mod security;
 pub mod managed_redis;
 pub mod serve;
 pub mod shutdown;

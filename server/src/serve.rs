@@ -11,6 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     cli::{RedisArgs, ServeArgs},
+    http_server::{self, ConnLimits},
+    live::{Live, StreamCaps},
     managed_redis::{ManagedRedis, ManagedRedisError},
     shutdown, simulate,
     web::{self, Limits, WebState},
@@ -76,10 +78,25 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
 /// Opens the queue on `url` (a cluster's seeds with --redis-cluster), with passwords hidden
 /// in any error.
 pub async fn open_queue(redis: &RedisArgs, url: &str) -> Result<queue::Queue, ServeError> {
+    open_queue_with_timeout(redis, url, queue::RESPONSE_TIMEOUT).await
+}
+
+/// [`open_queue`] with another Redis response timeout.
+pub async fn open_queue_with_timeout(
+    redis: &RedisArgs,
+    url: &str,
+    response_timeout: Duration,
+) -> Result<queue::Queue, ServeError> {
+    let cfg = redis.queue_config();
     let opened = if redis.redis_cluster {
-        queue::Queue::connect_cluster(&RedisArgs::seed_urls(url), redis.queue_config()).await
+        queue::Queue::connect_cluster_with_timeout(
+            &RedisArgs::seed_urls(url),
+            cfg,
+            response_timeout,
+        )
+        .await
     } else {
-        queue::Queue::connect(url, redis.queue_config()).await
+        queue::Queue::connect_with_timeout(url, cfg, response_timeout).await
     };
     opened.map_err(|source| ServeError::Redis {
         url: RedisArgs::seed_urls(url)
@@ -106,7 +123,17 @@ async fn serve_with(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let queue = open_queue(&args.redis, url).await?;
+    // The requests' own connection, with a short response timeout (see
+    // `Queue::connect_with_timeout`): a Redis stall makes a page or API call answer 503 in
+    // ~2 s instead of hanging; the workers keep `queue` and its longer timeout.
+    let web_queue = open_queue_with_timeout(
+        &args.redis,
+        url,
+        Duration::from_millis(args.redis_request_timeout_ms),
+    )
+    .await?;
     let metrics = worker::install_prometheus();
+    let fd_limit = http_server::raise_fd_limit();
 
     let mut background = tokio::task::JoinSet::new();
     if args.sim {
@@ -140,47 +167,78 @@ async fn serve_with(
     }
 
     let live_client = pubsub_client(url)?;
-    let live = crate::live::Live::start(live_client, queue.channels().dashboard, shutdown.clone());
-    let admin = crate::admin::AdminState::new(&args.admin, args.worker.heartbeat_ms)
+    let caps = StreamCaps {
+        per_client: args.max_streams_per_client,
+        total: args.max_streams,
+    };
+    let live = Live::start(
+        live_client,
+        queue.channels().dashboard,
+        caps,
+        shutdown.clone(),
+    );
+    if args.api.trust_forwarded_for {
+        tracing::warn!(
+            "REPOLL_TRUST_FORWARDED_FOR is replaced by REPOLL_TRUST_FORWARDED; please rename it"
+        );
+    }
+    // One trust setting for every per-client limit and the cookie's Secure flag.
+    let trust_forwarded = args.admin.trust_forwarded || args.api.trust_forwarded_for;
+    let mut admin_args = args.admin.clone();
+    admin_args.trust_forwarded = trust_forwarded;
+    let admin = crate::admin::AdminState::new(&admin_args, args.worker.heartbeat_ms)
         .map_err(ServeError::Config)?;
+    let mut api = crate::api::ApiState::new(&args.api, trust_forwarded);
+    api.metrics_token = args.metrics_token.clone().map(Into::into);
     let state = WebState {
         live,
-        api: crate::api::ApiState::new(&args.api),
+        api,
         admin: admin.clone(),
         leptos_options: web::leptos_options(&args.site_root),
         app: AppContext {
-            queue,
+            queue: web_queue,
             enqueue_policy: args.policy.enqueue_policy(),
             admin: admin.auth.clone(),
             first_answer: Duration::from_millis(args.api.first_answer_ms),
         },
     };
     let router = web::router(
-        state,
+        state.clone(),
         Limits {
             body_bytes: args.body_limit,
             timeout: Duration::from_millis(args.request_timeout_ms),
         },
-        worker::metrics_router(metrics),
+        web::guarded_metrics(worker::metrics_router(metrics), state),
     );
     let listener = bind(args.addr).await?;
-    tracing::info!("listening on http://{}", args.addr);
-
-    let graceful = shutdown.clone();
-    // Connection info lets the API rate-limit per client address.
-    let router = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        graceful.cancelled().await;
-    });
-    // Long-lived responses (live streams) would hold a graceful shutdown open forever, so the
-    // drain is bounded by the grace period.
-    let grace = Duration::from_millis(args.shutdown_grace_ms);
-    tokio::select! {
-        r = server => r?,
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-            tracing::warn!(?grace, "connections still open after the grace period; closing them");
-        }
+    let conn_limits = ConnLimits {
+        max_connections: http_server::effective_max_connections(args.max_connections, fd_limit),
+        header_timeout: Duration::from_millis(args.header_timeout_ms),
+    };
+    if conn_limits.max_connections < args.max_connections {
+        tracing::warn!(
+            fd_limit,
+            max_connections = conn_limits.max_connections,
+            "the descriptor limit lowers the connection cap"
+        );
     }
+    tracing::info!(
+        max_connections = conn_limits.max_connections,
+        max_streams = caps.total,
+        "listening on http://{}",
+        args.addr
+    );
+
+    let grace = Duration::from_millis(args.shutdown_grace_ms);
+    http_server::serve(
+        listener,
+        router,
+        conn_limits,
+        Default::default(),
+        shutdown.clone(),
+        grace,
+    )
+    .await?;
     // A background part that ended before the signal (e.g. a bind error) ends the server.
     shutdown.cancel();
     let mut first_error = None;
@@ -204,8 +262,12 @@ pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener,
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
-/// Hides a password in a Redis URL before it reaches a log or an error message.
+/// Hides the passwords in a Redis URL (or a comma-separated list of them) before it reaches a
+/// log or an error message.
 pub fn redact(url: &str) -> String {
+    if url.contains(',') {
+        return url.split(',').map(redact).collect::<Vec<_>>().join(",");
+    }
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             format!("{}://***{}", &url[..scheme_end], &url[at..])

@@ -15,7 +15,10 @@ use axum::{
 };
 use leptos::prelude::*;
 use leptos_axum::{generate_route_list, LeptosRoutes};
-use tower_http::{limit::RequestBodyLimitLayer, timeout::TimeoutLayer, trace::TraceLayer};
+use tower_http::{
+    catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, timeout::TimeoutLayer,
+    trace::TraceLayer,
+};
 
 /// Everything a request handler may need.
 #[derive(Clone, FromRef)]
@@ -72,6 +75,13 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
                 if let Some(gate) = &gate {
                     provide_context(gate.clone());
                 }
+                // The nonce of this response's CSP (crate::security), so Leptos's inline
+                // scripts carry the one value the policy allows.
+                if let Some(nonce) = use_context::<axum::http::request::Parts>()
+                    .and_then(|p| p.extensions.get::<crate::security::CspNonce>().cloned())
+                {
+                    provide_context(leptos::nonce::Nonce::from_value(nonce.0));
+                }
             },
             move || shell(options.clone()),
         )
@@ -86,7 +96,28 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
             StatusCode::SERVICE_UNAVAILABLE,
             limits.timeout,
         ))
+        .layer(axum::middleware::from_fn(crate::security::headers))
+        // A panic in a handler is one failed request (500), not a dead process.
+        .layer(CatchPanicLayer::custom(crate::security::panic_response))
         .layer(TraceLayer::new_for_http())
+}
+
+/// The client address of a request, by the one rule every per-client limit shares
+/// (`app::client`): the TCP peer, or the entry a trusted proxy appended.
+pub struct ClientIp(pub Option<std::net::IpAddr>);
+
+impl axum::extract::FromRequestParts<WebState> for ClientIp {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &WebState,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(ClientIp(app::client::client_ip_of(
+            parts,
+            state.api.trust_forwarded,
+        )))
+    }
 }
 
 /// Liveness: the process is up and serving HTTP.
@@ -110,4 +141,45 @@ async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
         }
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "redis timeout"),
     }
+}
+
+/// `/metrics` behind a check: queue depths and worker counts are operational facts, not for
+/// anonymous visitors. Loopback clients (a local Prometheus agent, `curl` on the host) are
+/// let in; others need `Authorization: Bearer <REPOLL_METRICS_TOKEN>`; without a token
+/// configured, only loopback.
+pub fn guarded_metrics(metrics: Router, state: WebState) -> Router {
+    metrics.layer(axum::middleware::from_fn_with_state(state, metrics_guard))
+}
+
+async fn metrics_guard(
+    State(state): State<WebState>,
+    ClientIp(client): ClientIp,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let loopback = client.is_some_and(|ip| ip.is_loopback());
+    let bearer = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let token_ok = match (&state.api.metrics_token, bearer) {
+        (Some(want), Some(given)) => constant_time_eq(want.as_bytes(), given.as_bytes()),
+        _ => false,
+    };
+    if loopback || token_ok {
+        next.run(req).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            "metrics need a bearer token (REPOLL_METRICS_TOKEN)",
+        )
+            .into_response()
+    }
+}
+
+/// Equal without an early exit on the first differing byte (the length may show).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

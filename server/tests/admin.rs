@@ -52,6 +52,11 @@ struct Env {
 }
 
 async fn start() -> Env {
+    start_with(false).await
+}
+
+/// `trust_forwarded`: REPOLL_TRUST_FORWARDED.
+async fn start_with(trust_forwarded: bool) -> Env {
     let (redis, dir) = start_redis().await;
     let url = redis.url().to_string();
     let queue = connect_queue(&url, "admintest").await;
@@ -59,16 +64,18 @@ async fn start() -> Env {
         admin: Secret::from_settings(None, Some(ADMIN_PW)).unwrap(),
         viewer: Secret::from_settings(None, Some(VIEWER_PW)).unwrap(),
         max_failures: 3,
+        trust_forwarded,
         ..AuthSettings::default()
     });
     let live = server::live::Live::start(
         queue::redis::Client::open(url.as_str()).unwrap(),
         queue.channels().dashboard,
         Default::default(),
+        Default::default(),
     );
     let state = WebState {
         live,
-        api: Default::default(),
+        api: server::api::ApiState::new(&Default::default(), trust_forwarded),
         admin: AdminState { auth: auth.clone() },
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
@@ -78,13 +85,17 @@ async fn start() -> Env {
             first_answer: Duration::ZERO,
         },
     };
+    let metrics = Router::new().route(
+        "/metrics",
+        axum::routing::get(|| async { "repoll_queue_depth{state=\"ready\"} 7\n" }),
+    );
     let router = web::router(
-        state,
+        state.clone(),
         Limits {
             body_bytes: 64 * 1024,
             timeout: Duration::from_secs(30),
         },
-        Router::new(),
+        web::guarded_metrics(metrics, state),
     );
     Env {
         redis,
@@ -442,6 +453,156 @@ async fn sign_in_is_generic_and_rate_limited() {
             .status,
         401
     );
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn parallel_guesses_cannot_outrun_the_attempt_limit() {
+    let env = start().await;
+    // 40 guesses at once from one address, max_failures = 3: an attempt is counted before
+    // its password is checked, so at most 3 are checked (401); the rest are refused (429).
+    let replies = futures::future::join_all(
+        (0..40).map(|i| sign_in(&env.router, if i == 0 { "a" } else { "b" }, [10, 0, 0, 9])),
+    )
+    .await;
+    let checked = replies
+        .iter()
+        .filter(|r| matches!(r, Err(reply) if reply.status == 401))
+        .count();
+    let refused = replies
+        .iter()
+        .filter(|r| matches!(r, Err(reply) if reply.status == 429))
+        .count();
+    assert!(checked <= 3, "{checked} passwords checked");
+    assert_eq!(checked + refused, 40);
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn behind_a_proxy_the_client_cannot_pick_its_own_address() {
+    let env = start_with(true).await;
+    // The proxy appends 203.0.113.7; the client rotates whatever it puts before it.
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let xff = format!("198.51.100.{i}, 203.0.113.7");
+        let r = send(
+            &env.router,
+            "POST",
+            SignIn::PATH,
+            form(&[("password", "guess")]),
+            None,
+            &[("x-forwarded-for", &xff)],
+            [10, 0, 0, 1],
+        )
+        .await;
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [401, 401, 401, 429, 429, 429]);
+    // Another address the proxy vouches for is its own client.
+    let r = send(
+        &env.router,
+        "POST",
+        SignIn::PATH,
+        form(&[("password", "guess")]),
+        None,
+        &[("x-forwarded-for", "203.0.113.8")],
+        [10, 0, 0, 1],
+    )
+    .await;
+    assert_eq!(r.status, 401);
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn a_no_js_form_is_never_sent_to_another_site() {
+    let env = start().await;
+    // A plain form post (Accept: text/html) with a wrong password goes back to the page it
+    // came from, per Referer; a foreign Referer must not become the redirect target.
+    let r = send(
+        &env.router,
+        "POST",
+        SignIn::PATH,
+        form(&[("password", "wrong")]),
+        None,
+        &[
+            ("accept", "text/html"),
+            ("referer", "https://evil.example/phish?x=1"),
+        ],
+        [10, 0, 0, 11],
+    )
+    .await;
+    let location = r
+        .headers
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    assert!(r.status < 400 && !location.is_empty(), "{} {location}", r.status);
+    assert!(!location.contains("evil.example"), "{location}");
+    assert!(location.starts_with('/'), "{location}");
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn redis_facts_and_metrics_are_not_for_anonymous_visitors() {
+    let env = start().await;
+    let r = call::<app::status::CheckRedis>(&env.router, &[], None, &[]).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert!(!r.body.contains("redis_version") && !r.body.contains("admintest"));
+    let cookie = sign_in(&env.router, VIEWER_PW, [10, 0, 0, 12]).await.ok().unwrap();
+    let r = call::<app::status::CheckRedis>(&env.router, &[], Some(&cookie), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let metrics = |ip: [u8; 4], auth: Option<&'static str>| {
+        let router = env.router.clone();
+        async move {
+            let extra: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", *a)).collect();
+            send(&router, "GET", "/metrics", String::new(), None, &extra, ip).await
+        }
+    };
+    assert_eq!(metrics([10, 0, 0, 13], None).await.status, 401);
+    assert_eq!(metrics([127, 0, 0, 1], None).await.status, 200);
+    // No token configured: no bearer opens it.
+    assert_eq!(metrics([10, 0, 0, 13], Some("Bearer x")).await.status, 401);
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn pages_carry_a_nonce_policy_and_their_scripts_the_same_nonce() {
+    let env = start().await;
+    let r = send(
+        &env.router,
+        "GET",
+        "/admin/login",
+        String::new(),
+        None,
+        &[("accept", "text/html")],
+        [10, 0, 0, 14],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let csp = r.headers["content-security-policy"].to_str().unwrap().to_string();
+    let nonce = csp
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no nonce in {csp}"));
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(r.headers["x-frame-options"], "DENY");
+    assert_eq!(r.headers["x-content-type-options"], "nosniff");
+    assert!(r.headers.contains_key("referrer-policy"));
+    // Every script tag of the page carries this response's nonce (else the browser would
+    // refuse to hydrate it).
+    let scripts = r.body.matches("<script").count();
+    assert!(scripts > 0, "{}", r.body);
+    assert_eq!(
+        r.body.matches(&format!("nonce=\"{nonce}\"")).count(),
+        scripts,
+        "{}",
+        r.body
+    );
+    // A second response has another nonce.
+    let again = send(&env.router, "GET", "/admin/login", String::new(), None, &[("accept", "text/html")], [10, 0, 0, 14]).await;
+    assert!(!again.headers["content-security-policy"].to_str().unwrap().contains(nonce));
     env.redis.stop().await;
 }
 

@@ -28,6 +28,8 @@ struct Opts {
     /// Run the simulator and a worker (otherwise tasks never progress).
     worker: bool,
     api: ApiArgs,
+    caps: server::live::StreamCaps,
+    trust_forwarded: bool,
 }
 
 impl Default for Opts {
@@ -38,6 +40,8 @@ impl Default for Opts {
                 rate_per_min: 0,
                 ..ApiArgs::default()
             },
+            caps: Default::default(),
+            trust_forwarded: false,
         }
     }
 }
@@ -93,11 +97,12 @@ impl Env {
         let live = server::live::Live::start(
             queue::redis::Client::open(url.as_str()).unwrap(),
             queue.channels().dashboard,
+            opts.caps,
             stop.clone(),
         );
         let state = WebState {
             live,
-            api: ApiState::new(&opts.api),
+            api: ApiState::new(&opts.api, opts.trust_forwarded),
             admin: Default::default(),
             leptos_options: web::leptos_options("target/site"),
             app: AppContext {
@@ -257,9 +262,16 @@ async fn bad_input_is_4xx_with_the_error_shape() {
     let big = format!(r#"{{"query": "{}"}}"#, "z".repeat(8 * 1024));
     let r = env.send(post_json(&big)).await;
     assert_eq!((r.status, r.error_code()), (413, "payload_too_large"));
-    // ... and beyond the global limit, still a 413.
+    // ... and beyond the global limit (a layer, before any handler), the same JSON 413.
     let huge = format!(r#"{{"query": "{}"}}"#, "z".repeat(100 * 1024));
-    assert_eq!(env.send(post_json(&huge)).await.status, 413);
+    let r = env.send(post_json(&huge)).await;
+    assert_eq!((r.status, r.error_code()), (413, "payload_too_large"));
+
+    // Invisible and bidirectional-control characters are refused like control characters.
+    for q in ["pay\u{200B}ment", "invoice\u{202E}fdp.exe", "\u{FEFF}x"] {
+        let r = env.submit(q).await;
+        assert_eq!((r.status, r.error_code()), (422, "invalid_query"), "{q:?}");
+    }
 
     // Unknown ids and malformed ids are 404 in the error shape, on both read endpoints.
     for uri in [
@@ -351,6 +363,7 @@ async fn sse_sends_state_then_final_and_closes() {
             first_answer_ms: 0,
             ..ApiArgs::default()
         },
+        ..Default::default()
     })
     .await;
     let r = env.submit("stream-1 polls=3").await;
@@ -581,5 +594,121 @@ async fn openapi_document_lists_every_endpoint() {
     for schema in ["Query", "Error", "SubmitBody"] {
         assert!(doc["components"]["schemas"].get(schema).is_some());
     }
+    // The document states the same character rule the API applies.
+    let query = &doc["components"]["schemas"]["SubmitBody"]["properties"]["query"];
+    assert_eq!(query["pattern"].as_str(), Some(queue::query_pattern().as_str()));
+    let stream = &doc["paths"]["/api/v1/queries/{id}/events"]["get"]["responses"]["200"]["content"]
+        ["text/event-stream"];
+    assert_eq!(stream["itemSchema"]["$ref"], "#/components/schemas/Query");
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn one_text_typed_two_ways_is_one_query() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let composed = env.submit("caf\u{e9} report").await;
+    let decomposed = env.submit("cafe\u{301} report").await;
+    assert_eq!(composed.status, 202, "{}", composed.text);
+    assert_eq!(composed.json["id"], decomposed.json["id"]);
+    assert_eq!(decomposed.json["query"], "caf\u{e9} report");
+    env.stop().await;
+}
+
+/// Opens the live stream of `id` as `ip`; the status and, on refusal, the reply.
+async fn open_stream(env: &Env, id: &str, ip: [u8; 4]) -> (u16, axum::response::Response) {
+    let mut req = Request::get(format!("/api/v1/queries/{id}/events"))
+        .body(Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+    let res = env.router.clone().oneshot(req).await.unwrap();
+    (res.status().as_u16(), res)
+}
+
+#[tokio::test]
+async fn live_streams_are_capped_per_client_and_in_total() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        caps: server::live::StreamCaps {
+            per_client: 2,
+            total: 3,
+        },
+        ..Default::default()
+    })
+    .await;
+    let id = env.submit("capped stream").await.json["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Two streams of one client are fine (their bodies stay open while held).
+    let (s1, held1) = open_stream(&env, &id, [10, 0, 0, 1]).await;
+    let (s2, held2) = open_stream(&env, &id, [10, 0, 0, 1]).await;
+    assert_eq!((s1, s2), (200, 200));
+    // The third of the same client: 429 in the API's shape, and the connection closes.
+    let (s3, refused) = open_stream(&env, &id, [10, 0, 0, 1]).await;
+    assert_eq!(s3, 429);
+    assert_eq!(refused.headers()["connection"], "close");
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    let json: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["error"]["code"], "too_many_streams");
+    // Another client gets the last place in total, and then the process is full.
+    let (s4, held4) = open_stream(&env, &id, [10, 0, 0, 2]).await;
+    assert_eq!(s4, 200);
+    let (s5, _) = open_stream(&env, &id, [10, 0, 0, 3]).await;
+    assert_eq!(s5, 503);
+    // A stream that ends gives its place back.
+    drop(held1);
+    let (s6, _held6) = open_stream(&env, &id, [10, 0, 0, 3]).await;
+    assert_eq!(s6, 200);
+    drop((held2, held4));
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn a_redis_stall_is_a_quick_503_not_a_hang() {
+    // The web side's Redis connection has a short response timeout (the workers keep a long
+    // one): during a stall a request is told "unavailable" instead of waiting it out.
+    let env = Env::start(Opts::default()).await;
+    let url = env.redis.as_ref().unwrap().url().to_string();
+    let web_queue = queue::Queue::connect_with_timeout(
+        &url,
+        queue::QueueConfig {
+            name: "apitest".into(),
+            ..Default::default()
+        },
+        Duration::from_millis(300),
+    )
+    .await
+    .unwrap();
+    // Pause every client of this Redis for 3 s (what a stalled or overloaded Redis looks like).
+    let mut admin = queue::redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = queue::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let read = web_queue.get("0123456789abcdef0123456789abcdef").await;
+    assert!(
+        read.is_err(),
+        "a read during the stall must fail fast, not wait for the end of the pause"
+    );
     env.stop().await;
 }

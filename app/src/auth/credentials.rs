@@ -75,6 +75,14 @@ pub fn hash_password(password: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// Password checks that may run at once by default: argon2 as configured takes ~19 MiB and
+/// most of a core for tens of milliseconds, so a burst of sign-ins must not run all of them
+/// together (100 parallel checks grew the process by half a gigabyte).
+pub const DEFAULT_PASSWORD_CHECKS: usize = 2;
+
+/// How long a sign-in waits for a free check slot before it is told to come back (503).
+pub const PASSWORD_CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Everything the admin side is configured with.
 pub struct AuthSettings {
     pub admin: Option<Secret>,
@@ -89,6 +97,8 @@ pub struct AuthSettings {
     pub trust_forwarded: bool,
     /// A worker whose last heartbeat is older than this is shown as gone.
     pub gone_after_ms: i64,
+    /// Password checks allowed to run at once (at least 1).
+    pub max_password_checks: usize,
 }
 
 impl Default for AuthSettings {
@@ -102,21 +112,34 @@ impl Default for AuthSettings {
             cookie_secure: false,
             trust_forwarded: false,
             gone_after_ms: 10_000,
+            max_password_checks: DEFAULT_PASSWORD_CHECKS,
         }
     }
 }
 
-/// Shared, cheap-to-clone handle to the [`AuthSettings`].
-#[derive(Clone, Default)]
-pub struct AuthConfig(Arc<AuthSettings>);
+/// Shared, cheap-to-clone handle to the [`AuthSettings`] and the password-check slots.
+#[derive(Clone)]
+pub struct AuthConfig(Arc<AuthSettings>, Arc<tokio::sync::Semaphore>);
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig::new(AuthSettings::default())
+    }
+}
 
 impl AuthConfig {
     pub fn new(settings: AuthSettings) -> Self {
-        AuthConfig(Arc::new(settings))
+        let slots = tokio::sync::Semaphore::new(settings.max_password_checks.max(1));
+        AuthConfig(Arc::new(settings), Arc::new(slots))
     }
 
     pub fn settings(&self) -> &AuthSettings {
         &self.0
+    }
+
+    /// Slots of the password check: hold one while [`AuthConfig::check`] runs.
+    pub fn check_slots(&self) -> Arc<tokio::sync::Semaphore> {
+        self.1.clone()
     }
 
     /// The role `password` signs in as, if any. The admin password wins if both match.

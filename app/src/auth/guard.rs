@@ -55,27 +55,6 @@ pub async fn require(role: Role) -> Result<Session, ServerFnError> {
     }
 }
 
-/// The client's address for rate limiting: the peer address, or the first `X-Forwarded-For`
-/// entry when forwarded headers are trusted. "unknown" when neither is known.
-pub fn client_address(parts: &Parts, trust_forwarded: bool) -> String {
-    if trust_forwarded {
-        if let Some(first) = parts
-            .headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
-            .and_then(|v| v.trim().parse::<std::net::IpAddr>().ok())
-        {
-            return first.to_string();
-        }
-    }
-    parts
-        .extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map(|c| c.0.ip().to_string())
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// Whether the browser reached us over https (directly, or per a trusted proxy).
 pub fn request_is_https(parts: &Parts, trust_forwarded: bool) -> bool {
     parts.uri.scheme_str() == Some("https")

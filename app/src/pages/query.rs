@@ -6,7 +6,6 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use crate::query::{pretty, QueryStatus, QueryView};
-use crate::status::RedisStatusPanel;
 
 /// Pretty text longer than this is folded into a `<details>` so a large body does not push
 /// the page's status out of sight.
@@ -66,8 +65,16 @@ pub fn QueryPage() -> impl IntoView {
             .and_then(|r| r.err())
             .map(|e| error_text(&e))
     };
+    // Effects run only in the browser: the flag turns true once the page is hydrated (tests
+    // wait for it before clicking; without JavaScript the form works as a plain post).
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
     view! {
-        <section class="panel">
+        <section
+            class="panel"
+            data-testid="query-panel"
+            data-hydrated=move || if hydrated.get() { "true" } else { "false" }
+        >
             <h1>"Query"</h1>
             <p>
                 "repoll answers at once with what is known and keeps polling the slow upstream API for you."
@@ -91,7 +98,6 @@ pub fn QueryPage() -> impl IntoView {
                 error().map(|e| view! { <p class="err" data-testid="query-submit-error">{e}</p> })
             }}
         </section>
-        <RedisStatusPanel />
     }
 }
 

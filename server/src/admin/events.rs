@@ -26,7 +26,10 @@ use axum::{
 use futures::stream::{self, Stream};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
-use crate::{live::LiveEvent, web::WebState};
+use crate::{
+    live::{LiveEvent, StreamPermit},
+    web::{ClientIp, WebState},
+};
 
 /// Quiet time after an event before the next one may be sent.
 pub const COALESCE: Duration = Duration::from_millis(250);
@@ -38,8 +41,12 @@ pub const COALESCE: Duration = Duration::from_millis(250);
 /// per open page every few seconds while nothing else happens keeps all of them current.
 pub const QUIET_REFRESH: Duration = Duration::from_secs(5);
 
-/// The handler: 401 without a session.
-pub async fn stream(State(state): State<WebState>, headers: HeaderMap) -> Response {
+/// The handler: 401 without a session; 429 / 503 over the stream caps (see `crate::live`).
+pub async fn stream(
+    State(state): State<WebState>,
+    ClientIp(client): ClientIp,
+    headers: HeaderMap,
+) -> Response {
     let Some(id) = app::auth::cookie_id(&headers) else {
         return (StatusCode::UNAUTHORIZED, "sign in required").into_response();
     };
@@ -52,13 +59,19 @@ pub async fn stream(State(state): State<WebState>, headers: HeaderMap) -> Respon
             return (StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable").into_response();
         }
     }
+    let permit = match state.live.admit(client) {
+        Ok(p) => p,
+        Err(refused) => return crate::api::ApiError::from(refused).into_response(),
+    };
     let rx = state.live.subscribe();
-    Sse::new(events(rx, sessions, id))
+    Sse::new(events(rx, sessions, id, permit))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 
 struct Cursor {
+    /// The stream's place under the caps, freed when the stream is dropped.
+    _permit: StreamPermit,
     rx: broadcast::Receiver<std::sync::Arc<LiveEvent>>,
     sessions: app::auth::Sessions,
     id: String,
@@ -69,8 +82,10 @@ fn events(
     rx: broadcast::Receiver<std::sync::Arc<LiveEvent>>,
     sessions: app::auth::Sessions,
     id: String,
+    permit: StreamPermit,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let start = Cursor {
+        _permit: permit,
         rx,
         sessions,
         id,

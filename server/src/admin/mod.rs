@@ -52,9 +52,18 @@ pub struct AdminArgs {
     #[arg(long, env = "REPOLL_COOKIE_SECURE")]
     pub cookie_secure: bool,
 
-    /// Trust X-Forwarded-Proto / X-Forwarded-For (only behind a proxy that sets them).
+    /// repoll runs behind one reverse proxy that appends the client's address to
+    /// X-Forwarded-For and sets X-Forwarded-Proto: every per-client limit (API rate, sign-in
+    /// attempts, live streams) then keys on the last X-Forwarded-For entry, and the session
+    /// cookie follows X-Forwarded-Proto. Off: the TCP peer, headers ignored.
     #[arg(long, env = "REPOLL_TRUST_FORWARDED")]
     pub trust_forwarded: bool,
+
+    /// Password checks (argon2, ~19 MiB and tens of ms of a core each) allowed at once; more
+    /// sign-ins wait up to 5 s for a slot, then get 503.
+    #[arg(long, env = "REPOLL_MAX_PASSWORD_CHECKS", default_value_t = app::auth::DEFAULT_PASSWORD_CHECKS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub max_password_checks: usize,
 }
 
 impl std::fmt::Debug for AdminArgs {
@@ -70,6 +79,7 @@ impl std::fmt::Debug for AdminArgs {
             .field("login_max_failures", &self.login_max_failures)
             .field("cookie_secure", &self.cookie_secure)
             .field("trust_forwarded", &self.trust_forwarded)
+            .field("max_password_checks", &self.max_password_checks)
             .finish()
     }
 }
@@ -121,6 +131,7 @@ impl AdminState {
                 max_failures: args.login_max_failures,
                 cookie_secure: args.cookie_secure,
                 trust_forwarded: args.trust_forwarded,
+                max_password_checks: args.max_password_checks,
                 gone_after_ms: i64::try_from(heartbeat_ms.saturating_mul(2)).unwrap_or(i64::MAX),
             }),
         })

@@ -6,24 +6,34 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
 
-/// Reads one line from stdin (prompting on a terminal) and prints its hash.
+/// Reads the password and prints its hash. On a terminal it asks twice without echoing what
+/// is typed (`rpassword` turns echo off; someone behind you or a screen recording must not
+/// see it); from a pipe it reads one line.
 pub fn hash_password_command() -> Result<(), String> {
     let stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        eprint!("password (input is shown): ");
-        let _ = std::io::stderr().flush();
-    }
-    let mut line = String::new();
-    stdin
-        .lock()
-        .read_line(&mut line)
-        .map_err(|e| format!("cannot read the password: {e}"))?;
-    let password = line.trim_end_matches(['\r', '\n']);
+    let password = if stdin.is_terminal() {
+        let first = rpassword::prompt_password("password: ")
+            .map_err(|e| format!("cannot read the password: {e}"))?;
+        let again = rpassword::prompt_password("again: ")
+            .map_err(|e| format!("cannot read the password: {e}"))?;
+        if first != again {
+            return Err("the two passwords differ".into());
+        }
+        first
+    } else {
+        let mut line = String::new();
+        stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read the password: {e}"))?;
+        line.trim_end_matches(['\r', '\n']).to_string()
+    };
     if password.is_empty() {
         return Err("empty password".into());
     }
-    let hash = app::auth::hash_password(password)?;
-    println!("{hash}");
+    let hash = app::auth::hash_password(&password)?;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "{hash}");
     Ok(())
 }
 

@@ -24,6 +24,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds, sent as `Retry-After` (429 and 503).
     pub retry_after: Option<u64>,
+    /// Close the connection after this answer (`Connection: close`).
+    pub close: bool,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            close: false,
         }
     }
 
@@ -52,6 +55,31 @@ impl ApiError {
                 "rate_limited",
                 format!("too many queries from this client; retry in {retry_after} s"),
             )
+        }
+    }
+}
+
+impl From<crate::live::StreamRefused> for ApiError {
+    /// A live stream over a cap. The response also closes the connection (see
+    /// `IntoResponse`): a refused client must not keep a descriptor open by keep-alive.
+    fn from(r: crate::live::StreamRefused) -> Self {
+        use crate::live::StreamRefused;
+        let (status, code, message) = match r {
+            StreamRefused::ClientFull { cap } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                format!("this client has {cap} live streams open already; close one first"),
+            ),
+            StreamRefused::ProcessFull { cap } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "streams_full",
+                format!("the server holds its maximum of {cap} live streams; try again later"),
+            ),
+        };
+        ApiError {
+            retry_after: Some(5),
+            close: true,
+            ..ApiError::new(status, code, message)
         }
     }
 }
@@ -106,6 +134,10 @@ impl IntoResponse for ApiError {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
                 res.headers_mut().insert(header::RETRY_AFTER, v);
             }
+        }
+        if self.close {
+            res.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         res
     }

@@ -4,11 +4,13 @@
 //! `GET /api/v1/queries/{id}`, id = the state's `updated_at`), so a client never has to merge
 //! anything and a reconnect needs no replay: the stream always starts with the current state
 //! (a `Last-Event-ID` header is accepted and simply not needed). The stream wakes on the
-//! process's [`Live`](crate::live::Live) hub, re-reads the state from Redis, sends it only if
-//! it changed, and closes after the final (`done`/`failed`) state. Heartbeat comments keep
-//! proxies from timing the connection out.
+//! process's [`Live`](crate::live::Live) hub for this task only, re-reads the state from Redis,
+//! sends it only if it changed, and closes after the final (`done`/`failed`) state. Heartbeat
+//! comments keep proxies from timing the connection out. Each stream holds a place under the
+//! per-client and total stream caps; over them the answer is a JSON 429 / 503 that closes the
+//! connection.
 
-use std::{convert::Infallible, sync::Arc};
+use std::convert::Infallible;
 
 use app::{
     context::AppContext,
@@ -19,21 +21,26 @@ use axum::{
     response::sse::{Event, KeepAlive, Sse},
 };
 use futures::{stream, Stream};
-use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::error::ApiError;
-use crate::{live::LiveEvent, web::WebState};
+use crate::{
+    live::{StreamPermit, TaskWatch},
+    web::{ClientIp, WebState},
+};
 
-/// Opens the stream; 404 (JSON, before any streaming) for an unknown id.
+/// Opens the stream; 404 (JSON, before any streaming) for an unknown id, 429 / 503 over the
+/// stream caps.
 pub async fn events(
     State(state): State<WebState>,
+    ClientIp(client): ClientIp,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     if !is_task_id(&id) {
         return Err(ApiError::not_found());
     }
-    // Subscribe before the first read, so a change between the two is not missed.
-    let rx = state.live.subscribe();
+    let permit = state.live.admit(client)?;
+    // Watch before the first read, so a change between the two is not missed.
+    let rx = state.live.watch_task(&id);
     let first = app::query::read(&state.app, &id)
         .await?
         .ok_or_else(ApiError::not_found)?;
@@ -41,6 +48,7 @@ pub async fn events(
         ctx: state.app.clone(),
         id,
         rx,
+        _permit: permit,
         pending: Some(first),
         last: None,
         finished: false,
@@ -53,7 +61,9 @@ pub async fn events(
 struct Watch {
     ctx: AppContext,
     id: String,
-    rx: broadcast::Receiver<Arc<LiveEvent>>,
+    rx: TaskWatch,
+    /// The stream's place under the caps, freed when the stream is dropped.
+    _permit: StreamPermit,
     /// A state to send next without waiting (the first one).
     pending: Option<QueryView>,
     /// The last state sent, to skip wake-ups that changed nothing visible.
@@ -79,18 +89,12 @@ impl Watch {
         })
     }
 
-    /// Waits for a wake-up about this id (or a resync) that changed its state.
+    /// Waits for a wake-up about this id (or a resync) that changed its state. Wake-ups that
+    /// came while we read are folded into one, and the re-read below catches up.
     async fn next_change(&mut self) -> Option<QueryView> {
         loop {
-            match self.rx.recv().await {
-                Ok(ev) => match &*ev {
-                    LiveEvent::Task { id, .. } if *id == self.id => {}
-                    LiveEvent::Resync => {}
-                    _ => continue,
-                },
-                // Missed wake-ups: the re-read below catches up.
-                Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return None,
+            if !self.rx.changed().await {
+                return None;
             }
             match app::query::read(&self.ctx, &self.id).await {
                 Ok(Some(v)) if self.last.as_ref().is_some_and(|l| l.same_state(&v)) => {}

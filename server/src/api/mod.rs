@@ -45,9 +45,9 @@ pub struct ApiArgs {
     /// Submits a client may make at once before the per-minute rate applies.
     #[arg(long, env = "REPOLL_RATE_BURST", default_value_t = 20)]
     pub rate_burst: u32,
-    /// Take the client's address from the last `X-Forwarded-For` entry (only behind a proxy
-    /// that sets it; otherwise clients could pick their own bucket).
-    #[arg(long, env = "REPOLL_TRUST_FORWARDED_FOR")]
+    /// Replaced by REPOLL_TRUST_FORWARDED (one setting for every per-client limit); still
+    /// accepted, with a warning, and then means the same.
+    #[arg(long, env = "REPOLL_TRUST_FORWARDED_FOR", hide = true)]
     pub trust_forwarded_for: bool,
     /// Interval of heartbeat comments on live streams, in ms.
     #[arg(long, env = "REPOLL_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
@@ -73,19 +73,26 @@ pub struct ApiState {
     /// `None` when the rate limit is off.
     pub limiter: Option<Limiter>,
     pub keep_alive: Duration,
+    /// `REPOLL_METRICS_TOKEN`: bearer token for `/metrics` from other hosts.
+    pub metrics_token: Option<std::sync::Arc<str>>,
+    /// `REPOLL_TRUST_FORWARDED` (the rule is `app::client`'s).
+    pub trust_forwarded: bool,
 }
 
 impl Default for ApiState {
     fn default() -> Self {
-        ApiState::new(&ApiArgs::default())
+        ApiState::new(&ApiArgs::default(), false)
     }
 }
 
 impl ApiState {
-    pub fn new(args: &ApiArgs) -> Self {
+    /// `trust_forwarded`: the one trust setting (`REPOLL_TRUST_FORWARDED`, see `app::client`).
+    pub fn new(args: &ApiArgs, trust_forwarded: bool) -> Self {
         ApiState {
-            limiter: Limiter::new(args.rate_per_min, args.rate_burst, args.trust_forwarded_for),
+            limiter: Limiter::new(args.rate_per_min, args.rate_burst, trust_forwarded),
             keep_alive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
+            metrics_token: None,
+            trust_forwarded,
         }
     }
 }

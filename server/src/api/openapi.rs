@@ -54,7 +54,7 @@ pub fn spec() -> Value {
                         "400": error_response("Malformed JSON (code malformed_json)."),
                         "413": error_response("Body larger than 4 KiB (code payload_too_large)."),
                         "415": error_response("Content type is not application/json (code unsupported_media_type)."),
-                        "422": error_response("The query breaks the input rules: empty, over 512 characters, or control characters (code invalid_query); or the body has no string `query` (code invalid_body)."),
+                        "422": error_response("The query breaks the input rules: empty, over 512 characters, or control, invisible or bidirectional-control characters (code invalid_query); or the body has no string `query` (code invalid_body)."),
                         "429": {
                             "description": "Rate limit of this client reached (code rate_limited).",
                             "headers": { "Retry-After": { "description": "Seconds to wait.", "schema": { "type": "integer" } } },
@@ -85,10 +85,14 @@ pub fn spec() -> Value {
                     "responses": {
                         "200": {
                             "description": "An event stream of `state` events.",
-                            "content": { "text/event-stream": { "schema": { "type": "string" } } }
+                            "content": { "text/event-stream": {
+                                "schema": { "type": "string", "contentMediaType": "text/event-stream", "description": "`event: state`, `id: <updated_at>`, `data: <Query as JSON>` records, and `:` heartbeat comments." },
+                                "itemSchema": { "$ref": "#/components/schemas/Query" }
+                            } }
                         },
                         "404": error_response("Unknown or malformed id (code not_found)."),
-                        "503": error_response("The queue (Redis) is unavailable (code unavailable).")
+                        "429": error_response("This client holds its maximum of live streams (code too_many_streams); the connection is closed."),
+                        "503": error_response("The queue (Redis) is unavailable (code unavailable), or the server holds its maximum of live streams (code streams_full).")
                     }
                 }
             },
@@ -106,7 +110,7 @@ pub fn spec() -> Value {
                     "type": "object",
                     "required": ["query"],
                     "properties": {
-                        "query": { "type": "string", "minLength": 1, "maxLength": 512, "description": "Trimmed and whitespace-collapsed; 1 to 512 characters, no control characters." }
+                        "query": { "type": "string", "minLength": 1, "pattern": queue::query_pattern(), "description": "Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters, without control characters (whitespace ones become spaces), invisible characters (zero-width, soft hyphen, BOM, ...) or bidirectional controls." }
                     }
                 },
                 "Query": {

@@ -2,20 +2,13 @@
 //! with new tasks.
 //!
 //! A token bucket per client address (GCRA from the `governor` crate: `per_min` tokens a
-//! minute, up to `burst` at once). The address is the TCP peer; `X-Forwarded-For` is believed
-//! only when the operator says a trusted proxy sets it, since any client can send the header.
-//! Without either (tests driving the router directly) all requests share one bucket.
+//! minute, up to `burst` at once). The address is `app::client::client_ip`'s, the one rule all
+//! per-client limits share (the TCP peer, or the entry a trusted proxy appended). Without one
+//! (tests driving the router directly) all requests share one bucket.
 
-use std::{
-    net::{IpAddr, SocketAddr},
-    num::NonZeroU32,
-    sync::Arc,
-};
+use std::{net::IpAddr, num::NonZeroU32, sync::Arc};
 
-use axum::{
-    extract::{ConnectInfo, FromRequestParts},
-    http::{request::Parts, HeaderMap},
-};
+use axum::{extract::FromRequestParts, http::request::Parts};
 use governor::{
     clock::{Clock, DefaultClock},
     state::keyed::DefaultKeyedStateStore,
@@ -62,32 +55,12 @@ impl Limiter {
         })
     }
 
-    /// The client's address: the trusted proxy's last `X-Forwarded-For` entry, else the peer.
-    fn client(&self, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
-        if self.trust_forwarded_for {
-            let forwarded = headers
-                .get_all("x-forwarded-for")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .filter_map(|s| s.trim().parse::<IpAddr>().ok())
-                .next_back();
-            if forwarded.is_some() {
-                return forwarded;
-            }
-        }
-        peer.map(|p| p.ip())
-    }
 }
 
 impl Limiter {
-    /// Takes one token for the client that sent `parts` (see [`Limiter::client`]).
+    /// Takes one token for the client that sent `parts` (the address rule of `app::client`).
     pub fn check_parts(&self, parts: &Parts) -> Result<(), u64> {
-        let peer = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0);
-        self.check(self.client(&parts.headers, peer))
+        self.check(app::client::client_ip_of(parts, self.trust_forwarded_for))
     }
 }
 
@@ -124,21 +97,6 @@ mod tests {
         assert!((1..=2).contains(&wait), "{wait}");
         // Another client has its own bucket.
         assert!(l.check(Some(IpAddr::from([10, 0, 0, 2]))).is_ok());
-    }
-
-    #[test]
-    fn forwarded_for_only_when_trusted() {
-        let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", "1.1.1.1, 2.2.2.2".parse().unwrap());
-        let peer = Some(SocketAddr::from(([127, 0, 0, 1], 9)));
-        let trusted = Limiter::new(1, 1, true).unwrap();
-        assert_eq!(trusted.client(&h, peer), Some(IpAddr::from([2, 2, 2, 2])));
-        let untrusted = Limiter::new(1, 1, false).unwrap();
-        assert_eq!(
-            untrusted.client(&h, peer),
-            Some(IpAddr::from([127, 0, 0, 1]))
-        );
-        assert_eq!(untrusted.client(&h, None), None);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //!
 //! Sign-in is a plain form posting to a server function, so it works without JavaScript. Any
 //! failure says only "wrong password" (no hint whether a viewer or admin password exists);
-//! failures are limited per client address, and the password is checked by argon2 off the
-//! async threads. Success stores a session in Redis, sets the cookie and redirects to /admin.
+//! attempts are limited per client address (counted before the check), and the password is
+//! checked by argon2 off the async threads, a bounded number at once. Success stores a session in Redis, sets the cookie and redirects to /admin.
 
 use leptos::prelude::*;
 
@@ -21,9 +21,7 @@ pub async fn whoami() -> Result<Option<Me>, ServerFnError> {
 /// Checks the password and, if it is right, starts a session.
 #[server(prefix = "/admin/fn")]
 pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
-    use crate::auth::{
-        client_address, refuse, request_is_https, set_cookie, LoginLimiter, Session, Sessions,
-    };
+    use crate::auth::{refuse, request_is_https, set_cookie, LoginLimiter, Session, Sessions};
     use http::{header::SET_COOKIE, HeaderValue, StatusCode};
 
     let ctx = crate::context::app_context()?;
@@ -34,10 +32,15 @@ pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
         tracing::warn!(error = %e, "sign-in: redis error");
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
-    let client = client_address(&parts, settings.trust_forwarded);
+    let client = crate::client::client_label(crate::client::client_ip_of(
+        &parts,
+        settings.trust_forwarded,
+    ));
     let limiter = LoginLimiter::new(&ctx.queue, &client, settings.max_failures);
-    if limiter.blocked().await.map_err(unavailable)? {
-        tracing::warn!(client, "sign-in refused: too many failures");
+    // Counted before the check, atomically: parallel guesses cannot all pass a "not blocked
+    // yet" test while the first ones are still being verified.
+    if !limiter.take().await.map_err(unavailable)? {
+        tracing::warn!(client, "sign-in refused: too many attempts");
         return Err(refuse(
             StatusCode::TOO_MANY_REQUESTS,
             "too many attempts; wait a minute",
@@ -47,17 +50,36 @@ pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
     let role = if password.is_empty() || password.len() > 1024 {
         None
     } else {
+        // Each argon2 check takes ~19 MiB and a core for tens of ms: a bounded number run at
+        // once, and a sign-in that cannot get a slot soon is told to come back.
+        let Ok(Ok(slot)) = tokio::time::timeout(
+            crate::auth::PASSWORD_CHECK_WAIT,
+            ctx.admin.check_slots().acquire_owned(),
+        )
+        .await
+        else {
+            tracing::warn!(client, "sign-in refused: password checks busy");
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "busy; try again in a moment",
+            ));
+        };
         let cfg = ctx.admin.clone();
-        tokio::task::spawn_blocking(move || cfg.check(&password))
-            .await
-            .ok()
-            .flatten()
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            cfg.check(&password)
+        })
+        .await
+        .ok()
+        .flatten()
     };
     let Some(role) = role else {
-        limiter.failed().await.map_err(unavailable)?;
         tracing::warn!(client, "sign-in failed");
         return Err(refuse(StatusCode::UNAUTHORIZED, "wrong password"));
     };
+    if let Err(e) = limiter.give_back().await {
+        tracing::warn!(error = %e, "sign-in: attempt not given back");
+    }
     let session = Session {
         user: role.as_str().into(),
         role,

@@ -1,0 +1,35 @@
+-- login_attempt.lua: one client's sign-in attempts in a fixed window, counted *before* the
+-- password is checked, so parallel guesses cannot all pass a "not yet blocked" check.
+--
+-- KEYS[1]  the client's counter: {<queue>}:loginfail:<client address>
+-- ARGV[1]  window in ms: the counter lives this long from its first attempt
+-- ARGV[2]  "take" (count one attempt) or "give" (return one after a successful sign-in)
+-- Returns  the count after this call (0 when there is no counter).
+--
+-- Validates its arguments before writing. Only INCR/DECR/PEXPIRE, so it runs on any Redis
+-- with scripting (no EXPIRE ... NX, which needs Redis 7).
+
+local window = tonumber(ARGV[1])
+if not window or window < 1 then
+  return redis.error_reply('ERR login_attempt: window must be a positive number of ms')
+end
+local mode = ARGV[2]
+if mode ~= 'take' and mode ~= 'give' then
+  return redis.error_reply('ERR login_attempt: mode must be take or give')
+end
+
+if mode == 'give' then
+  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if n and n > 0 then
+    return redis.call('DECR', KEYS[1])
+  end
+  return 0
+end
+
+local n = redis.call('INCR', KEYS[1])
+-- The first attempt starts the window; a counter that somehow lost its TTL gets one back
+-- rather than locking the client out forever.
+if n == 1 or redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], window)
+end
+return n

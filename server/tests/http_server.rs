@@ -1,0 +1,188 @@
+//! The accept loop on a real socket: slow clients are cut at the header timeout, connections
+//! over the cap get a JSON 503 and are closed, and the client address reaches handlers.
+//! (No Redis needed: the router here is a plain axum one.)
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use axum::{extract::ConnectInfo, routing::get, Router};
+use server::http_server::{self, ConnLimits, ConnStats};
+use tokio_util::sync::CancellationToken;
+
+struct Running {
+    addr: SocketAddr,
+    stats: Arc<ConnStats>,
+    stop: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn start(limits: ConnLimits) -> Running {
+    let router = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/whoami",
+            get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.ip().to_string() }),
+        )
+        .route(
+            "/hold",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "late"
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stats = Arc::new(ConnStats::default());
+    let stop = CancellationToken::new();
+    tokio::spawn(http_server::serve(
+        listener,
+        router,
+        limits,
+        stats.clone(),
+        stop.clone(),
+        Duration::from_millis(200),
+    ));
+    Running { addr, stats, stop }
+}
+
+/// One blocking HTTP/1.1 exchange on its own connection; the whole answer as text.
+fn get_text(addr: SocketAddr, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// Reads until the server closes the connection; how long that took.
+fn time_to_close(mut s: TcpStream) -> Duration {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return t.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_sent_request_is_cut_at_the_header_timeout() {
+    let r = start(ConnLimits {
+        max_connections: 64,
+        header_timeout: Duration::from_millis(500),
+    })
+    .await;
+    let addr = r.addr;
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n").unwrap();
+        // The rest of the head never comes: the server must close, not wait forever.
+        time_to_close(s)
+    })
+    .await
+    .unwrap();
+    // Without the timeout the read would run into its own 30 s limit.
+    assert!(closed < Duration::from_secs(25), "closed after {closed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_kept_alive_connection_is_closed() {
+    let r = start(ConnLimits {
+        max_connections: 64,
+        header_timeout: Duration::from_millis(500),
+    })
+    .await;
+    let addr = r.addr;
+    let closed = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        // Read the one answer, then stay idle on the kept-alive connection.
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        time_to_close(s)
+    })
+    .await
+    .unwrap();
+    assert!(closed < Duration::from_secs(25), "closed after {closed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_cap_a_connection_gets_a_json_503_and_others_go_on_after() {
+    let r = start(ConnLimits {
+        max_connections: 2,
+        header_timeout: Duration::from_secs(20),
+    })
+    .await;
+    let addr = r.addr;
+    // Two requests held open take both places.
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /hold HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+            s
+        })
+        .collect();
+    // Wait until the server has taken both (their handlers are running).
+    let third = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = get_text(addr, "/healthz").unwrap_or_default();
+            if answer.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap();
+    assert!(third.starts_with("HTTP/1.1 503"), "{third}");
+    assert!(third.contains("application/json"), "{third}");
+    assert!(third.contains(r#""code":"overloaded""#), "{third}");
+    assert!(r.stats.refused.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+    // Places come back when connections end.
+    drop(held);
+    let after = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = get_text(addr, "/healthz").unwrap_or_default();
+            if answer.starts_with("HTTP/1.1 200") || Instant::now() > deadline {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap();
+    assert!(after.starts_with("HTTP/1.1 200"), "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn handlers_see_the_peer_address() {
+    let r = start(ConnLimits {
+        max_connections: 8,
+        header_timeout: Duration::from_secs(5),
+    })
+    .await;
+    let addr = r.addr;
+    let answer = tokio::task::spawn_blocking(move || get_text(addr, "/whoami").unwrap())
+        .await
+        .unwrap();
+    assert!(answer.ends_with("127.0.0.1"), "{answer}");
+}
