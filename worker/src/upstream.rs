@@ -979,6 +979,37 @@ mod tests {
     }
 
     #[test]
+    fn debug_shows_every_non_secret_setting() {
+        // The defaults test in lib.rs compares `Debug` output: each setting must show in it.
+        let base = format!("{:?}", UpstreamArgs::default());
+        let changed = [
+            UpstreamArgs {
+                upstream_rate_per_sec: 7,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                upstream_rate_burst: 9,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                max_body_bytes: 1,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                failed_values: list("x"),
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                api_key_header: "x-other".into(),
+                ..UpstreamArgs::default()
+            },
+        ];
+        for args in changed {
+            assert_ne!(format!("{args:?}"), base);
+        }
+    }
+
+    #[test]
     fn permanent_errors() {
         let s = |code| UpstreamError::Status {
             code,

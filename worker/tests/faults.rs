@@ -195,3 +195,20 @@ async fn a_dot_segment_query_ends_dead_without_calling_another_path() {
     );
     assert_eq!(sim.stats().await.calls, 0, "no call went out");
 }
+
+#[tokio::test]
+async fn an_error_answer_keeps_its_message_with_secrets_masked() {
+    let sim = start_sim(SimArgs::default()).await;
+    let up = worker::Upstream::new(&worker::UpstreamArgs {
+        api_key: Some("k3y-s3cret".into()),
+        ..sim.upstream_args(2_000)
+    })
+    .expect("upstream");
+    // The simulator quotes the bad value, here equal to the API key: it must not come back.
+    let err = up.query("x items=k3y-s3cret").await.expect_err("400");
+    assert_eq!(
+        err.to_string(),
+        "HTTP 400: items: *** is out of range 0..=1000"
+    );
+    assert!(err.is_permanent());
+}
