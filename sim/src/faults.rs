@@ -22,9 +22,15 @@ pub enum Fault {
     Hang,
     /// Headers, a few bytes, then the connection is cut.
     Reset,
+    /// The handler panics: the simulator answers 500 for this request and carries on (only
+    /// forced with `fail=panic`, never rolled; it shows the panic guard works).
+    Panic,
 }
 
 impl Fault {
+    /// The names [`Fault::from_name`] knows, for error messages.
+    pub const NAMES: &'static str = "500, 503, 429, malformed, shape, hang, reset, panic";
+
     /// The fault named in a `fail=` override.
     pub fn from_name(name: &str) -> Option<Fault> {
         Some(match name {
@@ -35,6 +41,7 @@ impl Fault {
             "shape" => Fault::WrongShape,
             "hang" => Fault::Hang,
             "reset" => Fault::Reset,
+            "panic" => Fault::Panic,
             _ => return None,
         })
     }

@@ -12,21 +12,32 @@ use axum::Json;
 use serde_json::json;
 
 use crate::faults::Fault;
+use crate::limits::MAX_KEY_BYTES;
 use crate::overrides::Overrides;
 use crate::state::{Plan, SimState};
 
 type Shared = State<Arc<SimState>>;
 
-/// `GET /api/query?q=<key>`.
+fn bad_request(msg: &str) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({"error": msg}))).into_response()
+}
+
+/// `GET /api/query?q=<key>`. A key longer than [`MAX_KEY_BYTES`] or with an override out of
+/// range is answered 400 with the reason, and nothing is remembered for it.
 pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, String>>) -> Response {
     let Some(key) = params.get("q").filter(|k| !k.is_empty()) else {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "missing query parameter q"})),
-        )
-            .into_response();
+        return bad_request("missing query parameter q");
     };
-    let o = Overrides::parse(key, &params);
+    if key.len() > MAX_KEY_BYTES {
+        return bad_request(&format!(
+            "q: {} bytes is out of range 1..={MAX_KEY_BYTES}",
+            key.len()
+        ));
+    }
+    let o = match Overrides::parse(key, &params) {
+        Ok(o) => o,
+        Err(e) => return bad_request(&e.to_string()),
+    };
     let plan = sim.plan(key, &o);
     let latency = sim.latency(&o);
     if !latency.is_zero() {
@@ -57,6 +68,7 @@ async fn fault_response(fault: Fault, retry_after_s: u64, hang_ms: u64) -> Respo
         }
         Fault::Malformed => json_bytes(r#"{"status": "done", "data": {"items": [1, 2"#),
         Fault::WrongShape => json_bytes(r#"{"result": {"state": 42}, "items": "none"}"#),
+        Fault::Panic => panic!("simulated panic (fail=panic)"),
         Fault::Hang => {
             tokio::time::sleep(Duration::from_millis(hang_ms)).await;
             error(StatusCode::GATEWAY_TIMEOUT, "simulated hang ended")

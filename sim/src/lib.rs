@@ -10,9 +10,15 @@
 //! "done": d}}}` — how often each key was called and how often it answered `done`.
 //! `GET /_sim/key?q=<key>` adds the call times of one key (to measure gaps between polls) and
 //! `POST /_sim/reset` forgets everything.
+//!
+//! The simulator cannot hurt its host: every knob is bounded ([`limits`]; a flag out of range
+//! stops the start, an override out of range is a 400), it remembers at most `--sim-max-keys`
+//! keys, handles at most `--sim-max-concurrency` requests at once (503 beyond), answers 504
+//! after [`limits::REQUEST_TIMEOUT`], and a panicking handler becomes a 500 for its request.
 
 pub mod faults;
 pub mod handlers;
+pub mod limits;
 pub mod overrides;
 pub mod state;
 
@@ -20,7 +26,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Json;
+use serde_json::json;
+use tokio::sync::Semaphore;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use limits::*;
 
 /// Settings of the simulator: every flag also reads a `REPOLL_SIM_*` environment variable.
 ///
@@ -30,88 +45,118 @@ use axum::routing::{get, post};
 pub struct SimArgs {
     /// Polls a key answers `processing` before it answers `done` on the next one
     /// (`polls=3`: calls 1 and 2 are processing, call 3 is done). Per-key override: `polls=`.
-    #[arg(long = "sim-polls", env = "REPOLL_SIM_POLLS", default_value_t = 3)]
+    #[arg(long = "sim-polls", env = "REPOLL_SIM_POLLS", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_POLLS)))]
     pub polls: u32,
     /// If not 0, a key is done this many milliseconds after its first call instead of after a
     /// number of polls. Per-key override: `ms=`.
-    #[arg(long = "sim-ms", env = "REPOLL_SIM_MS", default_value_t = 0)]
+    #[arg(long = "sim-ms", env = "REPOLL_SIM_MS", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_MS))]
     pub ms: u64,
     /// Items in a key's full data (partial data carries a growing prefix of them).
-    #[arg(long = "sim-items", env = "REPOLL_SIM_ITEMS", default_value_t = 5)]
+    #[arg(long = "sim-items", env = "REPOLL_SIM_ITEMS", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_ITEMS)))]
     pub items: u32,
     /// Probability (0..1) of an HTTP 500 or 503 (half each).
     #[arg(
         long = "sim-error-rate",
         env = "REPOLL_SIM_ERROR_RATE",
-        default_value_t = 0.0
+        default_value_t = 0.0,
+        value_parser = parse_rate
     )]
     pub error_rate: f64,
     /// Probability of an HTTP 429 with a `Retry-After` header.
     #[arg(
         long = "sim-429-rate",
         env = "REPOLL_SIM_429_RATE",
-        default_value_t = 0.0
+        default_value_t = 0.0,
+        value_parser = parse_rate
     )]
     pub rate_limit_rate: f64,
     /// Seconds sent in `Retry-After` with a 429. Per-key override: `retry_after=`.
     #[arg(
         long = "sim-retry-after",
         env = "REPOLL_SIM_RETRY_AFTER",
-        default_value_t = 1
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_RETRY_AFTER_S)
     )]
     pub retry_after_s: u64,
     /// Probability of a 200 whose body is not JSON.
     #[arg(
         long = "sim-malformed-rate",
         env = "REPOLL_SIM_MALFORMED_RATE",
-        default_value_t = 0.0
+        default_value_t = 0.0,
+        value_parser = parse_rate
     )]
     pub malformed_rate: f64,
     /// Probability of a 200 with valid JSON of the wrong shape (no `status`).
     #[arg(
         long = "sim-wrong-shape-rate",
         env = "REPOLL_SIM_WRONG_SHAPE_RATE",
-        default_value_t = 0.0
+        default_value_t = 0.0,
+        value_parser = parse_rate
     )]
     pub wrong_shape_rate: f64,
     /// Fixed latency added to every answer, in milliseconds.
     #[arg(
         long = "sim-latency-ms",
         env = "REPOLL_SIM_LATENCY_MS",
-        default_value_t = 0
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_LATENCY_MS)
     )]
     pub latency_ms: u64,
     /// Random latency added on top, uniform in 0..=this many milliseconds.
     #[arg(
         long = "sim-latency-jitter-ms",
         env = "REPOLL_SIM_LATENCY_JITTER_MS",
-        default_value_t = 0
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_LATENCY_MS)
     )]
     pub latency_jitter_ms: u64,
     /// Probability that a request hangs for `--sim-hang-ms` (longer than any client timeout).
     #[arg(
         long = "sim-hang-rate",
         env = "REPOLL_SIM_HANG_RATE",
-        default_value_t = 0.0
+        default_value_t = 0.0,
+        value_parser = parse_rate
     )]
     pub hang_rate: f64,
     /// How long a hang lasts before the simulator answers 504.
     #[arg(
         long = "sim-hang-ms",
         env = "REPOLL_SIM_HANG_MS",
-        default_value_t = 60_000
+        default_value_t = 60_000,
+        value_parser = clap::value_parser!(u64).range(0..=MAX_HANG_MS)
     )]
     pub hang_ms: u64,
     /// Probability that the connection is cut in the middle of the answer.
     #[arg(
         long = "sim-reset-rate",
         env = "REPOLL_SIM_RESET_RATE",
-        default_value_t = 0.0
+        default_value_t = 0.0,
+        value_parser = parse_rate
     )]
     pub reset_rate: f64,
     /// Seed of the fault dice; unset = a random seed. Data is always deterministic per key.
     #[arg(long = "sim-seed", env = "REPOLL_SIM_SEED")]
     pub seed: Option<u64>,
+    /// Keys remembered for `/_sim/stats`; past this the oldest key is forgotten (so endless
+    /// distinct queries cannot grow the simulator's memory).
+    #[arg(
+        long = "sim-max-keys",
+        env = "REPOLL_SIM_MAX_KEYS",
+        default_value_t = DEFAULT_MAX_KEYS,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_MAX_KEYS as u64)
+    )]
+    pub max_keys: usize,
+    /// Requests handled at once; more are answered 503 with `Retry-After: 1`.
+    #[arg(
+        long = "sim-max-concurrency",
+        env = "REPOLL_SIM_MAX_CONCURRENCY",
+        default_value_t = DEFAULT_MAX_CONCURRENCY,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_MAX_CONCURRENCY as u64)
+    )]
+    pub max_concurrency: usize,
 }
 
 impl Default for SimArgs {
@@ -132,13 +177,53 @@ impl Default for SimArgs {
             hang_ms: 60_000,
             reset_rate: 0.0,
             seed: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+        }
+    }
+}
+
+impl SimArgs {
+    /// These settings with every knob brought within its bounds ([`limits`]). Flags are checked
+    /// by clap already; this covers a `SimArgs` built in code, so no path skips the limits.
+    pub fn clamped(self) -> SimArgs {
+        let rate = |r: f64| {
+            if r.is_finite() {
+                r.clamp(0.0, 1.0)
+            } else {
+                0.0
+            }
+        };
+        SimArgs {
+            polls: self.polls.min(MAX_POLLS),
+            ms: self.ms.min(MAX_MS),
+            items: self.items.min(MAX_ITEMS),
+            error_rate: rate(self.error_rate),
+            rate_limit_rate: rate(self.rate_limit_rate),
+            retry_after_s: self.retry_after_s.min(MAX_RETRY_AFTER_S),
+            malformed_rate: rate(self.malformed_rate),
+            wrong_shape_rate: rate(self.wrong_shape_rate),
+            latency_ms: self.latency_ms.min(MAX_LATENCY_MS),
+            latency_jitter_ms: self.latency_jitter_ms.min(MAX_LATENCY_MS),
+            hang_rate: rate(self.hang_rate),
+            hang_ms: self.hang_ms.min(MAX_HANG_MS),
+            reset_rate: rate(self.reset_rate),
+            seed: self.seed,
+            max_keys: self.max_keys.clamp(1, MAX_MAX_KEYS),
+            max_concurrency: self.max_concurrency.clamp(1, MAX_MAX_CONCURRENCY),
         }
     }
 }
 
 /// The simulator's routes, with fresh in-memory state. Mount it anywhere (it uses absolute paths
 /// `/api/query`, `/_sim/stats`, `/_sim/key`, `/_sim/reset`).
+///
+/// Its guards, outermost first: a panic in a handler becomes a 500 for that request; at most
+/// `max_concurrency` requests run at once (503 + `Retry-After: 1` beyond, at once); a request
+/// running longer than [`REQUEST_TIMEOUT`] is answered 504.
 pub fn router(args: SimArgs) -> axum::Router {
+    let args = args.clamped();
+    let slots = Arc::new(Semaphore::new(args.max_concurrency));
     let state = Arc::new(state::SimState::new(args));
     axum::Router::new()
         .route("/api/query", get(handlers::query))
@@ -146,6 +231,50 @@ pub fn router(args: SimArgs) -> axum::Router {
         .route("/_sim/key", get(handlers::key_detail))
         .route("/_sim/reset", post(handlers::reset))
         .with_state(state)
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::GATEWAY_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let slots = slots.clone();
+                async move {
+                    // Held until the answer is produced (or the request is dropped).
+                    let Ok(_slot) = slots.try_acquire_owned() else {
+                        return busy();
+                    };
+                    next.run(req).await
+                }
+            },
+        ))
+        .layer(CatchPanicLayer::custom(panicked))
+}
+
+/// The answer when every request slot is taken.
+fn busy() -> Response {
+    let mut r = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({"error": "simulator busy: too many requests at once"})),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// The answer for a request whose handler panicked; the simulator itself carries on.
+fn panicked(err: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let msg = err
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| err.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    tracing::error!(panic = %msg, "simulator handler panicked; answered 500");
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(json!({"error": format!("simulator panicked: {}", shown(msg))})),
+    )
+        .into_response()
 }
 
 /// How long [`serve`] lets in-flight requests finish after `shutdown` before it returns anyway:
@@ -173,5 +302,73 @@ pub async fn serve(
     tokio::select! {
         res = server => res,
         _ = async { stopped.await; tokio::time::sleep(SHUTDOWN_DRAIN).await } => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<SimArgs, String> {
+        Cli::try_parse_from(std::iter::once("sim").chain(args.iter().copied()))
+            .map(|c| c.sim)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_out_of_range_stop_the_start() {
+        for (flag, value) in [
+            ("--sim-items", "4294967295"),
+            ("--sim-items", "1001"),
+            ("--sim-polls", "10001"),
+            ("--sim-ms", "3600001"),
+            ("--sim-retry-after", "3601"),
+            ("--sim-latency-ms", "30001"),
+            ("--sim-latency-jitter-ms", "30001"),
+            ("--sim-hang-ms", "120001"),
+            ("--sim-error-rate", "1.5"),
+            ("--sim-429-rate", "-0.1"),
+            ("--sim-hang-rate", "NaN"),
+            ("--sim-max-keys", "0"),
+            ("--sim-max-keys", "100001"),
+            ("--sim-max-concurrency", "0"),
+        ] {
+            let err = parse(&[&format!("{flag}={value}")]).expect_err(flag);
+            assert!(err.contains(flag) && err.contains(value), "{flag}: {err}");
+        }
+        let ok = parse(&["--sim-items", "1000", "--sim-hang-ms", "120000"]).expect("maxima");
+        assert_eq!((ok.items, ok.hang_ms), (1000, 120_000));
+    }
+
+    #[test]
+    fn args_built_in_code_are_clamped() {
+        let a = SimArgs {
+            items: u32::MAX,
+            polls: u32::MAX,
+            ms: u64::MAX,
+            hang_ms: u64::MAX,
+            latency_ms: u64::MAX,
+            error_rate: f64::NAN,
+            rate_limit_rate: 7.0,
+            max_keys: 0,
+            max_concurrency: usize::MAX,
+            ..SimArgs::default()
+        }
+        .clamped();
+        assert_eq!((a.items, a.polls, a.ms), (MAX_ITEMS, MAX_POLLS, MAX_MS));
+        assert_eq!((a.hang_ms, a.latency_ms), (MAX_HANG_MS, MAX_LATENCY_MS));
+        assert_eq!((a.error_rate, a.rate_limit_rate), (0.0, 1.0));
+        assert_eq!((a.max_keys, a.max_concurrency), (1, MAX_MAX_CONCURRENCY));
+        assert_eq!(
+            format!("{:?}", SimArgs::default().clamped()),
+            format!("{:?}", SimArgs::default())
+        );
     }
 }

@@ -7,15 +7,28 @@
 //!    end to end. `payload=` takes the rest of the key verbatim (it may contain spaces).
 //! 2. the request's own query string (`/api/query?q=k&polls=5`), handy for manual calls.
 //!
-//! Recognised names: `polls`, `ms`, `items`, `fail` (`500`, `503`, `429`, `malformed`, `shape`,
-//! `hang`, `reset`), `fail_times` (only the first n calls of the key fail; default all),
-//! `retry_after` (seconds), `latency` (ms), `status=failed`, `error` (message for
-//! `status=failed`), `payload` (echoed inside the data). Unknown names and unparsable values are
-//! ignored: the simulator never refuses a key.
+//! Recognised names, each bounded (see [`crate::limits`]): `polls` (0..=[`MAX_POLLS`]), `ms`
+//! (0..=[`MAX_MS`]), `items` (0..=[`MAX_ITEMS`]), `fail` (`500`, `503`, `429`, `malformed`,
+//! `shape`, `hang`, `reset`, `panic`), `fail_times` (only the first n calls of the key fail;
+//! default all; 0..=[`MAX_FAIL_TIMES`]), `retry_after` (seconds, 0..=[`MAX_RETRY_AFTER_S`]),
+//! `latency` (ms, 0..=[`MAX_LATENCY_MS`]), `status=failed`, `error` (message for
+//! `status=failed`, at most [`MAX_ERROR_BYTES`]), `payload` (echoed inside the data, at most
+//! [`MAX_PAYLOAD_BYTES`]).
+//!
+//! A recognised name with a value out of range or unparsable is refused: the request is
+//! answered HTTP 400 `{"error": "<knob>: <value> is out of range 0..=N"}` and nothing is
+//! remembered for the key (a worker takes such a permanent 4xx as fatal, so the task ends dead
+//! with that message). Unknown names are ignored: keys are free text, and `colour=red` in a
+//! query is not addressed to the simulator.
 
 use std::collections::HashMap;
+use std::fmt;
 
 use crate::faults::Fault;
+use crate::limits::{
+    shown, MAX_ERROR_BYTES, MAX_FAIL_TIMES, MAX_ITEMS, MAX_LATENCY_MS, MAX_MS, MAX_PAYLOAD_BYTES,
+    MAX_POLLS, MAX_RETRY_AFTER_S,
+};
 
 /// The overrides of one request; `None` = use the simulator's flags.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -32,9 +45,54 @@ pub struct Overrides {
     pub payload: Option<String>,
 }
 
+/// A recognised override whose value is out of range or unparsable; its `Display` is the
+/// message of the 400 answer, starting with the knob's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OverrideError {
+    /// The override's name (`items`, `polls`, ...).
+    pub knob: &'static str,
+    /// What is wrong, e.g. `4294967295 is out of range 0..=1000`.
+    pub problem: String,
+}
+
+impl fmt::Display for OverrideError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.knob, self.problem)
+    }
+}
+
+impl std::error::Error for OverrideError {}
+
+/// A number within `0..=max`, or the error naming `knob`.
+fn bounded<T>(knob: &'static str, value: &str, max: T) -> Result<T, OverrideError>
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display,
+{
+    match value.parse::<T>() {
+        Ok(v) if v <= max => Ok(v),
+        _ => Err(OverrideError {
+            knob,
+            problem: format!("{} is out of range 0..={max}", shown(value)),
+        }),
+    }
+}
+
+/// A text of at most `max` bytes, or the error naming `knob`.
+fn bounded_text(knob: &'static str, value: &str, max: usize) -> Result<String, OverrideError> {
+    if value.len() <= max {
+        Ok(value.to_string())
+    } else {
+        Err(OverrideError {
+            knob,
+            problem: format!("{} bytes is out of range 0..={max}", value.len()),
+        })
+    }
+}
+
 impl Overrides {
     /// Overrides found in `key`, then in the other query parameters `params` (which win).
-    pub fn parse(key: &str, params: &HashMap<String, String>) -> Overrides {
+    /// The first recognised override with a bad value is the error.
+    pub fn parse(key: &str, params: &HashMap<String, String>) -> Result<Overrides, OverrideError> {
         let mut o = Overrides::default();
         let (head, payload) = match key.find("payload=") {
             Some(at) => (&key[..at], Some(&key[at + "payload=".len()..])),
@@ -42,34 +100,49 @@ impl Overrides {
         };
         for token in head.split(|c: char| c == '&' || c.is_whitespace()) {
             if let Some((name, value)) = token.split_once('=') {
-                o.apply(name, value);
+                o.apply(name, value)?;
             }
         }
         if let Some(p) = payload {
-            o.payload = Some(p.to_string());
+            o.apply("payload", p)?;
         }
+        // In name order, so which error is reported does not depend on the map's order.
+        let mut params: Vec<_> = params.iter().filter(|(name, _)| *name != "q").collect();
+        params.sort();
         for (name, value) in params {
-            if name != "q" {
-                o.apply(name, value);
-            }
+            o.apply(name, value)?;
         }
-        o
+        Ok(o)
     }
 
-    fn apply(&mut self, name: &str, value: &str) {
+    fn apply(&mut self, name: &str, value: &str) -> Result<(), OverrideError> {
         match name {
-            "polls" => self.polls = value.parse().ok().or(self.polls),
-            "ms" => self.ms = value.parse().ok().or(self.ms),
-            "items" => self.items = value.parse().ok().or(self.items),
-            "fail" => self.fail = Fault::from_name(value).or(self.fail),
-            "fail_times" => self.fail_times = value.parse().ok().or(self.fail_times),
-            "retry_after" => self.retry_after_s = value.parse().ok().or(self.retry_after_s),
-            "latency" => self.latency_ms = value.parse().ok().or(self.latency_ms),
-            "status" => self.failed = value == "failed",
-            "error" => self.error = Some(value.to_string()),
-            "payload" => self.payload = Some(value.to_string()),
+            "polls" => self.polls = Some(bounded("polls", value, MAX_POLLS)?),
+            "ms" => self.ms = Some(bounded("ms", value, MAX_MS)?),
+            "items" => self.items = Some(bounded("items", value, MAX_ITEMS)?),
+            "fail" => {
+                self.fail = Some(Fault::from_name(value).ok_or_else(|| OverrideError {
+                    knob: "fail",
+                    problem: format!("{} is not one of {}", shown(value), Fault::NAMES),
+                })?)
+            }
+            "fail_times" => self.fail_times = Some(bounded("fail_times", value, MAX_FAIL_TIMES)?),
+            "retry_after" => {
+                self.retry_after_s = Some(bounded("retry_after", value, MAX_RETRY_AFTER_S)?)
+            }
+            "latency" => self.latency_ms = Some(bounded("latency", value, MAX_LATENCY_MS)?),
+            "status" if value == "failed" => self.failed = true,
+            "status" => {
+                return Err(OverrideError {
+                    knob: "status",
+                    problem: format!("{} is not failed (the only value)", shown(value)),
+                })
+            }
+            "error" => self.error = Some(bounded_text("error", value, MAX_ERROR_BYTES)?),
+            "payload" => self.payload = Some(bounded_text("payload", value, MAX_PAYLOAD_BYTES)?),
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -77,12 +150,17 @@ impl Overrides {
 mod tests {
     use super::*;
 
+    fn parse(key: &str) -> Result<Overrides, OverrideError> {
+        Overrides::parse(key, &HashMap::new())
+    }
+
     #[test]
     fn reads_tokens_in_the_key_and_params_win() {
         let mut params = HashMap::new();
         params.insert("q".to_string(), "ignored".to_string());
         params.insert("ms".to_string(), "2000".to_string());
-        let o = Overrides::parse("k1 polls=5&fail=429 fail_times=2 ms=10 junk bad=", &params);
+        let o = Overrides::parse("k1 polls=5&fail=429 fail_times=2 ms=10 junk bad=", &params)
+            .expect("valid");
         assert_eq!(o.polls, Some(5));
         assert_eq!(o.fail, Some(Fault::RateLimited));
         assert_eq!(o.fail_times, Some(2));
@@ -91,17 +169,71 @@ mod tests {
 
     #[test]
     fn payload_takes_the_rest_of_the_key() {
-        let o = Overrides::parse(
-            "k polls=1 payload=<script>alert('x y')</script>",
-            &HashMap::new(),
-        );
+        let o = parse("k polls=1 payload=<script>alert('x y')</script>").expect("valid");
         assert_eq!(o.polls, Some(1));
         assert_eq!(o.payload.as_deref(), Some("<script>alert('x y')</script>"));
     }
 
     #[test]
-    fn garbage_is_ignored() {
-        let o = Overrides::parse("polls=abc fail=nope status=done", &HashMap::new());
-        assert_eq!(o, Overrides::default());
+    fn unknown_names_are_ignored() {
+        assert_eq!(
+            parse("colour=red size= =x a=b=c plain"),
+            Ok(Overrides::default())
+        );
+    }
+
+    #[test]
+    fn out_of_range_and_garbage_values_are_refused_with_the_knob() {
+        let err = |key: &str| parse(key).expect_err(key).to_string();
+        assert_eq!(
+            err("boom items=4294967295 polls=1"),
+            "items: 4294967295 is out of range 0..=1000"
+        );
+        assert_eq!(
+            err("x polls=10001"),
+            "polls: 10001 is out of range 0..=10000"
+        );
+        assert_eq!(err("x polls=abc"), "polls: abc is out of range 0..=10000");
+        assert_eq!(err("x polls=-1"), "polls: -1 is out of range 0..=10000");
+        assert_eq!(
+            err("x ms=99999999999999999999"),
+            "ms: 99999999999999999999 is out of range 0..=3600000"
+        );
+        assert!(err("x fail_times=10001").starts_with("fail_times: "));
+        assert!(err("x retry_after=3601").starts_with("retry_after: "));
+        assert!(err("x latency=30001").starts_with("latency: "));
+        assert!(err("x fail=nope").starts_with("fail: nope is not one of "));
+        assert!(err("x status=done").starts_with("status: "));
+        let long = "e".repeat(MAX_ERROR_BYTES + 1);
+        assert_eq!(
+            err(&format!("x status=failed error={long}")),
+            format!("error: {} bytes is out of range 0..=1024", long.len())
+        );
+        let long = "p".repeat(MAX_PAYLOAD_BYTES + 1);
+        assert!(err(&format!("x payload={long}")).starts_with("payload: 4097 bytes"));
+        // The query string is checked the same way.
+        let mut params = HashMap::new();
+        params.insert("items".to_string(), "1001".to_string());
+        assert_eq!(
+            Overrides::parse("k", &params).map_err(|e| e.knob),
+            Err("items")
+        );
+        // A huge value is quoted cut short.
+        assert!(err(&format!("x items={}", "9".repeat(500))).len() < 100);
+    }
+
+    #[test]
+    fn the_maxima_themselves_are_accepted() {
+        let o = parse(&format!(
+            "k polls={MAX_POLLS} ms={MAX_MS} items={MAX_ITEMS} fail=hang fail_times={MAX_FAIL_TIMES} \
+             retry_after={MAX_RETRY_AFTER_S} latency={MAX_LATENCY_MS} status=failed error=e payload={}",
+            "p".repeat(MAX_PAYLOAD_BYTES)
+        ))
+        .expect("valid");
+        assert_eq!(o.items, Some(MAX_ITEMS));
+        assert_eq!(o.polls, Some(MAX_POLLS));
+        assert_eq!(o.latency_ms, Some(MAX_LATENCY_MS));
+        assert_eq!(o.payload.map(|p| p.len()), Some(MAX_PAYLOAD_BYTES));
+        assert!(o.failed);
     }
 }

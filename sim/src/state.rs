@@ -2,8 +2,11 @@
 //!
 //! Everything sits behind one `std::sync::Mutex`, held only for the few map operations of a
 //! request and never across an `.await`, so it cannot deadlock and costs little next to HTTP.
+//!
+//! At most `--sim-max-keys` keys are remembered: a new key past that forgets the oldest one
+//! (by first call), so endless distinct queries cannot grow the simulator's memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,6 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::faults::Fault;
+use crate::limits::MAX_ITEMS;
 use crate::overrides::Overrides;
 use crate::SimArgs;
 
@@ -43,6 +47,8 @@ struct Inner {
     rng: StdRng,
     calls: u64,
     keys: HashMap<String, KeyState>,
+    /// The keys of `keys`, oldest first: who is forgotten when a new key needs room.
+    order: VecDeque<String>,
 }
 
 /// Shared state of one simulator instance.
@@ -87,6 +93,7 @@ impl SimState {
                 rng,
                 calls: 0,
                 keys: HashMap::new(),
+                order: VecDeque::new(),
             }),
         }
     }
@@ -115,6 +122,15 @@ impl SimState {
         let mut guard = self.lock();
         let inner = &mut *guard;
         inner.calls += 1;
+        if !inner.keys.contains_key(key) {
+            while inner.keys.len() >= args.max_keys.max(1) {
+                match inner.order.pop_front() {
+                    Some(oldest) => inner.keys.remove(&oldest),
+                    None => break,
+                };
+            }
+            inner.order.push_back(key.to_string());
+        }
         let ks = inner.keys.entry(key.to_string()).or_default();
         ks.calls += 1;
         let now = Instant::now();
@@ -203,6 +219,7 @@ impl SimState {
         let mut inner = self.lock();
         inner.calls = 0;
         inner.keys.clear();
+        inner.order.clear();
     }
 }
 
@@ -215,8 +232,9 @@ fn epoch_ms() -> i64 {
 
 /// The data of `key` at `progress` (0..=1): a prefix of its items that grows with progress,
 /// all of them at 1. Items are derived from a hash of the key, so they are the same on every
-/// run and every instance.
+/// run and every instance. At most [`MAX_ITEMS`] items, whatever `items` says.
 pub fn data_for(key: &str, items: u32, progress: f64, payload: Option<&str>) -> Value {
+    let items = items.min(MAX_ITEMS);
     // Truncation is intended: a partial answer shows only whole items.
     let shown = ((f64::from(items) * progress).floor() as u32).min(items);
     let list: Vec<Value> = (0..shown)
@@ -298,5 +316,37 @@ mod tests {
         }
         assert_eq!(answer(s.plan("k", &o))["status"], "done");
         assert_eq!(s.key_detail("k").call_ms.len(), 3);
+    }
+
+    #[test]
+    fn the_key_map_stays_within_its_cap_forgetting_the_oldest() {
+        let cap = 50;
+        let s = SimState::new(SimArgs {
+            max_keys: cap,
+            ..SimArgs::default()
+        });
+        let o = Overrides::default();
+        for i in 0..cap + 30 {
+            answer(s.plan(&format!("k{i}"), &o));
+            // A key seen again is not a new key: it does not push anything out.
+            answer(s.plan("k0", &o));
+        }
+        let st = s.stats();
+        assert_eq!(st.keys.len(), cap, "{:?}", st.keys.keys());
+        assert_eq!(st.calls, 2 * (cap as u64 + 30));
+        // k0 was the oldest when the cap was first reached: forgotten, then back as new.
+        assert!(!st.keys.contains_key("k1"));
+        assert!(st.keys.contains_key(&format!("k{}", cap + 29)));
+        let inner = s.lock();
+        assert_eq!(inner.order.len(), inner.keys.len());
+    }
+
+    #[test]
+    fn data_never_exceeds_the_item_cap() {
+        let v = data_for("k", u32::MAX, 1.0, None);
+        assert_eq!(
+            v["items"].as_array().map(Vec::len),
+            Some(MAX_ITEMS as usize)
+        );
     }
 }

@@ -230,3 +230,104 @@ async fn missing_key_is_a_400() {
         .expect("send");
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test]
+async fn an_override_out_of_range_is_a_400_naming_the_knob_and_creates_nothing() {
+    let sim = start(SimArgs::default()).await;
+    for (key, knob) in [
+        ("boom items=4294967295 polls=1", "items"),
+        ("x polls=99999999", "polls"),
+        ("x ms=abc", "ms"),
+        ("x latency=86400000", "latency"),
+        ("x fail=explode", "fail"),
+    ] {
+        let r = get(&sim, key).await;
+        assert_eq!(r.status(), 400, "{key}");
+        let v: Value = r.json().await.expect("json");
+        let msg = v["error"].as_str().unwrap_or_default();
+        assert!(msg.starts_with(&format!("{knob}: ")), "{key}: {v}");
+    }
+    let v: Value = get(&sim, "boom items=4294967295 polls=1")
+        .await
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        v["error"], "items: 4294967295 is out of range 0..=1000",
+        "{v}"
+    );
+    let long = "k".repeat(sim::limits::MAX_KEY_BYTES + 1);
+    let r = get(&sim, &long).await;
+    assert_eq!(r.status(), 400);
+    let st = stats(&sim).await;
+    assert_eq!((st.calls, st.keys.len()), (0, 0), "{st:?}");
+}
+
+#[tokio::test]
+async fn items_at_the_maximum_answer_fine() {
+    let sim = start(SimArgs::default()).await;
+    let key = format!("big items={} polls=1", sim::limits::MAX_ITEMS);
+    let r = get(&sim, &key).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("json");
+    assert_eq!(v["status"], "done");
+    assert_eq!(
+        v["data"]["items"].as_array().map(Vec::len),
+        Some(sim::limits::MAX_ITEMS as usize)
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_handler_is_a_500_and_the_simulator_carries_on() {
+    let sim = start(SimArgs::default()).await;
+    let r = get(&sim, "p fail=panic").await;
+    assert_eq!(r.status(), 500);
+    let v: Value = r.json().await.expect("json");
+    assert!(
+        v["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("simulated panic")),
+        "{v}"
+    );
+    let v: Value = get(&sim, "after polls=1").await.json().await.expect("json");
+    assert_eq!(v["status"], "done");
+    assert_eq!(stats(&sim).await.keys["p fail=panic"].calls, 1);
+}
+
+#[tokio::test]
+async fn requests_beyond_the_concurrency_limit_are_503_at_once() {
+    let sim = start(SimArgs {
+        max_concurrency: 2,
+        ..SimArgs::default()
+    })
+    .await;
+    // Two slow requests take both slots...
+    let slow: Vec<_> = (0..2)
+        .map(|i| {
+            let url = format!("{}/api/query", sim.base);
+            tokio::spawn(async move {
+                client()
+                    .get(url)
+                    .query(&[("q", format!("slow-{i} latency=1000"))])
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...so a third is refused straight away, with a hint when to come back.
+    let t0 = std::time::Instant::now();
+    let r = get(&sim, "third polls=1").await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert!(t0.elapsed() < Duration::from_millis(500));
+    for s in slow {
+        assert_eq!(s.await.expect("join").expect("slow request"), 200);
+    }
+    // The slots are free again.
+    assert_eq!(get(&sim, "fourth polls=1").await.status(), 200);
+}

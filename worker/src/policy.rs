@@ -348,6 +348,7 @@ mod tests {
         let err = UpstreamError::Status {
             code: 503,
             retry_after: None,
+            message: None,
         };
         assert!(matches!(p().after_error(0, 3, &err, 0, 0, 1.0), Next::Again(d) if d == ms(100)));
         assert!(matches!(p().after_error(1, 3, &err, 0, 0, 1.0), Next::Again(d) if d == ms(200)));
@@ -358,6 +359,7 @@ mod tests {
         let gone = UpstreamError::Status {
             code: 404,
             retry_after: None,
+            message: None,
         };
         assert_eq!(
             p().after_error(0, 3, &gone, 0, 0, 1.0),

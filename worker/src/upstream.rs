@@ -5,6 +5,15 @@
 //! method, headers, API key, timeout, and how to read the answer (JSON pointers to the status,
 //! data and error, and which status values mean processing / done / failed). The defaults fit
 //! the simulator (`repoll sim`), so a user points repoll at a real API without code.
+//!
+//! Two safety rules:
+//! - The query never changes the URL's shape. `{key}` may stand in the path or the query
+//!   string, never in the host (checked at start). In the path, a query that is a dot segment
+//!   (`.`, `..`) is refused — URL parsing would resolve it and send the call, API key included,
+//!   to another path — and every built URL is checked against the template's shape.
+//! - Secrets are never printed: the API key is a [`Secret`], header values are left out of
+//!   `Debug` and of `--help` (`hide_env_values`), and an upstream error message that quotes
+//!   them has them masked.
 
 use std::fmt;
 use std::time::Duration;
@@ -16,11 +25,60 @@ use serde_json::Value;
 /// Default URL template: the simulator on its default address.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:9001/api/query?q={key}";
 
+/// The most bytes of an error answer's body read for its message (the rest is not read).
+const ERROR_BODY_MAX: usize = 4096;
+
+/// The most chars of an error answer's message kept (it becomes the task's last error).
+const ERROR_MESSAGE_MAX: usize = 200;
+
+/// A secret string, such as the API key: `Debug` shows `***`, there is no `Display`, and the
+/// value is read only through [`Secret::expose`], so it cannot slip into a log by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl From<String> for Secret {
+    fn from(value: String) -> Secret {
+        Secret(value)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(value: &str) -> Secret {
+        Secret(value.to_string())
+    }
+}
+
 /// How to reach and read the upstream API. Flags, each with a `REPOLL_UPSTREAM_*` variable.
 #[derive(clap::Args, Clone)]
 pub struct UpstreamArgs {
-    /// URL template; `{key}` is replaced by the task's query, percent-encoded.
-    #[arg(long = "upstream-url", env = "REPOLL_UPSTREAM_URL", default_value = DEFAULT_URL)]
+    /// URL template; `{key}` is replaced by the task's query, percent-encoded. `{key}` may stand
+    /// in the path or the query string, not the host. Default: the simulator,
+    /// http://127.0.0.1:9001/api/query?q={key}. (Its value is not shown in `--help`: a template
+    /// may carry a credential in its query string, and a config file's value is a default.)
+    #[arg(
+        long = "upstream-url",
+        env = "REPOLL_UPSTREAM_URL",
+        default_value = DEFAULT_URL,
+        hide_env_values = true,
+        hide_default_value = true
+    )]
     pub url: String,
     /// HTTP method of a poll.
     #[arg(
@@ -30,16 +88,19 @@ pub struct UpstreamArgs {
     )]
     pub method: String,
     /// Extra headers as "Name: value"; repeat the flag, or separate them with ';' in the variable.
+    /// Values may be secrets (`Authorization`): never shown in `--help`, `Debug` or errors.
     #[arg(
         long = "upstream-header",
         env = "REPOLL_UPSTREAM_HEADERS",
-        value_delimiter = ';'
+        value_delimiter = ';',
+        hide_env_values = true,
+        hide_default_value = true
     )]
     pub headers: Vec<String>,
     /// The API key, read from `REPOLL_UPSTREAM_API_KEY` only (never a flag: a flag shows in
     /// `ps`), sent in the header named by `--upstream-api-key-header`, never logged.
-    #[arg(skip = std::env::var("REPOLL_UPSTREAM_API_KEY").ok().filter(|k| !k.is_empty()))]
-    pub api_key: Option<String>,
+    #[arg(skip = std::env::var("REPOLL_UPSTREAM_API_KEY").ok().filter(|k| !k.is_empty()).map(Secret::from))]
+    pub api_key: Option<Secret>,
     /// Header that carries the API key (e.g. `Authorization` with a key "Bearer ...").
     #[arg(
         long = "upstream-api-key-header",
@@ -154,30 +215,51 @@ impl Default for UpstreamArgs {
 }
 
 impl fmt::Debug for UpstreamArgs {
-    /// Redacts the API key and header values (a header may carry a secret too).
+    /// Every field, with the API key and header values redacted (a header may carry a secret).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let header_names: Vec<&str> = self
-            .headers
+        // Destructured without `..`: a new field does not compile until it is shown here (or
+        // redacted on purpose), so comparing `Debug` output compares every setting.
+        let UpstreamArgs {
+            url,
+            method,
+            headers,
+            api_key,
+            api_key_header,
+            timeout_ms,
+            max_body_bytes,
+            status_pointer,
+            data_pointer,
+            error_pointer,
+            processing_values,
+            done_values,
+            failed_values,
+            upstream_rate_per_sec,
+            upstream_rate_burst,
+        } = self;
+        // Only the names; a line without ':' is all value as far as we know.
+        let header_names: Vec<&str> = headers
             .iter()
-            .map(|h| h.split_once(':').map_or(h.as_str(), |(n, _)| n.trim()))
+            .map(|h| h.split_once(':').map_or("<malformed>", |(n, _)| n.trim()))
             .collect();
         f.debug_struct("UpstreamArgs")
-            .field("url", &self.url)
-            .field("method", &self.method)
+            .field("url", url)
+            .field("method", method)
             .field(
                 "headers",
                 &format_args!("{header_names:?} (values redacted)"),
             )
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("api_key_header", &self.api_key_header)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("max_body_bytes", &self.max_body_bytes)
-            .field("status_pointer", &self.status_pointer)
-            .field("data_pointer", &self.data_pointer)
-            .field("error_pointer", &self.error_pointer)
-            .field("processing_values", &self.processing_values)
-            .field("done_values", &self.done_values)
-            .field("failed_values", &self.failed_values)
+            .field("api_key", api_key)
+            .field("api_key_header", api_key_header)
+            .field("timeout_ms", timeout_ms)
+            .field("max_body_bytes", max_body_bytes)
+            .field("status_pointer", status_pointer)
+            .field("data_pointer", data_pointer)
+            .field("error_pointer", error_pointer)
+            .field("processing_values", processing_values)
+            .field("done_values", done_values)
+            .field("failed_values", failed_values)
+            .field("upstream_rate_per_sec", upstream_rate_per_sec)
+            .field("upstream_rate_burst", upstream_rate_burst)
             .finish()
     }
 }
@@ -204,13 +286,20 @@ pub enum UpstreamError {
     Timeout { after_ms: u64 },
     #[error("connection failed: {0}")]
     Connect(String),
-    #[error("HTTP {code}")]
+    /// A non-2xx answer; `message` is the upstream's own (its error pointer, or a short text
+    /// body), cut short and with configured secrets masked.
+    #[error("HTTP {code}{}", .message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
     Status {
         code: u16,
         retry_after: Option<Duration>,
+        message: Option<String>,
     },
     #[error("bad body: {0}")]
     BadBody(String),
+    /// The query cannot be sent to this upstream at all (e.g. `..` where `{key}` is a path
+    /// segment): permanent, the task goes dead with this message.
+    #[error("{0}")]
+    BadKey(String),
 }
 
 impl UpstreamError {
@@ -224,9 +313,15 @@ impl UpstreamError {
 
     /// A 4xx other than 408 (timeout), 425 (too early) and 429 (rate limit) says the request
     /// itself is wrong: asking again the same way cannot succeed, so the task goes dead at once.
+    /// A query that cannot be placed in the URL is permanent too.
     pub fn is_permanent(&self) -> bool {
-        matches!(self, UpstreamError::Status { code, .. }
-            if (400..500).contains(code) && !matches!(code, 408 | 425 | 429))
+        match self {
+            UpstreamError::Status { code, .. } => {
+                (400..500).contains(code) && !matches!(code, 408 | 425 | 429)
+            }
+            UpstreamError::BadKey(_) => true,
+            _ => false,
+        }
     }
 
     /// A short label for metrics.
@@ -236,6 +331,7 @@ impl UpstreamError {
             UpstreamError::Connect(_) => "connect",
             UpstreamError::Status { .. } => "status",
             UpstreamError::BadBody(_) => "bad_body",
+            UpstreamError::BadKey(_) => "bad_key",
         }
     }
 }
@@ -320,7 +416,7 @@ impl AnswerReader {
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
-    template: String,
+    template: Template,
     method: Method,
     headers: HeaderMap,
     timeout: Duration,
@@ -332,7 +428,7 @@ pub struct Upstream {
 impl fmt::Debug for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstream")
-            .field("template", &self.template)
+            .field("template", &self.template.raw)
             .field("method", &self.method)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("timeout", &self.timeout)
@@ -343,23 +439,18 @@ impl fmt::Debug for Upstream {
 impl Upstream {
     /// Builds the client, checking every setting once so a poll never fails on configuration.
     pub fn new(args: &UpstreamArgs) -> Result<Upstream, ConfigError> {
-        if !args.url.contains("{key}") {
-            return Err(ConfigError(format!(
-                "the URL template has no {{key}}: {}",
-                args.url
-            )));
-        }
-        Url::parse(&args.url.replace("{key}", "k"))
-            .map_err(|e| ConfigError(format!("bad URL template: {e}")))?;
+        let template = Template::parse(&args.url)?;
         let method = Method::from_bytes(args.method.trim().to_ascii_uppercase().as_bytes())
             .map_err(|_| ConfigError(format!("bad method {:?}", args.method)))?;
         let mut headers = HeaderMap::new();
         for h in args.headers.iter().filter(|h| !h.trim().is_empty()) {
+            // No message quotes the line: it may hold a secret (even a misplaced one).
             let (name, value) = h
                 .split_once(':')
                 .ok_or_else(|| ConfigError("a header must look like \"Name: value\"".into()))?;
-            let name = HeaderName::from_bytes(name.trim().as_bytes())
-                .map_err(|_| ConfigError(format!("bad header name {:?}", name.trim())))?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                ConfigError("bad header name (a header must look like \"Name: value\")".into())
+            })?;
             let mut value = HeaderValue::from_str(value.trim())
                 .map_err(|_| ConfigError(format!("bad value for header {name}")))?;
             value.set_sensitive(true);
@@ -368,7 +459,7 @@ impl Upstream {
         if let Some(key) = &args.api_key {
             let name = HeaderName::from_bytes(args.api_key_header.trim().as_bytes())
                 .map_err(|_| ConfigError("bad API key header name".into()))?;
-            let mut value = HeaderValue::from_str(key.trim())
+            let mut value = HeaderValue::from_str(key.expose().trim())
                 .map_err(|_| ConfigError("the API key is not a valid header value".into()))?;
             value.set_sensitive(true);
             headers.insert(name, value);
@@ -396,7 +487,7 @@ impl Upstream {
             .map_err(|e| ConfigError(format!("HTTP client: {e}")))?;
         Ok(Upstream {
             client,
-            template: args.url.clone(),
+            template,
             method,
             headers,
             timeout,
@@ -414,16 +505,19 @@ impl Upstream {
         self.rate
     }
 
-    /// The URL for `key`.
-    pub fn url_for(&self, key: &str) -> String {
-        self.template.replace("{key}", &urlencoding::encode(key))
+    /// The URL for `key`, percent-encoded into the template. Refused (permanently) when the key
+    /// would change the URL's shape: a dot segment where `{key}` is in the path, or anything
+    /// that leaves the built URL with another origin or other fixed path segments.
+    pub fn url_for(&self, key: &str) -> Result<Url, UpstreamError> {
+        self.template.url_for(key)
     }
 
     /// Polls the upstream once for `key`.
     pub async fn query(&self, key: &str) -> Result<Answer, UpstreamError> {
+        let url = self.url_for(key)?;
         let resp = self
             .client
-            .request(self.method.clone(), self.url_for(key))
+            .request(self.method.clone(), url)
             .headers(self.headers.clone())
             .send()
             .await
@@ -438,6 +532,7 @@ impl Upstream {
             return Err(UpstreamError::Status {
                 code: status.as_u16(),
                 retry_after,
+                message: self.error_message(resp).await,
             });
         }
         let body = self.read_body(resp).await?;
@@ -460,6 +555,47 @@ impl Upstream {
         Ok(body)
     }
 
+    /// The message of an error answer: its error pointer if the body is JSON, else a short
+    /// plain-text body (not an HTML page). At most [`ERROR_BODY_MAX`] bytes are read, and a
+    /// body that fails or stalls just gives no message. Configured secrets are masked, in case
+    /// the upstream quotes the request.
+    async fn error_message(&self, mut resp: reqwest::Response) -> Option<String> {
+        let cap = ERROR_BODY_MAX.min(self.max_body);
+        let mut body = Vec::new();
+        while body.len() < cap {
+            let Ok(Some(chunk)) = resp.chunk().await else {
+                break;
+            };
+            let room = cap - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        let text = match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => match v.pointer(&self.reader.error_pointer) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => return None,
+                Some(other) => other.to_string(),
+            },
+            Err(_) => {
+                let text = String::from_utf8_lossy(&body).into_owned();
+                if text.trim_start().starts_with('<') {
+                    return None;
+                }
+                text
+            }
+        };
+        let mut text: String = text
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
+            if secret.len() >= 4 {
+                text = text.replace(secret, "***");
+            }
+        }
+        let text = text.trim();
+        (!text.is_empty()).then(|| truncate(text, ERROR_MESSAGE_MAX))
+    }
+
     fn classify(&self, e: reqwest::Error) -> UpstreamError {
         if e.is_timeout() {
             return UpstreamError::Timeout {
@@ -473,6 +609,108 @@ impl Upstream {
         // of the message since a template may carry a credential in its query string.
         UpstreamError::Connect(error_chain(&e.without_url()))
     }
+}
+
+/// Stands in for `{key}` while the template itself is parsed (lowercase: hosts are lowercased).
+const KEY_MARK: &str = "repoll-key-0mark";
+
+/// The URL template, with where `{key}` sits in it.
+#[derive(Clone, Debug)]
+struct Template {
+    raw: String,
+    /// `{key}` is (also) in the path, where a dot segment would be resolved.
+    in_path: bool,
+    /// The template's path segments: `Some(fixed)`, or `None` where `{key}` is part of one.
+    segments: Vec<Option<String>>,
+    /// Scheme, host and port, which no key may change.
+    origin: String,
+}
+
+impl Template {
+    /// Checks the template: one or more `{key}`, in the path or the query string only.
+    fn parse(raw: &str) -> Result<Template, ConfigError> {
+        let marks = raw.matches("{key}").count();
+        if marks == 0 {
+            return Err(ConfigError(format!(
+                "the URL template has no {{key}}: {raw}"
+            )));
+        }
+        let url = Url::parse(&raw.replace("{key}", KEY_MARK))
+            .map_err(|e| ConfigError(format!("bad URL template: {e}")))?;
+        let count = |part: Option<&str>| part.map_or(0, |p| p.matches(KEY_MARK).count());
+        if count(url.host_str()) + count(Some(url.username())) + count(url.password()) > 0 {
+            return Err(ConfigError(
+                "{key} may stand in the URL's path or query string, not in its host or user".into(),
+            ));
+        }
+        if count(url.fragment()) > 0 {
+            return Err(ConfigError(
+                "{key} in the URL's fragment (after '#') is never sent to the server".into(),
+            ));
+        }
+        let in_path = count(Some(url.path()));
+        if in_path + count(url.query()) != marks {
+            // E.g. `/{key}/..`: parsing the template resolved the key away.
+            return Err(ConfigError(format!(
+                "a {{key}} is lost when the URL template is parsed: {raw}"
+            )));
+        }
+        let segments = url
+            .path_segments()
+            .ok_or_else(|| ConfigError(format!("the URL template has no path: {raw}")))?
+            .map(|s| (!s.contains(KEY_MARK)).then(|| s.to_string()))
+            .collect();
+        Ok(Template {
+            raw: raw.to_string(),
+            in_path: in_path > 0,
+            segments,
+            origin: url.origin().ascii_serialization(),
+        })
+    }
+
+    fn url_for(&self, key: &str) -> Result<Url, UpstreamError> {
+        // Encodes all but `A-Z a-z 0-9 - _ . ~`: `/ ? # % \` and spaces cannot split anything.
+        let encoded = urlencoding::encode(key);
+        let refuse = || {
+            UpstreamError::BadKey(format!(
+                "query '{}' cannot be placed in the URL path",
+                truncate(key, 80)
+            ))
+        };
+        if self.in_path && is_dot_segment(&encoded) {
+            return Err(refuse());
+        }
+        let url = Url::parse(&self.raw.replace("{key}", &encoded)).map_err(|e| {
+            UpstreamError::BadKey(format!(
+                "query '{}' does not make a valid URL: {e}",
+                truncate(key, 80)
+            ))
+        })?;
+        // Defence in depth: whatever the encoding did, the URL must have the template's shape.
+        if !self.has_shape(&url) {
+            return Err(refuse());
+        }
+        Ok(url)
+    }
+
+    /// Same origin, same number of path segments, and the fixed segments unchanged.
+    fn has_shape(&self, url: &Url) -> bool {
+        let same_path = url.path_segments().is_some_and(|built| {
+            let built: Vec<&str> = built.collect();
+            built.len() == self.segments.len()
+                && built
+                    .iter()
+                    .zip(&self.segments)
+                    .all(|(b, t)| t.as_deref().is_none_or(|fixed| fixed == *b))
+        });
+        same_path && url.origin().ascii_serialization() == self.origin
+    }
+}
+
+/// `.` or `..`, also percent-encoded (`%2e`, `.%2E`, ...), which URL parsers resolve.
+fn is_dot_segment(segment: &str) -> bool {
+    let s = segment.to_ascii_lowercase().replace("%2e", ".");
+    s == "." || s == ".."
 }
 
 /// `Retry-After` as delay-seconds or as an HTTP date (RFC 9110 allows both; a date in the
@@ -580,7 +818,7 @@ mod tests {
         })
         .expect("valid");
         assert_eq!(
-            up.url_for("a b&c=d/é"),
+            up.url_for("a b&c=d/é").expect("url").as_str(),
             "http://h/q?key=a%20b%26c%3Dd%2F%C3%A9"
         );
         for bad in [
@@ -601,18 +839,137 @@ mod tests {
         }
     }
 
+    const PATH_TEMPLATE: &str = "https://api.example.com/v2/reports/{key}/status";
+
+    fn upstream(url: &str) -> Upstream {
+        Upstream::new(&UpstreamArgs {
+            url: url.into(),
+            ..UpstreamArgs::default()
+        })
+        .expect(url)
+    }
+
+    #[test]
+    fn a_query_in_a_path_segment_cannot_change_the_path() {
+        let up = upstream(PATH_TEMPLATE);
+        for key in [".", ".."] {
+            let err = up.url_for(key).expect_err(key);
+            assert_eq!(
+                err.to_string(),
+                format!("query '{key}' cannot be placed in the URL path")
+            );
+            assert!(err.is_permanent(), "{err:?}");
+            assert_eq!(err.kind(), "bad_key");
+        }
+        // A percent sign is encoded too, so "%2e" arrives as the three characters, no dot.
+        for (key, segment) in [
+            ("%2e%2E", "%252e%252E"),
+            ("%2e", "%252e"),
+            ("a/../b", "a%2F..%2Fb"),
+            ("a\\b", "a%5Cb"),
+            ("?x", "%3Fx"),
+            ("#x", "%23x"),
+            ("...", "..."),
+            ("a b", "a%20b"),
+        ] {
+            let url = up.url_for(key).expect(key);
+            assert_eq!(url.path(), format!("/v2/reports/{segment}/status"), "{key}");
+            assert_eq!((url.query(), url.fragment()), (None, None), "{key}");
+            assert_eq!(url.host_str(), Some("api.example.com"));
+        }
+        // Dot segments in any spelling URL parsers resolve.
+        for s in [".", "..", "%2e", "%2E", ".%2e", "%2E.", "%2e%2E"] {
+            assert!(is_dot_segment(s), "{s}");
+        }
+        for s in ["...", "a.", "%252e", ""] {
+            assert!(!is_dot_segment(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_built_url_must_keep_the_template_shape() {
+        let t = Template::parse(PATH_TEMPLATE).expect("valid");
+        let ok = Url::parse("https://api.example.com/v2/reports/x%2Fy/status").expect("url");
+        assert!(t.has_shape(&ok));
+        for bad in [
+            "https://api.example.com/v2/status",
+            "https://api.example.com/v2/reports/a/b/status",
+            "https://api.example.com/v2/other/x/status",
+            "https://evil.example.com/v2/reports/x/status",
+            "http://api.example.com/v2/reports/x/status",
+        ] {
+            assert!(!t.has_shape(&Url::parse(bad).expect(bad)), "{bad}");
+        }
+        // Part of a segment: dots are still refused, the rest stays inside the segment.
+        let up = upstream("https://api.example.com/v2/id-{key}.json");
+        assert!(up.url_for("..").is_err());
+        assert_eq!(up.url_for("a/b").expect("url").path(), "/v2/id-a%2Fb.json");
+    }
+
+    #[test]
+    fn a_query_in_the_query_string_stays_a_value() {
+        let up = upstream("https://api.example.com/v2/reports?query={key}&fmt=json");
+        for (key, query) in [
+            ("..", "query=..&fmt=json"),
+            (".", "query=.&fmt=json"),
+            ("#x", "query=%23x&fmt=json"),
+            ("a&fmt=xml", "query=a%26fmt%3Dxml&fmt=json"),
+            ("a/../b", "query=a%2F..%2Fb&fmt=json"),
+        ] {
+            let url = up.url_for(key).expect(key);
+            assert_eq!(url.path(), "/v2/reports", "{key}");
+            assert_eq!(url.query(), Some(query), "{key}");
+            assert_eq!(url.fragment(), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn key_in_the_host_user_or_fragment_is_refused_at_start() {
+        for url in [
+            "https://{key}.example.com/v2/reports",
+            "https://{key}/v2",
+            "https://{key}@api.example.com/v2",
+            "https://api.example.com/v2#{key}",
+            "https://api.example.com/v2/{key}/../x",
+            "https://api.example.com/v2/reports",
+        ] {
+            let err = Upstream::new(&UpstreamArgs {
+                url: url.into(),
+                ..UpstreamArgs::default()
+            })
+            .expect_err(url);
+            assert!(err.0.contains("{key}"), "{url}: {err}");
+        }
+        // Path and query together are fine.
+        let up = upstream("https://api.example.com/v2/{key}?q={key}");
+        assert_eq!(
+            up.url_for("a/b").expect("url").as_str(),
+            "https://api.example.com/v2/a%2Fb?q=a%2Fb"
+        );
+        assert!(up.url_for("..").is_err());
+    }
+
     #[test]
     fn debug_never_shows_secrets() {
         let args = UpstreamArgs {
             api_key: Some("s3cret-key".into()),
-            headers: vec!["Authorization: Bearer t0ken".into()],
+            headers: vec![
+                "Authorization: Bearer t0ken".into(),
+                "Bearer n0colon".into(),
+            ],
             ..UpstreamArgs::default()
         };
         let shown = format!("{args:?}");
         assert!(
-            !shown.contains("s3cret") && !shown.contains("t0ken"),
+            !shown.contains("s3cret") && !shown.contains("t0ken") && !shown.contains("n0colon"),
             "{shown}"
         );
+        assert!(shown.contains("Authorization"), "{shown}");
+        assert!(shown.contains("api_key: Some(***)"), "{shown}");
+        let args = UpstreamArgs {
+            headers: vec!["Authorization: Bearer t0ken".into()],
+            ..args
+        };
         let up = Upstream::new(&args).expect("valid");
         let shown = format!("{up:?}");
         assert!(
@@ -622,10 +979,42 @@ mod tests {
     }
 
     #[test]
+    fn debug_shows_every_non_secret_setting() {
+        // The defaults test in lib.rs compares `Debug` output: each setting must show in it.
+        let base = format!("{:?}", UpstreamArgs::default());
+        let changed = [
+            UpstreamArgs {
+                upstream_rate_per_sec: 7,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                upstream_rate_burst: 9,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                max_body_bytes: 1,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                failed_values: list("x"),
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                api_key_header: "x-other".into(),
+                ..UpstreamArgs::default()
+            },
+        ];
+        for args in changed {
+            assert_ne!(format!("{args:?}"), base);
+        }
+    }
+
+    #[test]
     fn permanent_errors() {
         let s = |code| UpstreamError::Status {
             code,
             retry_after: None,
+            message: None,
         };
         assert!(s(404).is_permanent());
         assert!(!s(429).is_permanent());

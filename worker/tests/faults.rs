@@ -132,3 +132,83 @@ async fn upstream_failed_answer_is_dead_with_its_message() {
     assert_eq!(t.last_error.as_deref(), Some("no-such-order"));
     assert_eq!(sim.key(key).await.calls, 1, "no retry of a failed answer");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_with_an_override_out_of_range_ends_dead_as_fatal() {
+    init_tracing();
+    let sim = start_sim(SimArgs::default()).await;
+    let q = queue("override-out-of-range").await;
+    let up = sim.upstream_args(2_000);
+    let key = "x items=4294967295";
+    q.enqueue(key, "", &fast_policy().enqueue_policy())
+        .await
+        .expect("enqueue");
+    let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(2)));
+    wait_settled(&q, 1, Duration::from_secs(20)).await;
+    let report = w.stop().await;
+    assert_eq!(report.dead, 1, "{report:?}");
+    let t = q
+        .get(&id_of(key))
+        .await
+        .expect("get")
+        .and_then(|d| d.task)
+        .expect("task");
+    assert_eq!(t.state, TaskState::Dead);
+    assert_eq!(t.dead_reason.as_deref(), Some("fatal"), "{t:?}");
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("HTTP 400: items: 4294967295 is out of range 0..=1000"),
+        "{t:?}"
+    );
+    // Refused once, not retried, and nothing kept for the key.
+    let st = sim.stats().await;
+    assert!(!st.keys.contains_key(key), "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dot_segment_query_ends_dead_without_calling_another_path() {
+    init_tracing();
+    let sim = start_sim(SimArgs::default()).await;
+    let q = queue("dot-segment").await;
+    // `{key}` as a path segment: `..` would turn /api/query/../x into /api/x.
+    let up = worker::UpstreamArgs {
+        url: format!("{}/api/query/{{key}}/x", sim.base),
+        ..sim.upstream_args(2_000)
+    };
+    q.enqueue("..", "", &fast_policy().enqueue_policy())
+        .await
+        .expect("enqueue");
+    let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(2)));
+    wait_settled(&q, 1, Duration::from_secs(20)).await;
+    w.stop().await;
+    let t = q
+        .get(&id_of(".."))
+        .await
+        .expect("get")
+        .and_then(|d| d.task)
+        .expect("task");
+    assert_eq!(t.state, TaskState::Dead);
+    assert_eq!(t.dead_reason.as_deref(), Some("fatal"), "{t:?}");
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("query '..' cannot be placed in the URL path")
+    );
+    assert_eq!(sim.stats().await.calls, 0, "no call went out");
+}
+
+#[tokio::test]
+async fn an_error_answer_keeps_its_message_with_secrets_masked() {
+    let sim = start_sim(SimArgs::default()).await;
+    let up = worker::Upstream::new(&worker::UpstreamArgs {
+        api_key: Some("k3y-s3cret".into()),
+        ..sim.upstream_args(2_000)
+    })
+    .expect("upstream");
+    // The simulator quotes the bad value, here equal to the API key: it must not come back.
+    let err = up.query("x items=k3y-s3cret").await.expect_err("400");
+    assert_eq!(
+        err.to_string(),
+        "HTTP 400: items: *** is out of range 0..=1000"
+    );
+    assert!(err.is_permanent());
+}
