@@ -17,7 +17,11 @@ use http::{request::Parts, HeaderMap};
 
 /// The client address of a request with these `headers` from `peer` (see the module doc).
 /// `None` only when there is no peer either (a request driven through the router in a test).
-pub fn client_ip(headers: &HeaderMap, peer: Option<IpAddr>, trust_forwarded: bool) -> Option<IpAddr> {
+pub fn client_ip(
+    headers: &HeaderMap,
+    peer: Option<IpAddr>,
+    trust_forwarded: bool,
+) -> Option<IpAddr> {
     if trust_forwarded {
         let last = headers
             .get_all("x-forwarded-for")

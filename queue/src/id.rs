@@ -36,7 +36,10 @@ pub const FORBIDDEN_INVISIBLE: &[(char, char)] = &[
 
 /// Whether `c` is refused in a query (a control character or one of [`FORBIDDEN_INVISIBLE`]).
 pub fn is_forbidden_char(c: char) -> bool {
-    c.is_control() || FORBIDDEN_INVISIBLE.iter().any(|&(a, b)| (a..=b).contains(&c))
+    c.is_control()
+        || FORBIDDEN_INVISIBLE
+            .iter()
+            .any(|&(a, b)| (a..=b).contains(&c))
 }
 
 /// The rule of [`normalise_query`] as an ECMA-262 / JSON Schema `pattern` for the raw text a
@@ -106,7 +109,13 @@ mod tests {
             normalise_query("cafe\u{301}").unwrap(),
             normalise_query("caf\u{e9}").unwrap()
         );
-        for bad in ["a\u{200B}b", "x\u{202E}txt.exe", "\u{FEFF}bom", "a\u{2066}b", "soft\u{AD}"] {
+        for bad in [
+            "a\u{200B}b",
+            "x\u{202E}txt.exe",
+            "\u{FEFF}bom",
+            "a\u{2066}b",
+            "soft\u{AD}",
+        ] {
             let e = normalise_query(bad).unwrap_err().to_string();
             assert!(e.contains("invisible"), "{bad:?}: {e}");
         }

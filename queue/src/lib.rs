@@ -33,7 +33,9 @@ mod worker_ops;
 
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
-pub use id::{is_forbidden_char, normalise_query, query_pattern, task_id, TaskId, FORBIDDEN_INVISIBLE};
+pub use id::{
+    is_forbidden_char, normalise_query, query_pattern, task_id, TaskId, FORBIDDEN_INVISIBLE,
+};
 pub use model::*;
 pub use queue::{Queue, RESPONSE_TIMEOUT};
 pub use redis;

@@ -40,8 +40,16 @@ async fn main() {
         ("GET / (query page)", "GET", "/".to_string()),
         ("GET /q/<id> (result page)", "GET", format!("/q/{id}")),
         ("GET /admin/login", "GET", "/admin/login".to_string()),
-        ("GET /api/v1/queries/<id>", "GET", format!("/api/v1/queries/{id}")),
-        ("POST /api/v1/queries (join)", "POST", "/api/v1/queries".to_string()),
+        (
+            "GET /api/v1/queries/<id>",
+            "GET",
+            format!("/api/v1/queries/{id}"),
+        ),
+        (
+            "POST /api/v1/queries (join)",
+            "POST",
+            "/api/v1/queries".to_string(),
+        ),
         ("GET /healthz", "GET", "/healthz".to_string()),
     ] {
         let (count, mut lat) = run(&base, method, &path, conns, Duration::from_secs(seconds)).await;

@@ -384,7 +384,12 @@ mod tests {
                 .unwrap()
                 .render_long_help()
                 .to_string();
-            for secret in ["redis-pw-123", "admin-pw-456", "viewer-hash-789", "metrics-tok-000"] {
+            for secret in [
+                "redis-pw-123",
+                "admin-pw-456",
+                "viewer-hash-789",
+                "metrics-tok-000",
+            ] {
                 assert!(!help.contains(secret), "{sub} --help shows {secret}");
             }
             // Not hidden altogether: the option itself is still documented.

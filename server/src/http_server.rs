@@ -86,7 +86,9 @@ pub fn raise_fd_limit() -> u64 {
 /// after [`RESERVED_FDS`] (and at least 16).
 pub fn effective_max_connections(configured: usize, fd_limit: u64) -> usize {
     let room = fd_limit.saturating_sub(RESERVED_FDS).max(16);
-    configured.min(usize::try_from(room).unwrap_or(usize::MAX)).max(1)
+    configured
+        .min(usize::try_from(room).unwrap_or(usize::MAX))
+        .max(1)
 }
 
 /// Serves `router` on `listener` until `shutdown`, then drains for up to `grace`.

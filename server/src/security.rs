@@ -54,8 +54,7 @@ pub async fn headers(mut req: Request, next: Next) -> Response {
     let api = req.uri().path().starts_with("/api/v1/") || req.uri().path() == "/api/v1";
     let mut res = next.run(req).await;
 
-    if api && (res.status().is_client_error() || res.status().is_server_error()) && !is_json(&res)
-    {
+    if api && (res.status().is_client_error() || res.status().is_server_error()) && !is_json(&res) {
         res = api_error_from(res);
     }
     let h = res.headers_mut();

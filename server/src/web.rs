@@ -86,6 +86,10 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
             move || shell(options.clone()),
         )
         .fallback(leptos_axum::file_and_error_handler::<WebState, _>(shell))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::admin::page_guard,
+        ))
         .with_state(state)
         .merge(extra)
         // Cross-site POSTs to the admin side and the server functions are refused here,

@@ -327,7 +327,7 @@ async fn unauthenticated_requests_are_refused_and_change_nothing() {
             [10, 0, 0, 1],
         )
         .await;
-        assert_eq!(html.status, 302, "{page} redirects");
+        assert_eq!(html.status, 303, "{page} redirects");
         assert_eq!(
             html.headers.get("location").unwrap(),
             "/admin/login",
@@ -457,6 +457,65 @@ async fn sign_in_is_generic_and_rate_limited() {
 }
 
 #[tokio::test]
+async fn anonymous_admin_pages_are_a_303_to_the_sign_in_page() {
+    let env = start().await;
+    env.queue
+        .enqueue("secret-looking query", "", &Default::default())
+        .await
+        .unwrap();
+    for path in [
+        "/admin",
+        "/admin/tasks",
+        "/admin/tasks?state=ready",
+        "/admin/leases",
+    ] {
+        let r = send(
+            &env.router,
+            "GET",
+            path,
+            String::new(),
+            None,
+            &[("accept", "text/html")],
+            [10, 0, 0, 20],
+        )
+        .await;
+        assert_eq!(r.status, 303, "{path}: {}", r.body);
+        assert_eq!(r.headers["location"], "/admin/login", "{path}");
+        assert!(!r.body.contains("secret-looking"), "{path}");
+    }
+    // The sign-in page itself is served.
+    let r = send(
+        &env.router,
+        "GET",
+        "/admin/login",
+        String::new(),
+        None,
+        &[("accept", "text/html")],
+        [10, 0, 0, 20],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    // Signed in, the page renders.
+    let cookie = sign_in(&env.router, VIEWER_PW, [10, 0, 0, 21])
+        .await
+        .ok()
+        .unwrap();
+    let r = send(
+        &env.router,
+        "GET",
+        "/admin/tasks?state=ready",
+        String::new(),
+        Some(&cookie),
+        &[("accept", "text/html")],
+        [10, 0, 0, 21],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("secret-looking"), "{}", r.body);
+    env.redis.stop().await;
+}
+
+#[tokio::test]
 async fn parallel_guesses_cannot_outrun_the_attempt_limit() {
     let env = start().await;
     // 40 guesses at once from one address, max_failures = 3: an attempt is counted before
@@ -536,7 +595,11 @@ async fn a_no_js_form_is_never_sent_to_another_site() {
         .get("location")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
-    assert!(r.status < 400 && !location.is_empty(), "{} {location}", r.status);
+    assert!(
+        r.status < 400 && !location.is_empty(),
+        "{} {location}",
+        r.status
+    );
     assert!(!location.contains("evil.example"), "{location}");
     assert!(location.starts_with('/'), "{location}");
     env.redis.stop().await;
@@ -548,7 +611,10 @@ async fn redis_facts_and_metrics_are_not_for_anonymous_visitors() {
     let r = call::<app::status::CheckRedis>(&env.router, &[], None, &[]).await;
     assert_eq!(r.status, 401, "{}", r.body);
     assert!(!r.body.contains("redis_version") && !r.body.contains("admintest"));
-    let cookie = sign_in(&env.router, VIEWER_PW, [10, 0, 0, 12]).await.ok().unwrap();
+    let cookie = sign_in(&env.router, VIEWER_PW, [10, 0, 0, 12])
+        .await
+        .ok()
+        .unwrap();
     let r = call::<app::status::CheckRedis>(&env.router, &[], Some(&cookie), &[]).await;
     assert_eq!(r.status, 200, "{}", r.body);
 
@@ -580,7 +646,10 @@ async fn pages_carry_a_nonce_policy_and_their_scripts_the_same_nonce() {
     )
     .await;
     assert_eq!(r.status, 200);
-    let csp = r.headers["content-security-policy"].to_str().unwrap().to_string();
+    let csp = r.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let nonce = csp
         .split("'nonce-")
         .nth(1)
@@ -601,8 +670,20 @@ async fn pages_carry_a_nonce_policy_and_their_scripts_the_same_nonce() {
         r.body
     );
     // A second response has another nonce.
-    let again = send(&env.router, "GET", "/admin/login", String::new(), None, &[("accept", "text/html")], [10, 0, 0, 14]).await;
-    assert!(!again.headers["content-security-policy"].to_str().unwrap().contains(nonce));
+    let again = send(
+        &env.router,
+        "GET",
+        "/admin/login",
+        String::new(),
+        None,
+        &[("accept", "text/html")],
+        [10, 0, 0, 14],
+    )
+    .await;
+    assert!(!again.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains(nonce));
     env.redis.stop().await;
 }
 

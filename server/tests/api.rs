@@ -267,6 +267,22 @@ async fn bad_input_is_4xx_with_the_error_shape() {
     let r = env.send(post_json(&huge)).await;
     assert_eq!((r.status, r.error_code()), (413, "payload_too_large"));
 
+    // The query page's form (a server function) answers the same mistake with a 4xx and
+    // the reason, never a 500.
+    {
+        use leptos::server_fn::ServerFn;
+        let r = env
+            .send(
+                Request::post(app::pages::SubmitQuery::PATH)
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .body(Body::from(format!("query={}", "x".repeat(600))))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, 422, "{}", r.text);
+        assert!(r.text.contains("at most 512"), "{}", r.text);
+    }
+
     // Invisible and bidirectional-control characters are refused like control characters.
     for q in ["pay\u{200B}ment", "invoice\u{202E}fdp.exe", "\u{FEFF}x"] {
         let r = env.submit(q).await;
@@ -596,7 +612,10 @@ async fn openapi_document_lists_every_endpoint() {
     }
     // The document states the same character rule the API applies.
     let query = &doc["components"]["schemas"]["SubmitBody"]["properties"]["query"];
-    assert_eq!(query["pattern"].as_str(), Some(queue::query_pattern().as_str()));
+    assert_eq!(
+        query["pattern"].as_str(),
+        Some(queue::query_pattern().as_str())
+    );
     let stream = &doc["paths"]["/api/v1/queries/{id}/events"]["get"]["responses"]["200"]["content"]
         ["text/event-stream"];
     assert_eq!(stream["itemSchema"]["$ref"], "#/components/schemas/Query");

@@ -90,7 +90,8 @@ async fn a_half_sent_request_is_cut_at_the_header_timeout() {
     let addr = r.addr;
     let closed = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n").unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+            .unwrap();
         // The rest of the head never comes: the server must close, not wait forever.
         time_to_close(s)
     })
@@ -135,7 +136,8 @@ async fn over_the_cap_a_connection_gets_a_json_503_and_others_go_on_after() {
     let held: Vec<TcpStream> = (0..2)
         .map(|_| {
             let mut s = TcpStream::connect(addr).unwrap();
-            s.write_all(b"GET /hold HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+            s.write_all(b"GET /hold HTTP/1.1\r\nhost: x\r\n\r\n")
+                .unwrap();
             s
         })
         .collect();

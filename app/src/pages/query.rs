@@ -31,7 +31,13 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
             leptos_axum::redirect(&format!("/q/{}", view.id));
             Ok(view.id)
         }
-        Err(QueryError::Invalid(msg)) => Err(ServerFnError::new(msg)),
+        // The user's mistake: a 4xx with the reason (a bare server-function error is a 500).
+        Err(QueryError::Invalid(msg)) => {
+            if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+                response.set_status(http::StatusCode::UNPROCESSABLE_ENTITY);
+            }
+            Err(ServerFnError::new(msg))
+        }
         // Generic words only; the cause is in the server log.
         Err(e) => Err(ServerFnError::new(e.to_string())),
     }

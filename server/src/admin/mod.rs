@@ -147,6 +147,52 @@ pub fn run(command: AdminCommand) -> Result<(), crate::serve::ServeError> {
     }
 }
 
+/// Anonymous visitors of an admin page get a real redirect (303 to the sign-in page) at the
+/// HTTP level, before anything is rendered: the page itself would refuse its data, but a
+/// client without JavaScript, a crawler or a script should not get a 200 page at all.
+/// Server functions (`/admin/fn/*`, which answer 401 themselves), the live stream (401) and
+/// the sign-in page pass through.
+pub async fn page_guard(
+    axum::extract::State(state): axum::extract::State<WebState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = req.uri().path();
+    let page = (path == "/admin" || path.starts_with("/admin/"))
+        && path != "/admin/login"
+        && !path.starts_with("/admin/fn/")
+        && path != "/admin/events"
+        && matches!(
+            *req.method(),
+            axum::http::Method::GET | axum::http::Method::HEAD
+        );
+    if page {
+        let signed_in = match app::auth::cookie_id(req.headers()) {
+            None => Ok(false),
+            Some(id) => app::auth::Sessions::of(&state.app.queue)
+                .get(&id)
+                .await
+                .map(|s| s.is_some()),
+        };
+        match signed_in {
+            Ok(true) => {}
+            Ok(false) => {
+                return axum::response::Redirect::to("/admin/login").into_response();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "admin page: session lookup failed");
+                return (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "Redis is unreachable; try again shortly",
+                )
+                    .into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
 /// Routes of the admin side (the pages themselves are Leptos routes).
 pub fn router() -> Router<WebState> {
     Router::new().route("/admin/events", get(events::stream))

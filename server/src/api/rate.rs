@@ -54,7 +54,6 @@ impl Limiter {
             wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
         })
     }
-
 }
 
 impl Limiter {
