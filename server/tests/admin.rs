@@ -906,3 +906,138 @@ async fn render_time_with_100k_tasks() {
     }
     env.redis.stop().await;
 }
+
+/// Every admin server function the router knows, found in the router's own registry (not a
+/// hand-kept list): each must be known to this test, which calls it without a session with
+/// valid arguments and expects 401 — so a new `/admin/fn` function cannot go unchecked.
+#[tokio::test]
+async fn every_admin_server_function_needs_a_session() {
+    use app::status::CheckRedis;
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "route list dead").await;
+    let known: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        (Act::PATH, vec![("op", "pause")]),
+        (Overview::PATH, vec![]),
+        (ListTasks::PATH, vec![("state", "dead")]),
+        (ReadTask::PATH, vec![("id", dead.as_str())]),
+        (Leases::PATH, vec![("within_ms", "1000")]),
+        (CheckRedis::PATH, vec![]),
+    ];
+    // Open on purpose: whoami answers null without a session; sign-in and sign-out are how a
+    // session starts and ends.
+    let open = [Whoami::PATH, SignIn::PATH, SignOut::PATH];
+    let registered: Vec<&str> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path)
+        .filter(|p| p.starts_with(app::auth::ADMIN_FN_PREFIX))
+        .collect();
+    assert!(
+        registered.len() >= known.len() + open.len(),
+        "{registered:?}"
+    );
+    for path in registered {
+        if open.contains(&path) {
+            continue;
+        }
+        let fields = known
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, f)| f.clone())
+            .unwrap_or_else(|| panic!("{path} is not covered: add it to this test"));
+        let reply = send(r, "POST", path, form(&fields), None, &[], [10, 0, 0, 30]).await;
+        assert_eq!(reply.status, 401, "{path}: {}", reply.body);
+    }
+    assert!(!q.stats().await.unwrap().paused, "nothing changed");
+    env.redis.stop().await;
+}
+
+/// Upstream text (the query itself, partial data, the result, the last error) is shown on
+/// the admin pages as text: a tag in it is escaped, never markup.
+#[tokio::test]
+async fn hostile_upstream_text_is_inert_on_every_admin_page() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let tag = |n: u8| format!("<img src=x onerror=alert({n})>");
+    // Waiting for its next poll, with hostile partial data and a hostile query.
+    q.enqueue(&tag(1), "", &Default::default()).await.unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    let partial = serde_json::json!({ "note": tag(2) }).to_string();
+    q.reschedule(&c.id, c.token, 600_000, Some(&partial), 5)
+        .await
+        .unwrap();
+    let waiting = c.id;
+    // Finished with a hostile result.
+    q.enqueue("hostile result", "", &Default::default())
+        .await
+        .unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    let result = serde_json::json!({ "rows": [tag(3)] }).to_string();
+    q.complete(&c.id, c.token, &result, 5).await.unwrap();
+    let done = c.id;
+    // Dead with a hostile last error.
+    q.enqueue("hostile error", "", &Default::default())
+        .await
+        .unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    q.fail(&c.id, c.token, &tag(4), queue::Retry::Dead, 5)
+        .await
+        .unwrap();
+    let dead = c.id;
+
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 31]).await.ok().unwrap();
+    let mut seen = 0;
+    for path in [
+        "/admin".to_string(),
+        "/admin/tasks".to_string(),
+        "/admin/tasks?state=waiting".to_string(),
+        "/admin/tasks?state=dead".to_string(),
+        "/admin/tasks?state=results".to_string(),
+        "/admin/tasks?search=img".to_string(),
+        "/admin/leases".to_string(),
+        format!("/admin/tasks/{waiting}"),
+        format!("/admin/tasks/{done}"),
+        format!("/admin/tasks/{dead}"),
+    ] {
+        let page = send(
+            r,
+            "GET",
+            &path,
+            String::new(),
+            Some(&cookie),
+            &[("accept", "text/html")],
+            [10, 0, 0, 31],
+        )
+        .await;
+        assert_eq!(page.status, 200, "{path}");
+        assert!(
+            !page.body.contains("<img src=x"),
+            "{path} renders upstream text as markup"
+        );
+        seen += page.body.matches("&lt;img src=x onerror=alert(").count();
+    }
+    // Not vacuous: the hostile texts are on the pages, escaped (query, partial, result, error).
+    for n in 1..=4 {
+        let needle = format!("onerror=alert({n})");
+        let mut found = false;
+        for path in [
+            format!("/admin/tasks/{waiting}"),
+            format!("/admin/tasks/{done}"),
+            format!("/admin/tasks/{dead}"),
+        ] {
+            let page = send(
+                r,
+                "GET",
+                &path,
+                String::new(),
+                Some(&cookie),
+                &[("accept", "text/html")],
+                [10, 0, 0, 31],
+            )
+            .await;
+            found |= page.body.contains(&needle);
+        }
+        assert!(found, "text {n} is shown somewhere");
+    }
+    assert!(seen >= 3, "escaped tags seen: {seen}");
+    env.redis.stop().await;
+}
