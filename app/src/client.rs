@@ -28,8 +28,7 @@ pub fn client_ip(
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter(|s| !s.trim().is_empty())
-            .next_back()
+            .rfind(|s| !s.trim().is_empty())
             .and_then(|s| s.trim().parse::<IpAddr>().ok());
         if last.is_some() {
             return last;
