@@ -6,12 +6,15 @@
 //! must answer 2xx within the budget (1 s). A probe runs before anything (baseline), then
 //! while each phase's load is held:
 //!
+//! Each of the first two phases is probed as soon as the load is in place and again after it
+//! was held a few seconds (both gated).
+//!
 //! 1. live streams: N connections to `/api/v1/queries/{id}/events` for a real, long-running
 //!    query, each confirmed by its first `state` event. (`/admin/events` is probed
 //!    anonymously too: it needs a session, so it cannot be abused without a password and is
 //!    reported, not opened.)
-//! 2. slow connections: N sockets that send half a request header and then nothing. After
-//!    the probe they are held a few seconds more and counted: how many did the server close?
+//! 2. slow connections: N sockets that send half a request header and then nothing; after the
+//!    hold they are counted: how many did the server close (a header-read timeout would)?
 //! 3. wrong sign-ins: N parallel POSTs with wrong passwords to the sign-in form's server
 //!    function (its URL read from the `/admin/login` page's form). A probe runs while they are
 //!    in flight (reported) and one after they all answered (gated).
@@ -57,10 +60,17 @@ pub struct AbuseArgs {
     /// server closed, in seconds.
     #[arg(long, default_value_t = 5)]
     pub hold_secs: u64,
+    /// Open-file soft limit of the server under test (default: the limit of the shell the
+    /// suite was started from, i.e. what `repoll serve` would run with there).
+    #[arg(long)]
+    pub server_nofile: Option<u64>,
     /// Where logs go (default target/chaos/abuse-<time>).
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
 }
+
+/// The server's default REPOLL_LOGIN_MAX_FAILURES (the check runs it with its defaults).
+const LOGIN_MAX_FAILURES: u32 = 5;
 
 /// One probe's two timings.
 struct Probe {
@@ -94,9 +104,14 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     let logs = log_dir(args.log_dir.clone(), "abuse")?;
     let budget = Duration::from_millis(args.budget_ms);
     let (soft, hard) = procs::raise_nofile();
+    let server_nofile = args.server_nofile.unwrap_or_else(|| {
+        crate::AMBIENT_NOFILE
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .min(hard)
+    });
     println!(
         "abuse check: {} streams, {} slow connections, {} wrong sign-ins; budget {} ms; \
-         open files {soft}/{hard}; logs in {}",
+         open files: client {soft}, server {server_nofile}; logs in {}",
         args.streams,
         args.slow,
         args.logins,
@@ -125,25 +140,23 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
         ),
     ];
     let log = logs.join("serve.log");
-    let mut web = Proc::spawn(
-        "repoll serve --sim",
-        repoll_cmd(
-            &bin,
-            &[
-                "serve",
-                "--sim",
-                "--sim-addr",
-                &sim_addr,
-                "--addr",
-                &addr,
-                "--redis-url",
-                &redis.url(),
-            ],
-            &env,
-        ),
-        &log,
-    )
-    .map_err(|e| format!("repoll serve: {e}"))?;
+    let mut cmd = repoll_cmd(
+        &bin,
+        &[
+            "serve",
+            "--sim",
+            "--sim-addr",
+            &sim_addr,
+            "--addr",
+            &addr,
+            "--redis-url",
+            &redis.url(),
+        ],
+        &env,
+    );
+    procs::child_nofile(&mut cmd, server_nofile);
+    let mut web =
+        Proc::spawn("repoll serve --sim", cmd, &log).map_err(|e| format!("repoll serve: {e}"))?;
     let base = format!("http://{addr}");
     let setup = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -199,21 +212,38 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
         probe: probe(&base, "streams").await,
         gated: true,
     });
-    drop(streams);
+    // Held a while: every poll of the watched query wakes all of them (fan-out).
+    tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
+    let p = probe(&base, "streams-held").await;
+    let alive = still_open(streams.open).await;
+    rows.push(Row {
+        phase: format!("  … held {} s", args.hold_secs),
+        load: format!("{alive} of {opened} still open"),
+        probe: p,
+        gated: true,
+    });
 
     // Phase 2: slow connections.
     let t = Instant::now();
     let (mut slow, failed) = open_slow(&addr, args.slow).await;
     let held = slow.len();
-    let p = probe(&base, "slow").await;
-    tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
-    let (closed, answered) = closed_by_server(&mut slow);
     rows.push(Row {
         phase: format!("{} slow headers", args.slow),
         load: format!(
-            "{held} held{}; after {:.0} s the server had closed {closed}, answered {answered}",
+            "{held} held{} after {:.1} s",
             fmt_failures(&failed),
             t.elapsed().as_secs_f64()
+        ),
+        probe: probe(&base, "slow").await,
+        gated: true,
+    });
+    tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
+    let p = probe(&base, "slow-held").await;
+    let (closed, answered) = closed_by_server(&mut slow);
+    rows.push(Row {
+        phase: format!("  … held {} s", args.hold_secs),
+        load: format!(
+            "server closed {closed} of {held}, answered {answered} (a header-read timeout would close them)"
         ),
         probe: p,
         gated: true,
@@ -231,8 +261,9 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let during = probe(&base, "logins-during").await;
     let (statuses, slowest) = logins.await.map_err(|e| format!("sign-ins: {e}"))?;
+    // Every 401 is a password that was checked (argon2); 429 is the limiter refusing first.
     let load = format!(
-        "{} to {action}: {}; slowest answer {}",
+        "{} to {action}: {} (401 = password checked; limit {LOGIN_MAX_FAILURES}/min per client); slowest answer {}",
         args.logins,
         fmt_counts(&statuses),
         fmt_ms(slowest.as_millis())
@@ -254,7 +285,10 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     redis.stop().await;
 
     println!();
-    println!("── abuse check (budget {} ms per probe) ─────────────────────────", args.budget_ms);
+    println!(
+        "── abuse check (budget {} ms per probe) ─────────────────────────",
+        args.budget_ms
+    );
     println!(
         "{:<34} {:>10} {:>10}  {:<8} load",
         "phase", "healthz", "submit", "verdict"
@@ -348,7 +382,10 @@ struct Streams {
     failed: BTreeMap<String, usize>,
 }
 
-/// Opens `n` live streams, 100 at a time; a stream counts as open once its first `state`
+/// How long one stream may take to answer and send its first event.
+const STREAM_OPEN: Duration = Duration::from_secs(5);
+
+/// Opens `n` live streams, 200 at a time; a stream counts as open once its first `state`
 /// event arrived.
 async fn open_streams(base: &str, id: &str, n: usize) -> Streams {
     let client = match reqwest::Client::builder()
@@ -369,7 +406,12 @@ async fn open_streams(base: &str, id: &str, n: usize) -> Streams {
             let client = client.clone();
             let url = url.clone();
             async move {
-                let mut r = client.get(&url).send().await.map_err(|e| {
+                // A server out of file descriptors leaves connections in the kernel's accept
+                // queue: connected, never answered. Bounded, or the check would wait forever.
+                let sent = tokio::time::timeout(STREAM_OPEN, client.get(&url).send())
+                    .await
+                    .map_err(|_| format!("no answer in {} s", STREAM_OPEN.as_secs()))?;
+                let mut r = sent.map_err(|e| {
                     if e.is_connect() {
                         "connect".to_string()
                     } else {
@@ -379,17 +421,17 @@ async fn open_streams(base: &str, id: &str, n: usize) -> Streams {
                 if !r.status().is_success() {
                     return Err(format!("HTTP {}", r.status().as_u16()));
                 }
-                match tokio::time::timeout(Duration::from_secs(10), r.chunk()).await {
+                match tokio::time::timeout(STREAM_OPEN, r.chunk()).await {
                     Ok(Ok(Some(c))) if String::from_utf8_lossy(&c).contains("event: state") => {
                         Ok(r)
                     }
                     Ok(Ok(_)) => Err("no state event".into()),
                     Ok(Err(_)) => Err("stream error".into()),
-                    Err(_) => Err("no event in 10 s".into()),
+                    Err(_) => Err(format!("no event in {} s", STREAM_OPEN.as_secs())),
                 }
             }
         })
-        .buffer_unordered(100)
+        .buffer_unordered(200)
         .collect()
         .await;
     let mut s = Streams {
@@ -403,6 +445,23 @@ async fn open_streams(base: &str, id: &str, n: usize) -> Streams {
         }
     }
     s
+}
+
+/// How many of the streams still deliver (a heartbeat or event within a short wait counts;
+/// so does a quiet stream that has not ended). Consumes them: the phase is over.
+async fn still_open(streams: Vec<reqwest::Response>) -> usize {
+    stream::iter(streams)
+        .map(|mut r| async move {
+            match tokio::time::timeout(Duration::from_millis(200), r.chunk()).await {
+                Ok(Ok(Some(_))) | Err(_) => 1,
+                Ok(Ok(None)) | Ok(Err(_)) => 0,
+            }
+        })
+        .buffer_unordered(500)
+        .collect::<Vec<usize>>()
+        .await
+        .into_iter()
+        .sum()
 }
 
 /// Opens `n` sockets, each sending the first half of a request header and nothing more.
@@ -484,7 +543,12 @@ async fn wrong_sign_ins(base: &str, action: &str, n: usize) -> (BTreeMap<String,
         .build()
     {
         Ok(c) => c,
-        Err(e) => return (BTreeMap::from([(format!("client: {e}"), n)]), Duration::ZERO),
+        Err(e) => {
+            return (
+                BTreeMap::from([(format!("client: {e}"), n)]),
+                Duration::ZERO,
+            )
+        }
     };
     let url = format!("{base}{action}");
     let answers: Vec<(String, Duration)> = stream::iter(0..n)

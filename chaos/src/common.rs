@@ -21,7 +21,7 @@ pub fn repoll_cmd(bin: &Path, args: &[&str], env: &[(String, String)]) -> Comman
             cmd.env_remove(k);
         }
     }
-    cmd.env("RUST_LOG", "warn");
+    cmd.env("RUST_LOG", "warn").env("NO_COLOR", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }

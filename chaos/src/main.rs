@@ -32,11 +32,21 @@ enum Command {
     Abuse(abuse::AbuseArgs),
 }
 
+/// Open-file soft limit of the environment the suite was started from (see `main`).
+pub static AMBIENT_NOFILE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1024);
+
 fn main() {
     let cli = Cli::parse();
     procs::install_panic_hook();
     let _guard = procs::Guard;
-    // Raised before any child starts, so the children inherit it too.
+    // The limit a server started from this shell would have had: scripts/chaos raises the
+    // shell's limit before starting us and passes the old value along.
+    let before = std::env::var("CHAOS_NOFILE_BEFORE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(procs::nofile().0);
+    AMBIENT_NOFILE.store(before, std::sync::atomic::Ordering::Relaxed);
+    // Raised before any child starts: the client's sockets must not be what runs out.
     procs::raise_nofile();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -158,6 +158,42 @@ pub fn free_port() -> io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// Gives the child `n` as its open-file soft limit (capped at the hard limit), so the server
+/// under test runs with the limit it would have had without the suite raising its own.
+pub fn child_nofile(cmd: &mut Command, n: u64) {
+    // SAFETY: getrlimit/setrlimit are async-signal-safe and touch only the struct on the
+    // child's stack; this runs in the forked child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            lim.rlim_cur = n.min(lim.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// This process's open-file (soft, hard) limits.
+pub fn nofile() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct we pass.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    }
+    (lim.rlim_cur, lim.rlim_max)
+}
+
 /// Raises this process's open-file soft limit to its hard limit (children inherit it), so the
 /// abuse check's thousands of sockets measure the server and not the client. Returns the
 /// resulting (soft, hard).

@@ -88,7 +88,10 @@ impl RedisServer {
                 }
             }
             if started.elapsed() > limit {
-                return Err(format!("redis-server on port {} does not answer", self.port));
+                return Err(format!(
+                    "redis-server on port {} does not answer",
+                    self.port
+                ));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -107,15 +107,27 @@ struct SubmitStats {
     id_mismatch: u64,
 }
 
-/// One worker kill and how long its tasks took to come back.
+/// One worker kill.
 #[derive(Debug, Clone)]
 struct Kill {
     n: usize,
+    /// Since the first submit.
     at: Duration,
+    /// Wall clock in ms since the epoch: the same clock as Redis `TIME` on this host, which
+    /// stamps the task histories the recovery is read from.
+    at_ms: i64,
     worker: String,
+}
+
+/// What the task histories say about one kill (see [`Histories::recovery`]).
+#[derive(Debug, Default)]
+struct Recovery {
+    /// Tasks the worker held when it died: their lease expired from it after the kill.
     held: usize,
-    /// From the SIGKILL until every held task was claimed again or finished.
-    recovery: Option<Duration>,
+    /// Kill → the last of them reaped.
+    reaped_ms: Option<i64>,
+    /// Kill → the last of them claimed again or dead; None when one never was.
+    recovered_ms: Option<i64>,
 }
 
 /// The three worker slots; a killed or crashed worker is replaced under a new id.
@@ -357,9 +369,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
     let killer = {
         let workers = workers.clone();
         let kills = kills.clone();
-        let url = url.clone();
         tokio::spawn(async move {
-            let mut measures = Vec::new();
             let mut k = 0usize;
             loop {
                 let at = KILL_EVERY * (k as u32 + 1);
@@ -369,29 +379,20 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
                 tokio::time::sleep_until((t0 + at).into()).await;
                 let slot = k % WORKERS;
                 k += 1;
-                let n = k;
                 let victim = workers.lock().await.slots[slot].take();
                 let Some((proc, id)) = victim else { continue };
-                let killed_at = Instant::now();
+                let at_ms = epoch_ms();
+                let at = t0.elapsed();
                 proc.kill().await;
                 if let Err(e) = workers.lock().await.spawn(slot) {
                     eprintln!("chaos: restart after kill: {e}");
                 }
-                let kills = kills.clone();
-                let url = url.clone();
-                measures.push(tokio::spawn(async move {
-                    let (held, recovery) = recovery(&url, &id, killed_at).await;
-                    kills.lock().await.push(Kill {
-                        n,
-                        at: killed_at - t0,
-                        worker: id,
-                        held,
-                        recovery,
-                    });
-                }));
-            }
-            for m in measures {
-                let _ = m.await;
+                kills.lock().await.push(Kill {
+                    n: k,
+                    at,
+                    at_ms,
+                    worker: id,
+                });
             }
         })
     };
@@ -444,7 +445,6 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         // aof_delayed_fsync > 0 means everysec postponed a write() behind a slow fsync at
         // least once: only then can a SIGKILL lose writes Redis had already acknowledged.
         let delayed = redis_server::info_field(&mut con, "persistence", "aof_delayed_fsync").await;
-        let keys_before: Option<u64> = redis::cmd("DBSIZE").query_async(&mut con).await.ok();
         let down = redis.kill_and_restart().await?;
         let mut keys_after: Option<u64> = None;
         for _ in 0..40 {
@@ -455,10 +455,9 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let restart_report = format!(
-            "at {:.1} s, down {} (keys {} before SIGKILL, {} after AOF replay; aof_delayed_fsync before: {})",
+            "at {:.1} s, down {} ({} keys after the AOF replay; aof_delayed_fsync before the kill: {})",
             restart_at.as_secs_f64(),
             fmt_ms(down.as_millis()),
-            keys_before.map_or("?".into(), |k| k.to_string()),
             keys_after.map_or("?".into(), |k| k.to_string()),
             delayed.unwrap_or_else(|| "?".into()),
         );
@@ -562,6 +561,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         .json()
         .await
         .map_err(|e| format!("sim stats: {e}"))?;
+    let histories = Histories::read(&mut con, &ids).await?;
     let mut twice = 0u64;
     let mut twice_excused = 0u64;
     let mut unexcused: Vec<String> = Vec::new();
@@ -576,7 +576,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
             unexcused.push(format!("{key}: done {} (no such query)", ks.done));
             continue;
         };
-        let losses = lease_losses(&mut con, id).await;
+        let losses = histories.lease_losses(id);
         if ks.done <= 1 + losses {
             twice_excused += 1;
         } else {
@@ -586,13 +586,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
             ));
         }
     }
-    let total_losses = {
-        let mut total = 0u64;
-        for id in &ids {
-            total += lease_losses(&mut con, id).await;
-        }
-        total
-    };
+    let total_losses: u64 = ids.iter().map(|id| histories.lease_losses(id)).sum();
 
     let mut kills = kills.lock().await.clone();
     kills.sort_by_key(|k| k.n);
@@ -642,9 +636,6 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         if unexcused.is_empty() { "" } else { "   <-- FAIL" }
     );
     println!(
-        "lease losses         {total_losses} (`lease_expired` entries in the task histories)"
-    );
-    println!(
         "dead by reason       {} (expected fatal: {failing})",
         fmt_map(&dead_by)
     );
@@ -668,42 +659,63 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
             format!(" ({})", self_exits.join("; "))
         }
     );
-    let measured: Vec<u128> = kills
+    let killed: Vec<(&Kill, Recovery)> = kills
         .iter()
-        .filter(|k| k.held > 0)
-        .filter_map(|k| k.recovery.map(|d| d.as_millis()))
+        .map(|k| (k, histories.recovery(&k.worker, k.at_ms)))
         .collect();
+    let from_kills: usize = killed.iter().map(|(_, r)| r.held).sum();
+    let measured: Vec<i64> = killed
+        .iter()
+        .filter(|(_, r)| r.held > 0)
+        .filter_map(|(_, r)| r.recovered_ms)
+        .collect();
+    let unrecovered = killed
+        .iter()
+        .filter(|(_, r)| r.held > 0 && r.recovered_ms.is_none())
+        .count();
     println!(
-        "kills                {} (every {} s; {} held leases; recovery = SIGKILL → all its tasks claimed again or finished)",
+        "lease losses         {total_losses} (`lease_expired` in the task histories): {from_kills} from kills, {} from the stall/restart",
+        total_losses.saturating_sub(from_kills as u64)
+    );
+    println!(
+        "kills                {} (every {} s; {} held leases, {unrecovered} not recovered){}",
         kills.len(),
         KILL_EVERY.as_secs(),
-        kills.iter().filter(|k| k.held > 0).count()
+        killed.iter().filter(|(_, r)| r.held > 0).count(),
+        if unrecovered > 0 {
+            "   <-- see below"
+        } else {
+            ""
+        }
     );
     if !measured.is_empty() {
         let mut sorted = measured.clone();
         sorted.sort_unstable();
         let pct = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
+        let ms = |v: i64| fmt_ms(u128::try_from(v.max(0)).unwrap_or(0));
         println!(
-            "recovery             min {} · median {} · p90 {} · max {} (lease {LEASE_MS} ms)",
-            fmt_ms(sorted[0]),
-            fmt_ms(pct(0.5)),
-            fmt_ms(pct(0.9)),
-            fmt_ms(*sorted.last().unwrap_or(&0))
+            "recovery             min {} · median {} · p90 {} · max {} (lease {LEASE_MS} ms; SIGKILL → every task it held claimed again or dead)",
+            ms(sorted[0]),
+            ms(pct(0.5)),
+            ms(pct(0.9)),
+            ms(*sorted.last().unwrap_or(&0))
         );
     }
-    println!("  kill   at      worker         held  recovery");
-    for k in &kills {
+    println!("  kill      at  worker          held    reaped  recovered");
+    for (k, r) in &killed {
+        let ms = |v: Option<i64>| match v {
+            _ if r.held == 0 => "-".to_string(),
+            Some(v) => fmt_ms(u128::try_from(v.max(0)).unwrap_or(0)),
+            None => "never".to_string(),
+        };
         println!(
-            "  {:>4}  {:>6.1}s  {:<13}  {:>4}  {}",
+            "  {:>4}  {:>6.1}s  {:<14}  {:>4}  {:>8}  {:>9}",
             k.n,
             k.at.as_secs_f64(),
             k.worker,
-            k.held,
-            match (k.held, k.recovery) {
-                (0, _) => "-".to_string(),
-                (_, Some(d)) => fmt_ms(d.as_millis()),
-                (_, None) => "not recovered".to_string(),
-            }
+            r.held,
+            ms(r.reaped_ms),
+            ms(r.recovered_ms)
         );
     }
     for l in lost.iter().take(20) {
@@ -827,101 +839,93 @@ async fn unfinished(con: &mut ConnectionManager, ids: &[String]) -> Result<Vec<S
     Ok(left)
 }
 
-/// `lease_expired` entries in a task's history (kept for the result TTL after it finished).
-async fn lease_losses(con: &mut ConnectionManager, id: &str) -> u64 {
-    let h: Vec<String> = redis::cmd("LRANGE")
-        .arg(format!("{Q}:h:{id}"))
-        .arg(0)
-        .arg(-1)
-        .query_async(con)
-        .await
-        .unwrap_or_default();
-    h.iter().filter(|e| e.contains("|lease_expired|")).count() as u64
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
-/// After a SIGKILL: which tasks the dead worker held (its id on a leased record — read after
-/// the kill, so the set cannot grow), then how long until each was claimed again (new token)
-/// or finished (record gone or dead). Reads retry through a Redis restart.
-async fn recovery(url: &str, worker: &str, killed_at: Instant) -> (usize, Option<Duration>) {
-    let limit = Duration::from_secs(60);
-    let Ok(mut con) = redis_server::connect(url).await else {
-        return (0, None);
-    };
-    let held: Vec<(String, String)> = loop {
-        match held_by(&mut con, worker).await {
-            Ok(h) => break h,
-            Err(_) if killed_at.elapsed() < limit => {
-                tokio::time::sleep(Duration::from_millis(100)).await
+/// One history entry, `at|kind|detail`.
+struct Entry {
+    at: i64,
+    kind: String,
+    detail: String,
+}
+
+/// Every task's history (`{q}:h:<id>`, kept for the result TTL after the task finished),
+/// oldest entry first.
+///
+/// Recovery is read from here rather than by watching leases live: a SIGKILLed worker never
+/// ends a lease itself, so exactly the tasks it held when it died carry a `lease_expired
+/// from <worker>` entry stamped after the kill, followed by the next `claimed` (or `dead`).
+/// That needs no snapshot racing the reaper, and works through a Redis stall at kill time.
+struct Histories(HashMap<String, Vec<Entry>>);
+
+impl Histories {
+    async fn read(con: &mut ConnectionManager, ids: &[String]) -> Result<Histories, String> {
+        let mut all = HashMap::new();
+        for chunk in ids.chunks(500) {
+            let mut p = redis::pipe();
+            for id in chunk {
+                p.cmd("LRANGE").arg(format!("{Q}:h:{id}")).arg(0).arg(-1);
             }
-            Err(_) => return (0, None),
+            let lists: Vec<Vec<String>> = p
+                .query_async(con)
+                .await
+                .map_err(|e| format!("reading histories: {e}"))?;
+            for (id, list) in chunk.iter().zip(lists) {
+                let mut entries: Vec<Entry> = list
+                    .iter()
+                    .filter_map(|e| {
+                        let mut parts = e.splitn(3, '|');
+                        Some(Entry {
+                            at: parts.next()?.parse().ok()?,
+                            kind: parts.next()?.to_string(),
+                            detail: parts.next().unwrap_or_default().to_string(),
+                        })
+                    })
+                    .collect();
+                entries.reverse();
+                all.insert(id.clone(), entries);
+            }
         }
-    };
-    let n = held.len();
-    let mut left = held;
-    while !left.is_empty() {
-        if killed_at.elapsed() > limit {
-            return (n, None);
-        }
-        let mut p = redis::pipe();
-        for (id, _) in &left {
-            p.cmd("HMGET")
-                .arg(format!("{Q}:t:{id}"))
-                .arg("state")
-                .arg("token");
-        }
-        if let Ok(rows) = p
-            .query_async::<Vec<(Option<String>, Option<String>)>>(&mut con)
-            .await
-        {
-            left = left
-                .into_iter()
-                .zip(rows)
-                .filter(|((_, token), (state, now_token))| {
-                    let finished = state.is_none() || state.as_deref() == Some("dead");
-                    let reclaimed = now_token.as_deref() != Some(token.as_str());
-                    !(finished || reclaimed)
-                })
-                .map(|(held, _)| held)
-                .collect();
-        }
-        if !left.is_empty() {
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        Ok(Histories(all))
     }
-    (n, Some(killed_at.elapsed()))
-}
 
-/// (id, token) of every leased task whose record names `worker`.
-async fn held_by(
-    con: &mut ConnectionManager,
-    worker: &str,
-) -> Result<Vec<(String, String)>, String> {
-    let ids: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{Q}:lease"))
-        .arg(0)
-        .arg(-1)
-        .query_async(con)
-        .await
-        .map_err(|e| e.to_string())?;
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut p = redis::pipe();
-    for id in &ids {
-        p.cmd("HMGET")
-            .arg(format!("{Q}:t:{id}"))
-            .arg("state")
-            .arg("worker")
-            .arg("token");
-    }
-    let rows: Vec<(Option<String>, Option<String>, Option<String>)> =
-        p.query_async(con).await.map_err(|e| e.to_string())?;
-    Ok(ids
-        .into_iter()
-        .zip(rows)
-        .filter_map(|(id, (state, w, token))| {
-            (state.as_deref() == Some("leased") && w.as_deref() == Some(worker))
-                .then(|| (id, token.unwrap_or_default()))
+    fn lease_losses(&self, id: &str) -> u64 {
+        self.0.get(id).map_or(0, |h| {
+            h.iter().filter(|e| e.kind == "lease_expired").count() as u64
         })
-        .collect())
+    }
+
+    /// The tasks `worker` held when it was killed at `kill_ms`, and when they came back.
+    fn recovery(&self, worker: &str, kill_ms: i64) -> Recovery {
+        let from = format!("from {worker} ");
+        let mut r = Recovery::default();
+        let mut all_back = true;
+        let mut latest_back = 0i64;
+        let mut latest_reap = 0i64;
+        for h in self.0.values() {
+            for (i, e) in h.iter().enumerate() {
+                if e.kind != "lease_expired" || e.at < kill_ms || !e.detail.starts_with(&from) {
+                    continue;
+                }
+                r.held += 1;
+                latest_reap = latest_reap.max(e.at - kill_ms);
+                match h[i + 1..]
+                    .iter()
+                    .find(|n| n.kind == "claimed" || n.kind == "dead")
+                {
+                    Some(n) => latest_back = latest_back.max(n.at - kill_ms),
+                    None => all_back = false,
+                }
+            }
+        }
+        if r.held > 0 {
+            r.reaped_ms = Some(latest_reap);
+            r.recovered_ms = all_back.then_some(latest_back);
+        }
+        r
+    }
 }
