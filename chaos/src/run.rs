@@ -875,19 +875,7 @@ impl Histories {
                 .await
                 .map_err(|e| format!("reading histories: {e}"))?;
             for (id, list) in chunk.iter().zip(lists) {
-                let mut entries: Vec<Entry> = list
-                    .iter()
-                    .filter_map(|e| {
-                        let mut parts = e.splitn(3, '|');
-                        Some(Entry {
-                            at: parts.next()?.parse().ok()?,
-                            kind: parts.next()?.to_string(),
-                            detail: parts.next().unwrap_or_default().to_string(),
-                        })
-                    })
-                    .collect();
-                entries.reverse();
-                all.insert(id.clone(), entries);
+                all.insert(id.clone(), parse_history(&list));
             }
         }
         Ok(Histories(all))
@@ -927,5 +915,93 @@ impl Histories {
             r.recovered_ms = all_back.then_some(latest_back);
         }
         r
+    }
+}
+
+/// A history list as stored (newest first, `at|kind|detail`) into entries, oldest first.
+fn parse_history(list: &[String]) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = list
+        .iter()
+        .filter_map(|e| {
+            let mut parts = e.splitn(3, '|');
+            Some(Entry {
+                at: parts.next()?.parse().ok()?,
+                kind: parts.next()?.to_string(),
+                detail: parts.next().unwrap_or_default().to_string(),
+            })
+        })
+        .collect();
+    entries.reverse();
+    entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(newest_first: &[&str]) -> Vec<Entry> {
+        parse_history(
+            &newest_first
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn recovery_is_the_next_claim_after_the_expiry_from_the_killed_worker() {
+        let mut h = HashMap::new();
+        // Held by w0-g1 at its kill (t=1000), reaped at 3900, claimed again at 4000.
+        h.insert(
+            "a".to_string(),
+            history(&[
+                "4100|completed|",
+                "4000|claimed|by w1-g1 token 9",
+                "3900|lease_expired|from w0-g1 token 7",
+                "900|claimed|by w0-g1 token 7",
+                "800|enqueued|",
+            ]),
+        );
+        // Expired from w0-g1 *before* the kill (a stall): not the kill's doing.
+        h.insert(
+            "b".to_string(),
+            history(&[
+                "700|claimed|by w2-g1 token 5",
+                "600|lease_expired|from w0-g1 token 3",
+                "100|claimed|by w0-g1 token 3",
+            ]),
+        );
+        // Held by w0-g1 at its kill and dead as poison in the same reap.
+        h.insert(
+            "c".to_string(),
+            history(&[
+                "4500|dead|poison: 3 lease losses",
+                "4500|lease_expired|from w0-g1 token 8",
+                "950|claimed|by w0-g1 token 8",
+            ]),
+        );
+        // Same worker name as a prefix of another: w0-g10 must not count for w0-g1.
+        h.insert(
+            "d".to_string(),
+            history(&["5000|lease_expired|from w0-g10 token 4"]),
+        );
+        let hs = Histories(h);
+        let r = hs.recovery("w0-g1", 1000);
+        assert_eq!(r.held, 2);
+        assert_eq!(r.reaped_ms, Some(3500));
+        assert_eq!(r.recovered_ms, Some(3500));
+        assert_eq!(hs.lease_losses("b"), 1);
+        assert_eq!(hs.recovery("w9", 0).held, 0);
+    }
+
+    #[test]
+    fn a_held_task_never_claimed_again_is_not_recovered() {
+        let mut h = HashMap::new();
+        h.insert(
+            "a".to_string(),
+            history(&["3900|lease_expired|from w0-g1 token 7"]),
+        );
+        let r = Histories(h).recovery("w0-g1", 1000);
+        assert_eq!((r.held, r.recovered_ms), (1, None));
     }
 }
