@@ -217,6 +217,9 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         ("REPOLL_SIM_LATENCY_MS", "20".into()),
         ("REPOLL_SIM_LATENCY_JITTER_MS", "80".into()),
         ("REPOLL_SIM_SEED", seed.to_string()),
+        // Per-key counters for every query of the run (the simulator forgets the oldest keys
+        // past its cap, and the completed-twice count reads them).
+        ("REPOLL_SIM_MAX_KEYS", "100000".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
