@@ -54,11 +54,22 @@ pub async fn check_redis() -> Result<RedisStatus, ServerFnError> {
 }
 
 /// Live panel with a refresh button. Rendered on the server with the first answer, then
-/// refetched from the browser on each click.
+/// refetched from the browser on each click. `me` is the page's session: signed out, the
+/// panel asks nothing (the server function would only refuse) and shows nothing.
 #[component]
-pub fn RedisStatusPanel() -> impl IntoView {
+pub fn RedisStatusPanel(
+    me: Resource<Result<Option<crate::auth::Me>, ServerFnError>>,
+) -> impl IntoView {
     let checks = RwSignal::new(0u32);
-    let status = Resource::new(move || checks.get(), |_| check_redis());
+    let status = Resource::new(
+        move || checks.get(),
+        move |_| async move {
+            if !matches!(me.await, Ok(Some(_))) {
+                return Ok(None);
+            }
+            check_redis().await.map(Some)
+        },
+    );
     view! {
         <section class="panel redis-status" data-testid="redis-status">
             <h2>"Redis"</h2>
@@ -67,7 +78,8 @@ pub fn RedisStatusPanel() -> impl IntoView {
                     status
                         .get()
                         .map(|answer| match answer {
-                            Ok(s) => {
+                            Ok(None) => view! { <p class="muted">"Sign in to see Redis."</p> }.into_any(),
+                            Ok(Some(s)) => {
                                 view! {
                                     <p class="ok" data-testid="redis-ok">
                                         {format!(

@@ -32,9 +32,19 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
             Ok(view.id)
         }
         // The user's mistake: a 4xx with the reason (a bare server-function error is a 500).
+        // A plain form post (no JavaScript, `Accept: text/html`) keeps Leptos's redirect back
+        // to the form, which shows the reason; a status would stop the browser there.
         Err(QueryError::Invalid(msg)) => {
-            if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
-                response.set_status(http::StatusCode::UNPROCESSABLE_ENTITY);
+            let accepts_html = use_context::<http::request::Parts>().is_some_and(|p| {
+                p.headers
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("text/html"))
+            });
+            if !accepts_html {
+                if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+                    response.set_status(http::StatusCode::UNPROCESSABLE_ENTITY);
+                }
             }
             Err(ServerFnError::new(msg))
         }

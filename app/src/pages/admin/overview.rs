@@ -89,7 +89,7 @@ pub fn OverviewPage() -> impl IntoView {
         <AdminFrame me>
             <OverviewBody data action />
         </AdminFrame>
-        <RedisStatusPanel />
+        <RedisStatusPanel me />
     }
 }
 
