@@ -172,6 +172,18 @@ async fn killed_worker_tasks_are_finished_by_another_exactly_once() {
     env.redis.stop().await;
 }
 
+/// A worker process killed (SIGKILL, even when stopped) if the test fails before it exits.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -243,18 +255,20 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     let lease_ms = 1_500;
     let answer_ms = 4_000;
     let metrics_port = free_port();
-    let mut a = worker_command(&env, lease_ms, 1_000)
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!(
-                "http://127.0.0.1:{}/api/query?q={{key}}&latency={answer_ms}&payload=late",
-                env.sim_port
-            ),
-        )
-        .env("REPOLL_WORKER_ID", "late-a")
-        .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
-        .spawn()
-        .expect("spawn worker A");
+    let mut a = Reaped(
+        worker_command(&env, lease_ms, 1_000)
+            .env(
+                "REPOLL_UPSTREAM_URL",
+                format!(
+                    "http://127.0.0.1:{}/api/query?q={{key}}&latency={answer_ms}&payload=late",
+                    env.sim_port
+                ),
+            )
+            .env("REPOLL_WORKER_ID", "late-a")
+            .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+            .spawn()
+            .expect("spawn worker A"),
+    );
     wait_for(
         "worker A's calls to reach the upstream",
         Duration::from_secs(20),
@@ -263,7 +277,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         },
     )
     .await;
-    signal(&a, "STOP");
+    signal(&a.0, "STOP");
     // Stopped mid-call: both tasks still leased by A, nothing written by it.
     for id in &ids {
         let t = env.queue.get(id).await.unwrap().and_then(|d| d.task);
@@ -275,10 +289,12 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         );
     }
 
-    let mut b = worker_command(&env, lease_ms, 1_000)
-        .env("REPOLL_WORKER_ID", "late-b")
-        .spawn()
-        .expect("spawn worker B");
+    let mut b = Reaped(
+        worker_command(&env, lease_ms, 1_000)
+            .env("REPOLL_WORKER_ID", "late-b")
+            .spawn()
+            .expect("spawn worker B"),
+    );
     let q = env.queue.clone();
     wait_for(
         "B to finish both tasks",
@@ -309,7 +325,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         },
     )
     .await;
-    signal(&a, "CONT");
+    signal(&a.0, "CONT");
     wait_for(
         "A to find both its leases lost",
         Duration::from_secs(30),
@@ -317,10 +333,10 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     )
     .await;
 
-    terminate(&a);
-    assert!(a.wait().unwrap().success(), "worker A exits 0");
-    terminate(&b);
-    assert!(b.wait().unwrap().success(), "worker B exits 0");
+    terminate(&a.0);
+    assert!(a.0.wait().unwrap().success(), "worker A exits 0");
+    terminate(&b.0);
+    assert!(b.0.wait().unwrap().success(), "worker B exits 0");
 
     // B's results stand; A's final answer (payload "late") was not stored.
     let s = env.queue.stats().await.unwrap();
