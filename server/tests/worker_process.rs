@@ -1,6 +1,7 @@
 //! `repoll worker` as a real process against a private redis-server and the simulator over
 //! HTTP: a SIGKILLed worker's tasks are finished by another worker after the lease, none is
-//! lost or completed twice; SIGTERM releases in-flight leases and exits 0.
+//! lost or completed twice; a SIGSTOPped worker that wakes up after another finished its tasks
+//! writes nothing; SIGTERM releases in-flight leases and exits 0.
 
 use std::{
     path::PathBuf,
@@ -52,8 +53,14 @@ async fn setup(name: &str, sim: sim::SimArgs) -> Env {
 }
 
 fn spawn_worker(env: &Env, lease_ms: u64, grace_ms: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .arg("worker")
+    worker_command(env, lease_ms, grace_ms)
+        .spawn()
+        .expect("spawn repoll worker")
+}
+
+fn worker_command(env: &Env, lease_ms: u64, grace_ms: u64) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("worker")
         .env("REDIS_URL", env.redis.url())
         .env("REPOLL_QUEUE", &env.name)
         .env(
@@ -67,9 +74,8 @@ fn spawn_worker(env: &Env, lease_ms: u64, grace_ms: u64) -> Child {
         .env("REPOLL_UPSTREAM_TIMEOUT_MS", "10000")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn repoll worker")
+        .stderr(Stdio::inherit());
+    cmd
 }
 
 async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
@@ -166,6 +172,220 @@ async fn killed_worker_tasks_are_finished_by_another_exactly_once() {
     env.redis.stop().await;
 }
 
+/// A worker process killed (SIGKILL, even when stopped) if the test fails before it exits.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+async fn sim_key(env: &Env, key: &str) -> sim::state::KeyDetail {
+    reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{}/_sim/key", env.sim_port))
+        .query(&[("q", key)])
+        .send()
+        .await
+        .expect("sim key")
+        .json()
+        .await
+        .expect("sim key json")
+}
+
+/// The value of an unlabelled counter on a worker's `/metrics` page (0 while it is absent).
+async fn counter(port: u16, name: &str) -> Option<f64> {
+    let page = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let value = page
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(Some(0.0), |v| v.trim().parse().ok());
+    value
+}
+
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// README: "a late worker can never overwrite a newer one's work". Worker A (a real process)
+/// claims two tasks and calls the upstream, which takes 4 s to answer A; A is SIGSTOPped
+/// mid-call, so it cannot renew its 1.5 s leases either. Worker B reaps the expired leases,
+/// claims and completes both. Only then is A continued, with the upstream's answers waiting
+/// for it: a final one (marked `payload=late`) for one task, a "processing" one for the
+/// other. A must write nothing: both outcomes are refused by the fencing token (counted in
+/// `repoll_stale_tokens_total`), B's results stand, each history has exactly one
+/// `completed` (B's), and no task record comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_worker_cannot_overwrite_the_newer_result() {
+    let env = setup("wplate", sim::SimArgs::default()).await;
+    // Done at the first call: A's late answer is final too, so only B's `done` may be stored.
+    let final_key = "late-final polls=0";
+    // Done 500 ms after the first call: A (the first call) hears "processing", B hears done.
+    let partial_key = "late-partial ms=500";
+    let mut ids = Vec::new();
+    for key in [final_key, partial_key] {
+        match env
+            .queue
+            .enqueue(key, "", &queue::EnqueuePolicy::default())
+            .await
+            .unwrap()
+        {
+            queue::Enqueued::Created(t) => ids.push(t.id),
+            other => panic!("expected a new task, got {other:?}"),
+        }
+    }
+    let lease_ms = 1_500;
+    let answer_ms = 4_000;
+    let metrics_port = free_port();
+    let mut a = Reaped(
+        worker_command(&env, lease_ms, 1_000)
+            .env(
+                "REPOLL_UPSTREAM_URL",
+                format!(
+                    "http://127.0.0.1:{}/api/query?q={{key}}&latency={answer_ms}&payload=late",
+                    env.sim_port
+                ),
+            )
+            .env("REPOLL_WORKER_ID", "late-a")
+            .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics_port}"))
+            .spawn()
+            .expect("spawn worker A"),
+    );
+    wait_for(
+        "worker A's calls to reach the upstream",
+        Duration::from_secs(20),
+        async || {
+            sim_key(&env, final_key).await.calls >= 1 && sim_key(&env, partial_key).await.calls >= 1
+        },
+    )
+    .await;
+    signal(&a.0, "STOP");
+    // Stopped mid-call: both tasks still leased by A, nothing written by it.
+    for id in &ids {
+        let t = env.queue.get(id).await.unwrap().and_then(|d| d.task);
+        let t = t.expect("task record");
+        assert_eq!(
+            (t.state, t.worker.as_deref()),
+            (queue::TaskState::Leased, Some("late-a")),
+            "A was stopped before its {answer_ms} ms calls returned: {t:?}"
+        );
+    }
+
+    let mut b = Reaped(
+        worker_command(&env, lease_ms, 1_000)
+            .env("REPOLL_WORKER_ID", "late-b")
+            .spawn()
+            .expect("spawn worker B"),
+    );
+    let q = env.queue.clone();
+    wait_for(
+        "B to finish both tasks",
+        Duration::from_secs(60),
+        async || {
+            q.stats()
+                .await
+                .map(|s| s.results == 2 && s.leased == 0 && s.ready + s.waiting + s.retrying == 0)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    // The upstream has answered A (into its socket) by now; then A runs again.
+    let first_calls: Vec<i64> = [
+        sim_key(&env, final_key).await,
+        sim_key(&env, partial_key).await,
+    ]
+    .iter()
+    .map(|k| k.call_ms[0])
+    .collect();
+    wait_for(
+        "the upstream's answers to A",
+        Duration::from_secs(20),
+        async || {
+            first_calls
+                .iter()
+                .all(|&c| epoch_ms() > c + answer_ms as i64 + 200)
+        },
+    )
+    .await;
+    signal(&a.0, "CONT");
+    wait_for(
+        "A to find both its leases lost",
+        Duration::from_secs(30),
+        async || counter(metrics_port, "repoll_stale_tokens_total").await == Some(2.0),
+    )
+    .await;
+
+    terminate(&a.0);
+    assert!(a.0.wait().unwrap().success(), "worker A exits 0");
+    terminate(&b.0);
+    assert!(b.0.wait().unwrap().success(), "worker B exits 0");
+
+    // B's results stand; A's final answer (payload "late") was not stored.
+    let s = env.queue.stats().await.unwrap();
+    assert_eq!(
+        (
+            s.results,
+            s.dead,
+            s.leased,
+            s.ready + s.waiting + s.retrying
+        ),
+        (2, 0, 0, 0),
+        "{s:?}"
+    );
+    for id in &ids {
+        let d = env.queue.get(id).await.unwrap().expect("detail");
+        assert!(d.task.is_none(), "no task record came back: {:?}", d.task);
+        let r = d.result.expect("result");
+        let data: serde_json::Value = serde_json::from_str(&r.data).unwrap();
+        assert_eq!(data["progress"], 1.0, "{data}");
+        assert!(
+            data.get("payload").is_none(),
+            "A's answer was stored: {data}"
+        );
+        let h: Vec<_> = d.history.iter().rev().collect();
+        let kinds: Vec<_> = h.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "enqueued",
+                "claimed",
+                "lease_expired",
+                "claimed",
+                "completed"
+            ],
+            "{h:?}"
+        );
+        assert!(h[1].detail.contains("by late-a"), "{h:?}");
+        assert!(h[2].detail.contains("from late-a"), "{h:?}");
+        assert!(h[4].detail.contains("by late-b"), "{h:?}");
+    }
+    // The upstream's view: A's call and B's for each key. Only the final key answered A
+    // `done` (refused); the other answered A "processing" and B `done`.
+    let k = sim_key(&env, final_key).await;
+    assert_eq!((k.calls, k.done), (2, 2), "{k:?}");
+    let k = sim_key(&env, partial_key).await;
+    assert_eq!((k.calls, k.done), (2, 1), "exactly one done: {k:?}");
+    env.redis.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_in_flight_leases_and_exits_zero_within_grace() {
     let env = setup(
@@ -205,6 +425,15 @@ async fn sigterm_releases_in_flight_leases_and_exits_zero_within_grace() {
     assert_eq!(s.leased, 0, "no lease left behind");
     assert_eq!(s.ready, 5, "released tasks are due now: {s:?}");
     env.redis.stop().await;
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([format!("-{sig}"), child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig}");
 }
 
 fn terminate(child: &Child) {

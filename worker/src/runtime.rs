@@ -106,6 +106,8 @@ pub struct WorkerReport {
     pub retried: u64,
     pub dead: u64,
     pub stale: u64,
+    /// Lease renewals of long calls (each one moved the lease deadline).
+    pub renewed: u64,
     /// Leases given back on shutdown.
     pub released: u64,
 }
@@ -127,6 +129,7 @@ pub(crate) struct Counters {
     pub retried: AtomicU64,
     pub dead: AtomicU64,
     pub stale: AtomicU64,
+    pub renewed: AtomicU64,
 }
 
 /// What the claim loop, the tasks and the upkeep loops share.
@@ -365,6 +368,7 @@ impl Worker {
             retried: c.retried.load(Ordering::Relaxed),
             dead: c.dead.load(Ordering::Relaxed),
             stale: c.stale.load(Ordering::Relaxed),
+            renewed: c.renewed.load(Ordering::Relaxed),
             released,
         };
         tracing::info!(?report, "worker stopped");

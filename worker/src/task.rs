@@ -159,7 +159,10 @@ async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, Upst
         tokio::select! {
             r = &mut call => return Some(r),
             _ = tick.tick() => match ctx.queue.renew(&c.id, c.token, ctx.lease_ms).await {
-                Ok(_) => metrics::counter!(m::LEASE_RENEWALS).increment(1),
+                Ok(_) => {
+                    metrics::counter!(m::LEASE_RENEWALS).increment(1);
+                    ctx.counters.renewed.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(QueueError::StaleToken) | Err(QueueError::NotFound) => {
                     stale(c, "renew");
                     return None;

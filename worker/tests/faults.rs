@@ -96,13 +96,55 @@ async fn retry_after_is_honoured() {
     assert_eq!(k.done, 1);
     let gaps: Vec<i64> = k.call_ms.windows(2).map(|w| w[1] - w[0]).collect();
     println!("gaps between polls (ms): {gaps:?} (429, 429, processing, done)");
+    // The upstream's view: no call came back before Retry-After allowed it (a lower bound the
+    // queue enforces: a task is not due before its time).
     assert!(
         gaps[0] >= 995 && gaps[1] >= 995,
         "Retry-After not honoured: {gaps:?}"
     );
+    // The decisions, from the history (Redis time): both 429s were retried after the 1 s
+    // Retry-After, longer than any backoff the policy could pick (at most 200 ms); then the
+    // processing answer was followed by the poll policy's 20 ms (± 10 % jitter), not by
+    // another Retry-After.
+    let d = q.get(&id_of(key)).await.expect("get").expect("detail");
+    let h: Vec<_> = d.history.iter().rev().collect();
+    let kinds: Vec<_> = h.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "enqueued",
+            "claimed",
+            "error",
+            "claimed",
+            "error",
+            "claimed",
+            "polled",
+            "claimed",
+            "completed"
+        ],
+        "{h:?}"
+    );
+    let next_at = |detail: &str, marker: &str| -> i64 {
+        let tail = detail
+            .split(marker)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no '{marker}' in {detail}"));
+        let digits: String = tail.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().expect("a time")
+    };
+    for e in [h[2], h[4]] {
+        assert!(e.detail.contains("429"), "{e:?}");
+        let delay = next_at(&e.detail, "retry at ") - e.at_ms;
+        assert_eq!(
+            delay, 1_000,
+            "retried after Retry-After, not the backoff: {e:?}"
+        );
+    }
+    let delay = next_at(&h[6].detail, "next poll at ") - h[6].at_ms;
     assert!(
-        gaps[2] < 900,
-        "after the 429s the poll policy applies again: {gaps:?}"
+        (18..=22).contains(&delay),
+        "after the 429s the poll policy applies again: next poll {delay} ms later: {:?}",
+        h[6]
     );
     let r = q.result_by_id(&id_of(key)).await.expect("read");
     assert!(r.is_some());
