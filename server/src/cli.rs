@@ -36,7 +36,7 @@ pub enum Command {
 }
 
 /// Where Redis is and which queue to use.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct RedisArgs {
     /// Redis to use, e.g. redis://127.0.0.1:6379/0. When unset, `repoll serve` starts and
     /// manages its own local redis-server (see --managed-redis-*).
@@ -61,6 +61,12 @@ pub struct RedisArgs {
     #[arg(long, env = "REPOLL_MANAGED_REDIS_DIR", default_value = "data/redis")]
     pub managed_redis_dir: PathBuf,
 
+    /// Password of the managed local Redis (only without REDIS_URL); a random one when unset.
+    /// Prefer the environment variable or the config file: a command line is visible to
+    /// every local user.
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_PASSWORD", hide_env_values = true)]
+    pub managed_redis_password: Option<String>,
+
     /// The redis-server executable used for the managed local Redis.
     #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
     pub redis_server_bin: PathBuf,
@@ -72,6 +78,26 @@ pub struct RedisArgs {
     /// Lease expiries after which a task is dead as "poison" (0 = never).
     #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = 3)]
     pub max_lease_losses: u32,
+}
+
+impl std::fmt::Debug for RedisArgs {
+    /// Passwords (in REDIS_URL, of the managed Redis) never reach a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisArgs")
+            .field("redis_url", &self.redis_url.as_deref().map(crate::serve::redact))
+            .field("redis_cluster", &self.redis_cluster)
+            .field("queue", &self.queue)
+            .field("managed_redis_port", &self.managed_redis_port)
+            .field("managed_redis_dir", &self.managed_redis_dir)
+            .field(
+                "managed_redis_password",
+                &self.managed_redis_password.as_ref().map(|_| "***"),
+            )
+            .field("redis_server_bin", &self.redis_server_bin)
+            .field("result_ttl_ms", &self.result_ttl_ms)
+            .field("max_lease_losses", &self.max_lease_losses)
+            .finish()
+    }
 }
 
 impl RedisArgs {
