@@ -84,7 +84,10 @@ impl std::fmt::Debug for RedisArgs {
     /// Passwords (in REDIS_URL, of the managed Redis) never reach a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisArgs")
-            .field("redis_url", &self.redis_url.as_deref().map(crate::serve::redact))
+            .field(
+                "redis_url",
+                &self.redis_url.as_deref().map(crate::serve::redact),
+            )
             .field("redis_cluster", &self.redis_cluster)
             .field("queue", &self.queue)
             .field("managed_redis_port", &self.managed_redis_port)

@@ -265,10 +265,7 @@ impl ManagedRedis {
             lock_fd: lock.as_raw_fd(),
         };
         let mut child = spawner.spawn()?;
-        let url = format!(
-            "redis://:{}@127.0.0.1:{port}/0",
-            percent_encode(&password)
-        );
+        let url = format!("redis://:{}@127.0.0.1:{port}/0", percent_encode(&password));
         let redacted = format!("redis://:***@127.0.0.1:{port}/0");
         let log_name = log.display().to_string();
         let limit = Duration::from_secs(10);
@@ -460,12 +457,15 @@ async fn lock_dir(dir: &Path) -> Result<File, ManagedRedisError> {
 /// holds no lock, such as the orphan of a repoll from before the lock existed.
 #[cfg(target_os = "linux")]
 fn redis_server_in(dir: &Path) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
-        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
-        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
-        (cwd == dir && comm.contains("redis")).then_some(pid)
-    })
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            (cwd == dir && comm.contains("redis")).then_some(pid)
+        })
 }
 
 #[cfg(not(target_os = "linux"))]

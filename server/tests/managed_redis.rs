@@ -89,7 +89,10 @@ async fn requires_its_password_which_is_kept_off_the_command_line_and_out_of_log
     assert!(password.bytes().all(|b| b.is_ascii_hexdigit()));
 
     let reply = unauthenticated_ping(port);
-    assert!(reply.starts_with("-NOAUTH"), "unauthenticated PING: {reply:?}");
+    assert!(
+        reply.starts_with("-NOAUTH"),
+        "unauthenticated PING: {reply:?}"
+    );
     assert_eq!(ping(redis.url()).await.unwrap(), "PONG");
 
     let config = dir.path().join(CONFIG_FILE);
@@ -102,7 +105,10 @@ async fn requires_its_password_which_is_kept_off_the_command_line_and_out_of_log
     let pid = redis.pid().expect("child pid");
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-    assert!(!cmdline.contains(&password), "password in the process title: {cmdline}");
+    assert!(
+        !cmdline.contains(&password),
+        "password in the process title: {cmdline}"
+    );
 
     assert!(!redis.redacted_url().contains(&password));
     assert!(!format!("{redis:?}").contains(&password));
@@ -175,24 +181,43 @@ async fn a_redis_server_left_running_in_the_dir_is_refused() {
         .unwrap()
         .port();
     // An orphan of an older repoll: no lock file, just a redis-server on the directory.
-    let mut stray = Command::new(REDIS)
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string(), "--save", ""])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let stray = KillOnDrop(
+        Command::new(REDIS)
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--save",
+                "",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while ping(&format!("redis://127.0.0.1:{port}/0")).await.is_err() {
-        assert!(Instant::now() < deadline, "stray redis-server did not start");
+        assert!(
+            Instant::now() < deadline,
+            "stray redis-server did not start"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let err = ManagedRedis::start(REDIS.as_ref(), dir.path(), 0).await;
-    let _ = stray.kill();
-    let _ = stray.wait();
-    match err {
-        Err(ManagedRedisError::InUse { pid, .. }) => assert_eq!(pid, stray.id()),
+    match ManagedRedis::start(REDIS.as_ref(), dir.path(), 0).await {
+        Err(ManagedRedisError::InUse { pid, .. }) => assert_eq!(pid, stray.0.id()),
         other => panic!("expected InUse, got {other:?}"),
+    }
+}
+
+/// A child process killed (and reaped) even when the test fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -223,7 +248,12 @@ fn abort_parent_role() {
 async fn the_child_dies_when_its_parent_aborts() {
     let dir = tempdir::Dir::new();
     let mut parent = Command::new(std::env::current_exe().unwrap())
-        .args(["abort_parent_role", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "abort_parent_role",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(ABORT_PARENT_DIR, dir.path())
         .stdout(Stdio::piped())
         .spawn()
