@@ -13,7 +13,10 @@ const port = Number(process.env.E2E_PORT ?? 3117);
 export const redisPort = Number(process.env.E2E_REDIS_PORT ?? 6417);
 export const simPort = Number(process.env.E2E_SIM_PORT ?? 9117);
 export const adminPassword = "e2e-admin-password";
-process.env.E2E_REDIS_URL = `redis://127.0.0.1:${redisPort}/0`;
+// The managed Redis always has a password (a random one unless given); the tests read Redis
+// directly, so they give it one.
+const redisPassword = "e2e-redis-password";
+process.env.E2E_REDIS_URL = `redis://:${redisPassword}@127.0.0.1:${redisPort}/0`;
 process.env.E2E_SIM_URL = `http://127.0.0.1:${simPort}`;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "repoll-e2e-"));
 const root = path.resolve(__dirname, "..");
@@ -62,6 +65,7 @@ export default defineConfig({
       RUST_LOG: "info",
       REDIS_URL: "",
       REPOLL_MANAGED_REDIS_PORT: String(redisPort),
+      REPOLL_MANAGED_REDIS_PASSWORD: redisPassword,
       REPOLL_SIM_ADDR: `127.0.0.1:${simPort}`,
       REPOLL_UPSTREAM_URL: `http://127.0.0.1:${simPort}/api/query?q={key}`,
       REPOLL_POLL_INTERVAL_MS: "250",

@@ -62,6 +62,12 @@ pub struct RedisArgs {
     #[arg(long, env = "REPOLL_MANAGED_REDIS_DIR", default_value = "data/redis")]
     pub managed_redis_dir: PathBuf,
 
+    /// Password of the managed local Redis (only without REDIS_URL); a random one when unset.
+    /// Prefer the environment variable or the config file: a command line is visible to
+    /// every local user.
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_PASSWORD", hide_env_values = true)]
+    pub managed_redis_password: Option<String>,
+
     /// The redis-server executable used for the managed local Redis.
     #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
     pub redis_server_bin: PathBuf,
@@ -76,7 +82,7 @@ pub struct RedisArgs {
 }
 
 impl std::fmt::Debug for RedisArgs {
-    /// The URL only with its password hidden.
+    /// Passwords (in REDIS_URL, of the managed Redis) never reach a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisArgs")
             .field(
@@ -87,6 +93,10 @@ impl std::fmt::Debug for RedisArgs {
             .field("queue", &self.queue)
             .field("managed_redis_port", &self.managed_redis_port)
             .field("managed_redis_dir", &self.managed_redis_dir)
+            .field(
+                "managed_redis_password",
+                &self.managed_redis_password.as_ref().map(|_| "***"),
+            )
             .field("redis_server_bin", &self.redis_server_bin)
             .field("result_ttl_ms", &self.result_ttl_ms)
             .field("max_lease_losses", &self.max_lease_losses)

@@ -376,6 +376,9 @@ mod tests {
             admin_password = "admin-pw-456"
             viewer_password_hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$viewer-hash-789"
             metrics_token = "metrics-tok-000"
+            managed_redis_password = "managed-pw-111"
+            [upstream]
+            headers = ["Authorization: Bearer upstream-tok-222"]
             "#;
         let mut cmd = with_defaults_from_str(Cli::command(), Path::new("s.toml"), file).unwrap();
         for sub in ["serve", "worker"] {
@@ -409,6 +412,8 @@ mod tests {
             "REPOLL_VIEWER_PASSWORD",
             "REPOLL_VIEWER_PASSWORD_HASH",
             "REPOLL_METRICS_TOKEN",
+            "REPOLL_MANAGED_REDIS_PASSWORD",
+            "REPOLL_UPSTREAM_HEADERS",
         ] {
             let arg = serve
                 .get_arguments()

@@ -56,10 +56,11 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
             ))
         }
         _ => Some(
-            ManagedRedis::start(
+            ManagedRedis::start_with_password(
                 &args.redis.redis_server_bin,
                 &args.redis.managed_redis_dir,
                 args.redis.managed_redis_port,
+                args.redis.managed_redis_password.as_deref(),
             )
             .await?,
         ),

@@ -121,8 +121,7 @@ async fn missing_redis_server_binary_gives_install_instructions() {
     let dir = tempdir::Dir::new();
     let err = ManagedRedis::start("/nonexistent/redis-server".as_ref(), dir.path(), 0)
         .await
-        .err()
-        .expect("start fails");
+        .expect_err("start fails");
     let msg = err.to_string();
     assert!(msg.contains("apt-get install -y redis-server"), "{msg}");
     assert!(msg.contains("REDIS_URL"), "{msg}");
