@@ -16,7 +16,7 @@ export const adminPassword = "e2e-admin-password";
 // The managed Redis always has a password (a random one unless given); the tests read Redis
 // directly, so they give it one.
 const redisPassword = "e2e-redis-password";
-process.env.E2E_REDIS_URL = `redis://:${redisPassword}@127.0.0.1:${redisPort}/0`;
+process.env.E2E_REDIS_URL = `redis://default:${redisPassword}@127.0.0.1:${redisPort}/0`;
 process.env.E2E_SIM_URL = `http://127.0.0.1:${simPort}`;
 const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "repoll-e2e-"));
 const root = path.resolve(__dirname, "..");

@@ -69,7 +69,7 @@ async function apiStatus(request: APIRequestContext, id: string): Promise<{ stat
 }
 
 function redis(...args: string[]): string {
-  return execFileSync("redis-cli", ["-u", redisUrl, ...args]).toString().trim();
+  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl, ...args]).toString().trim();
 }
 
 /** Waits for the live stream: proves the page hydrated and /admin/events is open. */
