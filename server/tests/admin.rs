@@ -986,6 +986,7 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
 
     let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 31]).await.ok().unwrap();
     let mut seen = 0;
+    let mut bodies = String::new();
     for path in [
         "/admin".to_string(),
         "/admin/tasks".to_string(),
@@ -1014,29 +1015,14 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
             "{path} renders upstream text as markup"
         );
         seen += page.body.matches("&lt;img src=x onerror=alert(").count();
+        bodies.push_str(&page.body);
     }
     // Not vacuous: the hostile texts are on the pages, escaped (query, partial, result, error).
     for n in 1..=4 {
-        let needle = format!("onerror=alert({n})");
-        let mut found = false;
-        for path in [
-            format!("/admin/tasks/{waiting}"),
-            format!("/admin/tasks/{done}"),
-            format!("/admin/tasks/{dead}"),
-        ] {
-            let page = send(
-                r,
-                "GET",
-                &path,
-                String::new(),
-                Some(&cookie),
-                &[("accept", "text/html")],
-                [10, 0, 0, 31],
-            )
-            .await;
-            found |= page.body.contains(&needle);
-        }
-        assert!(found, "text {n} is shown somewhere");
+        assert!(
+            bodies.contains(&format!("onerror=alert({n})")),
+            "text {n} is shown somewhere"
+        );
     }
     assert!(seen >= 3, "escaped tags seen: {seen}");
     env.redis.stop().await;

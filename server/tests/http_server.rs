@@ -80,48 +80,59 @@ fn time_to_close(mut s: TcpStream) -> Duration {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_half_sent_request_is_cut_at_the_header_timeout() {
+/// On a server with a 500 ms header timeout: sends `bytes` on a new connection, reads the
+/// one answer when `answered`, then waits for the server to close; how long that took.
+async fn closed_after(bytes: &'static [u8], answered: bool) -> Duration {
     let r = start(ConnLimits {
         max_connections: 64,
         header_timeout: Duration::from_millis(500),
     })
     .await;
     let addr = r.addr;
-    let closed = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
-            .unwrap();
-        // The rest of the head never comes: the server must close, not wait forever.
+        s.write_all(bytes).unwrap();
+        if answered {
+            let mut buf = [0u8; 512];
+            let n = s.read(&mut buf).unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        }
         time_to_close(s)
     })
     .await
-    .unwrap();
-    // Without the timeout the read would run into its own 30 s limit.
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_half_sent_request_is_cut_at_the_header_timeout() {
+    // The rest of the head never comes: the server must close, not wait forever (without the
+    // timeout the read would run into its own 30 s limit).
+    let closed = closed_after(b"GET /healthz HTTP/1.1\r\nhost: x\r\n", false).await;
     assert!(closed < Duration::from_secs(25), "closed after {closed:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_kept_alive_connection_is_closed() {
-    let r = start(ConnLimits {
-        max_connections: 64,
-        header_timeout: Duration::from_millis(500),
-    })
-    .await;
-    let addr = r.addr;
-    let closed = tokio::task::spawn_blocking(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-            .unwrap();
-        // Read the one answer, then stay idle on the kept-alive connection.
-        let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-        time_to_close(s)
+    // One answer, then idle on the kept-alive connection.
+    let closed = closed_after(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n", true).await;
+    assert!(closed < Duration::from_secs(25), "closed after {closed:?}");
+}
+
+/// Asks `/healthz` on fresh connections until an answer starts with `prefix` (10 s at most);
+/// the last answer.
+async fn healthz_until(addr: SocketAddr, prefix: &'static str) -> String {
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = get_text(addr, "/healthz").unwrap_or_default();
+            if answer.starts_with(prefix) || Instant::now() > deadline {
+                return answer;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     })
     .await
-    .unwrap();
-    assert!(closed < Duration::from_secs(25), "closed after {closed:?}");
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -141,37 +152,15 @@ async fn over_the_cap_a_connection_gets_a_json_503_and_others_go_on_after() {
             s
         })
         .collect();
-    // Wait until the server has taken both (their handlers are running).
-    let third = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let answer = get_text(addr, "/healthz").unwrap_or_default();
-            if answer.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
-                return answer;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })
-    .await
-    .unwrap();
+    // Once the server has taken both (their handlers are running), the next is refused.
+    let third = healthz_until(addr, "HTTP/1.1 503").await;
     assert!(third.starts_with("HTTP/1.1 503"), "{third}");
     assert!(third.contains("application/json"), "{third}");
     assert!(third.contains(r#""code":"overloaded""#), "{third}");
     assert!(r.stats.refused.load(std::sync::atomic::Ordering::Relaxed) >= 1);
     // Places come back when connections end.
     drop(held);
-    let after = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let answer = get_text(addr, "/healthz").unwrap_or_default();
-            if answer.starts_with("HTTP/1.1 200") || Instant::now() > deadline {
-                return answer;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })
-    .await
-    .unwrap();
+    let after = healthz_until(addr, "HTTP/1.1 200").await;
     assert!(after.starts_with("HTTP/1.1 200"), "{after}");
 }
 
