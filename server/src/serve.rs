@@ -76,6 +76,28 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
     outcome
 }
 
+/// How long a starting process waits for Redis to answer before it gives up.
+pub const START_WAIT: Duration = Duration::from_secs(30);
+
+/// Whether a connection error can pass by itself (Redis down, restarting, loading its data,
+/// a cluster electing), as opposed to a wrong URL or password, which waiting cannot fix.
+fn worth_waiting(e: &queue::redis::RedisError) -> bool {
+    use queue::redis::{ErrorKind, ServerErrorKind};
+    e.is_connection_refusal()
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || matches!(
+            e.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+            )
+        )
+}
+
 /// Opens the queue on `url` (a cluster's seeds with --redis-cluster), with passwords hidden
 /// in any error.
 pub async fn open_queue(redis: &RedisArgs, url: &str) -> Result<queue::Queue, ServeError> {
@@ -88,16 +110,33 @@ pub async fn open_queue_with_timeout(
     url: &str,
     response_timeout: Duration,
 ) -> Result<queue::Queue, ServeError> {
-    let cfg = redis.queue_config();
-    let opened = if redis.redis_cluster {
-        queue::Queue::connect_cluster_with_timeout(
-            &RedisArgs::seed_urls(url),
-            cfg,
-            response_timeout,
-        )
-        .await
-    } else {
-        queue::Queue::connect_with_timeout(url, cfg, response_timeout).await
+    // A Redis that is restarting (refusing connections, or answering LOADING while it replays
+    // its append-only file) is waited for, up to START_WAIT: a worker process started at that
+    // moment (by a supervisor, after a crash) should not exit and need another restart.
+    let started = std::time::Instant::now();
+    let mut delay = Duration::from_millis(100);
+    let opened = loop {
+        let cfg = redis.queue_config();
+        let attempt = if redis.redis_cluster {
+            queue::Queue::connect_cluster_with_timeout(
+                &RedisArgs::seed_urls(url),
+                cfg,
+                response_timeout,
+            )
+            .await
+        } else {
+            queue::Queue::connect_with_timeout(url, cfg, response_timeout).await
+        };
+        match attempt {
+            Err(queue::QueueError::Redis(e))
+                if worth_waiting(&e) && started.elapsed() + delay < START_WAIT =>
+            {
+                tracing::warn!(error = %e, ?delay, "Redis not available yet; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => break other,
+        }
     };
     opened.map_err(|source| ServeError::Redis {
         url: RedisArgs::seed_urls(url)

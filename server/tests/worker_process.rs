@@ -444,3 +444,60 @@ fn terminate(child: &Child) {
         .success();
     assert!(ok, "kill -TERM");
 }
+
+/// A worker started while its Redis is down (restarting, replaying its append-only file)
+/// waits for it instead of exiting: under a process supervisor an exit would only mean
+/// another restart, and the chaos run saw workers started mid-restart exit with "LOADING".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_before_its_redis_waits_for_it() {
+    let dir = std::env::temp_dir().join(format!("repoll-wp-early-{}", std::process::id()));
+    let _cleanup = TempDir(dir.clone());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .arg("worker")
+        .env(
+            "REDIS_URL",
+            format!("redis://default:early@127.0.0.1:{port}/0"),
+        )
+        .env("REPOLL_QUEUE", "wpearly")
+        .env("REPOLL_HEARTBEAT_MS", "200")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn repoll worker");
+    // Nothing listens yet: the worker must still be running 10 s later (longer than the
+    // Redis client's own connection retries, ~6 s).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "the worker exited while Redis was down"
+    );
+    let redis =
+        ManagedRedis::start_with_password("redis-server".as_ref(), &dir, port, Some("early"))
+            .await
+            .expect("redis-server");
+    let queue = queue::Queue::connect(
+        redis.url(),
+        queue::QueueConfig {
+            name: "wpearly".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    // It connects and registers (heartbeat) once Redis is there.
+    wait_for(
+        "the worker's heartbeat",
+        Duration::from_secs(30),
+        async || !queue.workers().await.unwrap_or_default().is_empty(),
+    )
+    .await;
+    let _ = worker.kill();
+    let _ = worker.wait();
+    redis.stop().await;
+}
