@@ -172,6 +172,20 @@ async fn send(
     }
 }
 
+/// A page as a browser asks for it (`Accept: text/html`), with an optional session.
+async fn get_page(router: &Router, path: &str, cookie: Option<&str>, ip: [u8; 4]) -> Reply {
+    send(
+        router,
+        "GET",
+        path,
+        String::new(),
+        cookie,
+        &[("accept", "text/html")],
+        ip,
+    )
+    .await
+}
+
 async fn call<S: ServerFn>(
     router: &Router,
     fields: &[(&str, &str)],
@@ -317,16 +331,7 @@ async fn unauthenticated_requests_are_refused_and_change_nothing() {
         "/admin/leases",
         &format!("/admin/tasks/{dead}"),
     ] {
-        let html = send(
-            r,
-            "GET",
-            page,
-            String::new(),
-            None,
-            &[("accept", "text/html")],
-            [10, 0, 0, 1],
-        )
-        .await;
+        let html = get_page(r, page, None, [10, 0, 0, 1]).await;
         assert_eq!(html.status, 303, "{page} redirects");
         assert_eq!(
             html.headers.get("location").unwrap(),
@@ -335,16 +340,7 @@ async fn unauthenticated_requests_are_refused_and_change_nothing() {
         );
         assert!(!html.body.contains("dead one"), "{page} leaks no data");
     }
-    let login = send(
-        r,
-        "GET",
-        "/admin/login",
-        String::new(),
-        None,
-        &[("accept", "text/html")],
-        [10, 0, 0, 1],
-    )
-    .await;
+    let login = get_page(r, "/admin/login", None, [10, 0, 0, 1]).await;
     assert_eq!(login.status, 200);
     unchanged(q, &dead, &leased).await;
     env.redis.stop().await;
@@ -469,44 +465,23 @@ async fn anonymous_admin_pages_are_a_303_to_the_sign_in_page() {
         "/admin/tasks?state=ready",
         "/admin/leases",
     ] {
-        let r = send(
-            &env.router,
-            "GET",
-            path,
-            String::new(),
-            None,
-            &[("accept", "text/html")],
-            [10, 0, 0, 20],
-        )
-        .await;
+        let r = get_page(&env.router, path, None, [10, 0, 0, 20]).await;
         assert_eq!(r.status, 303, "{path}: {}", r.body);
         assert_eq!(r.headers["location"], "/admin/login", "{path}");
         assert!(!r.body.contains("secret-looking"), "{path}");
     }
     // The sign-in page itself is served.
-    let r = send(
-        &env.router,
-        "GET",
-        "/admin/login",
-        String::new(),
-        None,
-        &[("accept", "text/html")],
-        [10, 0, 0, 20],
-    )
-    .await;
+    let r = get_page(&env.router, "/admin/login", None, [10, 0, 0, 20]).await;
     assert_eq!(r.status, 200);
     // Signed in, the page renders.
     let cookie = sign_in(&env.router, VIEWER_PW, [10, 0, 0, 21])
         .await
         .ok()
         .unwrap();
-    let r = send(
+    let r = get_page(
         &env.router,
-        "GET",
         "/admin/tasks?state=ready",
-        String::new(),
         Some(&cookie),
-        &[("accept", "text/html")],
         [10, 0, 0, 21],
     )
     .await;
@@ -635,16 +610,7 @@ async fn redis_facts_and_metrics_are_not_for_anonymous_visitors() {
 #[tokio::test]
 async fn pages_carry_a_nonce_policy_and_their_scripts_the_same_nonce() {
     let env = start().await;
-    let r = send(
-        &env.router,
-        "GET",
-        "/admin/login",
-        String::new(),
-        None,
-        &[("accept", "text/html")],
-        [10, 0, 0, 14],
-    )
-    .await;
+    let r = get_page(&env.router, "/admin/login", None, [10, 0, 0, 14]).await;
     assert_eq!(r.status, 200);
     let csp = r.headers["content-security-policy"]
         .to_str()
@@ -670,16 +636,7 @@ async fn pages_carry_a_nonce_policy_and_their_scripts_the_same_nonce() {
         r.body
     );
     // A second response has another nonce.
-    let again = send(
-        &env.router,
-        "GET",
-        "/admin/login",
-        String::new(),
-        None,
-        &[("accept", "text/html")],
-        [10, 0, 0, 14],
-    )
-    .await;
+    let again = get_page(&env.router, "/admin/login", None, [10, 0, 0, 14]).await;
     assert!(!again.headers["content-security-policy"]
         .to_str()
         .unwrap()
@@ -709,16 +666,7 @@ async fn viewer_sees_everything_and_changes_nothing() {
     assert_eq!(overview.status, 200, "{}", overview.body);
     let listing = call::<ListTasks>(r, &[("state", "dead")], Some(&cookie), &[]).await;
     assert!(listing.body.contains(&dead), "{}", listing.body);
-    let html = send(
-        r,
-        "GET",
-        "/admin",
-        String::new(),
-        Some(&cookie),
-        &[("accept", "text/html")],
-        [10, 0, 0, 6],
-    )
-    .await;
+    let html = get_page(r, "/admin", Some(&cookie), [10, 0, 0, 6]).await;
     assert_eq!(html.status, 200);
     assert!(html.body.contains("read-only"), "the frame says so");
     env.redis.stop().await;
@@ -882,16 +830,7 @@ async fn render_time_with_100k_tasks() {
         let mut times = Vec::new();
         for _ in 0..7 {
             let t = Instant::now();
-            let reply = send(
-                r,
-                "GET",
-                page,
-                String::new(),
-                Some(&cookie),
-                &[("accept", "text/html")],
-                [10, 0, 0, 9],
-            )
-            .await;
+            let reply = get_page(r, page, Some(&cookie), [10, 0, 0, 9]).await;
             times.push(t.elapsed());
             assert_eq!(reply.status, 200, "{page}");
             assert!(reply.body.contains("100000"), "{page} shows the count");
@@ -999,16 +938,7 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
         format!("/admin/tasks/{done}"),
         format!("/admin/tasks/{dead}"),
     ] {
-        let page = send(
-            r,
-            "GET",
-            &path,
-            String::new(),
-            Some(&cookie),
-            &[("accept", "text/html")],
-            [10, 0, 0, 31],
-        )
-        .await;
+        let page = get_page(r, &path, Some(&cookie), [10, 0, 0, 31]).await;
         assert_eq!(page.status, 200, "{path}");
         assert!(
             !page.body.contains("<img src=x"),

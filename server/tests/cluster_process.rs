@@ -59,6 +59,24 @@ async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// A server-function call as a page script makes it, with an optional session cookie.
+async fn post_form(
+    http: &reqwest::Client,
+    url: &str,
+    body: String,
+    session: Option<&str>,
+) -> reqwest::Response {
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("accept", "application/json")
+        .body(body);
+    if let Some(id) = session {
+        req = req.header("cookie", format!("repoll_session={id}"));
+    }
+    req.send().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     let dir = std::env::temp_dir().join(format!("repoll-clp-{}", std::process::id()));
@@ -206,14 +224,9 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     .await;
 
     // An admin signs in (session, sign-in counter) and acts (audit log).
-    let signed = http
-        .post(format!("{base}{}", app::pages::admin::login::SignIn::PATH))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .body(format!("password={}", PASSWORD.replace(' ', "+")))
-        .send()
-        .await
-        .unwrap();
+    let sign_in_url = format!("{base}{}", app::pages::admin::login::SignIn::PATH);
+    let password = format!("password={}", PASSWORD.replace(' ', "+"));
+    let signed = post_form(&http, &sign_in_url, password, None).await;
     assert!(signed.status().is_success(), "{}", signed.status());
     let cookie = signed
         .headers()
@@ -224,25 +237,11 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         .and_then(|v| v.split(';').next())
         .expect("session cookie")
         .to_string();
-    let acted = http
-        .post(format!("{base}{}", app::pages::admin::actions::Act::PATH))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .header("cookie", format!("repoll_session={cookie}"))
-        .body("op=pause")
-        .send()
-        .await
-        .unwrap();
+    let act_url = format!("{base}{}", app::pages::admin::actions::Act::PATH);
+    let acted = post_form(&http, &act_url, "op=pause".into(), Some(&cookie)).await;
     assert!(acted.status().is_success(), "{}", acted.status());
     // A wrong password too, so the sign-in counter exists.
-    let _ = http
-        .post(format!("{base}{}", app::pages::admin::login::SignIn::PATH))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .body("password=wrong")
-        .send()
-        .await
-        .unwrap();
+    post_form(&http, &sign_in_url, "password=wrong".into(), None).await;
 
     // Every key on the slot's owner, in the queue's slot; nothing anywhere else.
     let mut all_keys = Vec::new();
