@@ -1,65 +1,82 @@
--- complete.lua: store final results and remove the tasks, for one or many leases in one call
--- (batching amortises the script call for workers that finish many tasks at once). Each item
--- is refused (nothing written for it) unless it carries the current lease token, so a worker
--- whose lease was lost can never ack.
--- Cost per completed task: HMGET, HSET + PEXPIRE (result), DEL (record), LPUSH (+ deferred
--- "claimed" entry) + PEXPIRE (history), PUBLISH (task channel). Per call: one variadic ZADD
--- (results index), one variadic ZREM (lease), one XADD, the throughput counters and one
--- dashboard PUBLISH carrying every id.
--- KEYS[1] results index zset   KEYS[2] lease zset   KEYS[3] events stream
--- KEYS[4] throughput hash   KEYS[5] throughput minutes zset
--- KEYS[3+3i] task hash i   KEYS[4+3i] history i   KEYS[5+3i] result hash i   (i = 1..n)
--- ARGV[1..5] common   ARGV[6] result_ttl_ms
--- ARGV[3+4i] id i   ARGV[4+4i] token i   ARGV[5+4i] result data i   ARGV[6+4i] latency_ms i
--- Returns {status_1, ..., status_n}: 1 = completed, 0 = stale token (nothing written).
-local resultsz = KEYS[1]
-local leasez = KEYS[2]
-local ekey = KEYS[3]
-local tp = KEYS[4]
-local tpmin = KEYS[5]
-local ttl = tonumber(ARGV[6])
-local n = (#ARGV - 6) / 4
-if ttl == nil or ttl < 1 or n < 1 or n ~= math.floor(n) or #KEYS ~= 5 + 3 * n then
+-- complete.lua: store final results and end the tasks, for one or many leases in one call, and
+-- optionally lease the caller its next tasks in the same call (so a busy worker needs one
+-- call per task and never a separate claim). Each item is refused (nothing written for it)
+-- unless it carries the current lease token, so a worker whose lease was lost can never ack.
+-- The result is one string key, "completed,created,polls,token,latency_ms,#worker,#query\n"
+-- followed by the worker id, the query and the data (decode.rs reads it); the record and any
+-- partial data go. The completion is shown in the task's history from the result itself, so
+-- nothing is pushed there (except at the 'full' level); an existing history list expires with
+-- the result.
+-- Per completed task: HMGET, SET with PX, DEL (record + partial), PEXPIRE (history). Per call:
+-- one ZADD (results index), one ZREM (lease), one XADD, the throughput counters and one
+-- dashboard PUBLISH carrying every id; plus the claim when next_n > 0.
+-- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
+-- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
+-- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
+-- KEYS[9+4i] task hash i   KEYS[10+4i] history i   KEYS[11+4i] result i   KEYS[12+4i] partial i
+-- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
+-- ARGV[7+4i] id i   ARGV[8+4i] token i   ARGV[9+4i] result data i   ARGV[10+4i] latency_ms i
+-- Returns {{status_1, ..., status_n}, {claimed rows as claim.lua}}: status 1 = completed,
+-- 0 = stale token (nothing written).
+local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9] }
+local resultsz = KEYS[10]
+local tp = KEYS[11]
+local tpmin = KEYS[12]
+local ttl = tonumber(ARGV[7])
+local worker = ARGV[8]
+local next_n = tonumber(ARGV[9])
+local lease_ms = tonumber(ARGV[10])
+local n = (#ARGV - 10) / 4
+if ttl == nil or ttl < 1 or worker == nil or next_n == nil or next_n < 0 or lease_ms == nil
+  or lease_ms < 1 or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n)
+  or #KEYS ~= 12 + 4 * n or n + next_n < 1 then
   return redis.error_reply('ERR repoll complete: bad arguments')
 end
 for i = 1, n do
-  if tonumber(ARGV[6 + 4 * i]) == nil or ARGV[3 + 4 * i] == '' then
+  if ARGV[7 + 4 * i] == '' or tonumber(ARGV[8 + 4 * i]) == nil
+    or tonumber(ARGV[10 + 4 * i]) == nil then
     return redis.error_reply('ERR repoll complete: bad item')
   end
 end
 local now = now_ms()
+-- Reads: every item's record, then the claim.
+local recs = {}
+for i = 1, n do
+  recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w')
+end
+local plan = nil
+if next_n > 0 then plan = claim_read(K, next_n, now) end
+
 local now_s = fmt(now)
-local mprefix = '{"kind":"completed","id":"'
-local msuffix = '","at_ms":' .. now_s .. '}'
-local out = {}
+local status = {}
 local ids = {}
 local index_args = {}
 local ttr = 0
 local who1 = nil
 local one_worker = true
 for i = 1, n do
-  local id = ARGV[3 + 4 * i]
-  local token = ARGV[4 + 4 * i]
-  local tkey = KEYS[3 + 3 * i]
-  local hkey = KEYS[4 + 3 * i]
-  local rkey = KEYS[5 + 3 * i]
-  local f = redis.call('HMGET', tkey, 'state', 'token', 'query', 'created', 'polls', 'worker',
-    'hpend')
+  local f = recs[i]
+  local token = ARGV[8 + 4 * i]
   if f[1] ~= 'leased' or f[2] ~= token then
-    out[i] = 0
+    status[i] = 0
   else
+    local id = ARGV[7 + 4 * i]
+    local tkey = KEYS[9 + 4 * i]
+    local hkey = KEYS[10 + 4 * i]
+    local rkey = KEYS[11 + 4 * i]
+    local pkey = KEYS[12 + 4 * i]
     local created = num(f[4], now)
-    local who = f[6] or '?'
-    -- fixed field set, so HSET overwrites any older result completely
-    redis.call('HSET', rkey, 'id', id, 'query', f[3] or '', 'data', ARGV[5 + 4 * i],
-      'completed', now_s, 'created', fmt(created), 'polls', fmt(num(f[5], 0)))
-    redis.call('PEXPIRE', rkey, ttl)
-    redis.call('DEL', tkey)
-    hist(hkey, now, 'completed', 'by ' .. who .. ' token ' .. token .. ' in '
-      .. ARGV[6 + 4 * i] .. ' ms', pending(f[1], f[7]))
+    local who = f[6] or ''
+    local query = f[3] or ''
+    local latency = ARGV[10 + 4 * i]
+    redis.call('SET', rkey, string.format('%d,%d,%d,%s,%s,%d,%d\n', now, created, num(f[5], 0),
+      token, latency, #who, #query) .. who .. query .. ARGV[9 + 4 * i], 'PX', ttl)
+    redis.call('DEL', tkey, pkey)
+    hist_routine(hkey, now, 'completed', 'by ' .. who .. ' token ' .. token .. ' in ' .. latency
+      .. ' ms')
     -- History of a finished task lives as long as its result.
     redis.call('PEXPIRE', hkey, ttl)
-    redis.call('PUBLISH', CH_TASK .. id, mprefix .. id .. msuffix)
     ids[#ids + 1] = id
     index_args[#index_args + 1] = now_s
     index_args[#index_args + 1] = id
@@ -69,17 +86,17 @@ for i = 1, n do
     elseif who ~= who1 then
       one_worker = false
     end
-    out[i] = 1
+    status[i] = 1
   end
 end
 local done = #ids
 if done > 0 then
   redis.call('ZADD', resultsz, unpack(index_args))
-  redis.call('ZREM', leasez, unpack(ids))
+  redis.call('ZREM', K.lease, unpack(ids))
   if done == 1 then
-    event(ekey, now, 'completed', ids[1], 'by ' .. who1)
+    event(K.events, now, 'completed', ids[1], 'by ' .. who1)
   else
-    event(ekey, now, 'completed', ids[1],
+    event(K.events, now, 'completed', ids[1],
       fmt(done) .. ' tasks' .. (one_worker and (' by ' .. who1) or ''))
   end
   bump(tp, tpmin, now, 'completed', done)
@@ -87,4 +104,4 @@ if done > 0 then
   bump(tp, tpmin, now, 'ttr_count', done)
   notify_dash_batch('completed', ids, now)
 end
-return out
+return { status, claim_apply(K, plan, worker, lease_ms, now) }

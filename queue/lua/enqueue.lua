@@ -1,58 +1,70 @@
--- enqueue.lua: create a task due now, join the live one, or hand back a fresh stored result.
+-- enqueue.lua: create a task (ready now), join the live one, or hand back a fresh stored result.
 -- Atomic, so 50 concurrent callers for one query get exactly one 'created'.
--- KEYS[1] task hash   KEYS[2] result hash   KEYS[3] due zset   KEYS[4] history list
--- KEYS[5] events stream   KEYS[6] dead zset   KEYS[7] retry zset
--- ARGV[1..5] common (see prelude)   ARGV[6] id   ARGV[7] normalised query   ARGV[8] payload
--- ARGV[9] deadline_ms (whole life, 0 = none)   ARGV[10] max_attempts (0 = unlimited)
--- Returns {'joined', task...} | {'stored', result...} | {'created', task...}
---   where task/result are HGETALL field/value lists.
+-- The new record holds only non-default fields (prelude.lua), goes to the tail of its
+-- priority's ready list, and writes no history (the enqueue is shown from the record's `c`).
+-- A join by an interactive caller raises a background task to interactive (the higher
+-- priority of its requesters): its record, and its place if it waits in the background list.
+-- KEYS[1] task hash   KEYS[2] result string   KEYS[3] partial string   KEYS[4] history list
+-- KEYS[5] ready list   KEYS[6] background ready list   KEYS[7] dead zset   KEYS[8] due zset
+-- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
+-- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
+-- ARGV[12] priority ('interactive' | 'bg')
+-- Returns {'joined', fields, partial|false, due_score|false}
+--       | {'stored', packed result}
+--       | {'created', fields, false, false}     where fields is the record's HGETALL.
 local tkey = KEYS[1]
 local rkey = KEYS[2]
-local duez = KEYS[3]
+local pkey = KEYS[3]
 local hkey = KEYS[4]
-local ekey = KEYS[5]
-local deadz = KEYS[6]
-local retryz = KEYS[7]
-local id = ARGV[6]
-local query = ARGV[7]
-local payload = ARGV[8]
-local deadline_ms = tonumber(ARGV[9])
-local max_attempts = tonumber(ARGV[10])
+local readyk = KEYS[5]
+local bgk = KEYS[6]
+local deadz = KEYS[7]
+local duez = KEYS[8]
+local id = ARGV[7]
+local query = ARGV[8]
+local payload = ARGV[9]
+local deadline_ms = tonumber(ARGV[10])
+local max_attempts = tonumber(ARGV[11])
+local pr = ARGV[12]
 if id == nil or id == '' or query == nil or query == '' or payload == nil
-  or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0 then
+  or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
+  or (pr ~= 'interactive' and pr ~= 'bg') then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
 end
 
-local now = now_ms()
-local state = redis.call('HGET', tkey, 'state')
+local f = redis.call('HMGET', tkey, 's', 'pr')
+local state = f[1]
 if state == 'due' or state == 'leased' then
-  return { 'joined', redis.call('HGETALL', tkey) }
+  if pr == 'interactive' and f[2] == 'bg' then
+    redis.call('HDEL', tkey, 'pr')
+    if state == 'due' and redis.call('LREM', bgk, 1, id) > 0 then
+      redis.call('RPUSH', readyk, id)
+    end
+  end
+  return { 'joined', redis.call('HGETALL', tkey), redis.call('GET', pkey),
+    redis.call('ZSCORE', duez, id) }
 end
-if state ~= 'dead' and redis.call('EXISTS', rkey) == 1 then
-  return { 'stored', redis.call('HGETALL', rkey) }
+if state ~= 'dead' then
+  local stored = redis.call('GET', rkey)
+  if stored then return { 'stored', stored } end
 end
 
-local again = false
+local now = now_ms()
 if state == 'dead' then
   -- Asking again for a dead query starts a fresh life; the old history stays.
   redis.call('ZREM', deadz, id)
-  redis.call('DEL', tkey)
-  again = true
+  redis.call('DEL', tkey, pkey)
+  hist(hkey, now, 'enqueued', 're-enqueued after dead')
 end
-local deadline = 0
-if deadline_ms > 0 then deadline = now + deadline_ms end
-redis.call('HSET', tkey,
-  'id', id, 'query', query, 'payload', payload, 'state', 'due',
-  'created', fmt(now), 'updated', fmt(now), 'attempts', '0', 'polls', '0',
-  'max_attempts', fmt(max_attempts), 'token', '0', 'worker', '', 'last_error', '',
-  'partial', '', 'has_partial', '0', 'deadline', fmt(deadline), 'due', fmt(now),
-  'lease_deadline', '0', 'dead_reason', '', 'lease_losses', '0')
-redis.call('ZADD', duez, now, id)
-redis.call('ZREM', retryz, id)
+local rec = { 'q', query, 's', 'due', 'c', fmt(now) }
+if max_attempts > 0 then rec[#rec + 1] = 'm'; rec[#rec + 1] = fmt(max_attempts) end
+if deadline_ms > 0 then rec[#rec + 1] = 'dl'; rec[#rec + 1] = fmt(now + deadline_ms) end
+if pr == 'bg' then rec[#rec + 1] = 'pr'; rec[#rec + 1] = 'bg' end
+if payload ~= '' then rec[#rec + 1] = 'pl'; rec[#rec + 1] = payload end
+redis.call('HSET', tkey, unpack(rec))
+redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
+-- A cancelled or finished earlier life's history has a TTL: it belongs to this life now.
 redis.call('PERSIST', hkey)
-hist(hkey, now, 'enqueued', again and 're-enqueued after dead' or 'due now')
-event(ekey, now, 'enqueued', id, query)
-notify_task(id, 'enqueued', now)
 notify_dash('enqueued', id, now)
 notify_wake('enqueued', id, now)
-return { 'created', redis.call('HGETALL', tkey) }
+return { 'created', rec, false, false }

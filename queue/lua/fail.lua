@@ -1,42 +1,49 @@
 -- fail.lua: the worker saw an error. Counts an attempt; the task goes back to due after the
--- backoff, or dead when attempts or the whole-life deadline are exhausted (or on Retry::Dead).
--- KEYS[1] task hash   KEYS[2] history   KEYS[3] due zset   KEYS[4] lease zset   KEYS[5] retry zset
--- KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash   KEYS[9] throughput minutes
--- ARGV[1..5] common   ARGV[6] id   ARGV[7] token   ARGV[8] error   ARGV[9] mode ('after'|'dead')
--- ARGV[10] delay_ms   ARGV[11] latency_ms
--- Returns {'retry', due_at, attempts} | {'dead', reason} | {'stale'}
-local tkey = KEYS[1]
-local hkey = KEYS[2]
-local duez = KEYS[3]
-local leasez = KEYS[4]
-local retryz = KEYS[5]
-local deadz = KEYS[6]
-local ekey = KEYS[7]
-local tp = KEYS[8]
-local tpmin = KEYS[9]
-local id = ARGV[6]
-local token = ARGV[7]
-local err = ARGV[8]
-local mode = ARGV[9]
-local delay = tonumber(ARGV[10])
-local latency = tonumber(ARGV[11])
-if id == nil or id == '' or token == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
+-- backoff, or dead when attempts or the whole-life deadline are exhausted (or on mode 'dead').
+-- Optionally leases the caller its next tasks in the same call. Errors are transitions: they
+-- go to the history at the 'transitions' level.
+-- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
+-- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
+-- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
+-- KEYS[13] task hash   KEYS[14] history list
+-- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
+-- ARGV[11] token   ARGV[12] error   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
+-- ARGV[15] latency_ms
+-- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows}}
+local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9] }
+local deadz = KEYS[10]
+local tp = KEYS[11]
+local tpmin = KEYS[12]
+local tkey = KEYS[13]
+local hkey = KEYS[14]
+local worker = ARGV[7]
+local next_n = tonumber(ARGV[8])
+local lease_ms = tonumber(ARGV[9])
+local id = ARGV[10]
+local token = ARGV[11]
+local err = ARGV[12]
+local mode = ARGV[13]
+local delay = tonumber(ARGV[14])
+local latency = tonumber(ARGV[15])
+if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
+  or (next_n > 0 and worker == '') or #KEYS ~= 14 or id == nil or id == ''
+  or tonumber(token) == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
   or delay == nil or delay < 0 or latency == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
 end
-local f = redis.call('HMGET', tkey, 'state', 'token', 'attempts', 'max_attempts', 'deadline',
-  'hpend')
-local pend = pending(f[1], f[6])
-if f[1] ~= 'leased' or f[2] ~= token then
-  return { 'stale' }
-end
 local now = now_ms()
+local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u')
+local plan = nil
+if next_n > 0 then plan = claim_read(K, next_n, now) end
+if f[1] ~= 'leased' or f[2] ~= token then
+  return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
+end
 local attempts = num(f[3], 0) + 1
 local max_attempts = num(f[4], 0)
 local deadline = num(f[5], 0)
-redis.call('HSET', tkey, 'attempts', fmt(attempts), 'last_error', err)
 bump(tp, tpmin, now, 'failed', 1)
-redis.call('ZREM', leasez, id)
+redis.call('ZREM', K.lease, id)
 local reason = nil
 if mode == 'dead' then
   reason = 'fatal'
@@ -45,18 +52,24 @@ elseif max_attempts > 0 and attempts >= max_attempts then
 elseif deadline > 0 and now + delay > deadline then
   reason = 'deadline'
 end
+-- The claim this error ends, then the error (the claim itself wrote no history).
+hist_claim(hkey, num(f[8], now), 'by ' .. (f[7] or '?') .. ' token ' .. token)
+local out
 if reason then
-  hist(hkey, now, 'error', err, pend)
-  to_dead(tkey, hkey, ekey, deadz, id, now, reason, 'after ' .. fmt(attempts) .. ' attempts')
+  redis.call('HSET', tkey, 'a', fmt(attempts), 'e', err)
+  hist(hkey, now, 'error', err)
+  to_dead(tkey, hkey, K.events, deadz, id, now, reason, 'after ' .. fmt(attempts) .. ' attempts')
   notify_dash('dead', id, now)
-  return { 'dead', reason }
+  out = { 'dead', reason }
+else
+  local due_at = now + delay
+  to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now,
+    { 'a', fmt(attempts), 'e', err })
+  hist(hkey, now, 'error', err .. ' -> retry at ' .. fmt(due_at) .. ' (attempt '
+    .. fmt(attempts) .. ')')
+  event(K.events, now, 'failed', id, err)
+  notify_dash('failed', id, now)
+  if delay == 0 then notify_wake('failed', id, now) end
+  out = { 'retry', due_at, attempts }
 end
-local due_at = now + delay
-to_due(tkey, duez, retryz, id, due_at, attempts, now)
-hist(hkey, now, 'error', err .. ' -> retry at ' .. fmt(due_at) .. ' (attempt ' .. fmt(attempts) .. ')',
-  pend)
-event(ekey, now, 'failed', id, err)
-notify_task(id, 'failed', now)
-notify_dash('failed', id, now)
-if delay == 0 then notify_wake('failed', id, now) end
-return { 'retry', due_at, attempts }
+return { out, claim_apply(K, plan, worker, lease_ms, now) }

@@ -4,17 +4,17 @@
 -- starts just past that position even if the member itself has left (binary search over the
 -- members sharing its score), never from a numeric offset.
 -- KEYS[1] the zset
--- ARGV[1..5] common   ARGV[6] min bound ('-inf' | 'after_now')   ARGV[7] max bound
--- ('now' | '+inf')   ARGV[8] cursor score ('' = first page)   ARGV[9] cursor id
--- ARGV[10] limit (1..1000)   ARGV[11] order ('asc' | 'desc')
+-- ARGV[1..6] common   ARGV[7] min bound ('-inf' | 'after_now')   ARGV[8] max bound
+-- ('now' | '+inf')   ARGV[9] cursor score ('' = first page)   ARGV[10] cursor id
+-- ARGV[11] limit (1..1000)   ARGV[12] order ('asc' | 'desc')
 -- Returns {total, has_more (0/1), id1, score1, id2, score2, ...} in the requested order.
 local z = KEYS[1]
-local minb = ARGV[6]
-local maxb = ARGV[7]
-local cscore = ARGV[8]
-local cid = ARGV[9]
-local limit = tonumber(ARGV[10])
-local order = ARGV[11]
+local minb = ARGV[7]
+local maxb = ARGV[8]
+local cscore = ARGV[9]
+local cid = ARGV[10]
+local limit = tonumber(ARGV[11])
+local order = ARGV[12]
 if limit == nil or limit < 1 or limit > 1000 or cid == nil or cscore == nil
   or (order ~= 'asc' and order ~= 'desc') then
   return redis.error_reply('ERR repoll list: bad arguments')

@@ -1,12 +1,12 @@
 -- pause.lua: pause or resume claiming for the whole queue (claims return nothing while the
 -- flag exists). Recorded in the global event stream.
 -- KEYS[1] paused flag   KEYS[2] events stream
--- ARGV[1..5] common   ARGV[6] mode ('pause' | 'resume')   ARGV[7] who
+-- ARGV[1..6] common   ARGV[7] mode ('pause' | 'resume')   ARGV[8] who
 -- Returns 1 if the state changed, 0 if it already was so.
 local paused = KEYS[1]
 local ekey = KEYS[2]
-local mode = ARGV[6]
-local who = ARGV[7]
+local mode = ARGV[7]
+local who = ARGV[8]
 if (mode ~= 'pause' and mode ~= 'resume') or who == nil then
   return redis.error_reply('ERR repoll pause: bad arguments')
 end

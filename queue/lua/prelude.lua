@@ -1,15 +1,34 @@
 -- prelude.lua: shared helpers, prepended to every script by scripts.rs (Redis has no `require`).
--- Every script receives the same five leading ARGV so these helpers need no per-script wiring:
---   ARGV[1] history_cap  ARGV[2] events_cap  ARGV[3] dashboard channel
---   ARGV[4] task channel prefix (channel = prefix .. id)  ARGV[5] wake channel
--- Script-specific ARGV start at ARGV[6]. Helpers never name keys themselves: every key is a
--- parameter whose value came from KEYS (checked by tests/scripts_keys.rs).
+-- Every script receives the same six leading ARGV so these helpers need no per-script wiring:
+--   ARGV[1] history_cap   ARGV[2] events_cap   ARGV[3] dashboard channel
+--   ARGV[4] history level ('full' | 'transitions' | 'off')   ARGV[5] wake channel
+--   ARGV[6] per-task key prefix ('{name}:'), used only by the scripts whose header says so
+-- Script-specific ARGV start at ARGV[7].
+--
+-- Keys: every key a script touches is in KEYS, except where a header says "undeclared": claims
+-- (claim.lua and the claim-next part of complete / reschedule / fail), stats and the queued purge
+-- find their task ids in a list or zset inside the script, so they derive the record key from
+-- the prefix (PREFIX .. 't:' .. id). Those keys share the queue's hash tag, so Redis Cluster
+-- serves them from the same slot; and because a slot migration can refuse an undeclared key
+-- part-way, every such script reads all it needs before its first write and creates no
+-- undeclared key (it only updates records it has just read).
+--
+-- Record layout (ARCHITECTURE.md has the table): a compact hash with short field names, and
+-- a field is written only when it differs from its default, so the hash stays small and
+-- listpack-encoded:
+--   q query   s state (due | leased | dead)   c created   u last state change (omitted = c)
+--   pr priority ('bg'; omitted = interactive)   a attempts   p polls   m max_attempts
+--   dl whole-life deadline   tk token   w worker   ld lease deadline   e last error
+--   dr dead reason   ll lease losses   pl payload        (omitted numbers are 0, strings empty)
 local HIST_CAP = tonumber(ARGV[1])
 local EVENTS_CAP = tonumber(ARGV[2])
 local CH_DASH = ARGV[3]
-local CH_TASK = ARGV[4]
+local HIST_LEVEL = ARGV[4]
 local CH_WAKE = ARGV[5]
-if not HIST_CAP or HIST_CAP < 1 or not EVENTS_CAP or EVENTS_CAP < 1 then
+local PREFIX = ARGV[6]
+if not HIST_CAP or HIST_CAP < 1 or not EVENTS_CAP or EVENTS_CAP < 1 or CH_DASH == nil
+  or (HIST_LEVEL ~= 'full' and HIST_LEVEL ~= 'transitions' and HIST_LEVEL ~= 'off')
+  or CH_WAKE == nil or PREFIX == nil or PREFIX == '' then
   return redis.error_reply('ERR repoll: bad common ARGV')
 end
 
@@ -30,67 +49,63 @@ local function num(v, default)
   return n
 end
 
--- Per-task capped history: "at|kind|detail". LTRIM only when over the cap (LPUSH returns
--- the length), which keeps the hot path one command per entry. `pend` (optional) is the
--- task's deferred "claimed" entry (see pending()), pushed first in the same LPUSH.
-local function hist(hkey, at, kind, detail, pend)
-  local e = fmt(at) .. '|' .. kind .. '|' .. detail
-  local len
-  if pend then
-    len = redis.call('LPUSH', hkey, pend, e)
-  else
-    len = redis.call('LPUSH', hkey, e)
-  end
+-- Per-task capped history: "at|kind|detail". Only what cannot be derived is stored: the
+-- enqueue, the live lease and the completion are shown from the record and the result
+-- (read.rs), so a task that goes enqueue -> polls -> done writes no history at all in the
+-- default level. hist() is for transitions an operator needs later (errors, lease losses,
+-- deaths, admin actions): written in 'full' and 'transitions'. hist_routine() is for claims and
+-- polls: 'full' only. LTRIM only when over the cap (LPUSH returns the length).
+local function push_hist(hkey, at, kind, detail)
+  local len = redis.call('LPUSH', hkey, fmt(at) .. '|' .. kind .. '|' .. detail)
   if len > HIST_CAP then
     redis.call('LTRIM', hkey, 0, HIST_CAP - 1)
   end
 end
 
--- claim.lua does not LPUSH its "claimed" history entry: it stores the finished entry in the
--- record's `hpend` field (in the HSET it does anyway), and read.rs shows it on top of the
--- history while the task is leased. Every script that ends a lease (complete, reschedule,
--- fail, release, reap, cancel) reads `hpend` with the state and passes pending(state, hpend)
--- to its first hist() call, so the entry lands in the list, in order, exactly once: after
--- that the state is no longer 'leased' and a stale `hpend` is ignored until the next claim
--- overwrites it.
-local function pending(state, p)
-  if state == 'leased' and p and p ~= '' then
-    return p
-  end
-  return nil
+local function hist(hkey, at, kind, detail)
+  if HIST_LEVEL ~= 'off' then push_hist(hkey, at, kind, detail) end
 end
 
--- Capped global event stream for the dashboard.
+local function hist_routine(hkey, at, kind, detail)
+  if HIST_LEVEL == 'full' then push_hist(hkey, at, kind, detail) end
+end
+
+-- The entry of a claim that ends in a transition (error, release, lost lease), written when
+-- the lease ends: at the 'transitions' level the claim itself writes nothing ('full' pushed it
+-- when it happened). `at` is the claim's time (the record's `u` while leased).
+local function hist_claim(hkey, at, detail)
+  if HIST_LEVEL == 'transitions' then push_hist(hkey, at, 'claimed', detail) end
+end
+
+-- Capped global event stream for the dashboard (one entry per batch on the hot path).
 local function event(ekey, at, kind, id, detail)
   redis.call('XADD', ekey, 'MAXLEN', '~', EVENTS_CAP, '*',
     'at', fmt(at), 'kind', kind, 'id', id, 'detail', detail)
 end
 
 -- JSON built by hand: cheaper than cjson on the hot path. Safe because kinds are literals
--- here and ids only come from task records, which enqueue creates with hex ids.
+-- and ids are task ids (hex, checked by the Rust side before any script runs).
 local function wake_msg(kind, id, at)
   return '{"kind":"' .. kind .. '","id":"' .. id .. '","at_ms":' .. fmt(at) .. '}'
 end
 
--- Wake-up on the task's own channel (state is re-read by subscribers).
-local function notify_task(id, kind, at)
-  redis.call('PUBLISH', CH_TASK .. id, wake_msg(kind, id, at))
-end
-
+-- The dashboard channel carries every state change; the web process derives each task's live
+-- page from it (server/src/live.rs), so there is no per-task channel to publish on.
 local function notify_dash(kind, id, at)
   redis.call('PUBLISH', CH_DASH, wake_msg(kind, id, at))
 end
 
+-- Work became ready now: idle workers claim.
 local function notify_wake(kind, id, at)
   redis.call('PUBLISH', CH_WAKE, wake_msg(kind, id, at))
 end
 
--- Dashboard wake-up for a batch: `kind`/`id` as for one task (id = the first), plus `ids`
--- with every id when there is more than one. Ids are hex, so no escaping is needed.
+-- One dashboard message for a batch: `kind`/`id` as for one task (id = the first), plus `ids`
+-- with every id when there is more than one.
 local function notify_dash_batch(kind, ids, at)
   if #ids == 1 then
     notify_dash(kind, ids[1], at)
-  else
+  elseif #ids > 1 then
     redis.call('PUBLISH', CH_DASH, '{"kind":"' .. kind .. '","id":"' .. ids[1] .. '","ids":["'
       .. table.concat(ids, '","') .. '"],"at_ms":' .. fmt(at) .. '}')
   end
@@ -106,26 +121,189 @@ local function bump(tp, tpmin, now, field, by)
   end
 end
 
--- Move a task record to dead. Callers have already removed it from due/lease/retry.
-local function to_dead(tkey, hkey, ekey, deadz, id, now, reason, detail, pend)
-  redis.call('HSET', tkey, 'state', 'dead', 'dead_reason', reason, 'updated', fmt(now),
-    'lease_deadline', '0', 'worker', '')
+-- Move a task record to dead. Callers have already removed it from the due/lease/retry sets
+-- and ready lists.
+local function to_dead(tkey, hkey, ekey, deadz, id, now, reason, detail)
+  redis.call('HSET', tkey, 's', 'dead', 'dr', reason, 'u', fmt(now))
+  redis.call('HDEL', tkey, 'w', 'ld')
   redis.call('ZADD', deadz, now, id)
-  hist(hkey, now, 'dead', reason .. (detail ~= '' and (': ' .. detail) or ''), pend)
+  hist(hkey, now, 'dead', reason .. (detail ~= '' and (': ' .. detail) or ''))
   event(ekey, now, 'dead', id, reason)
-  notify_task(id, 'dead', now)
 end
 
--- Put a task back on the due set at `at`. The retry zset mirrors due members that have
--- failed at least once, so stats can count "retrying" with one ZCOUNT.
-local function to_due(tkey, duez, retryz, id, at, attempts, now)
-  redis.call('ZADD', duez, at, id)
-  if attempts > 0 then
-    redis.call('ZADD', retryz, at, id)
+-- The ready list of a priority ('bg' or anything else = interactive).
+local function ready_list(pr, readyk, bgk)
+  if pr == 'bg' then return bgk end
+  return readyk
+end
+
+-- Make a task due: now (the tail of its ready list) or later (the due zset). The retry zset
+-- mirrors due-later members that have failed at least once, so stats count "retrying" with one
+-- ZCOUNT. Callers have removed it from wherever it was. `extra`: more fields for the same HSET.
+local function to_due(tkey, readyk, bgk, duez, retryz, id, pr, at, attempts, now, extra)
+  if at <= now then
+    redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
   else
-    redis.call('ZREM', retryz, id)
+    redis.call('ZADD', duez, at, id)
+    if attempts > 0 then redis.call('ZADD', retryz, at, id) end
   end
-  redis.call('HSET', tkey, 'state', 'due', 'due', fmt(at), 'updated', fmt(now),
-    'lease_deadline', '0', 'worker', '')
+  local f = { 's', 'due', 'u', fmt(now) }
+  if extra then
+    for i = 1, #extra do f[#f + 1] = extra[i] end
+  end
+  redis.call('HSET', tkey, unpack(f))
+  redis.call('HDEL', tkey, 'w', 'ld')
 end
 
+-- Take a due task out of wherever it waits (the due zset, or its ready list: LREM is O(n) in
+-- the list's length, so it is only used by rare admin actions, never by workers).
+local function unqueue(readyk, bgk, duez, retryz, id, pr)
+  if redis.call('ZREM', duez, id) == 1 then
+    redis.call('ZREM', retryz, id)
+    return
+  end
+  if redis.call('LREM', ready_list(pr, readyk, bgk), 1, id) == 0 then
+    -- Its priority changed while it waited (a join) or it sits in the other list.
+    redis.call('LREM', ready_list(pr == 'bg' and '' or 'bg', readyk, bgk), 1, id)
+  end
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- Claiming, shared by claim.lua and the claim-next part of complete / reschedule / fail.
+-- claim_read() only reads; claim_apply() writes. A script calls claim_read() before its own
+-- first write (the undeclared-keys rule above) and claim_apply() after its own writes.
+--
+-- Order: due-now members of the due zset (polls and retries of work already started), then the
+-- interactive ready list, then the background list; but while background work waits, every
+-- SHARE-th claim goes to it (the counter in KEYS share), so background never starves.
+-- Background members of the due zset are skipped over (left in place) while interactive work
+-- fills the slots. At most `max_n` members of each source are read.
+local SHARE = 10
+local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl' }
+
+-- K: {ready, bg, due, retry, lease, token, paused, share, events}
+local function claim_read(K, max_n, now)
+  if max_n < 1 or redis.call('EXISTS', K.paused) == 1 then return nil end
+  local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0, max_n)
+  local ilen = redis.call('LLEN', K.ready)
+  local blen = redis.call('LLEN', K.bg)
+  if #zs == 0 and ilen == 0 and blen == 0 then return nil end
+  local function rd(id)
+    return redis.call('HMGET', PREFIX .. 't:' .. id, unpack(CLAIM_FIELDS))
+  end
+  local plan = { take = {}, zrem = {}, retry_rem = {}, pop_i = 0, pop_b = 0, share = nil }
+  local seen = {}
+  local zi, zb = {}, {}
+  for _, id in ipairs(zs) do
+    local f = rd(id)
+    if f[1] == 'due' and not seen[id] then
+      seen[id] = true
+      if f[8] == 'bg' then zb[#zb + 1] = { id, f, true } else zi[#zi + 1] = { id, f, true } end
+    else
+      -- A member without a due record can never be claimed: drop it so it stops shadowing
+      -- real work at the head of the set.
+      plan.zrem[#plan.zrem + 1] = id
+      plan.retry_rem[#plan.retry_rem + 1] = id
+    end
+  end
+  local li = ilen > 0 and redis.call('LRANGE', K.ready, 0, max_n - 1) or {}
+  local lb = blen > 0 and redis.call('LRANGE', K.bg, 0, max_n - 1) or {}
+  local zi_at, zb_at = 1, 1
+  -- Next candidate of one priority: its due zset members first, then its list (whose consumed
+  -- head entries are popped even when stale: a list entry whose record is not due any more is
+  -- a leftover of a join that moved the task, or of a cancel).
+  local function next_i()
+    if zi_at <= #zi then zi_at = zi_at + 1; return zi[zi_at - 1] end
+    while plan.pop_i < #li do
+      plan.pop_i = plan.pop_i + 1
+      local id = li[plan.pop_i]
+      if not seen[id] then
+        local f = rd(id)
+        if f[1] == 'due' then seen[id] = true; return { id, f, false } end
+      end
+    end
+    return nil
+  end
+  local function next_b()
+    if zb_at <= #zb then zb_at = zb_at + 1; return zb[zb_at - 1] end
+    while plan.pop_b < #lb do
+      plan.pop_b = plan.pop_b + 1
+      local id = lb[plan.pop_b]
+      if not seen[id] then
+        local f = rd(id)
+        if f[1] == 'due' then seen[id] = true; return { id, f, false } end
+      end
+    end
+    return nil
+  end
+  local bg_waits = #zb > 0 or blen > 0
+  local turn = 0
+  if bg_waits then turn = num(redis.call('GET', K.share), 0) end
+  while #plan.take < max_n do
+    local c = nil
+    if bg_waits and turn >= SHARE - 1 then
+      c = next_b()
+      if c then turn = 0 end
+    end
+    if not c then
+      c = next_i()
+      if c then turn = turn + 1 end
+    end
+    if not c then
+      c = next_b()
+      if c then turn = 0 end
+    end
+    if not c then break end
+    plan.take[#plan.take + 1] = c
+    if c[3] then
+      plan.zrem[#plan.zrem + 1] = c[1]
+      if num(c[2][3], 0) > 0 then plan.retry_rem[#plan.retry_rem + 1] = c[1] end
+    end
+  end
+  if bg_waits then plan.share = turn end
+  return plan
+end
+
+-- Leases the planned tasks to `worker`; returns the claimed rows
+-- {id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease_deadline}.
+local function claim_apply(K, plan, worker, lease_ms, now)
+  local out = {}
+  if plan == nil then return out end
+  if plan.pop_i > 0 then redis.call('LTRIM', K.ready, plan.pop_i, -1) end
+  if plan.pop_b > 0 then redis.call('LTRIM', K.bg, plan.pop_b, -1) end
+  if #plan.zrem > 0 then redis.call('ZREM', K.due, unpack(plan.zrem)) end
+  if #plan.retry_rem > 0 then redis.call('ZREM', K.retry, unpack(plan.retry_rem)) end
+  if plan.share ~= nil then redis.call('SET', K.share, fmt(plan.share)) end
+  local n = #plan.take
+  if n == 0 then return out end
+  local now_s = fmt(now)
+  local deadline = now + lease_ms
+  local deadline_s = fmt(deadline)
+  local token = redis.call('INCRBY', K.token, n) - n
+  local ids = {}
+  local lease_args = {}
+  for i = 1, n do
+    local c = plan.take[i]
+    local id, f = c[1], c[2]
+    token = token + 1
+    local token_s = fmt(token)
+    local tkey = PREFIX .. 't:' .. id
+    redis.call('HSET', tkey, 's', 'leased', 'tk', token_s, 'w', worker, 'ld', deadline_s,
+      'u', now_s)
+    ids[i] = id
+    lease_args[2 * i - 1] = deadline_s
+    lease_args[2 * i] = id
+    out[i] = { id, f[2] or '', f[9] or '', token, num(f[3], 0), num(f[4], 0), num(f[5], 0),
+      num(f[6], 0), num(f[7], 0), deadline }
+  end
+  redis.call('ZADD', K.lease, unpack(lease_args))
+  event(K.events, now, 'claimed', ids[1], fmt(n) .. ' by ' .. worker)
+  notify_dash_batch('claimed', ids, now)
+  -- 'full' history only, and last: these may create undeclared keys (see the top).
+  if HIST_LEVEL == 'full' then
+    for i = 1, n do
+      push_hist(PREFIX .. 'h:' .. ids[i], now, 'claimed', 'by ' .. worker .. ' token ' .. fmt(out[i][4]))
+    end
+  end
+  return out
+end

@@ -1,50 +1,54 @@
 -- reap.lua: phase two of reap, plus bounded housekeeping. Each candidate is re-validated: its
 -- lease must still carry the deadline seen by the peek (so it was neither renewed nor
 -- re-claimed meanwhile — a new claim or renew always moves the deadline) and be past it.
--- Expired leases go back to due now, or to dead as 'poison' after max_lease_losses losses
--- (or 'deadline' when the whole-life deadline has passed).
+-- Expired leases go back to ready now, or to dead as 'poison' after max_lease_losses losses
+-- (or 'deadline' when the whole-life deadline has passed). A lost lease is a transition: it
+-- goes to the history, with the claim it ends.
 -- Housekeeping: throughput buckets older than the retention and result-index members older
 -- than the result TTL are removed, at most 200 of each per call.
--- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] retry zset   KEYS[4] dead zset
--- KEYS[5] events stream   KEYS[6] throughput hash   KEYS[7] throughput minutes zset
--- KEYS[8] results index zset   KEYS[7+2i] task hash i   KEYS[8+2i] history i   (i = 1..n)
--- ARGV[1..5] common   ARGV[6] max_lease_losses (0 = never poison)   ARGV[7] throughput retention ms
--- ARGV[8] result_ttl_ms   ARGV[7+2i] id i   ARGV[8+2i] peeked deadline i
+-- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
+-- KEYS[5] retry zset   KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash
+-- KEYS[9] throughput minutes zset   KEYS[10] results index zset
+-- KEYS[9+2i] task hash i   KEYS[10+2i] history i   (i = 1..n)
+-- ARGV[1..6] common   ARGV[7] max_lease_losses (0 = never poison)   ARGV[8] throughput retention ms
+-- ARGV[9] result_ttl_ms   ARGV[8+2i] id i   ARGV[9+2i] peeked deadline i
 -- Returns {{requeued ids}, {dead ids}}
-local duez = KEYS[1]
-local leasez = KEYS[2]
-local retryz = KEYS[3]
-local deadz = KEYS[4]
-local ekey = KEYS[5]
-local tp = KEYS[6]
-local tpmin = KEYS[7]
-local resultsz = KEYS[8]
-local max_losses = tonumber(ARGV[6])
-local retention = tonumber(ARGV[7])
-local ttl = tonumber(ARGV[8])
-local n = (#ARGV - 8) / 2
-if max_losses == nil or retention == nil or ttl == nil or n ~= math.floor(n) or #KEYS ~= 8 + 2 * n then
+local readyk = KEYS[1]
+local bgk = KEYS[2]
+local duez = KEYS[3]
+local leasez = KEYS[4]
+local retryz = KEYS[5]
+local deadz = KEYS[6]
+local ekey = KEYS[7]
+local tp = KEYS[8]
+local tpmin = KEYS[9]
+local resultsz = KEYS[10]
+local max_losses = tonumber(ARGV[7])
+local retention = tonumber(ARGV[8])
+local ttl = tonumber(ARGV[9])
+local n = (#ARGV - 9) / 2
+if max_losses == nil or retention == nil or ttl == nil or n ~= math.floor(n) or n < 0
+  or #KEYS ~= 10 + 2 * n then
   return redis.error_reply('ERR repoll reap: bad arguments')
 end
 local now = now_ms()
 local requeued = {}
 local dead = {}
 for i = 1, n do
-  local id = ARGV[7 + 2 * i]
-  local seen = ARGV[8 + 2 * i]
-  local tkey = KEYS[7 + 2 * i]
-  local hkey = KEYS[8 + 2 * i]
+  local id = ARGV[8 + 2 * i]
+  local seen = ARGV[9 + 2 * i]
+  local tkey = KEYS[9 + 2 * i]
+  local hkey = KEYS[10 + 2 * i]
   local score = redis.call('ZSCORE', leasez, id)
   if score and tonumber(score) == tonumber(seen) and tonumber(score) <= now then
-    local f = redis.call('HMGET', tkey, 'state', 'worker', 'token', 'lease_losses', 'attempts', 'deadline',
-      'hpend')
+    local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u')
     if f[1] == 'leased' then
       local losses = num(f[4], 0) + 1
       local deadline = num(f[6], 0)
       redis.call('ZREM', leasez, id)
-      redis.call('HSET', tkey, 'lease_losses', fmt(losses))
-      hist(hkey, now, 'lease_expired', 'from ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'),
-        pending(f[1], f[7]))
+      redis.call('HSET', tkey, 'll', fmt(losses))
+      hist_claim(hkey, num(f[8], now), 'by ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'))
+      hist(hkey, now, 'lease_expired', 'from ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'))
       if max_losses > 0 and losses >= max_losses then
         to_dead(tkey, hkey, ekey, deadz, id, now, 'poison', fmt(losses) .. ' lease losses')
         dead[#dead + 1] = id
@@ -52,9 +56,8 @@ for i = 1, n do
         to_dead(tkey, hkey, ekey, deadz, id, now, 'deadline', 'lease expired after the deadline')
         dead[#dead + 1] = id
       else
-        to_due(tkey, duez, retryz, id, now, num(f[5], 0), now)
+        to_due(tkey, readyk, bgk, duez, retryz, id, f[7], now, num(f[5], 0), now)
         event(ekey, now, 'lease_expired', id, 'from ' .. (f[2] or '?'))
-        notify_task(id, 'lease_expired', now)
         requeued[#requeued + 1] = id
       end
     elseif f[1] == false then
@@ -66,9 +69,10 @@ end
 if #requeued > 0 then
   notify_wake('reaped', requeued[1], now)
 end
-if #requeued + #dead > 0 then
-  notify_dash('reaped', (requeued[1] or dead[1]), now)
-end
+local all = {}
+for _, id in ipairs(requeued) do all[#all + 1] = id end
+for _, id in ipairs(dead) do all[#all + 1] = id end
+notify_dash_batch('reaped', all, now)
 
 -- housekeeping
 local old = redis.call('ZRANGEBYSCORE', tpmin, '-inf', now - retention, 'LIMIT', 0, 200)

@@ -1,20 +1,20 @@
 -- renew.lua: extend a live lease. Only the current token may renew (fencing).
 -- KEYS[1] task hash   KEYS[2] lease zset
--- ARGV[1..5] common   ARGV[6] id   ARGV[7] token   ARGV[8] lease_ms
+-- ARGV[1..6] common   ARGV[7] id   ARGV[8] token   ARGV[9] lease_ms
 -- Returns {'ok', new_deadline} | {'stale'}
 local tkey = KEYS[1]
 local leasez = KEYS[2]
-local id = ARGV[6]
-local token = ARGV[7]
-local lease_ms = tonumber(ARGV[8])
+local id = ARGV[7]
+local token = ARGV[8]
+local lease_ms = tonumber(ARGV[9])
 if id == nil or id == '' or token == nil or lease_ms == nil or lease_ms < 1 then
   return redis.error_reply('ERR repoll renew: bad arguments')
 end
-local f = redis.call('HMGET', tkey, 'state', 'token')
+local f = redis.call('HMGET', tkey, 's', 'tk')
 if f[1] ~= 'leased' or f[2] ~= token then
   return { 'stale' }
 end
 local deadline = now_ms() + lease_ms
 redis.call('ZADD', leasez, deadline, id)
-redis.call('HSET', tkey, 'lease_deadline', fmt(deadline))
+redis.call('HSET', tkey, 'ld', fmt(deadline))
 return { 'ok', deadline }

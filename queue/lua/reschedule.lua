@@ -1,70 +1,90 @@
--- reschedule.lua: "still processing, poll again later". Counts a poll, never an attempt.
--- A next poll beyond the whole-life deadline makes the task dead with reason 'deadline'.
--- KEYS[1] task hash   KEYS[2] history   KEYS[3] due zset   KEYS[4] lease zset   KEYS[5] retry zset
--- KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash   KEYS[9] throughput minutes
--- ARGV[1..5] common   ARGV[6] id   ARGV[7] token   ARGV[8] delay_ms   ARGV[9] has_partial (0/1)
--- ARGV[10] partial   ARGV[11] latency_ms
--- Returns {'ok', due_at} | {'dead', reason} | {'stale'}
-local tkey = KEYS[1]
-local hkey = KEYS[2]
-local duez = KEYS[3]
-local leasez = KEYS[4]
-local retryz = KEYS[5]
-local deadz = KEYS[6]
-local ekey = KEYS[7]
-local tp = KEYS[8]
-local tpmin = KEYS[9]
-local id = ARGV[6]
-local token = ARGV[7]
-local delay = tonumber(ARGV[8])
-local has_partial = ARGV[9]
-local partial = ARGV[10]
-local latency = tonumber(ARGV[11])
-if id == nil or id == '' or token == nil or delay == nil or delay < 0 or partial == nil
-  or latency == nil or (has_partial ~= '0' and has_partial ~= '1') then
+-- reschedule.lua: "still processing, poll again later", for one or many leases, optionally
+-- leasing the caller its next tasks in the same call. Counts a poll, never an attempt. A next
+-- poll beyond the whole-life deadline makes the task dead with reason 'deadline'. Partial data
+-- goes to its own string key (a long value in the record would turn the whole hash from the
+-- compact listpack encoding into a hashtable). Polls go to the history at the 'full' level only.
+-- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
+-- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
+-- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
+-- KEYS[10+3i] task hash i   KEYS[11+3i] history i   KEYS[12+3i] partial i   (i = 1..n)
+-- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
+-- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
+-- ARGV[8+6i] partial i   ARGV[9+6i] latency_ms i
+-- Returns {{tag_1, value_1, ..., tag_n, value_n}, {claimed rows as claim.lua}} where tag/value
+-- is 'ok'/due_at | 'dead'/'deadline' | 'stale'/0.
+local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9] }
+local deadz = KEYS[10]
+local tp = KEYS[11]
+local tpmin = KEYS[12]
+local worker = ARGV[7]
+local next_n = tonumber(ARGV[8])
+local lease_ms = tonumber(ARGV[9])
+local n = (#ARGV - 9) / 6
+if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
+  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 12 + 3 * n
+  or n + next_n < 1 then
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
-local f = redis.call('HMGET', tkey, 'state', 'token', 'polls', 'attempts', 'deadline', 'worker',
-  'hpend')
-if f[1] ~= 'leased' or f[2] ~= token then
-  return { 'stale' }
+for i = 1, n do
+  local delay = tonumber(ARGV[6 + 6 * i])
+  local hp = ARGV[7 + 6 * i]
+  if ARGV[4 + 6 * i] == '' or tonumber(ARGV[5 + 6 * i]) == nil or delay == nil or delay < 0
+    or (hp ~= '0' and hp ~= '1') or tonumber(ARGV[9 + 6 * i]) == nil then
+    return redis.error_reply('ERR repoll reschedule: bad item')
+  end
 end
 local now = now_ms()
-local now_s = fmt(now)
-local polls = num(f[3], 0) + 1
-local attempts = num(f[4], 0)
-local deadline = num(f[5], 0)
-local due_at = now + delay
-local pend = pending(f[1], f[7])
-bump(tp, tpmin, now, 'polled', 1)
-redis.call('ZREM', leasez, id)
-if deadline > 0 and due_at > deadline then
-  if has_partial == '1' then
-    redis.call('HSET', tkey, 'polls', fmt(polls), 'partial', partial, 'has_partial', '1')
+local recs = {}
+for i = 1, n do
+  recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w')
+end
+local plan = nil
+if next_n > 0 then plan = claim_read(K, next_n, now) end
+
+local out = {}
+local moved = {}
+local dead = {}
+local woke = nil
+for i = 1, n do
+  local f = recs[i]
+  local id, token = ARGV[4 + 6 * i], ARGV[5 + 6 * i]
+  if f[1] ~= 'leased' or f[2] ~= token then
+    out[#out + 1] = 'stale'
+    out[#out + 1] = 0
   else
-    redis.call('HSET', tkey, 'polls', fmt(polls))
+    local tkey = KEYS[10 + 3 * i]
+    local hkey = KEYS[11 + 3 * i]
+    local pkey = KEYS[12 + 3 * i]
+    local delay = tonumber(ARGV[6 + 6 * i])
+    local polls = num(f[3], 0) + 1
+    local attempts = num(f[4], 0)
+    local deadline = num(f[5], 0)
+    local due_at = now + delay
+    redis.call('ZREM', K.lease, id)
+    if ARGV[7 + 6 * i] == '1' then redis.call('SET', pkey, ARGV[8 + 6 * i]) end
+    if deadline > 0 and due_at > deadline then
+      redis.call('HSET', tkey, 'p', fmt(polls))
+      to_dead(tkey, hkey, K.events, deadz, id, now, 'deadline', 'next poll after the deadline')
+      dead[#dead + 1] = id
+      out[#out + 1] = 'dead'
+      out[#out + 1] = 'deadline'
+    else
+      to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now,
+        { 'p', fmt(polls) })
+      hist_routine(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', '
+        .. ARGV[9 + 6 * i] .. ' ms), next poll at ' .. fmt(due_at))
+      moved[#moved + 1] = id
+      if delay == 0 then woke = woke or id end
+      out[#out + 1] = 'ok'
+      out[#out + 1] = due_at
+    end
   end
-  to_dead(tkey, hkey, ekey, deadz, id, now, 'deadline', 'next poll after the deadline', pend)
-  notify_dash('dead', id, now)
-  return { 'dead', 'deadline' }
 end
--- Inline to_due with one HSET: a leased task is never a member of the retry zset (claim
--- removed it), so only attempts > 0 needs a ZADD there.
-local due_s = fmt(due_at)
-redis.call('ZADD', duez, due_at, id)
-if attempts > 0 then
-  redis.call('ZADD', retryz, due_at, id)
+if #moved + #dead > 0 then
+  bump(tp, tpmin, now, 'polled', #moved + #dead)
 end
-if has_partial == '1' then
-  redis.call('HSET', tkey, 'polls', fmt(polls), 'partial', partial, 'has_partial', '1',
-    'state', 'due', 'due', due_s, 'updated', now_s, 'lease_deadline', '0', 'worker', '')
-else
-  redis.call('HSET', tkey, 'polls', fmt(polls),
-    'state', 'due', 'due', due_s, 'updated', now_s, 'lease_deadline', '0', 'worker', '')
-end
-hist(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', ' .. fmt(latency)
-  .. ' ms), next poll at ' .. due_s, pend)
-notify_task(id, 'rescheduled', now)
-notify_dash('rescheduled', id, now)
-if delay == 0 then notify_wake('rescheduled', id, now) end
-return { 'ok', due_at }
+notify_dash_batch('rescheduled', moved, now)
+notify_dash_batch('dead', dead, now)
+if woke then notify_wake('rescheduled', woke, now) end
+return { out, claim_apply(K, plan, worker, lease_ms, now) }

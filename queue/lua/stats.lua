@@ -1,34 +1,54 @@
--- stats.lua (read-only): every count in one consistent snapshot, each O(log n); never a scan.
--- KEYS[1] due zset   KEYS[2] lease zset   KEYS[3] dead zset   KEYS[4] retry zset
--- KEYS[5] results index zset   KEYS[6] paused flag   KEYS[7] throughput hash
--- ARGV[1..5] common   ARGV[6] result_ttl_ms   ARGV[7] buckets (minutes of throughput)
--- Returns {ready, waiting, retrying, leased, stuck, dead, results, oldest_due (-1 = none),
---          paused (0/1), now, {minute, completed, failed, polled, ttr_sum, ttr_count}...}
-local duez = KEYS[1]
-local leasez = KEYS[2]
-local deadz = KEYS[3]
-local retryz = KEYS[4]
-local resultsz = KEYS[5]
-local paused = KEYS[6]
-local tp = KEYS[7]
-local ttl = tonumber(ARGV[6])
-local buckets = tonumber(ARGV[7])
-if ttl == nil or buckets == nil or buckets < 0 or buckets > 1440 then
+-- stats.lua (read-only): every count in one consistent snapshot, each O(log n) or O(1); never
+-- a scan. Ready = due-now members of the due zset + both ready lists.
+-- Undeclared keys (read only, derived from ARGV[6]): the task hashes {q}:t:<id> at the head of
+-- the two ready lists, for the oldest ready age (ready since `u`, else created `c`).
+-- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
+-- KEYS[5] dead zset   KEYS[6] retry zset   KEYS[7] results index zset   KEYS[8] paused flag
+-- KEYS[9] throughput hash
+-- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] buckets (minutes of throughput)
+-- Returns {ready, waiting, retrying, leased, stuck, dead, results, oldest_ready (-1 = none),
+--          paused (0/1), now, ready_background,
+--          {minute, completed, failed, polled, ttr_sum, ttr_count}...}
+local readyk = KEYS[1]
+local bgk = KEYS[2]
+local duez = KEYS[3]
+local leasez = KEYS[4]
+local deadz = KEYS[5]
+local retryz = KEYS[6]
+local resultsz = KEYS[7]
+local paused = KEYS[8]
+local tp = KEYS[9]
+local ttl = tonumber(ARGV[7])
+local buckets = tonumber(ARGV[8])
+if ttl == nil or buckets == nil or buckets < 0 or buckets > 1440 or #KEYS ~= 9 then
   return redis.error_reply('ERR repoll stats: bad arguments')
 end
 local now = now_ms()
-local ready = redis.call('ZCOUNT', duez, '-inf', now)
+local due_now = redis.call('ZCOUNT', duez, '-inf', now)
 local later = redis.call('ZCOUNT', duez, '(' .. fmt(now), '+inf')
 local retrying = redis.call('ZCOUNT', retryz, '(' .. fmt(now), '+inf')
+local ilen = redis.call('LLEN', readyk)
+local blen = redis.call('LLEN', bgk)
 local leased = redis.call('ZCARD', leasez)
 local stuck = redis.call('ZCOUNT', leasez, '-inf', '(' .. fmt(now))
 local dead = redis.call('ZCARD', deadz)
 local results = redis.call('ZCOUNT', resultsz, '(' .. fmt(now - ttl), '+inf')
 local oldest = -1
-local first = redis.call('ZRANGE', duez, 0, 0, 'WITHSCORES')
-if #first == 2 then oldest = tonumber(first[2]) end
-local out = { ready, math.max(later - retrying, 0), retrying, leased, stuck, dead, results, oldest,
-  redis.call('EXISTS', paused), now }
+local function older(t)
+  if t and t >= 0 and (oldest < 0 or t < oldest) then oldest = t end
+end
+if due_now > 0 then
+  older(tonumber(redis.call('ZRANGE', duez, 0, 0, 'WITHSCORES')[2]))
+end
+local heads = { redis.call('LINDEX', readyk, 0), redis.call('LINDEX', bgk, 0) }
+for _, head in ipairs(heads) do
+  if head then
+    local f = redis.call('HMGET', PREFIX .. 't:' .. head, 'u', 'c')
+    older(tonumber(f[1] or f[2]))
+  end
+end
+local out = { due_now + ilen + blen, math.max(later - retrying, 0), retrying, leased, stuck, dead,
+  results, oldest, redis.call('EXISTS', paused), now, blen }
 local minute = now - (now % 60000)
 local fields = {}
 for i = buckets - 1, 0, -1 do

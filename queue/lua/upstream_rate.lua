@@ -2,12 +2,12 @@
 -- every worker process (GCRA: a "theoretical arrival time" per queue, in microseconds of the
 -- Redis clock). Admits up to `burst` calls at once and `per_sec` a second on average.
 -- KEYS[1] the limiter's string key (TAT in microseconds)
--- ARGV[1..5] common   ARGV[6] per_sec (>= 1)   ARGV[7] burst (>= 1)
+-- ARGV[1..6] common   ARGV[7] per_sec (>= 1)   ARGV[8] burst (>= 1)
 -- Returns 0 when the call may go now (the permit is taken), else the milliseconds to wait
 -- before asking again (nothing written).
 local key = KEYS[1]
-local per_sec = tonumber(ARGV[6])
-local burst = tonumber(ARGV[7])
+local per_sec = tonumber(ARGV[7])
+local burst = tonumber(ARGV[8])
 if per_sec == nil or per_sec < 1 or burst == nil or burst < 1 then
   return redis.error_reply('ERR repoll upstream_rate: bad arguments')
 end

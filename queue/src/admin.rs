@@ -39,7 +39,9 @@ impl Queue {
     async fn retry_ids(&self, ids: &[String], who: &str, mode: &str) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
-        inv.key(&k.due)
+        inv.key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
             .key(&k.retry)
             .key(&k.dead)
             .key(&k.events)
@@ -57,6 +59,9 @@ impl Queue {
         let mut inv = self.invocation(&SCRIPTS.cancel);
         inv.key(k.task(id))
             .key(k.hist(id))
+            .key(k.partial(id))
+            .key(&k.ready)
+            .key(&k.ready_bg)
             .key(&k.due)
             .key(&k.lease)
             .key(&k.retry)
@@ -98,11 +103,28 @@ impl Queue {
             PurgeTarget::Dead => ("dead", vec![&k.dead]),
             PurgeTarget::Results => ("results", vec![&k.results]),
             PurgeTarget::Queued => ("queued", vec![&k.due]),
-            // Histories belong to ids in any of these sets; cancelled tasks' histories
-            // expire on their own.
+            // Histories belong to ids in any of these sets (ready-list tasks have none until
+            // something notable happens to them, and then they are in a set or a list's
+            // history is removed with them); cancelled tasks' histories expire on their own.
             PurgeTarget::History => ("history", vec![&k.due, &k.lease, &k.dead, &k.results]),
         };
         let mut total = 0;
+        if target == PurgeTarget::Queued {
+            // Ready lists first, chunk by chunk from their heads (the script reads the ids).
+            for list in [&k.ready, &k.ready_bg] {
+                loop {
+                    let mut inv = self.invocation(&SCRIPTS.purge_ready);
+                    inv.key(list).key(&k.events).arg(who).arg(CHUNK);
+                    let n = count(int(&self.run(&inv).await?)?)?;
+                    total += n;
+                    let mut c = self.conn.clone();
+                    let left: u64 = c.llen(list).await?;
+                    if left == 0 {
+                        break;
+                    }
+                }
+            }
+        }
         for src in sources {
             // Deleting dead/results/queued removes the ids from the set being walked, so
             // those restart at 0; a history purge leaves the sets alone and walks forward.
@@ -138,6 +160,7 @@ impl Queue {
             inv.key(k.task(id))
                 .key(k.hist(id))
                 .key(k.result(id))
+                .key(k.partial(id))
                 .arg(id);
         }
         count(int(&self.run(&inv).await?)?)

@@ -2,7 +2,7 @@
 //! [`QueueError::Corrupt`], because a damaged key must not take down a worker or the server.
 
 use crate::error::{corrupt, Result};
-use crate::model::{HistoryEntry, StoredResult, Task, TaskState, WorkerInfo};
+use crate::model::{HistoryEntry, Priority, StoredResult, Task, TaskState, WorkerInfo};
 use redis::Value;
 use std::collections::HashMap;
 
@@ -110,63 +110,106 @@ fn opt(f: &Fields, k: &str) -> Option<String> {
     f.get(k).filter(|s| !s.is_empty()).cloned()
 }
 
-pub(crate) fn task(f: &Fields) -> Result<Task> {
-    let state = match get(f, "state")? {
+/// A task record (prelude.lua has the field table; omitted fields are defaults). The id comes
+/// from the key; `partial` from the task's own partial key; `due_score` is its member score in
+/// the due zset, None when it waits in a ready list (then it is due since `u`, else `c`).
+pub(crate) fn task(
+    id: &str,
+    f: &Fields,
+    partial: Option<String>,
+    due_score: Option<i64>,
+) -> Result<Task> {
+    let state = match get(f, "s")? {
         "due" => TaskState::Due,
         "leased" => TaskState::Leased,
         "dead" => TaskState::Dead,
         other => return Err(corrupt(format!("unknown task state {other:?}"))),
     };
-    let partial = if f.get("has_partial").map(String::as_str) == Some("1") {
-        f.get("partial").cloned()
-    } else {
-        None
+    let created = get_i64(f, "c")?;
+    let updated = match get_i64(f, "u")? {
+        0 => created,
+        u => u,
     };
     Ok(Task {
-        id: get(f, "id")?.to_string(),
-        query: get(f, "query")?.to_string(),
-        payload: f.get("payload").cloned().unwrap_or_default(),
+        id: id.to_string(),
+        query: get(f, "q")?.to_string(),
+        payload: f.get("pl").cloned().unwrap_or_default(),
         state,
-        created_ms: get_i64(f, "created")?,
-        updated_ms: get_i64(f, "updated")?,
-        attempts: get_u32(f, "attempts")?,
-        polls: get_u32(f, "polls")?,
-        max_attempts: get_u32(f, "max_attempts")?,
-        token: get_u64(f, "token")?,
+        priority: if f.get("pr").map(String::as_str) == Some("bg") {
+            Priority::Background
+        } else {
+            Priority::Interactive
+        },
+        created_ms: created,
+        updated_ms: updated,
+        attempts: get_u32(f, "a")?,
+        polls: get_u32(f, "p")?,
+        max_attempts: get_u32(f, "m")?,
+        token: get_u64(f, "tk")?,
         worker: if state == TaskState::Leased {
-            opt(f, "worker")
+            opt(f, "w")
         } else {
             None
         },
-        last_error: opt(f, "last_error"),
+        last_error: opt(f, "e"),
         partial,
-        deadline_ms: get_i64(f, "deadline")?,
+        deadline_ms: get_i64(f, "dl")?,
         due_ms: if state == TaskState::Due {
-            Some(get_i64(f, "due")?)
+            Some(due_score.unwrap_or(updated))
         } else {
             None
         },
         lease_deadline_ms: if state == TaskState::Leased {
-            Some(get_i64(f, "lease_deadline")?)
+            Some(get_i64(f, "ld")?)
         } else {
             None
         },
         dead_reason: if state == TaskState::Dead {
-            opt(f, "dead_reason")
+            opt(f, "dr")
         } else {
             None
         },
     })
 }
 
-pub(crate) fn stored(f: &Fields) -> Result<StoredResult> {
-    Ok(StoredResult {
-        id: get(f, "id")?.to_string(),
-        query: get(f, "query")?.to_string(),
-        data: get(f, "data")?.to_string(),
-        completed_ms: get_i64(f, "completed")?,
-        created_ms: get_i64(f, "created")?,
-        polls: get_u32(f, "polls")?,
+/// A stored result and how it was completed, from its one string:
+/// `completed,created,polls,token,latency_ms,#worker,#query\n` + worker + query + data
+/// (complete.lua writes it; the lengths are in bytes).
+pub(crate) struct Packed {
+    pub result: StoredResult,
+    pub worker: String,
+    pub token: u64,
+    pub latency_ms: u64,
+}
+
+pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
+    let bad = || corrupt(format!("result of {id}: bad format"));
+    let (head, body) = s.split_once('\n').ok_or_else(bad)?;
+    let n: Vec<i64> = head
+        .split(',')
+        .map(parse_i64)
+        .collect::<Result<Vec<_>>>()?;
+    let [completed, created, polls, token, latency, wlen, qlen] = n.as_slice() else {
+        return Err(bad());
+    };
+    let wlen = usize::try_from(*wlen).map_err(|_| bad())?;
+    let qlen = usize::try_from(*qlen).map_err(|_| bad())?;
+    let worker = body.get(..wlen).ok_or_else(bad)?;
+    let query = body.get(wlen..wlen + qlen).ok_or_else(bad)?;
+    let data = body.get(wlen + qlen..).ok_or_else(bad)?;
+    let u = |v: i64| u64::try_from(v).map_err(|_| bad());
+    Ok(Packed {
+        result: StoredResult {
+            id: id.to_string(),
+            query: query.to_string(),
+            data: data.to_string(),
+            completed_ms: *completed,
+            created_ms: *created,
+            polls: u32::try_from(*polls).map_err(|_| bad())?,
+        },
+        worker: worker.to_string(),
+        token: u(*token)?,
+        latency_ms: u(*latency)?,
     })
 }
 

@@ -1,11 +1,21 @@
 //! Key layout. Every key starts with the hash tag `{name}` so a Redis Cluster keeps the whole
-//! queue in one slot (Lua scripts may only touch keys of one slot). Scripts never build key
-//! names: Rust builds them here and passes them in KEYS. See ARCHITECTURE.md for the table.
+//! queue in one slot (Lua scripts may only touch keys of one slot). Rust builds every key name
+//! here and passes them in KEYS; the few scripts that find task ids inside Redis (claims, stats,
+//! the ready-list purge) derive those tasks' keys from [`Keys::prefix`] with the same layout,
+//! as their headers say. See ARCHITECTURE.md for the table.
 
 /// Key names of one queue.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
     tag: String,
+    /// `{name}:`, the prefix of per-task keys, for scripts that derive them.
+    pub prefix: String,
+    /// Interactive tasks ready now, oldest first (a LIST: far cheaper than a zset member).
+    pub ready: String,
+    /// Background tasks ready now, oldest first.
+    pub ready_bg: String,
+    /// Interactive claims since the last background one (the background share).
+    pub share: String,
     pub due: String,
     pub lease: String,
     pub dead: String,
@@ -26,6 +36,10 @@ impl Keys {
         let tag = format!("{{{name}}}");
         let k = |s: &str| format!("{tag}:{s}");
         Keys {
+            prefix: format!("{tag}:"),
+            ready: k("ready"),
+            ready_bg: k("ready:bg"),
+            share: k("share"),
             due: k("due"),
             lease: k("lease"),
             dead: k("dead"),
@@ -42,7 +56,7 @@ impl Keys {
         }
     }
 
-    /// Task record (hash) of a live task: due, leased or dead.
+    /// Task record (compact hash, short field names: prelude.lua) of a live task.
     pub fn task(&self, id: &str) -> String {
         format!("{}:t:{id}", self.tag)
     }
@@ -52,9 +66,15 @@ impl Keys {
         format!("{}:h:{id}", self.tag)
     }
 
-    /// Final result hash (expires after result_ttl_ms).
+    /// Final result, one string (expires after result_ttl_ms; decode.rs has the format).
     pub fn result(&self, id: &str) -> String {
         format!("{}:r:{id}", self.tag)
+    }
+
+    /// Latest partial data of a live task (a string of its own: a long value inside the record
+    /// would turn the whole hash from listpack into hashtable encoding).
+    pub fn partial(&self, id: &str) -> String {
+        format!("{}:p:{id}", self.tag)
     }
 
     /// Worker heartbeat hash (expires when heartbeats stop).

@@ -17,6 +17,62 @@ pub struct QueueConfig {
     pub events_cap: u32,
     /// Lease expiries before a task is dead as "poison" (0 = never).
     pub max_lease_losses: u32,
+    /// What goes into per-task histories (`REPOLL_HISTORY`).
+    #[serde(default)]
+    pub history: HistoryLevel,
+}
+
+/// How much of a task's life is written to its history list. Whatever the level, the enqueue,
+/// the live lease and the completion are shown from the record and the result themselves, so
+/// they cost no history write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistoryLevel {
+    /// Also every claim and every "still processing" poll (a list entry per poll).
+    Full,
+    /// Transitions an operator needs later: errors (with the claim they ended), lost leases,
+    /// deaths, admin actions. A task that goes enqueue -> polls -> done writes nothing.
+    #[default]
+    Transitions,
+    /// Nothing stored; the derived entries only.
+    Off,
+}
+
+impl HistoryLevel {
+    /// The name scripts and settings use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryLevel::Full => "full",
+            HistoryLevel::Transitions => "transitions",
+            HistoryLevel::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for HistoryLevel {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "full" => Ok(HistoryLevel::Full),
+            "transitions" => Ok(HistoryLevel::Transitions),
+            "off" => Ok(HistoryLevel::Off),
+            other => Err(format!(
+                "unknown history level {other:?} (full, transitions or off)"
+            )),
+        }
+    }
+}
+
+/// Who is waiting for a task. Workers claim interactive work first, but while background work
+/// waits at least one claim in ten goes to it, so it never starves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// A person is waiting (the query page, and the API by default).
+    #[default]
+    Interactive,
+    /// Nobody is waiting right now (e.g. refreshing popular queries).
+    Background,
 }
 
 impl Default for QueueConfig {
@@ -27,6 +83,7 @@ impl Default for QueueConfig {
             history_cap: 100,
             events_cap: 10_000,
             max_lease_losses: 3,
+            history: HistoryLevel::Transitions,
         }
     }
 }
@@ -38,6 +95,9 @@ pub struct EnqueuePolicy {
     pub deadline_ms: u64,
     /// Errors allowed before the task is dead; 0 = unlimited.
     pub max_attempts: u32,
+    /// Joining a live task with a higher priority raises it.
+    #[serde(default)]
+    pub priority: Priority,
 }
 
 impl Default for EnqueuePolicy {
@@ -45,6 +105,7 @@ impl Default for EnqueuePolicy {
         EnqueuePolicy {
             deadline_ms: 0,
             max_attempts: 5,
+            priority: Priority::Interactive,
         }
     }
 }
@@ -84,6 +145,17 @@ pub struct Completion {
     pub id: TaskId,
     pub token: u64,
     pub result: String,
+    pub latency_ms: u64,
+}
+
+/// One item of [`crate::Queue::reschedule_many`]: "still processing, poll again in
+/// `delay_ms`", with the latest partial data if the upstream sent some.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reschedule {
+    pub id: TaskId,
+    pub token: u64,
+    pub delay_ms: u64,
+    pub partial: Option<String>,
     pub latency_ms: u64,
 }
 
@@ -133,6 +205,8 @@ pub struct Task {
     pub query: String,
     pub payload: String,
     pub state: TaskState,
+    #[serde(default)]
+    pub priority: Priority,
     pub created_ms: i64,
     pub updated_ms: i64,
     /// Errors so far (reset by an admin retry of a dead task).
@@ -223,8 +297,11 @@ pub struct LeaseInfo {
 /// Queue counts, each computed in O(log n).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
-    /// Due now.
+    /// Due now (both priorities).
     pub ready: u64,
+    /// Of `ready`, background tasks waiting in their list.
+    #[serde(default)]
+    pub ready_background: u64,
     /// Due later and never failed (waiting for the next poll).
     pub waiting: u64,
     /// Due later after at least one error (in backoff).
@@ -299,7 +376,8 @@ pub enum PurgeTarget {
     Queued,
 }
 
-/// Pub/Sub channel names. Messages are JSON `{"kind","id","at_ms"}` wake-ups only.
+/// Pub/Sub channel names. Messages are JSON `{"kind","id","at_ms"}` (plus `ids` for a batch)
+/// wake-ups only.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Channels {
     /// Every state change of any task, and queue-wide admin actions.
@@ -314,20 +392,5 @@ impl Channels {
             dashboard: format!("{{{name}}}:dashboard"),
             wake: format!("{{{name}}}:wake"),
         }
-    }
-
-    /// Prefix of the per-task channels, derived from the dashboard channel so the struct
-    /// keeps exactly the two public fields of the contract.
-    pub(crate) fn task_prefix(&self) -> String {
-        let base = self
-            .dashboard
-            .strip_suffix(":dashboard")
-            .unwrap_or(&self.dashboard);
-        format!("{base}:task:")
-    }
-
-    /// The channel of one task's state changes.
-    pub fn task(&self, id: &str) -> String {
-        format!("{}{id}", self.task_prefix())
     }
 }

@@ -141,7 +141,7 @@ impl Queue {
         &self.inner.keys
     }
 
-    /// An invocation with the five common ARGV of the prelude already set.
+    /// An invocation with the six common ARGV of the prelude already set.
     pub(crate) fn invocation<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
         let cfg = &self.inner.cfg;
         let ch = &self.inner.channels;
@@ -149,8 +149,9 @@ impl Queue {
         inv.arg(cfg.history_cap)
             .arg(cfg.events_cap)
             .arg(&ch.dashboard)
-            .arg(ch.task_prefix())
-            .arg(&ch.wake);
+            .arg(cfg.history.as_str())
+            .arg(&ch.wake)
+            .arg(&self.inner.keys.prefix);
         inv
     }
 

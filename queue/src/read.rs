@@ -4,12 +4,12 @@
 use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
 use crate::model::{
-    Event, LeaseInfo, ListState, Order, Page, Stats, StoredResult, Task, TaskDetail,
-    ThroughputBucket, WorkerInfo,
+    Event, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, Stats, StoredResult,
+    Task, TaskDetail, TaskState, ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
-use redis::Value;
+use redis::{AsyncCommands, Value};
 
 /// Minutes of throughput returned by stats().
 pub const STATS_BUCKETS: usize = 60;
@@ -21,7 +21,9 @@ impl Queue {
     pub async fn stats(&self) -> Result<Stats> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.stats);
-        inv.key(&k.due)
+        inv.key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
             .key(&k.lease)
             .key(&k.dead)
             .key(&k.retry)
@@ -31,7 +33,7 @@ impl Queue {
             .arg(clamp_ms(self.config().result_ttl_ms))
             .arg(STATS_BUCKETS);
         let a = array(self.run(&inv).await?)?;
-        if a.len() < 10 {
+        if a.len() < 11 {
             return Err(corrupt("stats: short reply"));
         }
         let u = |i: usize| -> Result<u64> {
@@ -40,7 +42,7 @@ impl Queue {
         let now = int(&a[9])?;
         let oldest = int(&a[7])?;
         let mut throughput = Vec::with_capacity(STATS_BUCKETS);
-        for b in &a[10..] {
+        for b in &a[11..] {
             let row = array(b.clone())?;
             let [m, c, f, p, ts, tc] = row.as_slice() else {
                 return Err(corrupt("stats: bad bucket"));
@@ -59,6 +61,7 @@ impl Queue {
         }
         Ok(Stats {
             ready: u(0)?,
+            ready_background: u(10)?,
             waiting: u(1)?,
             retrying: u(2)?,
             leased: u(3)?,
@@ -76,11 +79,14 @@ impl Queue {
         })
     }
 
-    /// One page of tasks (or results) in a state, ordered by (score, id) in `order`: due time
-    /// for Ready/Waiting, lease deadline for Leased, time of death for Dead, completion for
-    /// Results. The cursor is "score:id" of the last item, so paging is stable while tasks
-    /// come and go (nothing is skipped or repeated that stayed put); pass it back with the
-    /// same order.
+    /// One page of tasks (or results) in a state, in `order`. For the sorted sets, by
+    /// (score, id): due time for Waiting, lease deadline for Leased, time of death for Dead,
+    /// completion for Results; the cursor is "score:id" of the last item, so paging is stable
+    /// while tasks come and go (nothing is skipped or repeated that stayed put). Ready work is
+    /// the due-now part of the due zset (polls and retries, by due time), then the interactive
+    /// ready list, then the background one (each oldest first); there the cursor names the
+    /// last id listed ("i:<id>"), found again with LPOS (O(n) in the list: a dashboard read,
+    /// never a worker's). Pass the cursor back with the same order.
     pub async fn list(
         &self,
         state: ListState,
@@ -89,22 +95,188 @@ impl Queue {
         limit: usize,
     ) -> Result<Page> {
         let k = self.keys();
+        let limit = limit.clamp(1, MAX_PAGE);
         let (zset, min, max) = match state {
-            ListState::Ready => (&k.due, "-inf", "now"),
+            ListState::Ready => return self.list_ready(order, cursor, limit).await,
             ListState::Waiting => (&k.due, "after_now", "+inf"),
             ListState::Leased => (&k.lease, "-inf", "+inf"),
             ListState::Dead => (&k.dead, "-inf", "+inf"),
             ListState::Results => (&k.results, "-inf", "+inf"),
         };
-        let (cscore, cid) = match cursor {
-            None | Some("") => (String::new(), String::new()),
-            Some(c) => {
-                let (s, id) = c
-                    .split_once(':')
-                    .ok_or_else(|| corrupt(format!("bad cursor {c:?}")))?;
-                parse_i64(s)?;
-                (s.to_string(), id.to_string())
+        let z = self
+            .zpage(zset, min, max, parse_cursor(cursor)?, limit, order)
+            .await?;
+        let mut page = Page {
+            total: z.total,
+            next_cursor: if z.more { z.last_cursor() } else { None },
+            ..Page::default()
+        };
+        if state == ListState::Results {
+            page.results = self.fetch_results(&z.rows).await?;
+        } else {
+            let rows: Vec<(String, Option<i64>)> = z
+                .rows
+                .into_iter()
+                .map(|(id, score)| {
+                    let due = (state == ListState::Waiting).then_some(score);
+                    (id, due)
+                })
+                .collect();
+            page.items = self.fetch_tasks(&rows).await?;
+        }
+        Ok(page)
+    }
+
+    /// Ready work, across its three places (see [`Queue::list`]).
+    async fn list_ready(&self, order: Order, cursor: Option<&str>, limit: usize) -> Result<Page> {
+        let k = self.keys();
+        let now = self.now_ms().await?;
+        let mut c = self.conn.clone();
+        let (ilen, blen, zlen): (u64, u64, u64) = redis::pipe()
+            .llen(&k.ready)
+            .llen(&k.ready_bg)
+            .zcount(&k.due, "-inf", now)
+            .query_async(&mut c)
+            .await?;
+        // Segments in this order's sequence, and where the cursor resumes.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Seg {
+            Z,
+            I,
+            B,
+        }
+        let segs = match order {
+            Order::OldestFirst => [Seg::Z, Seg::I, Seg::B],
+            Order::NewestFirst => [Seg::B, Seg::I, Seg::Z],
+        };
+        // A list cursor is "i:<id>" / "b:<id>": the last id listed, found again with LPOS so a
+        // task removed before it shifts nothing. If that id has left its list (claimed, which
+        // takes from the head), oldest-first restarts the list (repeating rather than skipping)
+        // and newest-first moves on (everything older left before it).
+        let (start, mut anchor, mut zcursor) = match cursor {
+            None | Some("") => (segs[0], None, None),
+            Some(c) => match c.split_once(':') {
+                Some(("i", "")) => (Seg::I, None, None),
+                Some(("b", "")) => (Seg::B, None, None),
+                Some(("i", id)) => (Seg::I, Some(id.to_string()), None),
+                Some(("b", id)) => (Seg::B, Some(id.to_string()), None),
+                Some(("z", "")) => (Seg::Z, None, None),
+                Some(("z", rest)) => (Seg::Z, None, parse_cursor(Some(rest))?),
+                _ => (Seg::Z, None, parse_cursor(Some(c))?),
+            },
+        };
+        let mut page = Page {
+            total: ilen + blen + zlen,
+            ..Page::default()
+        };
+        let mut rows: Vec<(String, Option<i64>)> = Vec::new();
+        let first = segs.iter().position(|s| *s == start).unwrap_or(0);
+        for (i, seg) in segs.iter().enumerate().skip(first) {
+            let want = limit - rows.len();
+            if want == 0 {
+                break;
             }
+            if i > first {
+                anchor = None;
+                zcursor = None;
+            }
+            let later_nonempty = segs[i + 1..].iter().any(|s| match s {
+                Seg::Z => zlen > 0,
+                Seg::I => ilen > 0,
+                Seg::B => blen > 0,
+            });
+            let next_seg = || match segs.get(i + 1) {
+                Some(Seg::I) => "i:".to_string(),
+                Some(Seg::B) => "b:".to_string(),
+                _ => "z:".to_string(),
+            };
+            match seg {
+                Seg::Z => {
+                    let z = self
+                        .zpage(&k.due, "-inf", "now", zcursor.take(), want, order)
+                        .await?;
+                    let more = z.more;
+                    let last = z.last_cursor();
+                    rows.extend(z.rows.into_iter().map(|(id, s)| (id, Some(s))));
+                    if rows.len() == limit && (more || later_nonempty) {
+                        page.next_cursor = if more {
+                            last.map(|l| format!("z:{l}"))
+                        } else {
+                            Some(next_seg())
+                        };
+                    }
+                }
+                Seg::I | Seg::B => {
+                    let (key, len, tag) = if *seg == Seg::I {
+                        (&k.ready, ilen as isize, "i")
+                    } else {
+                        (&k.ready_bg, blen as isize, "b")
+                    };
+                    let pos: Option<isize> = match &anchor {
+                        Some(id) => {
+                            redis::cmd("LPOS")
+                                .arg(key)
+                                .arg(id)
+                                .query_async(&mut c)
+                                .await?
+                        }
+                        None => None,
+                    };
+                    let n = want as isize;
+                    // [lo, hi] in head-based indices.
+                    let (lo, hi) = match order {
+                        Order::OldestFirst => {
+                            let lo = pos.map_or(0, |p| p + 1);
+                            (lo, (lo + n - 1).min(len - 1))
+                        }
+                        Order::NewestFirst => {
+                            let hi = match (&anchor, pos) {
+                                (None, _) => len - 1,
+                                (Some(_), Some(p)) => p - 1,
+                                (Some(_), None) => -1,
+                            };
+                            ((hi - n + 1).max(0), hi)
+                        }
+                    };
+                    if lo > hi || hi < 0 {
+                        continue;
+                    }
+                    let mut ids: Vec<String> = c.lrange(key, lo, hi).await?;
+                    let more_here = match order {
+                        Order::OldestFirst => hi < len - 1,
+                        Order::NewestFirst => lo > 0,
+                    };
+                    if order == Order::NewestFirst {
+                        ids.reverse();
+                    }
+                    let last = ids.last().cloned();
+                    rows.extend(ids.into_iter().map(|id| (id, None)));
+                    if rows.len() == limit && (more_here || later_nonempty) {
+                        page.next_cursor = Some(match (more_here, last) {
+                            (true, Some(id)) => format!("{tag}:{id}"),
+                            _ => next_seg(),
+                        });
+                    }
+                }
+            }
+        }
+        page.items = self.fetch_tasks(&rows).await?;
+        Ok(page)
+    }
+
+    /// One page of a sorted set between two bounds (list.lua).
+    async fn zpage(
+        &self,
+        zset: &str,
+        min: &str,
+        max: &str,
+        cursor: Option<(i64, String)>,
+        limit: usize,
+        order: Order,
+    ) -> Result<ZPage> {
+        let (cscore, cid) = match cursor {
+            Some((s, id)) => (s.to_string(), id),
+            None => (String::new(), String::new()),
         };
         let mut inv = self.invocation(&SCRIPTS.list);
         inv.key(zset)
@@ -123,81 +295,134 @@ impl Queue {
         }
         let total = u64::try_from(int(&a[0])?).map_err(|_| corrupt("list: bad total"))?;
         let more = int(&a[1])? == 1;
-        let mut ids = Vec::new();
-        let mut last = None;
-        for pair in a[2..].chunks(2) {
-            let id = string(&pair[0])?;
-            let score = parse_i64(&string(&pair[1])?)?;
-            last = Some(format!("{score}:{id}"));
-            ids.push(id);
-        }
-        let next_cursor = if more { last } else { None };
-        let mut page = Page {
-            total,
-            next_cursor,
-            ..Page::default()
-        };
+        let rows = a[2..]
+            .chunks(2)
+            .map(|p| Ok((string(&p[0])?, parse_i64(&string(&p[1])?)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ZPage { total, more, rows })
+    }
+
+    /// Records of `ids` (with their due score where known), skipping ids whose record vanished
+    /// since they were listed.
+    async fn fetch_tasks(&self, ids: &[(String, Option<i64>)]) -> Result<Vec<Task>> {
         if ids.is_empty() {
-            return Ok(page);
+            return Ok(Vec::new());
         }
+        let k = self.keys();
         let mut pipe = redis::pipe();
-        for id in &ids {
-            if state == ListState::Results {
-                pipe.hgetall(k.result(id));
-            } else {
-                pipe.hgetall(k.task(id));
-            }
+        for (id, _) in ids {
+            pipe.hgetall(k.task(id)).get(k.partial(id));
         }
         let mut c = self.conn.clone();
         let rows: Vec<Value> = pipe.query_async(&mut c).await?;
-        for row in rows {
-            // A member whose record vanished since the script ran is simply skipped.
-            if let Some(f) = decode::maybe_fields(row)? {
-                if state == ListState::Results {
-                    page.results.push(decode::stored(&f)?);
-                } else {
-                    page.items.push(decode::task(&f)?);
-                }
+        let mut out = Vec::with_capacity(ids.len());
+        for ((id, score), pair) in ids.iter().zip(rows.chunks(2)) {
+            if let Some(f) = decode::maybe_fields(pair[0].clone())? {
+                let partial = opt_str(&pair[1])?;
+                out.push(decode::task(id, &f, partial, *score)?);
             }
         }
-        Ok(page)
+        Ok(out)
     }
 
-    /// The live task and/or stored result of an id, with its history (newest first).
+    async fn fetch_results(&self, ids: &[(String, i64)]) -> Result<Vec<StoredResult>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys();
+        let mut pipe = redis::pipe();
+        for (id, _) in ids {
+            pipe.get(k.result(id));
+        }
+        let mut c = self.conn.clone();
+        let rows: Vec<Option<String>> = pipe.query_async(&mut c).await?;
+        let mut out = Vec::new();
+        for ((id, _), row) in ids.iter().zip(rows) {
+            if let Some(s) = row {
+                out.push(decode::packed_result(id, &s)?.result);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The live task and/or stored result of an id, with its history (newest first): the
+    /// stored entries plus those derived from the record and the result (the enqueue, the
+    /// live lease, the completion), which the scripts do not write (prelude.lua).
     pub async fn get(&self, id: &str) -> Result<Option<TaskDetail>> {
         let k = self.keys();
         let mut c = self.conn.clone();
-        let (t, r, h): (Value, Value, Vec<String>) = redis::pipe()
-            .hgetall(k.task(id))
-            .hgetall(k.result(id))
-            .lrange(k.hist(id), 0, -1)
-            .query_async(&mut c)
-            .await?;
-        let fields = decode::maybe_fields(t)?;
-        // claim.lua defers a leased task's "claimed" history entry to the record's `hpend`
-        // field (the script that ends the lease pushes it): show it on top meanwhile.
-        let pending = fields
-            .as_ref()
-            .filter(|f| f.get("state").map(String::as_str) == Some("leased"))
-            .and_then(|f| f.get("hpend"))
-            .filter(|p| !p.is_empty())
-            .cloned();
-        let task: Option<Task> = fields.map(|f| decode::task(&f)).transpose()?;
-        let result = decode::maybe_fields(r)?
-            .map(|f| decode::stored(&f))
+        let (t, p, r, h, score): (Value, Value, Option<String>, Vec<String>, Option<String>) =
+            redis::pipe()
+                .hgetall(k.task(id))
+                .get(k.partial(id))
+                .get(k.result(id))
+                .lrange(k.hist(id), 0, -1)
+                .zscore(&k.due, id)
+                .query_async(&mut c)
+                .await?;
+        let score = score.as_deref().map(parse_i64).transpose()?;
+        let task = decode::maybe_fields(t)?
+            .map(|f| decode::task(id, &f, opt_str(&p)?, score))
             .transpose()?;
-        if task.is_none() && result.is_none() && h.is_empty() {
+        let packed = r.map(|s| decode::packed_result(id, &s)).transpose()?;
+        if task.is_none() && packed.is_none() && h.is_empty() {
             return Ok(None);
         }
-        let history = pending
+        let full = self.config().history == HistoryLevel::Full;
+        // (entry, rank): among entries of the same millisecond, the derived enqueue sorts
+        // oldest and the derived completion newest; stored entries keep their list order.
+        let mut all: Vec<(HistoryEntry, i8)> = h
             .iter()
-            .chain(h.iter())
+            .map(|s| decode::history(s).map(|e| (e, 0)))
+            .collect::<Result<_>>()?;
+        let mut derive = |at_ms: i64, kind: &str, detail: String, rank: i8| {
+            let dup = all
+                .iter()
+                .any(|(e, _)| e.at_ms == at_ms && e.kind == kind);
+            if !dup {
+                all.push((
+                    HistoryEntry {
+                        at_ms,
+                        kind: kind.into(),
+                        detail,
+                    },
+                    rank,
+                ));
+            }
+        };
+        if let Some(t) = &task {
+            derive(t.created_ms, "enqueued", "due now".into(), -1);
+            if t.state == TaskState::Leased && !full {
+                let w = t.worker.clone().unwrap_or_default();
+                derive(t.updated_ms, "claimed", format!("by {w} token {}", t.token), 0);
+            }
+        }
+        if let Some(p) = &packed {
+            if task.is_none() {
+                derive(p.result.created_ms, "enqueued", "due now".into(), -1);
+            }
+            if !full {
+                derive(
+                    p.result.completed_ms,
+                    "completed",
+                    format!(
+                        "by {} token {} in {} ms",
+                        p.worker, p.token, p.latency_ms
+                    ),
+                    1,
+                );
+            }
+        }
+        // Newest first; stable, so stored entries of one millisecond keep their order.
+        all.sort_by(|(a, ra), (b, rb)| (b.at_ms, *rb).cmp(&(a.at_ms, *ra)));
+        let history = all
+            .into_iter()
             .take(self.config().history_cap as usize)
-            .map(|s| decode::history(s))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|(e, _)| e)
+            .collect();
         Ok(Some(TaskDetail {
             task,
-            result,
+            result: packed.map(|p| p.result),
             history,
         }))
     }
@@ -205,12 +430,8 @@ impl Queue {
     /// The stored result of an id, if still fresh.
     pub async fn result_by_id(&self, id: &str) -> Result<Option<StoredResult>> {
         let mut c = self.conn.clone();
-        let v: Value = redis::cmd("HGETALL")
-            .arg(self.keys().result(id))
-            .query_async(&mut c)
-            .await?;
-        decode::maybe_fields(v)?
-            .map(|f| decode::stored(&f))
+        let v: Option<String> = c.get(self.keys().result(id)).await?;
+        v.map(|s| decode::packed_result(id, &s).map(|p| p.result))
             .transpose()
     }
 
@@ -276,11 +497,7 @@ impl Queue {
         for p in flat.chunks(2) {
             let id = string(&p[0])?;
             let deadline = parse_i64(&string(&p[1])?)?;
-            pipe.cmd("HMGET")
-                .arg(k.task(&id))
-                .arg("query")
-                .arg("worker")
-                .arg("token");
+            pipe.cmd("HMGET").arg(k.task(&id)).arg("q").arg("w").arg("tk");
             pairs.push((id, deadline));
         }
         if pairs.is_empty() {
@@ -337,5 +554,40 @@ impl Queue {
             });
         }
         Ok(out)
+    }
+}
+
+/// One page of a sorted set: its total between the bounds, whether more follow, (id, score)s.
+struct ZPage {
+    total: u64,
+    more: bool,
+    rows: Vec<(String, i64)>,
+}
+
+impl ZPage {
+    fn last_cursor(&self) -> Option<String> {
+        self.rows.last().map(|(id, s)| format!("{s}:{id}"))
+    }
+}
+
+fn bad_cursor(c: &str) -> crate::error::QueueError {
+    corrupt(format!("bad cursor {c:?}"))
+}
+
+/// "score:id" (an empty one is the first page).
+fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, String)>> {
+    match cursor {
+        None | Some("") => Ok(None),
+        Some(c) => {
+            let (s, id) = c.split_once(':').ok_or_else(|| bad_cursor(c))?;
+            Ok(Some((parse_i64(s)?, id.to_string())))
+        }
+    }
+}
+
+fn opt_str(v: &Value) -> Result<Option<String>> {
+    match v {
+        Value::Nil => Ok(None),
+        other => string(other).map(Some),
     }
 }

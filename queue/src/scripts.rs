@@ -2,6 +2,10 @@
 //! `include_str!`, hashed once and called with EVALSHA (`redis::Script` falls back to loading
 //! on NOSCRIPT, e.g. after a Redis restart). Every script keeps its KEYS/ARGV/returns contract
 //! in its header comment.
+//!
+//! Each script starts with a `#!lua` shebang (Redis 7.0+): with it, Redis Cluster refuses a
+//! script whose declared KEYS span two slots instead of running it, and the read-only ones
+//! carry `flags=no-writes`, so Redis refuses them any write and lets them run on replicas.
 
 use redis::Script;
 use std::sync::LazyLock;
@@ -12,7 +16,6 @@ pub const PRELUDE: &str = include_str!("../lua/prelude.lua");
 /// (name, source without prelude) of every script, for tests and docs.
 pub const SOURCES: &[(&str, &str)] = &[
     ("enqueue", include_str!("../lua/enqueue.lua")),
-    ("peek_due", include_str!("../lua/peek_due.lua")),
     ("claim", include_str!("../lua/claim.lua")),
     ("renew", include_str!("../lua/renew.lua")),
     ("complete", include_str!("../lua/complete.lua")),
@@ -25,6 +28,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("cancel", include_str!("../lua/cancel.lua")),
     ("pause", include_str!("../lua/pause.lua")),
     ("purge", include_str!("../lua/purge.lua")),
+    ("purge_ready", include_str!("../lua/purge_ready.lua")),
     ("stats", include_str!("../lua/stats.lua")),
     ("list", include_str!("../lua/list.lua")),
     ("heartbeat", include_str!("../lua/heartbeat.lua")),
@@ -34,7 +38,6 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// Compiled scripts, one field per file.
 pub(crate) struct Scripts {
     pub enqueue: Script,
-    pub peek_due: Script,
     pub claim: Script,
     pub renew: Script,
     pub complete: Script,
@@ -47,6 +50,7 @@ pub(crate) struct Scripts {
     pub cancel: Script,
     pub pause: Script,
     pub purge: Script,
+    pub purge_ready: Script,
     pub stats: Script,
     pub list: Script,
     pub heartbeat: Script,
@@ -59,13 +63,24 @@ fn build(name: &str) -> Script {
         .find(|(n, _)| *n == name)
         .map(|(_, s)| *s)
         .unwrap_or("return redis.error_reply('ERR repoll: unknown script')");
-    Script::new(&format!("{PRELUDE}\n{body}"))
+    Script::new(&format!("{}\n{PRELUDE}\n{body}", shebang(name)))
+}
+
+/// Scripts that only read.
+pub const READ_ONLY: &[&str] = &["peek_expired", "stats", "list"];
+
+/// The first line of a script: `#!lua`, with `flags=no-writes` for the read-only ones.
+pub fn shebang(name: &str) -> &'static str {
+    if READ_ONLY.contains(&name) {
+        "#!lua flags=no-writes"
+    } else {
+        "#!lua"
+    }
 }
 
 /// Built once per process: hashing is done here, loading happens on first NOSCRIPT.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     enqueue: build("enqueue"),
-    peek_due: build("peek_due"),
     claim: build("claim"),
     renew: build("renew"),
     complete: build("complete"),
@@ -78,6 +93,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     cancel: build("cancel"),
     pause: build("pause"),
     purge: build("purge"),
+    purge_ready: build("purge_ready"),
     stats: build("stats"),
     list: build("list"),
     heartbeat: build("heartbeat"),
@@ -88,7 +104,6 @@ impl Scripts {
     pub fn all(&self) -> [&Script; 18] {
         [
             &self.enqueue,
-            &self.peek_due,
             &self.claim,
             &self.renew,
             &self.complete,
@@ -101,6 +116,7 @@ impl Scripts {
             &self.cancel,
             &self.pause,
             &self.purge,
+            &self.purge_ready,
             &self.stats,
             &self.list,
             &self.heartbeat,

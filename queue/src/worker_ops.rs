@@ -1,43 +1,28 @@
 //! Producer and worker operations: enqueue, the claim/lease life cycle, reap, heartbeats.
-//! Each is one Lua script call, except claim and reap which are two (a read-only peek that
-//! finds candidate ids, then the acting script that gets their keys in KEYS and re-validates
-//! each one) because a cluster-safe script may only touch keys it was given.
+//! Each is one Lua script call, except reap which is two (a read-only peek that finds expired
+//! leases, then the acting script that gets their keys in KEYS and re-validates each one).
+//! A claim is one call: the script finds ready ids itself and derives their record keys from
+//! the queue's prefix (same hash tag, so Redis Cluster serves them; see prelude.lua). And a
+//! worker that finishes a task can be handed its next one by the same call
+//! ([`Queue::complete_and_claim`], [`Queue::reschedule_and_claim`], [`Queue::fail_and_claim`]),
+//! so a busy worker needs one call per task.
 
 use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
+use crate::keys::Keys;
 use crate::model::{
-    Claimed, Completion, EnqueuePolicy, Enqueued, Failed, Reaped, Retry, WorkerInfo,
+    Claimed, Completion, EnqueuePolicy, Enqueued, Failed, Priority, Reaped, Reschedule, Retry,
+    WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::{normalise_query, task_id};
-use redis::Value;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use redis::{ScriptInvocation, Value};
 
-/// Most tasks one claim or reap call handles, so one script never runs long.
+/// Most tasks one claim, completion batch or reap call handles, so one script never runs long.
 pub const MAX_BATCH: usize = 1000;
-/// Rounds of peek+claim when other claimers took every candidate first.
-const CLAIM_ROUNDS: usize = 4;
 /// Throughput buckets are kept this long (reap trims older ones).
 pub const THROUGHPUT_RETENTION_MS: u64 = 24 * 3600 * 1000;
-
-/// Per-process sequence that spreads claimers over the candidate window.
-static CLAIM_SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// Where in a window of `len` candidates a claimer wanting `n` starts. Successive calls (and
-/// so concurrent claimers) land on different offsets, while a lone claimer still takes a
-/// contiguous run from near the head: roughly oldest-due-first.
-fn claim_offset(len: usize, n: usize, worker: &str) -> usize {
-    if len <= n {
-        return 0;
-    }
-    let span = len - n + 1;
-    let salt = worker
-        .bytes()
-        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
-    let seq = CLAIM_SEQ.fetch_add(1, Ordering::Relaxed);
-    seq.wrapping_mul(0x9E37_79B9).wrapping_add(salt) % span
-}
 
 fn stale_or(tag: &str, what: &str) -> QueueError {
     if tag == "stale" {
@@ -45,6 +30,30 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
     } else {
         corrupt(format!("{what}: unexpected reply {tag:?}"))
     }
+}
+
+/// The nine KEYS every claiming script starts with (claim.lua's header).
+fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
+    inv.key(&k.ready)
+        .key(&k.ready_bg)
+        .key(&k.due)
+        .key(&k.retry)
+        .key(&k.lease)
+        .key(&k.token)
+        .key(&k.paused)
+        .key(&k.share)
+        .key(&k.events);
+}
+
+fn opt_string(v: &Value) -> Result<Option<String>> {
+    match v {
+        Value::Nil => Ok(None),
+        other => string(other).map(Some),
+    }
+}
+
+fn claimed_rows(v: Value) -> Result<Vec<Claimed>> {
+    array(v)?.into_iter().map(claimed_row).collect()
 }
 
 impl Queue {
@@ -63,77 +72,60 @@ impl Queue {
         let mut inv = self.invocation(&SCRIPTS.enqueue);
         inv.key(k.task(&id))
             .key(k.result(&id))
-            .key(&k.due)
+            .key(k.partial(&id))
             .key(k.hist(&id))
-            .key(&k.events)
+            .key(&k.ready)
+            .key(&k.ready_bg)
             .key(&k.dead)
-            .key(&k.retry)
+            .key(&k.due)
             .arg(&id)
             .arg(&q)
             .arg(payload)
             .arg(clamp_ms(policy.deadline_ms))
-            .arg(policy.max_attempts);
+            .arg(policy.max_attempts)
+            .arg(match policy.priority {
+                Priority::Interactive => "interactive",
+                Priority::Background => "bg",
+            });
         let (tag, rest) = status(self.run(&inv).await?)?;
+        let mut rest = rest.into_iter();
         let body = rest
-            .into_iter()
             .next()
             .ok_or_else(|| corrupt("enqueue: missing record"))?;
+        if tag == "stored" {
+            let packed = string(&body)?;
+            return Ok(Enqueued::Stored(decode::packed_result(&id, &packed)?.result));
+        }
         let f = decode::fields(body)?;
+        let partial = rest.next().map(|v| opt_string(&v)).transpose()?.flatten();
+        let score = rest
+            .next()
+            .map(|v| opt_string(&v))
+            .transpose()?
+            .flatten()
+            .map(|s| decode::parse_i64(&s))
+            .transpose()?;
+        let task = decode::task(&id, &f, partial, score)?;
         match tag.as_str() {
-            "created" => Ok(Enqueued::Created(decode::task(&f)?)),
-            "joined" => Ok(Enqueued::Joined(decode::task(&f)?)),
-            "stored" => Ok(Enqueued::Stored(decode::stored(&f)?)),
+            "created" => Ok(Enqueued::Created(task)),
+            "joined" => Ok(Enqueued::Joined(task)),
             other => Err(corrupt(format!("enqueue: unexpected reply {other:?}"))),
         }
     }
 
     /// Leases up to `max_n` ready tasks to `worker` for `lease_ms`, each with a new fencing
-    /// token. Empty while paused. One peek plus one claim script per round; another round only
-    /// when concurrent claimers took every candidate of this one.
+    /// token, in one call: due polls and retries first, then interactive, then background work
+    /// (with its share: prelude.lua). Empty while paused.
     pub async fn claim(&self, worker: &str, max_n: usize, lease_ms: u64) -> Result<Vec<Claimed>> {
         if max_n == 0 {
             return Ok(Vec::new());
         }
-        let max_n = max_n.min(MAX_BATCH);
-        let lease_ms = clamp_ms(lease_ms).max(1);
-        // Peek more than needed so concurrent claimers can start at different offsets.
-        let window = (max_n * 2 + 8).min(2 * MAX_BATCH);
-        let k = self.keys();
-        for _ in 0..CLAIM_ROUNDS {
-            let mut peek = self.invocation(&SCRIPTS.peek_due);
-            peek.key(&k.due).key(&k.paused).arg(window);
-            let mut ids = array(self.run(&peek).await?)?
-                .iter()
-                .map(string)
-                .collect::<Result<Vec<_>>>()?;
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            let off = claim_offset(ids.len(), max_n, worker);
-            ids.rotate_left(off);
-
-            let mut inv = self.invocation(&SCRIPTS.claim);
-            inv.key(&k.due)
-                .key(&k.lease)
-                .key(&k.retry)
-                .key(&k.token)
-                .key(&k.paused)
-                .key(&k.events)
-                .arg(worker)
-                .arg(max_n)
-                .arg(lease_ms);
-            for id in &ids {
-                inv.key(k.task(id));
-            }
-            for id in &ids {
-                inv.arg(id);
-            }
-            let rows = array(self.run(&inv).await?)?;
-            if !rows.is_empty() {
-                return rows.into_iter().map(claimed_row).collect();
-            }
-        }
-        Ok(Vec::new())
+        let mut inv = self.invocation(&SCRIPTS.claim);
+        claim_keys(&mut inv, self.keys());
+        inv.arg(worker)
+            .arg(max_n.min(MAX_BATCH))
+            .arg(clamp_ms(lease_ms).max(1));
+        claimed_rows(self.run(&inv).await?)
     }
 
     /// Extends a live lease; returns the new deadline. StaleToken if the lease is not yours.
@@ -161,52 +153,69 @@ impl Queue {
         result: &str,
         latency_ms: u64,
     ) -> Result<()> {
-        let k = self.keys();
-        let mut inv = self.invocation(&SCRIPTS.complete);
-        inv.key(&k.results)
-            .key(&k.lease)
-            .key(&k.events)
-            .key(&k.tp)
-            .key(&k.tpmin)
-            .arg(clamp_ms(self.config().result_ttl_ms));
-        inv.key(k.task(id))
-            .key(k.hist(id))
-            .key(k.result(id))
-            .arg(id)
-            .arg(token)
-            .arg(result)
-            .arg(clamp_ms(latency_ms));
-        match array(self.run(&inv).await?)?.as_slice() {
-            [v] if int(v)? == 1 => Ok(()),
-            [_] => Err(QueueError::StaleToken),
-            _ => Err(corrupt("complete: bad reply")),
-        }
+        let item = Completion {
+            id: id.to_string(),
+            token,
+            result: result.to_string(),
+            latency_ms,
+        };
+        let (mut flags, _) = self.complete_and_claim(&[item], "", 0, 1).await?;
+        flags.pop().unwrap_or(Err(QueueError::StaleToken))
     }
 
     /// Completes many leases in one script call (at most [`MAX_BATCH`] per call; longer
     /// slices are split). Returns one result per item, in order: Ok or StaleToken — a stale
     /// item writes nothing and does not affect the others.
     pub async fn complete_many(&self, items: &[Completion]) -> Result<Vec<Result<()>>> {
+        Ok(self.complete_and_claim(items, "", 0, 1).await?.0)
+    }
+
+    /// [`Queue::complete_many`], and in the same call leases `worker` up to `next_n` new tasks
+    /// for `lease_ms` (as [`Queue::claim`]; none while paused). With `items` empty it is a
+    /// plain claim.
+    pub async fn complete_and_claim(
+        &self,
+        items: &[Completion],
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
-        for chunk in items.chunks(MAX_BATCH) {
+        let mut claimed = Vec::new();
+        let chunks: Vec<&[Completion]> = if items.is_empty() {
+            vec![&[]]
+        } else {
+            items.chunks(MAX_BATCH).collect()
+        };
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            // The next tasks come with the last chunk.
+            let next = if i == last { next_n.min(MAX_BATCH) } else { 0 };
+            if chunk.is_empty() && next == 0 {
+                continue;
+            }
             let mut inv = self.invocation(&SCRIPTS.complete);
+            claim_keys(&mut inv, k);
             inv.key(&k.results)
-                .key(&k.lease)
-                .key(&k.events)
                 .key(&k.tp)
                 .key(&k.tpmin)
-                .arg(clamp_ms(self.config().result_ttl_ms));
+                .arg(clamp_ms(self.config().result_ttl_ms).max(1))
+                .arg(worker)
+                .arg(next)
+                .arg(clamp_ms(lease_ms).max(1));
             for c in chunk {
                 inv.key(k.task(&c.id))
                     .key(k.hist(&c.id))
                     .key(k.result(&c.id))
+                    .key(k.partial(&c.id))
                     .arg(&c.id)
                     .arg(c.token)
                     .arg(&c.result)
                     .arg(clamp_ms(c.latency_ms));
             }
-            let flags = array(self.run(&inv).await?)?;
+            let mut parts = array(self.run(&inv).await?)?.into_iter();
+            let flags = array(parts.next().unwrap_or(Value::Nil))?;
             if flags.len() != chunk.len() {
                 return Err(corrupt("complete: reply length differs from the batch"));
             }
@@ -217,8 +226,9 @@ impl Queue {
                     Err(QueueError::StaleToken)
                 });
             }
+            claimed.extend(claimed_rows(parts.next().unwrap_or(Value::Nil))?);
         }
-        Ok(out)
+        Ok((out, claimed))
     }
 
     /// "Still processing": counts a poll (not an attempt), keeps `partial` if given, and makes
@@ -232,29 +242,79 @@ impl Queue {
         partial: Option<&str>,
         latency_ms: u64,
     ) -> Result<i64> {
+        let item = Reschedule {
+            id: id.to_string(),
+            token,
+            delay_ms,
+            partial: partial.map(str::to_string),
+            latency_ms,
+        };
+        let (mut r, _) = self.reschedule_and_claim(&[item], "", 0, 1).await?;
+        r.pop().unwrap_or(Err(QueueError::StaleToken))
+    }
+
+    /// Many [`Queue::reschedule`]s in one call per [`MAX_BATCH`]; one result per item, in order.
+    pub async fn reschedule_many(&self, items: &[Reschedule]) -> Result<Vec<Result<i64>>> {
+        Ok(self.reschedule_and_claim(items, "", 0, 1).await?.0)
+    }
+
+    /// [`Queue::reschedule_many`], and in the same call leases `worker` up to `next_n` new
+    /// tasks (as [`Queue::complete_and_claim`]).
+    pub async fn reschedule_and_claim(
+        &self,
+        items: &[Reschedule],
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
         let k = self.keys();
-        let mut inv = self.invocation(&SCRIPTS.reschedule);
-        inv.key(k.task(id))
-            .key(k.hist(id))
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.retry)
-            .key(&k.dead)
-            .key(&k.events)
-            .key(&k.tp)
-            .key(&k.tpmin)
-            .arg(id)
-            .arg(token)
-            .arg(clamp_ms(delay_ms))
-            .arg(if partial.is_some() { "1" } else { "0" })
-            .arg(partial.unwrap_or(""))
-            .arg(clamp_ms(latency_ms));
-        let (tag, rest) = status(self.run(&inv).await?)?;
-        match (tag.as_str(), rest.first()) {
-            ("ok", Some(d)) => int(d),
-            ("dead", _) => Ok(0),
-            (t, _) => Err(stale_or(t, "reschedule")),
+        let mut out = Vec::with_capacity(items.len());
+        let mut claimed = Vec::new();
+        let chunks: Vec<&[Reschedule]> = if items.is_empty() {
+            vec![&[]]
+        } else {
+            items.chunks(MAX_BATCH).collect()
+        };
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let next = if i == last { next_n.min(MAX_BATCH) } else { 0 };
+            if chunk.is_empty() && next == 0 {
+                continue;
+            }
+            let mut inv = self.invocation(&SCRIPTS.reschedule);
+            claim_keys(&mut inv, k);
+            inv.key(&k.dead)
+                .key(&k.tp)
+                .key(&k.tpmin)
+                .arg(worker)
+                .arg(next)
+                .arg(clamp_ms(lease_ms).max(1));
+            for r in chunk {
+                inv.key(k.task(&r.id))
+                    .key(k.hist(&r.id))
+                    .key(k.partial(&r.id))
+                    .arg(&r.id)
+                    .arg(r.token)
+                    .arg(clamp_ms(r.delay_ms))
+                    .arg(if r.partial.is_some() { "1" } else { "0" })
+                    .arg(r.partial.as_deref().unwrap_or(""))
+                    .arg(clamp_ms(r.latency_ms));
+            }
+            let mut parts = array(self.run(&inv).await?)?.into_iter();
+            let flat = array(parts.next().unwrap_or(Value::Nil))?;
+            if flat.len() != 2 * chunk.len() {
+                return Err(corrupt("reschedule: reply length differs from the batch"));
+            }
+            for pair in flat.chunks(2) {
+                out.push(match string(&pair[0])?.as_str() {
+                    "ok" => Ok(int(&pair[1])?),
+                    "dead" => Ok(0),
+                    t => Err(stale_or(t, "reschedule")),
+                });
+            }
+            claimed.extend(claimed_rows(parts.next().unwrap_or(Value::Nil))?);
         }
+        Ok((out, claimed))
     }
 
     /// Records an error (one attempt). Retry::After goes back to due after the delay unless
@@ -267,29 +327,50 @@ impl Queue {
         retry: Retry,
         latency_ms: u64,
     ) -> Result<Failed> {
+        self.fail_and_claim(id, token, error, retry, latency_ms, "", 0, 1)
+            .await?
+            .0
+    }
+
+    /// [`Queue::fail`], and in the same call leases `worker` up to `next_n` new tasks (as
+    /// [`Queue::complete_and_claim`]). A stale token is the first part's error; the claim
+    /// happens either way.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fail_and_claim(
+        &self,
+        id: &str,
+        token: u64,
+        error: &str,
+        retry: Retry,
+        latency_ms: u64,
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Result<Failed>, Vec<Claimed>)> {
         let k = self.keys();
         let (mode, delay) = match retry {
             Retry::After(d) => ("after", clamp_ms(d)),
             Retry::Dead => ("dead", 0),
         };
         let mut inv = self.invocation(&SCRIPTS.fail);
-        inv.key(k.task(id))
-            .key(k.hist(id))
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.retry)
-            .key(&k.dead)
-            .key(&k.events)
+        claim_keys(&mut inv, k);
+        inv.key(&k.dead)
             .key(&k.tp)
             .key(&k.tpmin)
+            .key(k.task(id))
+            .key(k.hist(id))
+            .arg(worker)
+            .arg(next_n.min(MAX_BATCH))
+            .arg(clamp_ms(lease_ms).max(1))
             .arg(id)
             .arg(token)
             .arg(error)
             .arg(mode)
             .arg(delay)
             .arg(clamp_ms(latency_ms));
-        let (tag, rest) = status(self.run(&inv).await?)?;
-        match (tag.as_str(), rest.as_slice()) {
+        let mut parts = array(self.run(&inv).await?)?.into_iter();
+        let (tag, rest) = status(parts.next().unwrap_or(Value::Nil))?;
+        let outcome = match (tag.as_str(), rest.as_slice()) {
             ("retry", [due, attempts, ..]) => Ok(Failed::Retrying {
                 due_at: int(due)?,
                 attempts: u32::try_from(int(attempts)?)
@@ -299,7 +380,12 @@ impl Queue {
                 reason: string(reason)?,
             }),
             (t, _) => Err(stale_or(t, "fail")),
+        };
+        if let Err(e @ QueueError::Corrupt(_)) = outcome {
+            return Err(e);
         }
+        let claimed = claimed_rows(parts.next().unwrap_or(Value::Nil))?;
+        Ok((outcome, claimed))
     }
 
     /// Ends a lease now; the task is due now. With `Some(token)` only that lease (else
@@ -309,6 +395,8 @@ impl Queue {
         let mut inv = self.invocation(&SCRIPTS.release);
         inv.key(k.task(id))
             .key(k.hist(id))
+            .key(&k.ready)
+            .key(&k.ready_bg)
             .key(&k.due)
             .key(&k.lease)
             .key(&k.retry)
@@ -337,7 +425,9 @@ impl Queue {
         }
         let cfg = self.config();
         let mut inv = self.invocation(&SCRIPTS.reap);
-        inv.key(&k.due)
+        inv.key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
             .key(&k.lease)
             .key(&k.retry)
             .key(&k.dead)
@@ -365,17 +455,25 @@ impl Queue {
         Ok(Reaped { requeued, dead })
     }
 
-    /// Earliest due time (ms) of any due task, so an idle worker knows how long to sleep.
+    /// Earliest due time (ms) of any due task, so an idle worker knows how long to sleep:
+    /// 0 when a ready list holds work (ready now).
     pub async fn next_due_ms(&self) -> Result<Option<i64>> {
+        let k = self.keys();
         let mut c = self.conn.clone();
-        let v: Value = redis::cmd("ZRANGE")
-            .arg(&self.keys().due)
+        let (ready, bg, head): (u64, u64, Value) = redis::pipe()
+            .llen(&k.ready)
+            .llen(&k.ready_bg)
+            .cmd("ZRANGE")
+            .arg(&k.due)
             .arg(0)
             .arg(0)
             .arg("WITHSCORES")
             .query_async(&mut c)
             .await?;
-        let a = array(v)?;
+        if ready + bg > 0 {
+            return Ok(Some(0));
+        }
+        let a = array(head)?;
         match a.as_slice() {
             [] => Ok(None),
             [_, score] => Ok(Some(decode::parse_i64(&string(score)?)?)),

@@ -76,6 +76,7 @@ async fn run_case(ops: Vec<Op>) {
     let pol = EnqueuePolicy {
         deadline_ms: 0,
         max_attempts: MAX_ATTEMPTS,
+        ..EnqueuePolicy::default()
     };
     for op in ops {
         match op {

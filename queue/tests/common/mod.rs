@@ -153,6 +153,7 @@ pub async fn exercise_every_operation(q: &Queue) {
     let p = EnqueuePolicy {
         deadline_ms: 60_000,
         max_attempts: 2,
+        ..EnqueuePolicy::default()
     };
     for i in 0..6 {
         q.enqueue(&format!("acl {i}"), "p", &p).await.unwrap();
