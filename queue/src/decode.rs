@@ -185,10 +185,7 @@ pub(crate) struct Packed {
 pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
     let bad = || corrupt(format!("result of {id}: bad format"));
     let (head, body) = s.split_once('\n').ok_or_else(bad)?;
-    let n: Vec<i64> = head
-        .split(',')
-        .map(parse_i64)
-        .collect::<Result<Vec<_>>>()?;
+    let n: Vec<i64> = head.split(',').map(parse_i64).collect::<Result<Vec<_>>>()?;
     let [completed, created, polls, token, latency, wlen, qlen] = n.as_slice() else {
         return Err(bad());
     };

@@ -376,9 +376,7 @@ impl Queue {
             .map(|s| decode::history(s).map(|e| (e, 0)))
             .collect::<Result<_>>()?;
         let mut derive = |at_ms: i64, kind: &str, detail: String, rank: i8| {
-            let dup = all
-                .iter()
-                .any(|(e, _)| e.at_ms == at_ms && e.kind == kind);
+            let dup = all.iter().any(|(e, _)| e.at_ms == at_ms && e.kind == kind);
             if !dup {
                 all.push((
                     HistoryEntry {
@@ -394,7 +392,12 @@ impl Queue {
             derive(t.created_ms, "enqueued", "due now".into(), -1);
             if t.state == TaskState::Leased && !full {
                 let w = t.worker.clone().unwrap_or_default();
-                derive(t.updated_ms, "claimed", format!("by {w} token {}", t.token), 0);
+                derive(
+                    t.updated_ms,
+                    "claimed",
+                    format!("by {w} token {}", t.token),
+                    0,
+                );
             }
         }
         if let Some(p) = &packed {
@@ -405,10 +408,7 @@ impl Queue {
                 derive(
                     p.result.completed_ms,
                     "completed",
-                    format!(
-                        "by {} token {} in {} ms",
-                        p.worker, p.token, p.latency_ms
-                    ),
+                    format!("by {} token {} in {} ms", p.worker, p.token, p.latency_ms),
                     1,
                 );
             }
@@ -497,7 +497,11 @@ impl Queue {
         for p in flat.chunks(2) {
             let id = string(&p[0])?;
             let deadline = parse_i64(&string(&p[1])?)?;
-            pipe.cmd("HMGET").arg(k.task(&id)).arg("q").arg("w").arg("tk");
+            pipe.cmd("HMGET")
+                .arg(k.task(&id))
+                .arg("q")
+                .arg("w")
+                .arg("tk");
             pairs.push((id, deadline));
         }
         if pairs.is_empty() {

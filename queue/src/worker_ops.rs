@@ -94,7 +94,9 @@ impl Queue {
             .ok_or_else(|| corrupt("enqueue: missing record"))?;
         if tag == "stored" {
             let packed = string(&body)?;
-            return Ok(Enqueued::Stored(decode::packed_result(&id, &packed)?.result));
+            return Ok(Enqueued::Stored(
+                decode::packed_result(&id, &packed)?.result,
+            ));
         }
         let f = decode::fields(body)?;
         let partial = rest.next().map(|v| opt_string(&v)).transpose()?.flatten();

@@ -66,15 +66,7 @@ async fn dead_claimer_is_reaped_and_fenced() {
     let d = q.get(&b.id).await.unwrap().unwrap();
     assert!(d.task.is_none());
     let kinds: Vec<_> = d.history.iter().map(|h| h.kind.as_str()).collect();
-    assert_eq!(
-        kinds,
-        [
-            "completed",
-            "lease_expired",
-            "claimed",
-            "enqueued"
-        ]
-    );
+    assert_eq!(kinds, ["completed", "lease_expired", "claimed", "enqueued"]);
     // The lost lease is stored with the claim it ended; the completion is read from the result.
     assert!(d.history[1].detail.contains("from wa"));
     assert!(d.history[2].detail.contains("by wa"));
@@ -742,7 +734,10 @@ async fn batched_history_and_dashboard_ids() {
         .unwrap();
     // A poll is routine: at the default level it is counted, not listed.
     assert_eq!(kinds(&c[4].id).await, ["enqueued"]);
-    assert_eq!(q.get(&c[4].id).await.unwrap().unwrap().task.unwrap().polls, 1);
+    assert_eq!(
+        q.get(&c[4].id).await.unwrap().unwrap().task.unwrap().polls,
+        1
+    );
     q.cancel(&c[4].id, "a").await.unwrap();
     assert_eq!(kinds(&c[4].id).await, ["cancelled"]);
     q.release(&c[5].id, Some(c[5].token), "wb").await.unwrap();

@@ -11,7 +11,14 @@ use queue::*;
 use std::collections::{HashMap, HashSet};
 
 /// Scripts that derive task keys from the prefix (their headers say which and why).
-const UNDECLARED: &[&str] = &["claim", "complete", "reschedule", "fail", "stats", "purge_ready"];
+const UNDECLARED: &[&str] = &[
+    "claim",
+    "complete",
+    "reschedule",
+    "fail",
+    "stats",
+    "purge_ready",
+];
 
 /// Commands whose first argument is not a key.
 const NO_KEY: &[&str] = &["TIME", "PUBLISH"];

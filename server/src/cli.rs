@@ -79,6 +79,12 @@ pub struct RedisArgs {
     /// Lease expiries after which a task is dead as "poison" (0 = never).
     #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = 3)]
     pub max_lease_losses: u32,
+
+    /// What task histories keep: `transitions` (errors, lost leases, deaths, admin actions),
+    /// `full` (also every claim and poll: a write per poll), or `off`. The enqueue, a live
+    /// lease and the completion are always shown, read from the task itself.
+    #[arg(long, env = "REPOLL_HISTORY", default_value = "transitions")]
+    pub history: queue::HistoryLevel,
 }
 
 impl std::fmt::Debug for RedisArgs {
@@ -100,6 +106,7 @@ impl std::fmt::Debug for RedisArgs {
             .field("redis_server_bin", &self.redis_server_bin)
             .field("result_ttl_ms", &self.result_ttl_ms)
             .field("max_lease_losses", &self.max_lease_losses)
+            .field("history", &self.history)
             .finish()
     }
 }
@@ -125,6 +132,7 @@ impl RedisArgs {
             name: self.queue.clone(),
             result_ttl_ms: self.result_ttl_ms,
             max_lease_losses: self.max_lease_losses,
+            history: self.history,
             ..queue::QueueConfig::default()
         }
     }

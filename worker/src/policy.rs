@@ -117,6 +117,7 @@ impl PolicyArgs {
         queue::EnqueuePolicy {
             deadline_ms: self.deadline_ms,
             max_attempts: self.max_attempts,
+            ..queue::EnqueuePolicy::default()
         }
     }
 

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -142,6 +142,8 @@ pub(crate) struct Ctx {
     /// Redis `TIME` minus the local clock, measured at start: task times are Redis times.
     pub clock_offset_ms: i64,
     pub counters: Counters,
+    /// Set when shutdown begins: finishing tasks stop asking for their next one.
+    pub stopping: AtomicBool,
     /// Leases this worker holds: task id -> token, for release on shutdown.
     leases: Mutex<HashMap<String, u64>>,
 }
@@ -152,7 +154,7 @@ impl Ctx {
         local_ms() + self.clock_offset_ms
     }
 
-    fn hold(&self, id: &str, token: u64) {
+    pub fn hold(&self, id: &str, token: u64) {
         self.lock().insert(id.to_string(), token);
     }
 
@@ -232,6 +234,7 @@ impl Worker {
             lease_ms: args.lease_ms,
             clock_offset_ms,
             counters: Counters::default(),
+            stopping: AtomicBool::new(false),
             leases: Mutex::new(HashMap::new()),
         });
         let started_ms = ctx.now_ms();
@@ -337,7 +340,9 @@ impl Worker {
             }
         }
 
-        // Shutdown: no more claims; in-flight calls get the grace period.
+        // Shutdown: no more claims (finishing tasks stop asking for their next one); in-flight
+        // calls get the grace period.
+        ctx.stopping.store(true, Ordering::Relaxed);
         tracing::info!(worker = %ctx.id, in_flight = tasks.len(), "stopping: draining in-flight calls");
         let grace = Duration::from_millis(args.grace_ms);
         let drained = tokio::time::timeout(grace, async {

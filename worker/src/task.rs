@@ -3,6 +3,10 @@
 //!
 //! A `StaleToken` answer means another worker owns the task now (our lease expired and it was
 //! re-claimed): the outcome is dropped, never retried — the owner will write its own.
+//!
+//! The write that ends a task also asks the queue for this slot's next task (the
+//! `*_and_claim` calls), so a busy slot goes from task to task with one Redis call each and
+//! the claim loop only fills slots that ran dry. Not while the worker is stopping.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -37,26 +41,49 @@ impl Drop for InFlightGauge {
     }
 }
 
-/// Runs one claimed task to its written outcome, holding the permit until the end. The task
-/// leaves the worker's lease registry only when it finished: an aborted one stays there so
-/// shutdown can release its lease.
+/// Runs one claimed task to its written outcome, then the next ones the queue hands this slot
+/// with each write, holding the permit until the slot runs dry. A task leaves the worker's
+/// lease registry only when it finished: an aborted one stays there so shutdown can release
+/// its lease.
 pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit) {
     let _gauge = InFlightGauge::new();
-    process(&ctx, &c).await;
-    ctx.forget(&c.id);
+    let mut current = c;
+    loop {
+        let next = process(&ctx, &current).await;
+        ctx.forget(&current.id);
+        let mut next = next.into_iter();
+        let Some(n) = next.next() else { break };
+        // Asked for one; more would have no slot (cannot happen): give them back.
+        for extra in next {
+            let _ = ctx
+                .queue
+                .release(&extra.id, Some(extra.token), &ctx.id)
+                .await;
+        }
+        ctx.hold(&n.id, n.token);
+        metrics::counter!(m::CLAIMS).increment(1);
+        ctx.counters.claimed.fetch_add(1, Ordering::Relaxed);
+        current = n;
+    }
     drop(permit);
+}
+
+/// How many next tasks a finishing write asks for: one, unless the worker is stopping.
+fn want_next(ctx: &Ctx) -> usize {
+    usize::from(!ctx.stopping.load(Ordering::Relaxed))
 }
 
 fn unit() -> f64 {
     rand::thread_rng().gen()
 }
 
-async fn process(ctx: &Ctx, c: &Claimed) {
+/// One task: the call, then the write; returns the next tasks the write was handed.
+async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
     // No deadline check before the call: a task claimed just past its deadline gets one last
     // look (a late result is still a result); if it is still processing, the queue ends it.
     let started = Instant::now();
     let Some(result) = call_with_renewal(ctx, c).await else {
-        return;
+        return Vec::new();
     };
     let latency = started.elapsed();
     let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
@@ -71,15 +98,26 @@ async fn process(ctx: &Ctx, c: &Claimed) {
     let now = ctx.now_ms();
     match result {
         Ok(Answer::Done { data }) => {
-            let data = data.to_string();
-            let r = write(ctx, c, "complete", || {
-                ctx.queue.complete(&c.id, c.token, &data, latency_ms)
+            let item = [queue::Completion {
+                id: c.id.clone(),
+                token: c.token,
+                result: data.to_string(),
+                latency_ms,
+            }];
+            let item = &item;
+            let (r, next) = write(ctx, c, "complete", |n| async move {
+                let (mut flags, next) = ctx
+                    .queue
+                    .complete_and_claim(item, &ctx.id, n, ctx.lease_ms)
+                    .await?;
+                Ok((flags.pop().unwrap_or(Err(QueueError::StaleToken)), next))
             })
             .await;
             if r.is_some() {
                 metrics::counter!(m::COMPLETIONS).increment(1);
                 ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
             }
+            next
         }
         Ok(Answer::Processing { data, retry_after }) => {
             match ctx
@@ -88,12 +126,12 @@ async fn process(ctx: &Ctx, c: &Claimed) {
             {
                 Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms).await,
                 Next::Dead(reason) => {
-                    fail(ctx, c, &reason, "max_polls", Retry::Dead, latency_ms).await;
+                    fail(ctx, c, &reason, "max_polls", Retry::Dead, latency_ms).await
                 }
             }
         }
         Ok(Answer::Failed { message, .. }) => {
-            fail(ctx, c, &message, "failed", Retry::Dead, latency_ms).await;
+            fail(ctx, c, &message, "failed", Retry::Dead, latency_ms).await
         }
         Err(e) => {
             tracing::debug!(id = %c.id, error = %e, "upstream call failed");
@@ -109,7 +147,7 @@ async fn process(ctx: &Ctx, c: &Claimed) {
                 Next::Dead(_) => Retry::After(0),
                 Next::Again(d) => Retry::After(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             };
-            fail(ctx, c, &e.to_string(), e.kind(), retry, latency_ms).await;
+            fail(ctx, c, &e.to_string(), e.kind(), retry, latency_ms).await
         }
     }
 }
@@ -122,12 +160,21 @@ async fn reschedule(
     delay: Duration,
     data: &serde_json::Value,
     latency_ms: u64,
-) {
-    let partial = (!data.is_null()).then(|| data.to_string());
-    let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-    let r = write(ctx, c, "reschedule", || {
-        ctx.queue
-            .reschedule(&c.id, c.token, delay_ms, partial.as_deref(), latency_ms)
+) -> Vec<Claimed> {
+    let item = [queue::Reschedule {
+        id: c.id.clone(),
+        token: c.token,
+        delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        partial: (!data.is_null()).then(|| data.to_string()),
+        latency_ms,
+    }];
+    let item = &item;
+    let (r, next) = write(ctx, c, "reschedule", |n| async move {
+        let (mut r, next) = ctx
+            .queue
+            .reschedule_and_claim(item, &ctx.id, n, ctx.lease_ms)
+            .await?;
+        Ok((r.pop().unwrap_or(Err(QueueError::StaleToken)), next))
     })
     .await;
     match r {
@@ -141,6 +188,7 @@ async fn reschedule(
         }
         None => {}
     }
+    next
 }
 
 /// The upstream call, renewing the lease every lease/3 while it runs. `None` if the lease was
@@ -198,14 +246,25 @@ async fn rate_permit(ctx: &Ctx) {
     }
 }
 
-async fn fail(ctx: &Ctx, c: &Claimed, reason: &str, kind: &str, retry: Retry, latency_ms: u64) {
-    let retry_ms = match retry {
-        Retry::After(ms) => Some(ms),
-        Retry::Dead => None,
-    };
-    let written = write(ctx, c, "fail", || {
-        let retry = retry_ms.map_or(Retry::Dead, Retry::After);
-        ctx.queue.fail(&c.id, c.token, reason, retry, latency_ms)
+async fn fail(
+    ctx: &Ctx,
+    c: &Claimed,
+    reason: &str,
+    kind: &str,
+    retry: Retry,
+    latency_ms: u64,
+) -> Vec<Claimed> {
+    let (written, next) = write(ctx, c, "fail", |n| {
+        ctx.queue.fail_and_claim(
+            &c.id,
+            c.token,
+            reason,
+            retry,
+            latency_ms,
+            &ctx.id,
+            n,
+            ctx.lease_ms,
+        )
     })
     .await;
     if let Some(f) = written {
@@ -220,6 +279,7 @@ async fn fail(ctx: &Ctx, c: &Claimed, reason: &str, kind: &str, retry: Retry, la
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
+    next
 }
 
 fn stale(c: &Claimed, op: &str) {
@@ -227,25 +287,33 @@ fn stale(c: &Claimed, op: &str) {
     tracing::info!(id = %c.id, token = c.token, op, "lease lost: another worker owns the task; dropping the outcome");
 }
 
-/// One queue write with the claim's token. Redis errors are retried a few times (safe: the
-/// token fences a write that already landed); `StaleToken` / `NotFound` are final.
-async fn write<T, F, Fut>(ctx: &Ctx, c: &Claimed, op: &str, f: F) -> Option<T>
+/// One queue write with the claim's token, which also asks for the slot's next tasks
+/// ([`want_next`]). Redis errors are retried a few times (safe: the token fences a write that
+/// already landed); `StaleToken` / `NotFound` are final, and still bring the next tasks. A
+/// retry asks for none: if the failed try did claim (its reply was lost), those leases expire
+/// and the reaper gives the tasks back, while asking again could hold a second set.
+async fn write<T, F, Fut>(ctx: &Ctx, c: &Claimed, op: &str, f: F) -> (Option<T>, Vec<Claimed>)
 where
-    F: Fn() -> Fut,
-    Fut: Future<Output = queue::Result<T>>,
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = queue::Result<(queue::Result<T>, Vec<Claimed>)>>,
 {
     let mut pause = Duration::from_millis(50);
     for attempt in 1..=WRITE_TRIES {
-        match f().await {
-            Ok(v) => return Some(v),
+        let n = if attempt == 1 { want_next(ctx) } else { 0 };
+        let (outcome, next) = match f(n).await {
+            Ok(pair) => pair,
+            Err(e) => (Err(e), Vec::new()),
+        };
+        match outcome {
+            Ok(v) => return (Some(v), next),
             Err(QueueError::StaleToken) => {
                 ctx.counters.stale.fetch_add(1, Ordering::Relaxed);
                 stale(c, op);
-                return None;
+                return (None, next);
             }
             Err(QueueError::NotFound) => {
                 tracing::info!(id = %c.id, op, "task is gone (cancelled?); dropping the outcome");
-                return None;
+                return (None, next);
             }
             Err(e) if attempt < WRITE_TRIES => {
                 tracing::warn!(id = %c.id, op, error = %e, "queue write failed; retrying");
@@ -257,5 +325,5 @@ where
             }
         }
     }
-    None
+    (None, Vec::new())
 }

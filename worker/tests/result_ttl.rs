@@ -24,6 +24,8 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         QueueConfig {
             name: name.into(),
             result_ttl_ms: TTL_MS,
+            // Every claim listed: the test counts the upstream calls in the history.
+            history: queue::HistoryLevel::Full,
             ..QueueConfig::default()
         },
     )

@@ -142,9 +142,12 @@ impl SimServer {
     }
 }
 
+/// A queue at the `full` history level: these tests read the worker's every step (each claim
+/// and poll) from the task history, which the default level does not list.
 pub async fn queue(name: &str) -> Queue {
     let cfg = QueueConfig {
         name: name.to_string(),
+        history: queue::HistoryLevel::Full,
         ..QueueConfig::default()
     };
     Queue::connect(&redis_url(), cfg).await.expect("queue")
