@@ -247,6 +247,8 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         ("REPOLL_RATE_BURST", "100000"),
         ("REPOLL_FIRST_ANSWER_MS", "0"),
         ("REPOLL_ADMIN_PASSWORD", "chaos-admin-not-used"),
+        // Every claim in the histories: recovery and "completed once" are read from them.
+        ("REPOLL_HISTORY", "full"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -287,6 +289,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
             format!("{sim_url}/api/query?q={{key}}"),
         ),
         ("REPOLL_LEASE_MS", LEASE_MS.to_string()),
+        ("REPOLL_HISTORY", "full".into()),
         ("REPOLL_CONCURRENCY", "32".into()),
         ("REPOLL_UPSTREAM_TIMEOUT_MS", "2000".into()),
         ("REPOLL_POLL_INTERVAL_MS", "100".into()),
@@ -546,7 +549,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
     for (id, error) in &dead_ids {
         let reason: Option<String> = redis::cmd("HGET")
             .arg(format!("{Q}:t:{id}"))
-            .arg("dead_reason")
+            .arg("dr")
             .query_async(&mut con)
             .await
             .ok()
@@ -826,7 +829,7 @@ async fn unfinished(con: &mut ConnectionManager, ids: &[String]) -> Result<Vec<S
         let mut p = redis::pipe();
         for id in chunk {
             p.cmd("EXISTS").arg(format!("{Q}:r:{id}"));
-            p.cmd("HGET").arg(format!("{Q}:t:{id}")).arg("state");
+            p.cmd("HGET").arg(format!("{Q}:t:{id}")).arg("s");
         }
         let answers: Vec<redis::Value> = p.query_async(con).await.map_err(|e| e.to_string())?;
         for (i, id) in chunk.iter().enumerate() {
