@@ -156,17 +156,31 @@ mod ssr {
     /// polls is the only one, however many users ask. Returns the view and whether a new task
     /// was created.
     pub async fn submit(ctx: &AppContext, text: &str) -> Result<(QueryView, bool), QueryError> {
+        submit_with(ctx, text, queue::Priority::Interactive).await
+    }
+
+    /// [`submit`] with a priority. Background work is claimed after interactive work (with a
+    /// share, so it never starves) and answers at once: nobody waits for its first poll.
+    pub async fn submit_with(
+        ctx: &AppContext,
+        text: &str,
+        priority: queue::Priority,
+    ) -> Result<(QueryView, bool), QueryError> {
         let normalised = queue::normalise_query(text)?;
-        let enqueued = ctx
-            .queue
-            .enqueue(&normalised, "", &ctx.enqueue_policy)
-            .await?;
+        let policy = queue::EnqueuePolicy {
+            priority,
+            ..ctx.enqueue_policy.clone()
+        };
+        let enqueued = ctx.queue.enqueue(&normalised, "", &policy).await?;
         let (task, created) = match enqueued {
             Enqueued::Stored(r) => return Ok((from_result(&r), false)),
             Enqueued::Created(t) => (t, true),
             Enqueued::Joined(t) => (t, false),
         };
-        if task.partial.is_some() || ctx.first_answer.is_zero() {
+        if task.partial.is_some()
+            || ctx.first_answer.is_zero()
+            || priority == queue::Priority::Background
+        {
             return Ok((from_task(&task), created));
         }
         let deadline = Instant::now() + ctx.first_answer;

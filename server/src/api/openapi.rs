@@ -110,7 +110,8 @@ pub fn spec() -> Value {
                     "type": "object",
                     "required": ["query"],
                     "properties": {
-                        "query": { "type": "string", "minLength": 1, "pattern": queue::query_pattern(), "description": "Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters, without control characters (whitespace ones become spaces), invisible characters (zero-width, soft hyphen, BOM, ...) or bidirectional controls." }
+                        "query": { "type": "string", "minLength": 1, "pattern": queue::query_pattern(), "description": "Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters, without control characters (whitespace ones become spaces), invisible characters (zero-width, soft hyphen, BOM, ...) or bidirectional controls." },
+                        "priority": { "type": "string", "enum": ["interactive", "background"], "default": "interactive", "description": "interactive: a person is waiting (claimed first). background: nobody is waiting (e.g. refreshing popular queries); claimed after interactive work, with at least one claim in ten while both wait; answered at once without waiting for a first poll. Joining a live task with interactive raises it." }
                     }
                 },
                 "Query": {

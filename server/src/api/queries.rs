@@ -20,6 +20,9 @@ use crate::web::WebState;
 #[derive(Debug, Deserialize)]
 pub struct SubmitBody {
     pub query: String,
+    /// `interactive` (default: a person is waiting) or `background`.
+    #[serde(default)]
+    pub priority: queue::Priority,
 }
 
 /// 202 while processing (a task was created or joined), 200 once final (a fresh stored
@@ -30,7 +33,7 @@ pub async fn submit(
     _limit: RateLimited,
     ApiJson(body): ApiJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
-    let (view, created) = app::query::submit(&state.app, &body.query).await?;
+    let (view, created) = app::query::submit_with(&state.app, &body.query, body.priority).await?;
     tracing::debug!(id = %view.id, created, status = view.status.as_str(), "api: query submitted");
     let status = if view.status.is_final() {
         StatusCode::OK

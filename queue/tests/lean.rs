@@ -1,0 +1,314 @@
+//! The lean layout's promises: one call per task in steady state, priorities with a bounded
+//! share for background work, history levels, and what a task costs in keys.
+mod common;
+
+use common::*;
+use queue::*;
+use std::collections::BTreeSet;
+
+fn bg() -> EnqueuePolicy {
+    EnqueuePolicy {
+        priority: Priority::Background,
+        ..EnqueuePolicy::default()
+    }
+}
+
+async fn evalsha_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn keys_of(name: &str) -> BTreeSet<String> {
+    let mut c = raw().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{name}}}:*"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    keys.into_iter().collect()
+}
+
+#[tokio::test]
+async fn a_busy_worker_needs_one_call_per_task() {
+    // A server of its own: the call count below is server-wide.
+    let srv = spawn_redis();
+    let q = Queue::connect(&srv.url(), cfg("lean_one_call")).await.unwrap();
+    for i in 0..20 {
+        q.enqueue(&format!("chain {i}"), "", &EnqueuePolicy::default())
+            .await
+            .unwrap();
+    }
+    let mut c = redis::Client::open(srv.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let before = evalsha_calls(&mut c).await;
+    let mut cur = q.claim("w", 1, 10_000).await.unwrap().pop().unwrap();
+    let mut done = BTreeSet::new();
+    let mut tokens = vec![cur.token];
+    for i in 0..20 {
+        let item = Completion {
+            id: cur.id.clone(),
+            token: cur.token,
+            result: "r".into(),
+            latency_ms: 1,
+        };
+        // Alternate the three finishing calls: each brings the next task.
+        let next = match i % 3 {
+            0 => {
+                let (flags, next) = q.complete_and_claim(&[item], "w", 1, 10_000).await.unwrap();
+                assert!(flags[0].is_ok());
+                done.insert(cur.id.clone());
+                next
+            }
+            1 => {
+                let r = Reschedule {
+                    id: cur.id.clone(),
+                    token: cur.token,
+                    delay_ms: 3_600_000,
+                    partial: Some("{\"progress\":0.5}".into()),
+                    latency_ms: 1,
+                };
+                let (res, next) = q.reschedule_and_claim(&[r], "w", 1, 10_000).await.unwrap();
+                assert!(res[0].as_ref().unwrap() > &0);
+                done.insert(cur.id.clone());
+                next
+            }
+            _ => {
+                let (res, next) = q
+                    .fail_and_claim(
+                        &cur.id,
+                        cur.token,
+                        "boom",
+                        Retry::After(3_600_000),
+                        1,
+                        "w",
+                        1,
+                        10_000,
+                    )
+                    .await
+                    .unwrap();
+                assert!(matches!(res, Ok(Failed::Retrying { .. })));
+                done.insert(cur.id.clone());
+                next
+            }
+        };
+        if i == 19 {
+            assert!(next.is_empty(), "nothing left to hand out");
+            break;
+        }
+        assert_eq!(next.len(), 1, "step {i}");
+        cur = next.into_iter().next().unwrap();
+        assert!(cur.token > *tokens.last().unwrap(), "tokens grow");
+        tokens.push(cur.token);
+    }
+    assert_eq!(done.len(), 20);
+    // One claim to start, then exactly one script call per task.
+    assert_eq!(evalsha_calls(&mut c).await - before, 21);
+}
+
+#[tokio::test]
+async fn interactive_first_and_background_gets_every_tenth_claim() {
+    let q = queue("lean_priority").await;
+    for i in 0..10 {
+        q.enqueue(&format!("bg {i}"), "", &bg()).await.unwrap();
+    }
+    for i in 0..50 {
+        q.enqueue(&format!("fg {i}"), "", &EnqueuePolicy::default())
+            .await
+            .unwrap();
+    }
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.ready_background), (60, 10));
+    // One at a time: claims 10, 20, 30, ... go to background while both wait.
+    let mut kinds = Vec::new();
+    for _ in 0..30 {
+        let c = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+        kinds.push(c.query.starts_with("bg"));
+    }
+    let bg_at: Vec<usize> = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b)
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(bg_at, [10, 20, 30]);
+    // The same share holds within one batch.
+    let batch = q.claim("w", 20, 60_000).await.unwrap();
+    assert_eq!(
+        batch.iter().filter(|c| c.query.starts_with("bg")).count(),
+        2
+    );
+    // Once interactive work is gone, background takes every slot.
+    let rest = q.claim("w", 100, 60_000).await.unwrap();
+    assert_eq!(rest.len(), 60 - 50);
+    assert!(rest.iter().filter(|c| c.query.starts_with("bg")).count() >= 5);
+}
+
+#[tokio::test]
+async fn an_interactive_join_raises_a_background_task() {
+    let q = queue("lean_raise").await;
+    for i in 0..5 {
+        q.enqueue(&format!("other bg {i}"), "", &bg())
+            .await
+            .unwrap();
+    }
+    let Enqueued::Created(t) = q.enqueue("popular", "", &bg()).await.unwrap() else {
+        panic!("created");
+    };
+    assert_eq!(t.priority, Priority::Background);
+    // A background join changes nothing.
+    let Enqueued::Joined(j) = q.enqueue("popular", "", &bg()).await.unwrap() else {
+        panic!("joined");
+    };
+    assert_eq!(j.priority, Priority::Background);
+    let Enqueued::Joined(j) = q
+        .enqueue("popular", "", &EnqueuePolicy::default())
+        .await
+        .unwrap()
+    else {
+        panic!("joined");
+    };
+    assert_eq!(j.priority, Priority::Interactive);
+    assert_eq!(q.stats().await.unwrap().ready_background, 5);
+    let first = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    assert_eq!(
+        first.id, t.id,
+        "the raised task comes before older background work"
+    );
+}
+
+#[tokio::test]
+async fn history_levels_store_what_they_promise() {
+    for level in [
+        HistoryLevel::Off,
+        HistoryLevel::Transitions,
+        HistoryLevel::Full,
+    ] {
+        let name = format!("lean_hist_{}", level.as_str());
+        let q = queue_with(QueueConfig {
+            history: level,
+            ..cfg(&name)
+        })
+        .await;
+        q.enqueue("h", "", &EnqueuePolicy::default()).await.unwrap();
+        let c = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+        q.reschedule(&c.id, c.token, 0, Some("\"half\""), 1)
+            .await
+            .unwrap();
+        let c = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+        q.fail(&c.id, c.token, "HTTP 503", Retry::After(0), 1)
+            .await
+            .unwrap();
+        let c = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+        q.complete(&c.id, c.token, "\"done\"", 1).await.unwrap();
+        let d = q.get(&c.id).await.unwrap().unwrap();
+        let kinds: Vec<&str> = d.history.iter().map(|h| h.kind.as_str()).collect();
+        let want: &[&str] = match level {
+            HistoryLevel::Off => &["completed", "enqueued"],
+            HistoryLevel::Transitions => &["completed", "error", "claimed", "enqueued"],
+            HistoryLevel::Full => &[
+                "completed",
+                "claimed",
+                "error",
+                "claimed",
+                "polled",
+                "claimed",
+                "enqueued",
+            ],
+        };
+        assert_eq!(kinds, want, "{level:?}: {:?}", d.history);
+        assert!(
+            d.history[0].detail.contains("by w token"),
+            "{:?}",
+            d.history[0]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_task_costs_its_record_and_a_list_entry_then_one_result_string() {
+    let name = "lean_keys";
+    let q = queue(name).await;
+    let Enqueued::Created(t) = q
+        .enqueue("keys", "", &EnqueuePolicy::default())
+        .await
+        .unwrap()
+    else {
+        panic!("created");
+    };
+    let id = t.id.clone();
+    let mut c = raw().await;
+    let fields: BTreeSet<String> = redis::cmd("HKEYS")
+        .arg(format!("{{{name}}}:t:{id}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    // Only what differs from the defaults: no attempts, polls, token, worker, history, ...
+    assert_eq!(fields, ["c", "m", "q", "s"].map(String::from).into());
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(format!("{{{name}}}:t:{id}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(encoding, "listpack");
+    let want: BTreeSet<String> = [format!("{{{name}}}:t:{id}"), format!("{{{name}}}:ready")].into();
+    assert_eq!(keys_of(name).await, want);
+
+    let cl = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    // A long partial goes to its own key: the record stays compact.
+    let partial = format!("{{\"rows\":\"{}\"}}", "x".repeat(500));
+    q.reschedule(&cl.id, cl.token, 0, Some(&partial), 1)
+        .await
+        .unwrap();
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(format!("{{{name}}}:t:{id}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(encoding, "listpack");
+    assert_eq!(
+        q.get(&id).await.unwrap().unwrap().task.unwrap().partial,
+        Some(partial)
+    );
+
+    let cl = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    q.complete(&cl.id, cl.token, "{\"answer\":42}", 7)
+        .await
+        .unwrap();
+    let left: BTreeSet<String> = keys_of(name)
+        .await
+        .into_iter()
+        .filter(|k| k.contains(&id) || k.ends_with(":results"))
+        .collect();
+    let want: BTreeSet<String> =
+        [format!("{{{name}}}:r:{id}"), format!("{{{name}}}:results")].into();
+    assert_eq!(left, want, "record, partial and history are gone");
+    let r = q.result_by_id(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.data.as_str(), r.query.as_str(), r.polls),
+        ("{\"answer\":42}", "keys", 1)
+    );
+    // The query and data may hold any text, commas and newlines included.
+    q.enqueue("odd, query\twith tab", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    let cl = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    q.complete(&cl.id, cl.token, "line1\nline2,é", 1)
+        .await
+        .unwrap();
+    let r = q.result_by_id(&cl.id).await.unwrap().unwrap();
+    assert_eq!(r.data, "line1\nline2,é");
+    assert_eq!(r.query, cl.query);
+}
