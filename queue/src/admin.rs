@@ -175,6 +175,76 @@ impl Queue {
     }
 }
 
+/// What [`Queue::migrate`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Migrated {
+    /// Task records rewritten from the first layout.
+    pub records: u64,
+    /// Results rewritten from hashes into strings.
+    pub results: u64,
+    /// Task and result keys looked at.
+    pub scanned: u64,
+}
+
+impl Queue {
+    /// Rewrites a queue written by the first layout (long field names, results as hashes) into
+    /// the lean one, task by task (migrate.lua, atomic and idempotent per task), while workers
+    /// run: a task already lean is left alone. Walks the keyspace with SCAN; on a Redis Cluster
+    /// run it against the queue's node. `repoll admin migrate` calls it.
+    pub async fn migrate(&self) -> Result<Migrated> {
+        let k = self.keys();
+        let name: String = self
+            .config()
+            .name
+            .chars()
+            .flat_map(|c| match c {
+                '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        let pattern = format!("{{{name}}}:[tr]:*");
+        let mut out = Migrated::default();
+        let mut seen = std::collections::HashSet::new();
+        let mut c = self.conn.clone();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await?;
+            for key in keys {
+                out.scanned += 1;
+                let Some(id) = key.rsplit(':').next() else {
+                    continue;
+                };
+                if !crate::id::is_task_id(id) || !seen.insert(id.to_string()) {
+                    continue;
+                }
+                let mut inv = self.invocation(&SCRIPTS.migrate);
+                inv.key(k.task(id))
+                    .key(k.result(id))
+                    .key(k.partial(id))
+                    .arg(id);
+                let r = array(self.run(&inv).await?)?;
+                if r.first().map(string).transpose()?.as_deref() == Some("migrated") {
+                    out.records += 1;
+                }
+                if r.get(1).map(string).transpose()?.as_deref() == Some("migrated") {
+                    out.results += 1;
+                }
+            }
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+}
+
 fn count(n: i64) -> Result<u64> {
     u64::try_from(n).map_err(|_| corrupt("negative count"))
 }

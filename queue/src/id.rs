@@ -141,3 +141,11 @@ mod tests {
         assert_ne!(id, task_id("a c"));
     }
 }
+
+/// Whether `id` has the shape of a task id (32 lowercase hex chars).
+pub fn is_task_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}

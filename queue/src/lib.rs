@@ -34,12 +34,13 @@ mod worker_ops;
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{
-    is_forbidden_char, normalise_query, query_pattern, task_id, TaskId, FORBIDDEN_INVISIBLE,
+    is_forbidden_char, is_task_id, normalise_query, query_pattern, task_id, TaskId,
+    FORBIDDEN_INVISIBLE,
 };
 pub use model::*;
 pub use queue::{Queue, RESPONSE_TIMEOUT};
 pub use redis;
 
-pub use admin::CHUNK as PURGE_CHUNK;
+pub use admin::{Migrated, CHUNK as PURGE_CHUNK};
 pub use read::{MAX_PAGE, STATS_BUCKETS};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};

@@ -33,6 +33,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("list", include_str!("../lua/list.lua")),
     ("heartbeat", include_str!("../lua/heartbeat.lua")),
     ("upstream_rate", include_str!("../lua/upstream_rate.lua")),
+    ("migrate", include_str!("../lua/migrate.lua")),
 ];
 
 /// Compiled scripts, one field per file.
@@ -55,6 +56,7 @@ pub(crate) struct Scripts {
     pub list: Script,
     pub heartbeat: Script,
     pub upstream_rate: Script,
+    pub migrate: Script,
 }
 
 fn build(name: &str) -> Script {
@@ -98,10 +100,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     list: build("list"),
     heartbeat: build("heartbeat"),
     upstream_rate: build("upstream_rate"),
+    migrate: build("migrate"),
 });
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 18] {
+    pub fn all(&self) -> [&Script; 19] {
         [
             &self.enqueue,
             &self.claim,
@@ -121,6 +124,7 @@ impl Scripts {
             &self.list,
             &self.heartbeat,
             &self.upstream_rate,
+            &self.migrate,
         ]
     }
 }

@@ -40,7 +40,9 @@ async fn keys_of(name: &str) -> BTreeSet<String> {
 async fn a_busy_worker_needs_one_call_per_task() {
     // A server of its own: the call count below is server-wide.
     let srv = spawn_redis();
-    let q = Queue::connect(&srv.url(), cfg("lean_one_call")).await.unwrap();
+    let q = Queue::connect(&srv.url(), cfg("lean_one_call"))
+        .await
+        .unwrap();
     for i in 0..20 {
         q.enqueue(&format!("chain {i}"), "", &EnqueuePolicy::default())
             .await
@@ -311,4 +313,129 @@ async fn a_task_costs_its_record_and_a_list_entry_then_one_result_string() {
     let r = q.result_by_id(&cl.id).await.unwrap().unwrap();
     assert_eq!(r.data, "line1\nline2,é");
     assert_eq!(r.query, cl.query);
+}
+
+#[tokio::test]
+async fn a_queue_of_the_first_layout_is_migrated_in_place() {
+    let name = "lean_migrate";
+    let q = queue(name).await;
+    let mut c = raw().await;
+    let now = q.now_ms().await.unwrap();
+    let due_id = task_id(&normalise_query("old due").unwrap());
+    let dead_id = task_id(&normalise_query("old dead").unwrap());
+    let done_id = task_id(&normalise_query("old done").unwrap());
+    let k = |kind: &str, id: &str| format!("{{{name}}}:{kind}:{id}");
+    // What the first layout's enqueue, fail and complete wrote (every field, long names).
+    let old = |id: &str, query: &str, state: &str| {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(k("t", id)).arg(&[
+            ("id", id),
+            ("query", query),
+            ("payload", ""),
+            ("state", state),
+            ("created", "1000"),
+            ("updated", "2000"),
+            ("attempts", "2"),
+            ("polls", "3"),
+            ("max_attempts", "5"),
+            ("token", "7"),
+            ("worker", ""),
+            ("last_error", "HTTP 503"),
+            ("partial", "{\"progress\":0.5}"),
+            ("has_partial", "1"),
+            ("deadline", "0"),
+            ("due", "2000"),
+            ("lease_deadline", "0"),
+            (
+                "dead_reason",
+                if state == "dead" { "max_attempts" } else { "" },
+            ),
+            ("lease_losses", "0"),
+        ]);
+        cmd
+    };
+    let _: () = old(&due_id, "old due", "due")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = old(&dead_id, "old dead", "dead")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{{{name}}}:due"))
+        .arg(now - 10)
+        .arg(&due_id)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{{{name}}}:dead"))
+        .arg(now)
+        .arg(&dead_id)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(k("r", &done_id))
+        .arg(&[
+            ("id", done_id.as_str()),
+            ("query", "old done"),
+            ("data", "{\"rows\":1}"),
+            ("completed", "5000"),
+            ("created", "4000"),
+            ("polls", "2"),
+        ])
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(k("r", &done_id))
+        .arg(600_000)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{{{name}}}:results"))
+        .arg(now)
+        .arg(&done_id)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+
+    let m = q.migrate().await.unwrap();
+    assert_eq!((m.records, m.results), (2, 1));
+    assert_eq!(
+        q.migrate().await.unwrap().records + q.migrate().await.unwrap().results,
+        0,
+        "idempotent"
+    );
+
+    let t = q.get(&dead_id).await.unwrap().unwrap().task.unwrap();
+    assert_eq!((t.state, t.attempts, t.polls), (TaskState::Dead, 2, 3));
+    assert_eq!(t.dead_reason.as_deref(), Some("max_attempts"));
+    assert_eq!(t.partial.as_deref(), Some("{\"progress\":0.5}"));
+    let r = q.result_by_id(&done_id).await.unwrap().unwrap();
+    assert_eq!(
+        (r.data.as_str(), r.query.as_str(), r.polls, r.completed_ms),
+        ("{\"rows\":1}", "old done", 2, 5000)
+    );
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(k("r", &done_id))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 600_000,
+        "the result keeps its expiry: {ttl}"
+    );
+    // The migrated due task is claimed and completed like any other.
+    let cl = q.claim("w", 10, 60_000).await.unwrap();
+    assert_eq!(cl.len(), 1);
+    assert_eq!(
+        (cl[0].id.as_str(), cl[0].attempts, cl[0].polls),
+        (due_id.as_str(), 2, 3)
+    );
+    q.complete(&cl[0].id, cl[0].token, "new", 1).await.unwrap();
+    assert_eq!(q.result_by_id(&due_id).await.unwrap().unwrap().data, "new");
 }

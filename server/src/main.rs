@@ -24,7 +24,7 @@ async fn main() -> std::process::ExitCode {
         Command::Serve(args) => server::serve::run(*args).await,
         Command::Worker(args) => server::work::run(*args).await,
         Command::Sim(args) => server::simulate::run(args).await,
-        Command::Admin { command } => server::admin::run(command),
+        Command::Admin { command } => server::admin::run(command).await,
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -90,6 +90,17 @@ pub enum AdminCommand {
     /// Read a password from stdin (or a prompt) and print its argon2 hash for
     /// REPOLL_ADMIN_PASSWORD_HASH / REPOLL_VIEWER_PASSWORD_HASH.
     HashPassword,
+    /// Rewrite a queue written by an earlier repoll (long record fields, results as hashes)
+    /// into the current compact layout, task by task, while everything keeps running. Safe
+    /// to run twice. Needs REDIS_URL.
+    Migrate(Box<MigrateArgs>),
+}
+
+/// `repoll admin migrate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub redis: crate::cli::RedisArgs,
 }
 
 /// State the admin handlers need beyond [`WebState`]'s shared parts. `Default` has no
@@ -139,10 +150,28 @@ impl AdminState {
 }
 
 /// Runs a `repoll admin` command.
-pub fn run(command: AdminCommand) -> Result<(), crate::serve::ServeError> {
+pub async fn run(command: AdminCommand) -> Result<(), crate::serve::ServeError> {
     match command {
         AdminCommand::HashPassword => {
             password::hash_password_command().map_err(crate::serve::ServeError::Config)
+        }
+        AdminCommand::Migrate(args) => {
+            let url = args.redis.redis_url.clone().unwrap_or_default();
+            if url.is_empty() {
+                return Err(crate::serve::ServeError::Config(
+                    "repoll admin migrate needs REDIS_URL (or --redis-url)".into(),
+                ));
+            }
+            let q = crate::serve::open_queue(&args.redis, &url).await?;
+            let m = q
+                .migrate()
+                .await
+                .map_err(|e| crate::serve::ServeError::Config(format!("migrate: {e}")))?;
+            println!(
+                "migrated {} task records and {} results ({} keys looked at)",
+                m.records, m.results, m.scanned
+            );
+            Ok(())
         }
     }
 }
