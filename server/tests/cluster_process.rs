@@ -156,6 +156,9 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
             .env("REDIS_URL", &seeds)
             .env("REDIS_CLUSTER", "true")
             .env("REPOLL_QUEUE", QUEUE)
+            // Every claim and poll written to the history: the claims write those entries
+            // through keys derived from the queue's prefix, which must land in its slot too.
+            .env("REPOLL_HISTORY", "full")
             .env("RUST_LOG", "warn")
             .env(
                 "REPOLL_UPSTREAM_URL",

@@ -38,6 +38,7 @@ async fn setup(name: &str, sim: sim::SimArgs) -> Env {
         redis.url(),
         queue::QueueConfig {
             name: name.into(),
+            history: queue::HistoryLevel::Full,
             ..Default::default()
         },
     )
@@ -63,6 +64,8 @@ fn worker_command(env: &Env, lease_ms: u64, grace_ms: u64) -> Command {
     cmd.arg("worker")
         .env("REDIS_URL", env.redis.url())
         .env("REPOLL_QUEUE", &env.name)
+        // The tests read each worker's every claim from the history.
+        .env("REPOLL_HISTORY", "full")
         .env(
             "REPOLL_UPSTREAM_URL",
             format!("http://127.0.0.1:{}/api/query?q={{key}}", env.sim_port),
