@@ -4,8 +4,10 @@
 //!
 //! 1. enqueues N tasks (pipelined: many enqueue scripts in flight on one connection);
 //! 2. batched: WORKERS concurrent workers each loop claim(BATCH) + complete_many(batch);
-//! 3. unbatched: one worker, claim(1) then complete, one after the other;
-//! 4. claim(BATCH), then one reschedule per task (all of a batch in flight together).
+//! 3. unbatched: one worker, one task at a time, as a worker slot runs: claim(1) once, then
+//!    each completion brings the next task (`complete_and_claim`, one call per task);
+//! 4. "still processing": BATCH slots, each going from task to task with
+//!    `reschedule_and_claim` (one call per task, as the worker runtime does).
 //!
 //! Script calls (EVALSHA, each one round trip) are counted from the server's INFO commandstats,
 //! as are all commands Redis executed (every `cmdstat_*` but INFO; Redis counts the commands
@@ -23,7 +25,7 @@
 mod common;
 
 use futures::future::join_all;
-use queue::{Completion, EnqueuePolicy, Queue};
+use queue::{Completion, EnqueuePolicy, Queue, Reschedule};
 use std::time::Instant;
 
 /// Redis-side counters at one moment: script calls, microseconds inside them, all commands
@@ -236,52 +238,69 @@ async fn main() {
         1e6 / cpu_per.max(0.001)
     );
 
-    // unbatched: one claim(1) + one complete per task, sequential
+    // unbatched: one slot, one task at a time; each completion brings the next task
     enqueue_all(&q, "single", single_n).await;
     let s0 = snap(&q).await;
     let t0 = Instant::now();
     let mut done1 = 0;
-    loop {
-        let got = q.claim("solo", 1, 30_000).await.expect("claim");
-        let Some(c) = got.first() else { break };
-        q.complete(&c.id, c.token, "result", 1)
+    let mut cur = q.claim("solo", 1, 30_000).await.expect("claim").pop();
+    while let Some(c) = cur {
+        let item = [Completion {
+            id: c.id,
+            token: c.token,
+            result: "result".into(),
+            latency_ms: 1,
+        }];
+        let (_, next) = q
+            .complete_and_claim(&item, "solo", 1, 30_000)
             .await
             .expect("complete");
+        cur = next.into_iter().next();
         done1 += 1;
     }
     let secs = t0.elapsed().as_secs_f64();
     let d = snap(&q).await - s0;
     let single_rate = done1 as f64 / secs;
     println!(
-        "unbatched claim(1)+complete:  {single_rate:>9.0} tasks/s  ({done1} tasks, one worker, sequential)"
+        "one at a time (complete+next): {single_rate:>8.0} tasks/s  ({done1} tasks, one slot, sequential)"
     );
     println!("  {}", redis_cost(d, done1));
     result_line("single", done1, secs, d);
 
-    // reschedule: batched claims, then one reschedule ("still processing") per task, the
-    // reschedules of a batch in flight together (one script call each; there is no batch API)
+    // reschedule ("still processing"): BATCH slots in flight together, each going from task
+    // to task with one reschedule_and_claim call per task, as the worker runtime does
     enqueue_all(&q, "resched", single_n).await;
     let s0 = snap(&q).await;
     let t0 = Instant::now();
-    let mut done2 = 0;
-    loop {
-        let got = q.claim("rs", batch, 30_000).await.expect("claim");
-        if got.is_empty() {
-            break;
+    let first = q.claim("rs", batch, 30_000).await.expect("claim");
+    let slots = first.into_iter().map(|c| {
+        let q = q.clone();
+        async move {
+            let mut done = 0usize;
+            let mut cur = Some(c);
+            while let Some(c) = cur {
+                let item = [Reschedule {
+                    id: c.id,
+                    token: c.token,
+                    delay_ms: 3_600_000,
+                    partial: None,
+                    latency_ms: 1,
+                }];
+                let (_, next) = q
+                    .reschedule_and_claim(&item, "rs", 1, 30_000)
+                    .await
+                    .expect("reschedule");
+                cur = next.into_iter().next();
+                done += 1;
+            }
+            done
         }
-        let futs = got.iter().map(|c| {
-            let q = q.clone();
-            async move { q.reschedule(&c.id, c.token, 3_600_000, None, 1).await }
-        });
-        for r in join_all(futs).await {
-            r.expect("reschedule");
-        }
-        done2 += got.len();
-    }
+    });
+    let done2: usize = join_all(slots).await.into_iter().sum();
     let secs = t0.elapsed().as_secs_f64();
     let d = snap(&q).await - s0;
     println!(
-        "claim(batch)+reschedule:      {:>9.0} tasks/s  ({done2} tasks)",
+        "reschedule+next ({batch} slots):  {:>9.0} tasks/s  ({done2} tasks)",
         done2 as f64 / secs
     );
     println!("  {}", redis_cost(d, done2));
