@@ -30,7 +30,7 @@ pub fn duration(ms: i64) -> String {
     } else if a < 10 * S {
         // One decimal, without a trailing ".0" ("1 s", "1.2 s").
         let tenths = a / 100;
-        if tenths % 10 == 0 {
+        if tenths.is_multiple_of(10) {
             format!("{} s", tenths / 10)
         } else {
             format!("{}.{} s", tenths / 10, tenths % 10)

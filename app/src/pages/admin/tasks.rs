@@ -489,9 +489,11 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
         };
         view! { <A href=tasks_href(&state, other, None) attr:data-testid="order-toggle">{label}</A> }
     });
-    let dead = (!searching && listing.state == "dead")
-        .then_some(listing.total)
-        .unwrap_or(0);
+    let dead = if !searching && listing.state == "dead" {
+        listing.total
+    } else {
+        0
+    };
     let empty = listing.tasks.is_empty() && listing.results.is_empty();
     let empty_text = match &listing.search {
         Some(s) => format!("Nothing found for \u{201c}{s}\u{201d}."),
