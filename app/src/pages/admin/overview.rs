@@ -297,7 +297,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
             {card("results", "results stored", s.results, false)}
         </div>
         <p>
-            {oldest} " Queue is "
+            <span data-testid="oldest-ready">{oldest}</span> " Queue is "
             <strong data-testid="paused" class=paused_class>
                 {if s.paused { "paused" } else { "running" }}
             </strong> "."

@@ -189,21 +189,39 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         let token = t.token;
         let tid = t.id.clone();
         let is_due = t.state == "due";
-        let payload = (!t.payload.is_empty()).then(|| field("payload", text(t.payload.clone())));
-        let worker = leased.then(|| field("worker", text(t.worker.clone().unwrap_or_default())));
-        let token_field = leased.then(|| field("token", text(t.token.to_string())));
-        let lease = leased.then(|| field("lease deadline", at(t.lease_deadline_ms.unwrap_or(0))));
-        let due = is_due.then(|| {
+        // Only the fields that apply to this state, collected into one list (no empty
+        // placeholders between the rows).
+        let mut fields: Vec<AnyView> = vec![
+            field("state", text(state_word)).into_any(),
+            field("query", text(t.query.clone())).into_any(),
+        ];
+        if !t.payload.is_empty() {
+            fields.push(field("payload", text(t.payload.clone())).into_any());
+        }
+        fields.push(field("created", past(t.created_ms)).into_any());
+        fields.push(field("updated", past(t.updated_ms)).into_any());
+        fields.push(field("attempts", text(format!("{} of {}", t.attempts, t.max_attempts))).into_any());
+        fields.push(field("polls", text(t.polls.to_string())).into_any());
+        if leased {
+            fields.push(field("worker", text(t.worker.clone().unwrap_or_default())).into_any());
+            fields.push(field("token", text(t.token.to_string())).into_any());
+            fields.push(field("lease deadline", at(t.lease_deadline_ms.unwrap_or(0))).into_any());
+        }
+        if is_due {
             let when = t.due_ms.unwrap_or(0);
-            field(if when <= now { "ready since" } else { "next poll" }, at(when))
-        });
-        let deadline = (!dead && t.deadline_ms != 0).then(|| field("deadline", at(t.deadline_ms)));
-        let reason = dead.then(|| field("dead reason", text(t.dead_reason.clone().unwrap_or_default())));
+            let name = if when <= now { "ready since" } else { "next poll" };
+            fields.push(field(name, at(when)).into_any());
+        }
+        if !dead && t.deadline_ms != 0 {
+            fields.push(field("deadline", at(t.deadline_ms)).into_any());
+        }
+        if dead {
+            fields.push(field("dead reason", text(t.dead_reason.clone().unwrap_or_default())).into_any());
+        }
         // A dead task's last error is in the red block; a live one's says why it is retrying.
-        let last_error = (!dead)
-            .then(|| t.last_error.clone().filter(|e| !e.is_empty()))
-            .flatten()
-            .map(|e| field("last error", text(e)));
+        if let Some(e) = t.last_error.clone().filter(|e| !e.is_empty() && !dead) {
+            fields.push(field("last error", text(e)).into_any());
+        }
         let partial = t.partial.clone().filter(|p| !p.is_empty());
         view! {
             <div class="row actions">
@@ -211,22 +229,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
                 {leased.then(|| view! { <ActButton action op="release" id=tid.clone() token=token label="Release lease" testid="task-release" /> })}
                 <ActButton action op="cancel" id=tid.clone() label="Cancel task" testid="task-cancel" />
             </div>
-            <dl class="fields" data-testid="task-fields">
-                {field("state", text(state_word))}
-                {field("query", text(t.query.clone()))}
-                {payload}
-                {field("created", past(t.created_ms))}
-                {field("updated", past(t.updated_ms))}
-                {field("attempts", text(format!("{} of {}", t.attempts, t.max_attempts)))}
-                {field("polls", text(t.polls.to_string()))}
-                {worker}
-                {token_field}
-                {lease}
-                {due}
-                {deadline}
-                {reason}
-                {last_error}
-            </dl>
+            <dl class="fields" data-testid="task-fields">{fields}</dl>
             <h2>"Latest partial data"</h2>
             {match partial {
                 Some(p) => data_block(p, "task-partial").into_any(),

@@ -40,15 +40,21 @@ pub fn short(id: &str) -> String {
 #[component]
 pub fn PausedBanner(paused: Option<PauseInfo>, now: i64) -> impl IntoView {
     paused.map(|p| {
-        let by = (!p.who.is_empty()).then(|| format!(" by {}", p.who));
+        let by = if p.who.is_empty() {
+            String::new()
+        } else {
+            format!(" by {}", p.who)
+        };
+        let rest = format!("{by}. Workers claim nothing until it is resumed; queries wait.");
+        let since = if p.at_ms > 0 {
+            view! { <TimeAt now at=p.at_ms past=true /> }.into_any()
+        } else {
+            view! { <span>"a while ago"</span> }.into_any()
+        };
         view! {
             <div class="banner paused" role="status" data-testid="paused-banner">
                 <strong>"Queue paused"</strong>
-                <span>
-                    {(p.at_ms > 0).then(|| view! { " " <TimeAt now at=p.at_ms past=true /> })}
-                    {by}
-                    ". Workers claim nothing until it is resumed; queries wait. "
-                </span>
+                <span>{since} {rest}</span>
                 <a href="/admin#queue-actions">"Resume on the overview"</a>
             </div>
         }
