@@ -516,7 +516,8 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
                 question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
                 yes=format!("Retry {}", plural(dead, "task", "tasks"))
                 count=dead
-                here="/admin/tasks?state=dead"
+                here="/admin/tasks"
+                state="dead"
                 testid="retry-all-dead"
             />
         </div>

@@ -96,8 +96,11 @@ pub fn ConfirmAction(
     /// The button that does it ("Retry 305").
     yes: String,
     count: u64,
-    /// Where the no-JS form loads the question (this page, without its own `confirm`).
+    /// Where the no-JS form loads the question: this page's path...
     here: &'static str,
+    /// ...and its `state` (a GET form replaces the query of its `action`, so it is a field).
+    #[prop(optional)]
+    state: Option<&'static str>,
     testid: &'static str,
 ) -> impl IntoView {
     let query = use_query_map();
@@ -105,12 +108,18 @@ pub fn ConfirmAction(
         .map(|c| c.0)
         .unwrap_or_else(|| RwSignal::new(None));
     let asked = move || open.get() == Some(op) || query.with(|q| q.get_str("confirm") == Some(op));
+    let back = match state {
+        Some(s) => format!("{here}?state={s}"),
+        None => here.to_string(),
+    };
+    let back = StoredValue::new(back);
     let question = StoredValue::new(question);
     let yes = StoredValue::new(yes);
     (count > 0).then(|| {
         view! {
             <div class="confirm-action">
                 <form method="get" action=here class="inline">
+                    {state.map(|s| view! { <input type="hidden" name="state" value=s /> })}
                     <input type="hidden" name="confirm" value=op />
                     <button
                         type="submit"
@@ -140,7 +149,7 @@ pub fn ConfirmAction(
                                         </ActionForm>
                                         " "
                                         <a
-                                            href=here
+                                            href=back.get_value()
                                             data-testid=format!("{testid}-cancel")
                                             on:click=move |ev| {
                                                 // Opened by the no-JS link: the router drops
