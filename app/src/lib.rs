@@ -12,6 +12,10 @@
 //! - `context` (server only): what the server hands to server functions (Redis connection,
 //!   queue name); never compiled into the wasm.
 
+// The dashboard's views are deeply nested types (tachys encodes the markup in the type); the
+// release build computes their layout past the default limit of 128.
+#![recursion_limit = "256"]
+
 pub mod auth;
 pub mod pages;
 pub mod query;

@@ -1,9 +1,11 @@
-//! One module per page.
+//! One module per page, plus the formatting and the small widgets they share.
 
 pub mod admin;
+pub mod format;
 mod not_found;
 mod query;
+mod widgets;
 
 pub use admin::{LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage};
 pub use not_found::NotFound;
-pub use query::{QueryPage, QueryResultPage, SubmitQuery};
+pub use query::{QueryPage, QueryResultPage, ServicePaused, SubmitQuery};

@@ -5,6 +5,8 @@
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
+use super::format::{duration, plural, progress_percent, utc};
+use super::widgets::{JsonBlock, ProgressBar};
 use crate::query::{pretty, QueryStatus, QueryView};
 
 /// Pretty text longer than this is folded into a `<details>` so a large body does not push
@@ -60,6 +62,17 @@ pub async fn read_query(id: String) -> Result<Option<QueryView>, ServerFnError> 
     crate::query::read(&ctx, &id)
         .await
         .map_err(|e| ServerFnError::new(e.to_string()))
+}
+
+/// Whether the service is paused (an operator stopped the workers): a query then waits, and
+/// its page says so instead of "next poll due now" forever. Only the fact, nothing more.
+#[server]
+pub async fn service_paused() -> Result<bool, ServerFnError> {
+    let ctx = crate::context::app_context()?;
+    ctx.queue.is_paused().await.map_err(|e| {
+        tracing::warn!(error = %e, "pause check failed");
+        ServerFnError::new("the queue is unavailable")
+    })
 }
 
 /// The words of a server function error, without Leptos' prefix.
@@ -124,6 +137,8 @@ pub fn QueryResultPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
     let initial = Resource::new(id, read_query);
+    // Not worth failing the page over: unknown counts as running.
+    let paused = Resource::new(id, |_| async { service_paused().await.unwrap_or(false) });
     view! {
         <Suspense fallback=|| {
             view! {
@@ -133,8 +148,9 @@ pub fn QueryResultPage() -> impl IntoView {
             }
         }>
             {move || Suspend::new(async move {
+                let paused = paused.await;
                 match initial.await {
-                    Ok(Some(v)) => view! { <QueryState initial=v /> }.into_any(),
+                    Ok(Some(v)) => view! { <QueryState initial=v paused /> }.into_any(),
                     Ok(None) => {
                         #[cfg(feature = "ssr")]
                         {
@@ -169,19 +185,17 @@ pub fn QueryResultPage() -> impl IntoView {
     }
 }
 
-/// Seconds with one decimal, for elapsed times and ETAs.
-fn secs(ms: i64) -> String {
-    format!("{:.1} s", ms.max(0) as f64 / 1000.0)
-}
-
 /// One query's live state. `now` is the browser's clock once hydrated (ticking), before that
 /// the server's read time, so the server-rendered text and the hydrated text agree.
 #[component]
-fn QueryState(initial: QueryView) -> impl IntoView {
+fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
     let state = RwSignal::new(initial);
     let now = RwSignal::new(None::<i64>);
+    let paused = RwSignal::new(paused);
     #[cfg(feature = "hydrate")]
-    live::follow(state, now);
+    live::follow(state, now, paused);
+    let waiting_for_resume =
+        move || paused.get() && state.with(|v| v.status == QueryStatus::Processing);
 
     let clock = move || now.get().unwrap_or_else(|| state.with(|v| v.as_of));
     let status = move || state.with(|v| v.status);
@@ -193,26 +207,45 @@ fn QueryState(initial: QueryView) -> impl IntoView {
     let elapsed = move || {
         let (s, created, updated, completed) =
             state.with(|v| (v.status, v.created_at, v.updated_at, v.completed_at));
+        let span = |ms: i64| duration(ms.max(0));
         match s {
-            QueryStatus::Processing => format!("running for {}", secs(clock() - created)),
-            QueryStatus::Done => format!("took {}", secs(completed.unwrap_or(updated) - created)),
-            QueryStatus::Failed => format!("ended after {}", secs(updated - created)),
+            QueryStatus::Processing => format!("running for {}", span(clock() - created)),
+            QueryStatus::Done => format!("took {}", span(completed.unwrap_or(updated) - created)),
+            QueryStatus::Failed => format!("ended after {}", span(updated - created)),
         }
     };
-    let polls = move || {
-        let n = state.with(|v| v.polls);
-        format!("{n} poll{} so far", if n == 1 { "" } else { "s" })
-    };
+    let polls = move || polls_text(status(), state.with(|v| v.polls));
     let next_poll = move || {
         if status() != QueryStatus::Processing {
             return None;
         }
-        let text = match state.with(|v| v.next_poll_at) {
-            Some(at) if at > clock() => format!("next poll in {}", secs(at - clock())),
+        let at = state.with(|v| v.next_poll_at);
+        let text = match at {
+            _ if paused.get() => "paused".to_string(),
+            Some(at) if at > clock() => format!("next poll in {}", duration(at - clock())),
             Some(_) => "next poll due now".to_string(),
             None => "polling the upstream now".to_string(),
         };
-        Some(view! { " · " <span data-testid="query-next-poll">{text}</span> })
+        let title = at.map(|at| format!("next poll at {}", utc(at)));
+        Some(view! { " · " <span data-testid="query-next-poll" title=title>{text}</span> })
+    };
+    let paused_notice = move || {
+        waiting_for_resume().then(|| {
+            view! {
+                <p class="banner paused" role="status" data-testid="query-paused">
+                    <strong>"The service is paused."</strong>
+                    " Your query is kept and will continue when the service resumes; this page updates by itself."
+                </p>
+            }
+        })
+    };
+    let progress = move || {
+        state.with(|v| {
+            (v.status == QueryStatus::Processing)
+                .then(|| v.partial.as_ref().and_then(progress_percent))
+                .flatten()
+                .map(|p| view! { <ProgressBar percent=p /> })
+        })
     };
     // Without JavaScript the page refreshes itself while the query runs. The markup is a
     // constant (never upstream data), set as inner HTML so hydration does not walk into it.
@@ -240,14 +273,14 @@ fn QueryState(initial: QueryView) -> impl IntoView {
                     view! {
                         <details>
                             <summary>{summary}</summary>
-                            <pre class="json" data-testid="query-data">{text}</pre>
+                            <JsonBlock pretty=text testid="query-data" />
                         </details>
                     }
                     .into_any()
                 } else {
                     view! {
                         <h2>{label}</h2>
-                        <pre class="json" data-testid="query-data">{text}</pre>
+                        <JsonBlock pretty=text testid="query-data" />
                     }
                     .into_any()
                 }
@@ -270,14 +303,39 @@ fn QueryState(initial: QueryView) -> impl IntoView {
                 <span data-testid="query-polls">{polls}</span>
                 {next_poll}
             </p>
+            {paused_notice}
             {refresh}
             {error}
+            {progress}
             {data}
             <p class="muted">
                 "Shareable link: " <a href=href data-testid="query-link">{href}</a> " · "
                 <a href="/">"Ask another query"</a>
             </p>
         </section>
+    }
+}
+
+/// "3 polls so far" while the query runs; "3 polls" once it is over.
+fn polls_text(status: QueryStatus, n: u32) -> String {
+    let n = plural(u64::from(n), "poll", "polls");
+    if status == QueryStatus::Processing {
+        format!("{n} so far")
+    } else {
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polls_are_counted_in_words() {
+        assert_eq!(polls_text(QueryStatus::Processing, 1), "1 poll so far");
+        assert_eq!(polls_text(QueryStatus::Processing, 0), "0 polls so far");
+        assert_eq!(polls_text(QueryStatus::Done, 5), "5 polls");
+        assert_eq!(polls_text(QueryStatus::Failed, 1), "1 poll");
     }
 }
 
@@ -303,11 +361,27 @@ mod live {
     /// (the server closes its side too; closing ours stops the browser from reconnecting) or
     /// when the page goes away. Every event is a full [`QueryView`], so a reconnect simply
     /// starts again from the current state.
-    pub fn follow(state: RwSignal<QueryView>, now: RwSignal<Option<i64>>) {
+    pub fn follow(state: RwSignal<QueryView>, now: RwSignal<Option<i64>>, paused: RwSignal<bool>) {
         let source: Source = StoredValue::new_local(None);
         let tick = set_interval_with_handle(
             move || now.set(Some(browser_now())),
             Duration::from_millis(250),
+        )
+        .ok();
+        // A pause publishes nothing on the query's stream: ask every few seconds while the
+        // query runs (one EXISTS on the server).
+        let pause_check = set_interval_with_handle(
+            move || {
+                if state.with_untracked(|v| v.status.is_final()) {
+                    return;
+                }
+                leptos::task::spawn_local(async move {
+                    if let Ok(p) = super::service_paused().await {
+                        paused.set(p);
+                    }
+                });
+            },
+            Duration::from_secs(3),
         )
         .ok();
         Effect::new(move |_| {
@@ -335,7 +409,7 @@ mod live {
         });
         on_cleanup(move || {
             close(source);
-            if let Some(t) = tick {
+            for t in [tick, pause_check].into_iter().flatten() {
                 t.clear();
             }
         });

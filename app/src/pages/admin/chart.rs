@@ -609,7 +609,7 @@ mod tests {
         assert!(b.contains("data-testid=\"ttr-chart\""));
         assert!(b.contains(">1.5s<"), "{b}");
         assert!(
-            b.contains("<title>14:02 UTC · average time to result 1.5s over 1 completed</title>")
+            b.contains("<title>14:02 UTC · average time to result 1.5 s over 1 completed</title>")
         );
         assert!(b.contains("<title>14:04 UTC · nothing completed</title>"));
     }

@@ -4,7 +4,6 @@
 //! shown in place (no extra navigation); signing in opens the overview.
 
 use leptos::prelude::*;
-use leptos_meta::Style;
 use leptos_router::components::{Redirect, A};
 
 use super::live::{connect_live, use_live, LiveIndicator};
@@ -37,8 +36,8 @@ pub fn AdminFrame(
     let live = use_live();
     let sign_out = ServerAction::<SignOut>::new();
     let children = StoredValue::new(children);
+    search_shortcut();
     view! {
-        <Style id="repoll-admin">{ADMIN_CSS}</Style>
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || me.get().map(|answer| {
                 match answer {
@@ -55,7 +54,7 @@ pub fn AdminFrame(
                                 <A href="/admin/leases">"Leases"</A>
                                 <LiveIndicator />
                                 <span class="muted" data-testid="signed-in-as">
-                                    {format!("signed in as {} ({})", me.user, me.role.as_str())}
+                                    {signed_in_as(&me)}
                                 </span>
                                 {read_only.then(|| view! { <span class="badge">"read-only"</span> })}
                                 <ActionForm action=sign_out attr:class="inline">
@@ -78,30 +77,65 @@ pub fn AdminFrame(
     }
 }
 
-/// The admin pages' own few rules, next to the markup they style (the shared stylesheet
-/// covers panels, tables, buttons and inputs).
-const ADMIN_CSS: &str = "
-.admin-nav { display: flex; align-items: center; gap: 1rem; flex-wrap: wrap; }
-.admin-nav a { text-decoration: none; color: var(--accent); }
-.admin-nav a[aria-current=page] { font-weight: 700; }
-.live { padding: .1rem .5rem; border-radius: 999px; font-size: .85em; }
-.live.on { background: #e3f5ea; color: var(--ok); } .live.off { background: #fff3e0; color: var(--warn); }
-.badge { padding: .05rem .4rem; border-radius: 4px; background: #eef1f6; font-size: .85em; }
-.counts { display: grid; grid-template-columns: repeat(auto-fit, minmax(8rem, 1fr)); gap: .6rem; }
-.count { border: 1px solid var(--line); border-radius: 6px; padding: .5rem .7rem; }
-.count .n { display: block; font-size: 1.6em; font-weight: 700; }
-.count .label { color: var(--muted); font-size: .85em; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(20rem, 1fr)); gap: 1rem; }
-.chart { margin: 0; } .chart svg { width: 100%; height: auto; background: #fafbfc; border: 1px solid var(--line); }
-.chart figcaption { font-size: .85em; color: var(--muted); }
-form.inline { display: inline-flex; gap: .4rem; align-items: center; margin: 0; }
-.row { display: flex; gap: .6rem; flex-wrap: wrap; align-items: center; }
-.action-result { min-height: 1.2em; font-weight: 600; }
-.tabs { display: flex; gap: .8rem; margin: .6rem 0; } .tab.active { font-weight: 700; }
-tr.gone td, tr.stuck td { background: #fff4f2; }
-td.query, td.error-text, .timeline .detail { word-break: break-word; }
-.timeline { font-size: .92em; } .timeline li { margin: .15rem 0; } .timeline .when { color: var(--muted); }
-dl.fields { display: grid; grid-template-columns: max-content 1fr; gap: .2rem 1rem; }
-dl.fields dt { color: var(--muted); } dl.fields dd { margin: 0; word-break: break-word; }
-pre { background: #0f1420; color: #dfe6f3; padding: .7rem; border-radius: 6px; white-space: pre-wrap; word-break: break-word; max-height: 20rem; overflow: auto; }
-";
+/// "signed in as admin"; the role is named only when the user's name is not already it.
+fn signed_in_as(me: &Me) -> String {
+    if me.user == me.role.as_str() {
+        format!("signed in as {}", me.user)
+    } else {
+        format!("signed in as {} ({})", me.user, me.role.as_str())
+    }
+}
+
+/// `/` focuses the page's search box (as on GitHub or Sidekiq), unless a field has the
+/// keyboard already. Browser only.
+fn search_shortcut() {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        let handle = window_event_listener(leptos::ev::keydown, |ev| {
+            if ev.key() != "/" || ev.ctrl_key() || ev.meta_key() || ev.alt_key() {
+                return;
+            }
+            let typing = ev
+                .target()
+                .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+                .is_some_and(|el| {
+                    matches!(el.tag_name().as_str(), "INPUT" | "TEXTAREA" | "SELECT")
+                        || el.has_attribute("contenteditable")
+                });
+            if typing {
+                return;
+            }
+            if let Some(input) = document()
+                .get_element_by_id("task-search")
+                .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
+            {
+                ev.prevent_default();
+                let _ = input.focus();
+            }
+        });
+        on_cleanup(move || handle.remove());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Role;
+
+    #[test]
+    fn signed_in_as_names_the_role_once() {
+        let me = |user: &str, role| Me {
+            user: user.into(),
+            role,
+        };
+        assert_eq!(
+            signed_in_as(&me("admin", Role::Admin)),
+            "signed in as admin"
+        );
+        assert_eq!(
+            signed_in_as(&me("alice", Role::Viewer)),
+            "signed in as alice (viewer)"
+        );
+    }
+}

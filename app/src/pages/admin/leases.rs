@@ -12,8 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::LeaseRow;
-use super::ui::{duration, error_text, or_dash, short};
+use super::model::{LeaseRow, PauseInfo};
+use super::ui::{
+    duration, error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner,
+};
+use crate::pages::format::{iso, utc};
 
 /// Default "close to the deadline" window.
 const DEFAULT_WITHIN_MS: u64 = 20_000;
@@ -23,6 +26,9 @@ const DEFAULT_WITHIN_MS: u64 = 20_000;
 pub struct LeasesData {
     pub rows: Vec<LeaseRow>,
     pub within_ms: u64,
+    /// The queue's pause, if paused.
+    pub paused: Option<PauseInfo>,
+    pub now_ms: i64,
 }
 
 /// Leases past their deadline or within `within_ms` of it, soonest deadline first.
@@ -32,16 +38,24 @@ pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
     let within_ms = within_ms.min(3_600_000);
-    let rows = ctx.queue.stuck_leases(within_ms, 500).await.map_err(|e| {
+    let failed = |e: queue::QueueError| {
         tracing::warn!(error = %e, "lease read failed");
         refuse(
             http::StatusCode::SERVICE_UNAVAILABLE,
             "Redis is unreachable",
         )
-    })?;
+    };
+    let q = &ctx.queue;
+    let (rows, paused, now_ms) = tokio::join!(
+        q.stuck_leases(within_ms, 500),
+        super::paused::read(q),
+        q.now_ms()
+    );
     Ok(LeasesData {
-        rows: rows.into_iter().map(Into::into).collect(),
+        rows: rows.map_err(failed)?.into_iter().map(Into::into).collect(),
         within_ms,
+        paused: paused.map_err(|e| failed(e.into()))?,
+        now_ms: now_ms.map_err(failed)?,
     })
 }
 
@@ -54,6 +68,7 @@ pub fn LeasesPage() -> impl IntoView {
     let me = session();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
+    provide_confirm(action);
     let data = Resource::new(
         move || {
             let within = query
@@ -89,11 +104,12 @@ fn LeasesBody(
                 "Leases past their deadline (the worker stopped renewing) and leases close to it. "
                 "Released tasks are due again at once."
             </p>
-            <div class="row">
-                <ActButton action op="release_stuck" label="Release all past deadline" testid="release-all" />
-                <A href="/admin/leases?within=60000">"show within 60s"</A>
-                <A href="/admin/leases?within=300000">"within 5 min"</A>
-            </div>
+            <p class="row">
+                "Show leases ending within "
+                <A href="/admin/leases">"20 s"</A>
+                <A href="/admin/leases?within=60000">"1 min"</A>
+                <A href="/admin/leases?within=300000">"5 min"</A>
+            </p>
             <ActionResult action />
             <div class="data">
                 <Transition fallback=|| view! { <p>"Reading…"</p> }>
@@ -109,17 +125,36 @@ fn LeasesBody(
 
 #[component]
 fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
-    let past = data.rows.iter().filter(|r| r.overdue_ms >= 0).count();
+    let now = data.now_ms;
+    let past = data.rows.iter().filter(|r| r.overdue_ms >= 0).count() as u64;
+    let near = data.rows.len() as u64 - past;
+    let summary = format!(
+        "{} past the deadline, {} within {} of it",
+        plural(past, "lease", "leases"),
+        near,
+        duration(data.within_ms as i64),
+    );
+    let empty = data.rows.is_empty();
+    let summary_class = if past > 0 { "alarm-text" } else { "" };
     view! {
         <div class="view">
-        <p data-testid="lease-summary">
-            {format!(
-                "{past} past deadline, {} within {} of it",
-                data.rows.len() - past,
-                duration(data.within_ms as i64),
-            )}
-        </p>
-        <table data-testid="lease-table">
+        <PausedBanner paused=data.paused now />
+        <p data-testid="lease-summary" class=summary_class>{summary}</p>
+        <div>
+            <ConfirmAction
+                action
+                op="release_stuck"
+                label="Release all past the deadline"
+                question=format!("Release {} past the deadline?", plural(past, "lease", "leases"))
+                yes=format!("Release {}", plural(past, "lease", "leases"))
+                count=past
+                here="/admin/leases"
+                testid="release-all"
+            />
+        </div>
+        {empty.then(|| view! { <p class="empty" data-testid="leases-empty">"No lease is past or near its deadline."</p> })}
+        <div class="table-scroll">
+        <table data-testid="lease-table" class:hidden=empty>
             <thead>
                 <tr><th>"task"</th><th>"query"</th><th>"holder"</th><th>"token"</th><th>"deadline"</th><th></th></tr>
             </thead>
@@ -128,6 +163,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                     .rows
                     .into_iter()
                     .map(|l| {
+                        let deadline = l.deadline_ms;
                         let status = if l.overdue_ms >= 0 {
                             format!("past by {}", duration(l.overdue_ms))
                         } else {
@@ -143,7 +179,9 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                                 <td class="query">{or_dash(l.query)}</td>
                                 <td>{or_dash(l.worker)}</td>
                                 <td>{l.token}</td>
-                                <td>{status}</td>
+                                <td>
+                                    <time datetime=iso(deadline) title=utc(deadline)>{status}</time>
+                                </td>
                                 <td>
                                     <ActButton action op="release" id=id token=l.token label="Release" testid="lease-release" />
                                 </td>
@@ -153,6 +191,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                     .collect_view()}
             </tbody>
         </table>
+        </div>
         </div>
     }
 }

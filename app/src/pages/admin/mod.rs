@@ -7,7 +7,9 @@
 //! - [`overview`], [`tasks`], [`task`], [`leases`]: the pages and their read functions.
 //! - [`actions`]: every state-changing admin action, through one server function.
 //! - `audit` (server only): the audit log in Redis.
-//! - `model`, `chart`, `ui`: plain data, SVG charts, formatting.
+//! - `paused` (server only): the queue's pause flag, for the banner every page shows.
+//! - `model`, `chart`, `ui`: plain data, SVG charts, formatting and shared widgets (times,
+//!   the paused banner, many-task actions confirmed with their count).
 //!
 //! Pattern: each page body reads its data through one `Resource` keyed on the live tick and
 //! its action's version, shown inside a `<Transition>` with `resource.get()` (not a `Suspend`):
@@ -24,6 +26,8 @@ mod live;
 pub mod login;
 pub mod model;
 pub mod overview;
+#[cfg(feature = "ssr")]
+mod paused;
 pub mod task;
 pub mod tasks;
 mod ui;

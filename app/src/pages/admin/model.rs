@@ -227,3 +227,10 @@ mod convert {
         }
     }
 }
+
+/// The queue is paused: since when and by whom (from the queue's pause flag, "at|who").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseInfo {
+    pub at_ms: i64,
+    pub who: String,
+}

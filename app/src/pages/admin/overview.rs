@@ -11,8 +11,10 @@ use super::actions::{Act, ActButton, ActionResult};
 use super::chart::{ThroughputChart, TimeToResultChart};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{AuditEntry, StatsView, WorkerRow};
-use super::ui::{duration, error_text, or_dash, relative};
+use super::model::{AuditEntry, PauseInfo, StatsView, WorkerRow};
+use super::ui::{
+    duration, error_text, or_dash, plural, provide_confirm, ConfirmAction, PausedBanner, TimeAt,
+};
 use crate::status::RedisStatusPanel;
 
 /// Audit entries shown.
@@ -25,6 +27,8 @@ pub struct OverviewData {
     pub stats: StatsView,
     pub workers: Vec<WorkerRow>,
     pub audit: Vec<AuditEntry>,
+    /// The queue's pause, if paused.
+    pub paused: Option<PauseInfo>,
 }
 
 /// Reads counts, workers and the audit log (three reads in parallel).
@@ -41,10 +45,15 @@ pub async fn overview() -> Result<OverviewData, ServerFnError> {
             "Redis is unreachable",
         )
     };
-    let (stats, workers, audit) = futures_join(q).await;
+    let (stats, workers, audit, paused) = futures_join(q).await;
     let stats = stats.map_err(|e| unavailable("stats", e.to_string()))?;
     let workers = workers.map_err(|e| unavailable("workers", e.to_string()))?;
     let audit = audit.map_err(|e| unavailable("audit", e.to_string()))?;
+    // The flag may go between the two reads; the counts' own flag decides whether it shows.
+    let paused = paused
+        .map_err(|e| unavailable("pause", e.to_string()))?
+        .filter(|_| stats.paused)
+        .or_else(|| stats.paused.then(PauseInfo::default));
     let gone_after = ctx.admin.settings().gone_after_ms;
     let now = stats.now_ms;
     Ok(OverviewData {
@@ -54,6 +63,7 @@ pub async fn overview() -> Result<OverviewData, ServerFnError> {
             .collect(),
         stats: stats.into(),
         audit,
+        paused,
     })
 }
 
@@ -64,8 +74,14 @@ async fn futures_join(
     queue::Result<queue::Stats>,
     queue::Result<Vec<queue::WorkerInfo>>,
     queue::redis::RedisResult<Vec<AuditEntry>>,
+    queue::redis::RedisResult<Option<PauseInfo>>,
 ) {
-    tokio::join!(q.stats(), q.workers(), super::audit::latest(q, AUDIT_SHOWN))
+    tokio::join!(
+        q.stats(),
+        q.workers(),
+        super::audit::latest(q, AUDIT_SHOWN),
+        super::paused::read(q)
+    )
 }
 
 /// `/admin`.
@@ -76,6 +92,7 @@ pub fn OverviewPage() -> impl IntoView {
     let live = provide_live();
     let me = session();
     let action = ServerAction::<Act>::new();
+    provide_confirm(action);
     let data = Resource::new(
         move || (live.tick.get(), action.version().get()),
         move |_| async move {
@@ -98,14 +115,7 @@ fn OverviewBody(
     data: Resource<Result<OverviewData, ServerFnError>>,
     action: ServerAction<Act>,
 ) -> impl IntoView {
-    // One number of the current data, as text that refreshes on its own.
-    let count = move |f: fn(&StatsView) -> u64| {
-        view! {
-            <Transition fallback=|| "…">
-                {move || data.get().map(|r| r.map(|d| f(&d.stats).to_string()).unwrap_or_else(|_| "?".into()))}
-            </Transition>
-        }
-    };
+    let stats = move || data.get().and_then(Result::ok).map(|d| d.stats);
     view! {
         <section class="panel">
             <h1>"Overview"</h1>
@@ -118,58 +128,118 @@ fn OverviewBody(
             </Transition>
             </div>
         </section>
-        <section class="panel" data-testid="queue-actions">
+        <section class="panel" id="queue-actions" data-testid="queue-actions">
             <h2>"Actions"</h2>
             <ActionResult action />
-            <div class="row">
-                <ActButton action op="pause" label="Pause queue" testid="pause" />
-                <ActButton action op="resume" label="Resume queue" testid="resume" />
-                <ActButton action op="retry_all_dead" label="Retry all dead" testid="retry-all-dead" />
-            </div>
+            // Re-rendered with the counts: only the action that applies (pause or resume),
+            // "retry all" with its count. The purge forms below stay put, so a live update
+            // never wipes what is being typed.
+            <Transition fallback=|| view! { <p>"…"</p> }>
+                {move || stats().map(|s| {
+                    let dead = s.dead;
+                    view! {
+                        <div class="row">
+                            {if s.paused {
+                                view! { <ActButton action op="resume" label="Resume queue" testid="resume" /> }.into_any()
+                            } else {
+                                view! { <ActButton action op="pause" label="Pause queue" testid="pause" /> }.into_any()
+                            }}
+                            <ConfirmAction
+                                action
+                                op="retry_all_dead"
+                                label="Retry all dead"
+                                question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
+                                yes=format!("Retry {}", plural(dead, "task", "tasks"))
+                                count=dead
+                                here="/admin"
+                                testid="retry-all-dead"
+                            />
+                        </div>
+                    }
+                })}
+            </Transition>
             <h3>"Purge"</h3>
+            <div class="table-scroll">
             <table class="purge">
                 <tbody>
-                    <PurgeRow action target="dead" what="dead tasks" count=count(|s| s.dead).into_any() />
-                    <PurgeRow action target="results" what="stored results" count=count(|s| s.results).into_any() />
+                    <PurgeRow action data target="dead" one="dead task" many="dead tasks" count=|s| Some(s.dead) />
+                    <PurgeRow action data target="results" one="stored result" many="stored results" count=|s| Some(s.results) />
                     <PurgeRow
                         action
+                        data
                         target="queued"
-                        what="queued tasks (ready, waiting, retrying)"
-                        count=count(|s| s.ready + s.waiting + s.retrying).into_any()
+                        one="queued task (ready, waiting or retrying)"
+                        many="queued tasks (ready, waiting, retrying)"
+                        count=|s| Some(s.ready + s.waiting + s.retrying)
                     />
-                    <PurgeRow action target="history" what="task histories" count="every".into_any() />
+                    <PurgeRow action data target="history" one="" many="" count=|_| None />
                 </tbody>
             </table>
+            </div>
         </section>
     }
 }
 
-/// One purge target: names the count and asks for the target's name to be typed.
+/// One purge target: says how many it removes and asks for the target's name to be typed.
+/// The typed name is cleared once a purge has been done.
 #[component]
 fn PurgeRow(
     action: ServerAction<Act>,
+    data: Resource<Result<OverviewData, ServerFnError>>,
     target: &'static str,
-    what: &'static str,
-    count: AnyView,
+    one: &'static str,
+    many: &'static str,
+    /// How many it removes; None when it has no count (task histories).
+    count: fn(&StatsView) -> Option<u64>,
 ) -> impl IntoView {
+    let typed = RwSignal::new(String::new());
+    Effect::new(move |_| {
+        if let Some(Ok(m)) = action.value().get() {
+            if m.starts_with("purged") {
+                typed.set(String::new());
+            }
+        }
+    });
+    let counted = count(&StatsView::default()).is_some();
+    let sentence = move || match counted {
+        true => {
+            let n = data
+                .get()
+                .and_then(Result::ok)
+                .and_then(|d| count(&d.stats));
+            let words = match n {
+                Some(1) => format!(" {one}."),
+                _ => format!(" {many}."),
+            };
+            view! {
+                "Removes " <strong data-testid=format!("purge-count-{target}")>{n.map(|n| n.to_string()).unwrap_or_else(|| "…".into())}</strong>
+                {words}
+            }
+            .into_any()
+        }
+        false => view! { "Removes the history of every task." }.into_any(),
+    };
     view! {
         <tr>
             <td>
-                "Removes " <strong data-testid=format!("purge-count-{target}")>{count}</strong>
-                {format!(" {what}.")}
+                <Transition fallback=|| "…">{sentence}</Transition>
             </td>
             <td>
                 <ActionForm action=action attr:class="inline">
                     <input type="hidden" name="op" value="purge" />
                     <input type="hidden" name="id" value=target />
+                    <label class="sr-only" for=format!("purge-confirm-{target}")>{format!("Type {target} to confirm")}</label>
                     <input
                         type="text"
                         name="confirm"
+                        id=format!("purge-confirm-{target}")
                         autocomplete="off"
                         placeholder=format!("type {target} to confirm")
                         data-testid=format!("purge-confirm-{target}")
+                        prop:value=move || typed.get()
+                        on:input=move |ev| typed.set(event_target_value(&ev))
                     />
-                    <button type="submit" data-testid=format!("purge-{target}")>
+                    <button type="submit" class="danger" data-testid=format!("purge-{target}")>
                         {format!("Purge {target}")}
                     </button>
                 </ActionForm>
@@ -183,28 +253,51 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
     let s = data.stats;
     let paused_class = if s.paused { "err" } else { "ok" };
     let now = s.now_ms;
-    let card = |name: &'static str, label: &'static str, n: u64| {
+    let card = |name: &'static str, label: &'static str, n: u64, alarm: bool| {
+        let class = if alarm && n > 0 {
+            "count alarm"
+        } else {
+            "count"
+        };
+        let href = match name {
+            "ready" | "dead" | "leased" | "results" => Some(format!("/admin/tasks?state={name}")),
+            "waiting" | "retrying" => Some("/admin/tasks?state=waiting".to_string()),
+            "stuck" => Some("/admin/leases".to_string()),
+            _ => None,
+        };
         view! {
-            <div class="count">
+            <a class=class href=href>
                 <span class="n" data-testid=format!("count-{name}")>{n}</span>
                 <span class="label">{label}</span>
-            </div>
+            </a>
         }
     };
+    let oldest = if s.ready == 0 {
+        view! { <span data-testid="oldest-ready">"Nothing is ready and unclaimed."</span> }
+            .into_any()
+    } else {
+        view! {
+            "Oldest ready task has waited "
+            <span data-testid="oldest-ready">{duration(s.oldest_ready_age_ms)}</span> "."
+        }
+        .into_any()
+    };
+    let workers_empty = data.workers.is_empty();
+    let audit_empty = data.audit.is_empty();
     view! {
         <div class="view">
+        <PausedBanner paused=data.paused now />
         <div class="counts" data-testid="counts">
-            {card("ready", "ready now", s.ready)}
-            {card("waiting", "waiting for next poll", s.waiting)}
-            {card("retrying", "retrying", s.retrying)}
-            {card("leased", "leased", s.leased)}
-            {card("stuck", "stuck leases", s.stuck)}
-            {card("dead", "dead", s.dead)}
-            {card("results", "results stored", s.results)}
+            {card("ready", "ready now", s.ready, false)}
+            {card("waiting", "waiting for next poll", s.waiting, false)}
+            {card("retrying", "retrying", s.retrying, false)}
+            {card("leased", "leased", s.leased, false)}
+            {card("stuck", "stuck leases", s.stuck, true)}
+            {card("dead", "dead", s.dead, true)}
+            {card("results", "results stored", s.results, false)}
         </div>
         <p>
-            "Oldest ready task waits " <span data-testid="oldest-ready">{duration(s.oldest_ready_age_ms)}</span>
-            ". Queue is "
+            <span data-testid="oldest-ready">{oldest}</span> " Queue is "
             <strong data-testid="paused" class=paused_class>
                 {if s.paused { "paused" } else { "running" }}
             </strong> "."
@@ -214,7 +307,9 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
             <TimeToResultChart buckets=s.throughput />
         </div>
         <h2>"Workers"</h2>
-        <table data-testid="workers">
+        {workers_empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
+        <div class="table-scroll">
+        <table data-testid="workers" class:hidden=workers_empty>
             <thead>
                 <tr>
                     <th>"id"</th><th>"host"</th><th>"pid"</th><th>"up since"</th>
@@ -236,19 +331,22 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                                 </td>
                                 <td>{or_dash(w.host)}</td>
                                 <td>{w.pid}</td>
-                                <td>{relative(now, w.started_ms)}</td>
+                                <td><TimeAt now at=w.started_ms past=true /></td>
                                 <td>{w.in_flight}</td>
                                 <td>{w.processed}</td>
                                 <td>{w.failed}</td>
-                                <td>{relative(now, w.last_seen_ms)}</td>
+                                <td><TimeAt now at=w.last_seen_ms past=true /></td>
                             </tr>
                         }
                     })
                     .collect_view()}
             </tbody>
         </table>
+        </div>
         <h2>"Audit log"</h2>
-        <table data-testid="audit">
+        {audit_empty.then(|| view! { <p class="empty" data-testid="audit-empty">"No admin actions yet."</p> })}
+        <div class="table-scroll">
+        <table data-testid="audit" class:hidden=audit_empty>
             <thead>
                 <tr><th>"when"</th><th>"who"</th><th>"action"</th><th>"target"</th><th>"count"</th></tr>
             </thead>
@@ -259,7 +357,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                     .map(|a| {
                         view! {
                             <tr>
-                                <td>{relative(now, a.at_ms)}</td>
+                                <td><TimeAt now at=a.at_ms past=true /></td>
                                 <td>{or_dash(a.who)}</td>
                                 <td>{or_dash(a.action)}</td>
                                 <td>{or_dash(a.target)}</td>
@@ -270,6 +368,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                     .collect_view()}
             </tbody>
         </table>
+        </div>
         </div>
     }
 }

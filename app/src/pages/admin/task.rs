@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{HistoryRow, ResultRow, TaskRow};
-use super::ui::{error_text, or_dash, relative};
+use super::model::{HistoryRow, PauseInfo, ResultRow, TaskRow};
+use super::ui::{duration, error_text, or_dash, plural, PausedBanner, TimeAt};
+use crate::pages::format::{detail_pieces, iso, pretty_json, progress_of_text, utc, Piece};
+use crate::pages::widgets::{JsonBlock, ProgressBar};
 
 /// Everything known about one id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +23,8 @@ pub struct TaskView {
     /// Newest first.
     pub history: Vec<HistoryRow>,
     pub now_ms: i64,
+    /// The queue's pause, if paused.
+    pub paused: Option<PauseInfo>,
 }
 
 /// The task, result and history of `id`; None when nothing is known about it.
@@ -38,13 +42,16 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
-    let detail = ctx.queue.get(&id).await.map_err(failed)?;
+    let (detail, paused) = tokio::join!(ctx.queue.get(&id), super::paused::read(&ctx.queue));
+    let detail = detail.map_err(failed)?;
+    let paused = paused.map_err(|e| failed(e.into()))?;
     Ok(detail.map(|d| TaskView {
         id,
         task: d.task.map(Into::into),
         result: d.result.map(Into::into),
         history: d.history.into_iter().map(Into::into).collect(),
         now_ms,
+        paused,
     }))
 }
 
@@ -84,15 +91,32 @@ fn TaskBody(
     data: Resource<Result<Option<TaskView>, ServerFnError>>,
     action: ServerAction<Act>,
 ) -> impl IntoView {
+    // Back to the list as it was left (tab, order, page, search), remembered by the list in
+    // the browser; the plain list without JavaScript.
+    let back = RwSignal::new("/admin/tasks".to_string());
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let stored = web_sys::window()
+            .and_then(|w| w.session_storage().ok().flatten())
+            .and_then(|s| s.get_item(super::tasks::BACK_KEY).ok().flatten());
+        if let Some(href) = stored.filter(|h| h.starts_with("/admin/tasks")) {
+            back.set(href);
+        }
+    });
     view! {
         <section class="panel">
-            <h1>"Task"</h1>
+            <p class="back"><a href=move || back.get() data-testid="back-to-list">"← Task list"</a></p>
             <ActionResult action />
             <div class="data">
                 <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
                         Ok(Some(v)) => view! { <TaskDetailView view=v action /> }.into_any(),
-                        Ok(None) => view! { <p data-testid="task-missing">"Nothing is known about this id (finished and expired, purged, or never seen)."</p> }.into_any(),
+                        Ok(None) => view! {
+                            <div class="view">
+                                <h1 data-testid="task-heading">"Unknown task"</h1>
+                                <p data-testid="task-missing">"Nothing is known about this id (finished and expired, purged, or never seen)."</p>
+                            </div>
+                        }.into_any(),
                         Err(e) => view! { <p class="err" data-testid="task-error">{error_text(&e)}</p> }.into_any(),
                     })}
             </Transition>
@@ -101,77 +125,166 @@ fn TaskBody(
     }
 }
 
+/// What a task is now, in words: the page's heading and the state field.
+fn state_words(view: &TaskView) -> (&'static str, &'static str) {
+    match (&view.task, &view.result) {
+        (Some(t), _) => match t.state.as_str() {
+            "dead" => ("Dead task", "dead"),
+            "leased" => ("Running task", "leased"),
+            "due" if t.due_ms.unwrap_or(0) <= view.now_ms => ("Ready task", "ready"),
+            "due" if t.attempts > 0 => ("Retrying task", "retrying"),
+            "due" => ("Waiting task", "waiting"),
+            _ => ("Task", "unknown"),
+        },
+        (None, Some(_)) => ("Done", "done"),
+        (None, None) => ("Finished task", "gone"),
+    }
+}
+
+/// One field of the list: its name, and its value as markup.
+fn field(name: &'static str, value: AnyView) -> impl IntoView {
+    view! {
+        <dt>{name}</dt>
+        <dd data-testid=format!("field-{name}")>{value}</dd>
+    }
+}
+
+fn text(s: impl Into<String>) -> AnyView {
+    or_dash(s).into_any()
+}
+
+/// The data of a task or result: a progress bar when it says how far it is, then the JSON.
+fn data_block(data: String, testid: &'static str) -> impl IntoView {
+    let progress = progress_of_text(&data).map(|p| view! { <ProgressBar percent=p /> });
+    view! {
+        <div>{progress}</div>
+        <JsonBlock pretty=pretty_json(&data) testid />
+    }
+}
+
 #[component]
 fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
     let now = view.now_ms;
     let id = view.id.clone();
-    let field = |name: &'static str, value: String| {
+    let (heading, state_word) = state_words(&view);
+    let heading_class = format!("task-heading state-{state_word}");
+    let at = move |t: i64| view! { <TimeAt now at=t /> }.into_any();
+    let past = move |t: i64| view! { <TimeAt now at=t past=true /> }.into_any();
+    let dead_block = view.task.as_ref().filter(|t| t.state == "dead").map(|t| {
+        let reason = or_dash(t.dead_reason.clone().unwrap_or_default());
+        let error = t.last_error.clone().filter(|e| !e.is_empty());
         view! {
-            <dt>{name}</dt>
-            <dd data-testid=format!("field-{name}")>{or_dash(value)}</dd>
+            <div class="dead-block" role="alert" data-testid="dead-block">
+                <p>
+                    <strong>"Dead: " {reason}</strong> " · died " {past(t.updated_ms)}
+                    {format!(" after {} and {}", plural(u64::from(t.attempts), "attempt", "attempts"), plural(u64::from(t.polls), "poll", "polls"))}
+                </p>
+                {error.map(|e| view! { <p class="error-text">"Last error: " <span data-testid="dead-error">{e}</span></p> })}
+            </div>
         }
-    };
-    let opt = |v: Option<i64>| v.map(|t| relative(now, t)).unwrap_or_else(|| "—".into());
+    });
     let task = view.task.map(|t| {
-        let leased = t.state == "leased";
+        let (leased, dead) = (t.state == "leased", t.state == "dead");
         let retryable = t.state == "dead" || t.state == "due";
         let token = t.token;
         let tid = t.id.clone();
+        let is_due = t.state == "due";
+        // Only the fields that apply to this state, collected into one list (no empty
+        // placeholders between the rows).
+        let mut fields: Vec<AnyView> = vec![
+            field("state", text(state_word)).into_any(),
+            field("query", text(t.query.clone())).into_any(),
+        ];
+        if !t.payload.is_empty() {
+            fields.push(field("payload", text(t.payload.clone())).into_any());
+        }
+        fields.push(field("created", past(t.created_ms)).into_any());
+        fields.push(field("updated", past(t.updated_ms)).into_any());
+        fields.push(field("attempts", text(format!("{} of {}", t.attempts, t.max_attempts))).into_any());
+        fields.push(field("polls", text(t.polls.to_string())).into_any());
+        if leased {
+            fields.push(field("worker", text(t.worker.clone().unwrap_or_default())).into_any());
+            fields.push(field("token", text(t.token.to_string())).into_any());
+            fields.push(field("lease deadline", at(t.lease_deadline_ms.unwrap_or(0))).into_any());
+        }
+        if is_due {
+            let when = t.due_ms.unwrap_or(0);
+            let name = if when <= now { "ready since" } else { "next poll" };
+            fields.push(field(name, at(when)).into_any());
+        }
+        if !dead && t.deadline_ms != 0 {
+            fields.push(field("deadline", at(t.deadline_ms)).into_any());
+        }
+        if dead {
+            fields.push(field("dead reason", text(t.dead_reason.clone().unwrap_or_default())).into_any());
+        }
+        // A dead task's last error is in the red block; a live one's says why it is retrying.
+        if let Some(e) = t.last_error.clone().filter(|e| !e.is_empty() && !dead) {
+            fields.push(field("last error", text(e)).into_any());
+        }
+        let partial = t.partial.clone().filter(|p| !p.is_empty());
         view! {
-            <h2>"Live task"</h2>
-            <div class="row">
+            <div class="row actions">
                 {retryable.then(|| view! { <ActButton action op="retry" id=tid.clone() label="Retry now" testid="task-retry" /> })}
                 {leased.then(|| view! { <ActButton action op="release" id=tid.clone() token=token label="Release lease" testid="task-release" /> })}
                 <ActButton action op="cancel" id=tid.clone() label="Cancel task" testid="task-cancel" />
             </div>
-            <dl class="fields" data-testid="task-fields">
-                {field("state", t.state.clone())}
-                {field("query", t.query.clone())}
-                {field("payload", t.payload.clone())}
-                {field("created", relative(now, t.created_ms))}
-                {field("updated", relative(now, t.updated_ms))}
-                {field("attempts", format!("{} of {}", t.attempts, t.max_attempts))}
-                {field("polls", t.polls.to_string())}
-                {field("token", t.token.to_string())}
-                {field("worker", t.worker.clone().unwrap_or_else(|| "—".into()))}
-                {field("due", opt(t.due_ms))}
-                {field("lease deadline", opt(t.lease_deadline_ms))}
-                {field("deadline", if t.deadline_ms == 0 { "none".into() } else { relative(now, t.deadline_ms) })}
-                {field("dead reason", t.dead_reason.clone().unwrap_or_else(|| "—".into()))}
-                {field("last error", t.last_error.clone().unwrap_or_else(|| "—".into()))}
-            </dl>
-            <h3>"Latest partial"</h3>
-            <pre data-testid="task-partial">{or_dash(t.partial.unwrap_or_default())}</pre>
+            <dl class="fields" data-testid="task-fields">{fields}</dl>
+            <h2>"Latest partial data"</h2>
+            {match partial {
+                Some(p) => data_block(p, "task-partial").into_any(),
+                None => view! { <p class="muted" data-testid="task-partial">"No partial data yet."</p> }.into_any(),
+            }}
         }
     });
     let result = view.result.map(|r| {
+        let took = (r.completed_ms - r.created_ms).max(0);
         view! {
             <h2>"Final result"</h2>
             <dl class="fields">
-                {field("completed", relative(now, r.completed_ms))}
-                {field("created", relative(now, r.created_ms))}
-                {field("polls", r.polls.to_string())}
+                {field("completed", past(r.completed_ms))}
+                {field("created", past(r.created_ms))}
+                {field("took", text(duration(took)))}
+                {field("polls", text(r.polls.to_string()))}
             </dl>
-            <pre data-testid="task-result">{or_dash(r.data)}</pre>
+            {data_block(r.data, "task-result")}
         }
     });
+    let history_empty = view.history.is_empty();
     view! {
         <div class="view">
-        <p>"id " <code data-testid="task-id">{id}</code></p>
+        <PausedBanner paused=view.paused now />
+        <h1 class=heading_class data-testid="task-heading">{heading}</h1>
+        <p class="task-id">"id " <code data-testid="task-id">{id}</code></p>
+        <div>{dead_block}</div>
         <div>{task}</div>
         <div>{result}</div>
         <h2>"History"</h2>
+        {history_empty.then(|| view! { <p class="empty">"No history kept."</p> })}
         <ol class="timeline" data-testid="timeline" reversed>
             {view
                 .history
                 .into_iter()
                 .map(|h| {
                     let kind = h.kind.clone();
+                    let mut pieces = detail_pieces(&h.detail, h.at_ms);
+                    if pieces.is_empty() {
+                        pieces.push(Piece::Text("—".into()));
+                    }
+                    let detail = pieces
+                        .into_iter()
+                        .map(|p| match p {
+                            Piece::Text(t) => t.into_any(),
+                            Piece::Time(ts, words) => view! {
+                                <time datetime=iso(ts) title=utc(ts)>{words}</time>
+                            }.into_any(),
+                        })
+                        .collect_view();
                     view! {
                         <li data-kind=kind>
-                            <span class="when">{relative(now, h.at_ms)}</span> " "
+                            <span class="when"><TimeAt now at=h.at_ms past=true /></span> " "
                             <strong class="kind">{or_dash(h.kind)}</strong> " "
-                            <span class="detail">{or_dash(h.detail)}</span>
+                            <span class="detail">{detail}</span>
                         </li>
                     }
                 })

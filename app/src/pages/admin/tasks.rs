@@ -14,11 +14,14 @@ use leptos::prelude::*;
 use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
-use super::actions::{Act, ActButton, ActionResult};
+use super::actions::{Act, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{ResultRow, TaskRow};
-use super::ui::{error_text, or_dash, relative, short};
+use super::model::{PauseInfo, ResultRow, TaskRow};
+use super::ui::{
+    error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner, TimeAt,
+};
+use crate::pages::format::encode_component;
 
 /// Rows per page.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
@@ -32,6 +35,57 @@ const STATES: [(&str, &str); 5] = [
     ("dead", "Dead"),
     ("results", "Results"),
 ];
+
+/// Members of each list, for the tabs (one consistent snapshot of the queue's counts).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TabCounts {
+    pub ready: u64,
+    /// Waiting for a later poll, retrying included (the "waiting" list holds both).
+    pub waiting: u64,
+    pub leased: u64,
+    /// Leases past their deadline (part of `leased`).
+    pub stuck: u64,
+    pub dead: u64,
+    pub results: u64,
+}
+
+impl TabCounts {
+    /// The count of list `state`.
+    pub fn of(&self, state: &str) -> u64 {
+        match state {
+            "ready" => self.ready,
+            "waiting" => self.waiting,
+            "leased" => self.leased,
+            "dead" => self.dead,
+            "results" => self.results,
+            _ => 0,
+        }
+    }
+}
+
+/// A task or result, in words: "1 dead task", "3 stored results".
+fn state_noun(state: &str, n: u64) -> String {
+    match state {
+        "ready" => plural(n, "ready task", "ready tasks"),
+        "waiting" => plural(n, "waiting task", "waiting tasks"),
+        "leased" => plural(n, "leased task", "leased tasks"),
+        "dead" => plural(n, "dead task", "dead tasks"),
+        "results" => plural(n, "stored result", "stored results"),
+        _ => plural(n, "task", "tasks"),
+    }
+}
+
+/// What an empty list says.
+fn empty_text(state: &str) -> &'static str {
+    match state {
+        "ready" => "No ready tasks: nothing is waiting for a worker.",
+        "waiting" => "No tasks are waiting for a later poll or a retry.",
+        "leased" => "No leased tasks: no worker is polling right now.",
+        "dead" => "No dead tasks.",
+        "results" => "No stored results.",
+        _ => "Nothing here.",
+    }
+}
 
 /// One page of a listing, or search hits.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +103,12 @@ pub struct Listing {
     /// Said next to the results (e.g. a search that did not see every key).
     pub note: Option<String>,
     pub now_ms: i64,
+    /// Counts of every list, for the tabs.
+    pub counts: TabCounts,
+    /// The queue's pause, if paused.
+    pub paused: Option<PauseInfo>,
+    /// This page started at a cursor (it is not the first page).
+    pub paged: bool,
 }
 
 /// A page of `state` in `order` ("oldest", the default, or "newest") after `cursor`, or the
@@ -70,12 +130,25 @@ pub async fn list_tasks(
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
     let now_ms = q.now_ms().await.map_err(failed)?;
+    let (stats, paused) = tokio::join!(q.stats(), super::paused::read(q));
+    let stats = stats.map_err(failed)?;
+    let paused = paused.map_err(|e| failed(e.into()))?;
+    let counts = TabCounts {
+        ready: stats.ready,
+        waiting: stats.waiting + stats.retrying,
+        leased: stats.leased,
+        stuck: stats.stuck,
+        dead: stats.dead,
+        results: stats.results,
+    };
     if let Some(text) = search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         if text.len() > 2048 {
             return Err(refuse(StatusCode::BAD_REQUEST, "search text too long"));
         }
         let mut hits = ssr::search(q, text).await.map_err(failed)?;
         hits.now_ms = now_ms;
+        hits.counts = counts;
+        hits.paused = paused;
         return Ok(hits);
     }
     let list_state = match state.as_str() {
@@ -96,6 +169,7 @@ pub async fn list_tasks(
         c.split_once(':')
             .is_some_and(|(s, id)| s.parse::<i64>().is_ok() && id.len() <= 64)
     });
+    let paged = cursor.is_some();
     let page = q
         .list(list_state, order, cursor.as_deref(), PAGE)
         .await
@@ -114,6 +188,9 @@ pub async fn list_tasks(
         search: None,
         note: None,
         now_ms,
+        counts,
+        paused,
+        paged,
     })
 }
 
@@ -221,6 +298,7 @@ pub fn TasksPage() -> impl IntoView {
     let me = session();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
+    provide_confirm(action);
     let data = Resource::new(
         move || {
             let m = query.get();
@@ -253,49 +331,80 @@ fn TasksBody(
     action: ServerAction<Act>,
 ) -> impl IntoView {
     let query = use_query_map();
-    let current = move || query.get().get("state").unwrap_or_else(|| "ready".into());
-    // Tabs keep the chosen order (no cursor: a new state starts at its first page).
-    let order = move || query.get().get("order").unwrap_or_default();
+    remember_list(query);
     view! {
         <section class="panel">
             <h1>"Tasks"</h1>
-            <form method="get" action="/admin/tasks" class="search" data-testid="search-form">
+            <form method="get" action="/admin/tasks" class="search" role="search" data-testid="search-form">
+                <label for="task-search">"Search tasks"</label>
                 <input
                     type="search"
+                    id="task-search"
                     name="q"
                     placeholder="query text or id (prefix)"
+                    title="query text or id prefix (press / to come here)"
                     data-testid="search-input"
                     prop:value=move || query.get().get("q").unwrap_or_default()
                 />
                 <button type="submit" data-testid="search-submit">"Search"</button>
             </form>
-            <nav class="tabs">
-                {STATES
-                    .iter()
-                    .map(|(name, label)| {
-                        let name = *name;
-                        view! {
-                            <A
-                                href=move || tasks_href(name, &order(), None)
-                                attr:class=move || if current() == name { "tab active" } else { "tab" }
-                                attr:data-testid=format!("tab-{name}")
-                            >
-                                {*label}
-                            </A>
-                        }
-                    })
-                    .collect_view()}
-            </nav>
             <ActionResult action />
             <div class="data">
                 <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
                         Ok(l) => view! { <ListingView listing=l action /> }.into_any(),
-                        Err(e) => view! { <p class="err" data-testid="tasks-error">{error_text(&e)}</p> }.into_any(),
+                        Err(e) => view! {
+                            <div class="view">
+                                <Tabs counts=None current=None order=String::new() />
+                                <p class="err" data-testid="tasks-error">{error_text(&e)}</p>
+                            </div>
+                        }.into_any(),
                     })}
             </Transition>
             </div>
         </section>
+    }
+}
+
+/// The state tabs: a real tab strip, the current one marked `aria-current="page"`, each with
+/// its count (dead and stuck in red when above 0). Tabs keep the chosen order (no cursor: a
+/// new state starts at its first page). A search has no current tab.
+#[component]
+fn Tabs(counts: Option<TabCounts>, current: Option<String>, order: String) -> impl IntoView {
+    view! {
+        <nav class="tabs" aria-label="Task states" data-testid="state-tabs">
+            {STATES
+                .iter()
+                .map(|(name, label)| {
+                    let name = *name;
+                    let here = current.as_deref() == Some(name);
+                    let n = counts.as_ref().map(|c| c.of(name));
+                    let stuck = counts.as_ref().map(|c| c.stuck).unwrap_or(0);
+                    let alarming = (name == "dead" && n.unwrap_or(0) > 0)
+                        || (name == "leased" && stuck > 0);
+                    let class = match (here, alarming) {
+                        (true, true) => "tab active alarm",
+                        (true, false) => "tab active",
+                        (false, true) => "tab alarm",
+                        (false, false) => "tab",
+                    };
+                    let title = (name == "leased" && stuck > 0)
+                        .then(|| format!("{} past the deadline", plural(stuck, "lease", "leases")));
+                    view! {
+                        <a
+                            href=tasks_href(name, &order, None)
+                            class=class
+                            aria-current=here.then_some("page")
+                            title=title
+                            data-testid=format!("tab-{name}")
+                        >
+                            {*label}
+                            {n.map(|n| view! { " " <span class="tab-count" data-testid=format!("tab-count-{name}")>{n}</span> })}
+                        </a>
+                    }
+                })
+                .collect_view()}
+        </nav>
     }
 }
 
@@ -308,49 +417,126 @@ fn tasks_href(state: &str, order: &str, cursor: Option<&str>) -> String {
     }
     if let Some(c) = cursor {
         href.push_str("&cursor=");
-        href.push_str(c);
+        href.push_str(&encode_component(c));
     }
     href
+}
+
+/// Where the task list is now (tab, order, page or search), as a link back to it.
+fn list_href(q: &leptos_router::params::ParamsMap) -> String {
+    if let Some(search) = q.get_str("q").filter(|s| !s.trim().is_empty()) {
+        return format!("/admin/tasks?q={}", encode_component(search));
+    }
+    let state = q
+        .get_str("state")
+        .filter(|s| STATES.iter().any(|(n, _)| n == s));
+    let order = q.get_str("order").unwrap_or_default();
+    match state {
+        Some(state) => tasks_href(state, order, q.get_str("cursor")),
+        None if order == "newest" => "/admin/tasks?order=newest".into(),
+        None => "/admin/tasks".into(),
+    }
+}
+
+/// Session storage key of the list a task page goes back to.
+#[cfg_attr(not(feature = "hydrate"), allow(dead_code))]
+pub(super) const BACK_KEY: &str = "repoll.tasks.back";
+
+/// Remembers where the list is (browser only), so a task page's "back" link returns to the
+/// same tab, order, page and search. Without JavaScript, the browser's back button does it.
+fn remember_list(query: Memo<leptos_router::params::ParamsMap>) {
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let href = query.with(list_href);
+        if let Some(Ok(Some(storage))) = web_sys::window().map(|w| w.session_storage()) {
+            let _ = storage.set_item(BACK_KEY, &href);
+        }
+    });
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (query, list_href);
 }
 
 #[component]
 fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     let now = listing.now_ms;
+    let searching = listing.search.is_some();
     let heading = match &listing.search {
-        Some(s) => format!("{} found for \u{201c}{s}\u{201d}", listing.total),
+        Some(s) => format!(
+            "{} found for \u{201c}{s}\u{201d}",
+            plural(listing.total, "task", "tasks")
+        ),
         None => format!(
-            "{} {} ({} first)",
-            listing.total, listing.state, listing.order
+            "{} ({} first)",
+            state_noun(&listing.state, listing.total),
+            listing.order
         ),
     };
-    let (state, order) = (listing.state.as_str(), listing.order.as_str());
+    let (state, order) = (listing.state.clone(), listing.order.clone());
     let next = listing.next_cursor.as_deref().map(|c| {
-        let href = tasks_href(state, order, Some(c));
+        let href = tasks_href(&state, &order, Some(c));
         view! { <A href=href attr:data-testid="next-page">"Next page →"</A> }
     });
-    let first = listing.search.is_none().then(|| {
-        view! { <A href=tasks_href(state, order, None)>"First page"</A> }
+    // Only past the first page: on the first page (or the only one) it would go nowhere.
+    let first = (!searching && listing.paged).then(|| {
+        view! { <A href=tasks_href(&state, &order, None) attr:data-testid="first-page">"← First page"</A> }
     });
     // The other order, from its first page.
-    let flip = listing.search.is_none().then(|| {
+    let flip = (!searching && listing.total > 1).then(|| {
         let (other, label) = if order == "newest" {
             ("oldest", "Oldest first")
         } else {
             ("newest", "Newest first")
         };
-        view! { <A href=tasks_href(state, other, None) attr:data-testid="order-toggle">{label}</A> }
+        view! { <A href=tasks_href(&state, other, None) attr:data-testid="order-toggle">{label}</A> }
     });
-    let dead = listing.state == "dead" && listing.total > 0;
+    let dead = if !searching && listing.state == "dead" {
+        listing.total
+    } else {
+        0
+    };
+    let empty = listing.tasks.is_empty() && listing.results.is_empty();
+    let empty_text = match &listing.search {
+        Some(s) => format!("Nothing found for \u{201c}{s}\u{201d}."),
+        None => empty_text(&listing.state).to_string(),
+    };
+    let current = (!searching).then(|| state.clone());
     view! {
         <div class="view">
+        <PausedBanner paused=listing.paused now />
+        <Tabs counts=Some(listing.counts) current order=order.clone() />
         <p class="row"><span data-testid="listing-total">{heading}</span><span>{flip}</span></p>
         // Optional parts each sit in their own element: bare empty placeholders next to each
         // other are what hydration is most likely to mis-assign.
         <div class="muted">{listing.note}</div>
         <div>
-            {dead.then(|| view! { <ActButton action op="retry_all_dead" label="Retry all dead" testid="retry-all-dead" /> })}
+            <ConfirmAction
+                action
+                op="retry_all_dead"
+                label="Retry all dead"
+                question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
+                yes=format!("Retry {}", plural(dead, "task", "tasks"))
+                count=dead
+                here="/admin/tasks"
+                state="dead"
+                testid="retry-all-dead"
+            />
         </div>
-        <table data-testid="task-table">
+        {if empty {
+            view! { <p class="empty" data-testid="empty-list">{empty_text}</p> }.into_any()
+        } else {
+            view! { <TaskTable tasks=listing.tasks results=listing.results now /> }.into_any()
+        }}
+        <p class="pager row"><span>{first}</span><span>{next}</span></p>
+        </div>
+    }
+}
+
+/// The rows of a list: a table on a wide screen, one card per task on a phone (each cell
+/// names its column through `data-label`).
+#[component]
+fn TaskTable(tasks: Vec<TaskRow>, results: Vec<ResultRow>, now: i64) -> impl IntoView {
+    view! {
+        <table class="cards" data-testid="task-table">
             <thead>
                 <tr>
                     <th>"id"</th><th>"query"</th><th>"state"</th><th>"attempts"</th><th>"polls"</th>
@@ -358,53 +544,105 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
                 </tr>
             </thead>
             <tbody>
-                {listing
-                    .tasks
+                {tasks
                     .into_iter()
                     .map(|t| {
                         let when = match t.state.as_str() {
-                            "due" => format!("due {}", relative(now, t.due_ms.unwrap_or(0))),
-                            "leased" => format!("lease ends {}", relative(now, t.lease_deadline_ms.unwrap_or(0))),
-                            "dead" => format!("died {} ({})", relative(now, t.updated_ms), t.dead_reason.clone().unwrap_or_default()),
-                            _ => relative(now, t.updated_ms),
+                            "due" => {
+                                let at = t.due_ms.unwrap_or(0);
+                                let word = if at <= now { "ready since " } else { "next poll " };
+                                view! { {word} <TimeAt now at /> }.into_any()
+                            }
+                            "leased" => {
+                                let at = t.lease_deadline_ms.unwrap_or(0);
+                                let word = if at <= now { "lease expired " } else { "lease ends " };
+                                view! { {word} <TimeAt now at /> }.into_any()
+                            }
+                            "dead" => {
+                                let reason = format!(" ({})", or_dash(t.dead_reason.clone().unwrap_or_default()));
+                                view! { "died " <TimeAt now at=t.updated_ms past=true /> {reason} }.into_any()
+                            }
+                            _ => view! { <TimeAt now at=t.updated_ms past=true /> }.into_any(),
                         };
+                        let state = match t.state.as_str() {
+                            "due" if t.due_ms.unwrap_or(0) <= now => "ready".to_string(),
+                            "due" if t.attempts > 0 => "retrying".to_string(),
+                            "due" => "waiting".to_string(),
+                            s => s.to_string(),
+                        };
+                        let state_class = format!("state state-{state}");
                         let (href, short_id) = (format!("/admin/tasks/{}", t.id), short(&t.id));
                         view! {
                             <tr data-testid="task-row" data-id=t.id>
-                                <td><A href=href><code>{short_id}</code></A></td>
-                                <td class="query">{or_dash(t.query)}</td>
-                                <td>{t.state}</td>
-                                <td>{format!("{}/{}", t.attempts, t.max_attempts)}</td>
-                                <td>{t.polls}</td>
-                                <td>{when}</td>
-                                <td>{or_dash(t.worker.unwrap_or_default())}</td>
-                                <td class="error-text">{or_dash(t.last_error.unwrap_or_default())}</td>
+                                <td data-label="id"><A href=href><code>{short_id}</code></A></td>
+                                <td data-label="query" class="query">{or_dash(t.query)}</td>
+                                <td data-label="state"><span class=state_class>{state}</span></td>
+                                <td data-label="attempts">{format!("{} of {}", t.attempts, t.max_attempts)}</td>
+                                <td data-label="polls">{t.polls}</td>
+                                <td data-label="when">{when}</td>
+                                <td data-label="worker">{or_dash(t.worker.unwrap_or_default())}</td>
+                                <td data-label="last error" class="error-text">{or_dash(t.last_error.unwrap_or_default())}</td>
                             </tr>
                         }
                     })
                     .collect_view()}
-                {listing
-                    .results
+                {results
                     .into_iter()
                     .map(|r| {
                         let (href, short_id) = (format!("/admin/tasks/{}", r.id), short(&r.id));
                         view! {
                             <tr data-testid="task-row" data-id=r.id>
-                                <td><A href=href><code>{short_id}</code></A></td>
-                                <td class="query">{or_dash(r.query)}</td>
-                                <td>"done"</td>
-                                <td>"—"</td>
-                                <td>{r.polls}</td>
-                                <td>{format!("completed {}", relative(now, r.completed_ms))}</td>
-                                <td></td>
-                                <td></td>
+                                <td data-label="id"><A href=href><code>{short_id}</code></A></td>
+                                <td data-label="query" class="query">{or_dash(r.query)}</td>
+                                <td data-label="state"><span class="state state-done">"done"</span></td>
+                                <td data-label="attempts">"—"</td>
+                                <td data-label="polls">{r.polls}</td>
+                                <td data-label="when">"completed " <TimeAt now at=r.completed_ms past=true /></td>
+                                <td data-label="worker">"—"</td>
+                                <td data-label="last error">"—"</td>
                             </tr>
                         }
                     })
                     .collect_view()}
             </tbody>
         </table>
-        <p class="pager row"><span>{first}</span><span>{next}</span></p>
-        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_links_keep_tab_order_page_and_search() {
+        let map = |pairs: &[(&'static str, &str)]| {
+            let mut m = leptos_router::params::ParamsMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, v.to_string());
+            }
+            m
+        };
+        assert_eq!(list_href(&map(&[])), "/admin/tasks");
+        assert_eq!(
+            list_href(&map(&[
+                ("state", "dead"),
+                ("order", "newest"),
+                ("cursor", "17:ab")
+            ])),
+            "/admin/tasks?state=dead&order=newest&cursor=17%3Aab"
+        );
+        assert_eq!(
+            list_href(&map(&[("state", "dead"), ("q", "a b&c")])),
+            "/admin/tasks?q=a%20b%26c"
+        );
+        assert_eq!(list_href(&map(&[("state", "<x>")])), "/admin/tasks");
+    }
+
+    #[test]
+    fn nouns_and_empty_lists() {
+        assert_eq!(state_noun("dead", 1), "1 dead task");
+        assert_eq!(state_noun("dead", 305), "305 dead tasks");
+        assert_eq!(state_noun("results", 0), "0 stored results");
+        assert_eq!(empty_text("dead"), "No dead tasks.");
     }
 }

@@ -1,38 +1,21 @@
-//! Small formatting helpers shared by the admin pages. Times are shown relative to the
-//! server's clock (`now_ms` of the data), so the server render and the hydrated page agree.
+//! Small formatting helpers and widgets shared by the admin pages. Times are shown relative
+//! to the server's clock (`now_ms` of the data), so the server render and the hydrated page
+//! agree; the words themselves come from [`crate::pages::format`].
 
-use leptos::prelude::ServerFnError;
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+pub use crate::pages::format::{duration, plural};
+pub use crate::pages::widgets::TimeAt;
+
+use super::actions::Act;
+use super::model::PauseInfo;
 
 /// The message of a server-function error, without the framework's prefix.
 pub fn error_text(e: &ServerFnError) -> String {
     match e {
         ServerFnError::ServerError(m) => m.clone(),
         _ => "request failed".into(),
-    }
-}
-
-/// A duration as "850ms", "12.3s", "4m 05s", "2h 03m".
-pub fn duration(ms: i64) -> String {
-    let a = ms.unsigned_abs();
-    if a < 1000 {
-        format!("{a}ms")
-    } else if a < 60_000 {
-        format!("{:.1}s", a as f64 / 1000.0)
-    } else if a < 3_600_000 {
-        format!("{}m {:02}s", a / 60_000, (a / 1000) % 60)
-    } else {
-        format!("{}h {:02}m", a / 3_600_000, (a / 60_000) % 60)
-    }
-}
-
-/// "12.3s ago" / "in 4.0s" relative to `now`; "—" for 0 (unset).
-pub fn relative(now: i64, at: i64) -> String {
-    if at == 0 {
-        "—".into()
-    } else if at <= now {
-        format!("{} ago", duration(now - at))
-    } else {
-        format!("in {}", duration(at - now))
     }
 }
 
@@ -53,17 +36,138 @@ pub fn short(id: &str) -> String {
     id.chars().take(12).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The banner every dashboard page shows while the queue is paused.
+#[component]
+pub fn PausedBanner(paused: Option<PauseInfo>, now: i64) -> impl IntoView {
+    paused.map(|p| {
+        let by = if p.who.is_empty() {
+            String::new()
+        } else {
+            format!(" by {}", p.who)
+        };
+        let rest = format!("{by}. Workers claim nothing until it is resumed; queries wait.");
+        let since = if p.at_ms > 0 {
+            view! { <TimeAt now at=p.at_ms past=true /> }.into_any()
+        } else {
+            view! { <span>"a while ago"</span> }.into_any()
+        };
+        view! {
+            <div class="banner paused" role="status" data-testid="paused-banner">
+                <strong>"Queue paused"</strong>
+                <span>{since} {rest}</span>
+                <a href="/admin#queue-actions">"Resume on the overview"</a>
+            </div>
+        }
+    })
+}
 
-    #[test]
-    fn formats() {
-        assert_eq!(duration(850), "850ms");
-        assert_eq!(duration(12_340), "12.3s");
-        assert_eq!(duration(245_000), "4m 05s");
-        assert_eq!(relative(10_000, 7_000), "3.0s ago");
-        assert_eq!(relative(10_000, 0), "—");
-        assert_eq!(short("0123456789abcdef"), "0123456789ab");
-    }
+/// Which many-task action is asking its question right now. Lives with the page, not with
+/// the data view (which live updates rebuild), so a question stays open while counts change;
+/// it closes once the page's action has answered.
+#[derive(Clone, Copy)]
+pub struct Confirming(pub RwSignal<Option<&'static str>>);
+
+/// Provides the page's [`Confirming`]; called by pages with many-task actions.
+pub fn provide_confirm(action: ServerAction<Act>) {
+    let open = RwSignal::new(None);
+    Effect::new(move |prev: Option<usize>| {
+        let v = action.version().get();
+        if prev.is_some_and(|p| p != v) {
+            open.set(None);
+        }
+        v
+    });
+    provide_context(Confirming(open));
+}
+
+/// An action on many tasks, confirmed with its count first ("Retry all 305 dead tasks?").
+///
+/// With JavaScript the button opens the question in place; without it the button is a GET
+/// form that loads the same page with `?confirm=<op>`, which the server renders with the
+/// question and its form. Nothing is shown when there is nothing to act on.
+#[component]
+pub fn ConfirmAction(
+    action: ServerAction<Act>,
+    op: &'static str,
+    /// The button that asks ("Retry all dead").
+    label: &'static str,
+    /// The question, with the count in it.
+    question: String,
+    /// The button that does it ("Retry 305").
+    yes: String,
+    count: u64,
+    /// Where the no-JS form loads the question: this page's path...
+    here: &'static str,
+    /// ...and its `state` (a GET form replaces the query of its `action`, so it is a field).
+    #[prop(optional)]
+    state: Option<&'static str>,
+    testid: &'static str,
+) -> impl IntoView {
+    let query = use_query_map();
+    let open = use_context::<Confirming>()
+        .map(|c| c.0)
+        .unwrap_or_else(|| RwSignal::new(None));
+    let asked = move || open.get() == Some(op) || query.with(|q| q.get_str("confirm") == Some(op));
+    let back = match state {
+        Some(s) => format!("{here}?state={s}"),
+        None => here.to_string(),
+    };
+    let back = StoredValue::new(back);
+    let question = StoredValue::new(question);
+    let yes = StoredValue::new(yes);
+    (count > 0).then(|| {
+        view! {
+            <div class="confirm-action">
+                <form method="get" action=here class="inline">
+                    {state.map(|s| view! { <input type="hidden" name="state" value=s /> })}
+                    <input type="hidden" name="confirm" value=op />
+                    <button
+                        type="submit"
+                        data-testid=testid
+                        on:click=move |ev| {
+                            ev.prevent_default();
+                            open.set(Some(op));
+                        }
+                    >
+                        {label}
+                    </button>
+                </form>
+                <div>
+                    {move || {
+                        asked()
+                            .then(|| {
+                                view! {
+                                    <div class="confirm" role="alertdialog" data-testid=format!("{testid}-confirm")>
+                                        <p>
+                                            <strong data-testid=format!("{testid}-question")>{question.get_value()}</strong>
+                                        </p>
+                                        <ActionForm action attr:class="inline">
+                                            <input type="hidden" name="op" value=op />
+                                            <button type="submit" class="danger" data-testid=format!("{testid}-yes")>
+                                                {yes.get_value()}
+                                            </button>
+                                        </ActionForm>
+                                        " "
+                                        <a
+                                            href=back.get_value()
+                                            data-testid=format!("{testid}-cancel")
+                                            on:click=move |ev| {
+                                                // Opened by the no-JS link: the router drops
+                                                // `confirm` from the URL; opened in place: close.
+                                                if query.with(|q| q.get_str("confirm").is_none()) {
+                                                    ev.prevent_default();
+                                                }
+                                                open.set(None);
+                                            }
+                                        >
+                                            "Cancel"
+                                        </a>
+                                    </div>
+                                }
+                            })
+                    }}
+                </div>
+            </div>
+        }
+    })
 }
