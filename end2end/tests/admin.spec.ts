@@ -11,11 +11,10 @@ import * as path from "path";
 // suffix because the e2e Redis lives for the whole run.
 //
 // The stuck lease is made by a real `repoll worker` process killed with SIGKILL while it
-// holds a lease (60 s lease, upstream answering after 8 s). The web server's embedded workers
-// (16 slots) compete for the same queue and usually win a race (the web process wakes them
-// first), so the test submits 20 tasks at once: with 16 + 4 slots busy for 8 s, the doomed
-// worker must hold some. Afterwards it waits until no lease is left, so the next tests find
-// the embedded workers free.
+// holds leases (60 s lease). The web server's embedded workers cannot race it for the tasks:
+// the test submits them while the queue is paused and resumes it only once the web process is
+// SIGSTOPped (see that test). Afterwards it waits until no lease is left, so the next tests
+// find the embedded workers free.
 
 const root = path.resolve(__dirname, "..", "..");
 const redisUrl = process.env.E2E_REDIS_URL!;
@@ -216,18 +215,67 @@ test("purge dead needs the typed state name", async ({ page, request }) => {
   expect(errors).toEqual([]);
 });
 
+/** Everything Redis runs, as `redis-cli monitor` prints it (one line per command, in the order
+ * Redis executed them), collected from the moment `ready()` resolves until `stop()`. */
+function monitorRedis() {
+  const child = spawn("redis-cli", ["--no-auth-warning", "-u", redisUrl, "monitor"], {
+    stdio: ["ignore", "pipe", "ignore"],
+  });
+  const lines: string[] = [];
+  let rest = "";
+  child.stdout!.on("data", (chunk: Buffer) => {
+    const parts = (rest + chunk.toString()).split("\n");
+    rest = parts.pop() ?? "";
+    lines.push(...parts);
+  });
+  return {
+    lines,
+    /** Resolves once the monitor is attached (redis-cli prints OK first). */
+    ready: () => expect.poll(() => lines[0], { timeout: 10_000 }).toBe("OK"),
+    stop: () => child.kill("SIGKILL"),
+  };
+}
+
+/** Claim attempts in `lines` after the first script call that names `key` (the enqueue). A
+ * claim attempt is the claim path's first script call, which answers nothing while paused:
+ * peek_due.lua (KEYS: the due zset and the pause flag, nothing else) in this queue layout, or
+ * claim.lua (nine KEYS, the ready list first) in the one-call layout that replaces it. If the
+ * claim path's signature changes again, the caller's poll fails loudly, never passes. */
+function claimAttemptsAfter(lines: string[], key: string): number {
+  const from = lines.findIndex((l) => /"eval(sha)?"/i.test(l) && l.includes(`"${key}"`));
+  if (from < 0) return 0;
+  const peek = /"evalsha" "[0-9a-f]{40}" "2" "\{repoll\}:due" "\{repoll\}:paused"/i;
+  const claim = /"evalsha" "[0-9a-f]{40}" "9" "\{repoll\}:ready"/i;
+  return lines.slice(from + 1).filter((l) => peek.test(l) || claim.test(l)).length;
+}
+
+/** Redis's clock in ms (the queue's due times are Redis time). */
+function redisNowMs(): number {
+  const [sec, usec] = redis("TIME").split("\n").map(Number);
+  return sec * 1000 + Math.floor(usec / 1000);
+}
+
 test("pause stops claims, resume restarts them", async ({ page, request }) => {
   const errors = watchErrors(page);
   await signIn(page);
-  await page.getByTestId("pause").click();
-  await expect(page.getByTestId("paused")).toHaveText("paused");
+  const monitor = monitorRedis();
   try {
+    await monitor.ready();
+    await page.getByTestId("pause").click();
+    await expect(page.getByTestId("paused")).toHaveText("paused");
+    expect(redis("EXISTS", "{repoll}:paused")).toBe("1");
     const id = await submit(request, `admin-paused-${run} polls=1`);
-    await page.waitForTimeout(2000);
-    const view = await apiStatus(request, id);
-    expect(view.status).toBe("processing");
+    // Proof that the workers looked while paused, not just that time passed: Redis itself saw
+    // three claim attempts after the task was enqueued (the workers back off, never give up,
+    // while something is due). No fixed wait: the deadline is a hang guard.
+    await expect
+      .poll(() => claimAttemptsAfter(monitor.lines, `{repoll}:t:${id}`), { timeout: 20_000 })
+      .toBeGreaterThanOrEqual(3);
+    // ... and none took it: still due (its due time has passed), never leased.
     expect(redis("HGET", `{repoll}:t:${id}`, "state")).toBe("due");
-    expect(redis("HGET", `{repoll}:t:${id}`, "token")).toBe("0"); // never claimed
+    expect(redis("HGET", `{repoll}:t:${id}`, "token")).toBe("0");
+    expect(Number(redis("ZSCORE", "{repoll}:due", id))).toBeLessThanOrEqual(redisNowMs());
+    expect((await apiStatus(request, id)).status).toBe("processing");
     await expect(page.getByTestId("count-ready")).not.toHaveText("0");
 
     await page.getByTestId("resume").click();
@@ -236,15 +284,29 @@ test("pause stops claims, resume restarts them", async ({ page, request }) => {
       expect((await apiStatus(request, id)).status).toBe("done");
     }).toPass({ timeout: 15_000 });
   } finally {
+    monitor.stop();
     redis("DEL", "{repoll}:paused");
   }
   expect(errors).toEqual([]);
 });
 
+/** The pid of the `repoll serve` under test: the parent of its managed redis-server (a
+ * direct child, which dies with it), checked by its command line. */
+function webServerPid(): number {
+  const redisPid = Number(/process_id:(\d+)/.exec(redis("INFO", "server"))![1]);
+  const stat = fs.readFileSync(`/proc/${redisPid}/stat`, "utf8");
+  // Fields after the command name "(...)": state, ppid, ...
+  const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  const cmdline = fs.readFileSync(`/proc/${ppid}/cmdline`, "utf8").split("\0");
+  expect(cmdline.some((a) => a.endsWith("/repoll")) && cmdline.includes("serve"), cmdline.join(" ")).toBe(true);
+  return ppid;
+}
+
 test("a lease held by a killed worker shows as stuck and is released", async ({ page, request }) => {
   test.setTimeout(150_000);
   const errors = watchErrors(page);
   const workerId = `e2e-doomed-${run}`;
+  const web = webServerPid();
   const worker: ChildProcess = spawn(path.join(root, "target/release/repoll"), ["worker"], {
     cwd: root,
     env: {
@@ -253,50 +315,73 @@ test("a lease held by a killed worker shows as stuck and is released", async ({ 
       REPOLL_UPSTREAM_URL: `${simUrl}/api/query?q={key}`,
       REPOLL_WORKER_ID: workerId,
       REPOLL_LEASE_MS: "60000",
-      REPOLL_CONCURRENCY: "4",
+      REPOLL_CONCURRENCY: "16",
       REPOLL_POLL_INTERVAL_MS: "250",
       RUST_LOG: "warn",
     },
     stdio: "ignore",
   });
+  const exited = new Promise((resolve) => worker.once("exit", resolve));
+  // The doomed worker must hold the leases, and the web process's embedded workers would
+  // otherwise race it for every task. So the test decides who can claim: the tasks are
+  // submitted while the queue is paused, the web process (its workers, and the simulator it
+  // hosts) is stopped with SIGSTOP, and only then is the queue resumed — the doomed worker is
+  // the only claimer left, so it takes all four (it has 16 slots). Its calls cannot finish
+  // either (the simulator is stopped too). It is killed holding them, and the web process
+  // is continued.
+  let stopped = false;
   try {
     await signIn(page);
     await expect(page.locator(`[data-testid=workers] tr[data-worker="${workerId}"]`)).toBeVisible({
       timeout: 20_000,
     });
-    // 20 tasks at once for 16 embedded slots + 4 doomed ones, each call taking 8 s: once all
-    // are leased, the doomed worker holds some of them whoever won each race.
+    redis("SET", "{repoll}:paused", `${Date.now()}|e2e`);
     const ids = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => submit(request, `admin-stuck-${run}-${i} latency=8000 polls=1`)),
+      Array.from({ length: 4 }, (_, i) => submit(request, `admin-stuck-${run}-${i} latency=2000 polls=1`)),
     );
-    await expect(async () => {
-      for (const id of ids) expect(redis("HGET", `{repoll}:t:${id}`, "worker")).not.toBe("");
-    }).toPass({ timeout: 7_000 });
-    const held = ids.find((id) => redis("HGET", `{repoll}:t:${id}`, "worker") === workerId);
-    expect(held, "the doomed worker took one of the tasks").toBeTruthy();
+    // No page stays connected to the process about to be stopped.
+    await page.goto("about:blank");
+    process.kill(web, "SIGSTOP");
+    stopped = true;
+    redis("DEL", "{repoll}:paused");
+    // Wait (a hang guard, not a measurement) until the doomed worker holds every lease.
+    await expect
+      .poll(() => ids.filter((id) => redis("HGET", `{repoll}:t:${id}`, "worker") === workerId).length, {
+        timeout: 20_000,
+      })
+      .toBe(4);
+    for (const id of ids) expect(redis("ZSCORE", "{repoll}:lease", id)).not.toBe("");
     worker.kill("SIGKILL");
+    await exited;
+    process.kill(web, "SIGCONT");
+    stopped = false;
 
     await page.goto("/admin/leases?within=120000");
     await waitLive(page);
-    // Located by task and holder: once released, a live worker may hold the same task anew.
-    const row = page.locator(`[data-testid=lease-row][data-id="${held}"][data-worker="${workerId}"]`);
-    await expect(row).toBeVisible();
+    // Each is shown as held by the dead worker. Located by task and holder: once released, a
+    // live worker may hold the same task anew.
+    const row = (id: string) => page.locator(`[data-testid=lease-row][data-id="${id}"][data-worker="${workerId}"]`);
+    for (const id of ids) await expect(row(id)).toBeVisible();
     await shot(page, "stuck-leases");
-    await row.getByTestId("lease-release").click();
-    await expect(page.getByTestId("action-result")).toHaveText("released 1 lease");
-    await expect(row).toHaveCount(0, { timeout: 10_000 });
-    // Released means due again (or already reclaimed by a live worker), never the dead one.
-    expect(redis("HGET", `{repoll}:t:${held}`, "worker")).not.toBe(workerId);
-    // The doomed worker's other leases go back the same way, one click each.
+    for (const id of ids) {
+      await row(id).getByTestId("lease-release").click();
+      await expect(page.getByTestId("action-result")).toHaveText("released 1 lease");
+      await expect(row(id)).toHaveCount(0, { timeout: 10_000 });
+      // Released means due again (or already reclaimed by a live worker), never the dead one.
+      expect(redis("HGET", `{repoll}:t:${id}`, "worker")).not.toBe(workerId);
+    }
+    // Anything else the doomed worker took (a task left due by an earlier test) goes back too.
     const rest = page.locator(`[data-testid=lease-row][data-worker="${workerId}"]`);
     for (let n = await rest.count(); n > 0; n--) {
       await rest.first().getByTestId("lease-release").click();
       await expect(rest).toHaveCount(n - 1, { timeout: 10_000 });
     }
   } finally {
+    if (stopped) process.kill(web, "SIGCONT");
     worker.kill("SIGKILL");
+    redis("DEL", "{repoll}:paused");
   }
-  // The embedded workers finish the 8 s calls (the released task included) before the next test.
+  // The embedded workers finish the released tasks before the next test.
   await expect(async () => {
     expect(redis("ZCARD", "{repoll}:lease")).toBe("0");
   }).toPass({ timeout: 30_000 });

@@ -64,8 +64,16 @@ test("submit shows partial data at once, then the final result without a reload;
   await expect(page).toHaveURL(/\/q\/[0-9a-f]{32}$/);
   const status = page.getByTestId("query-status");
   const data = page.getByTestId("query-data");
-  await expect(data).toBeVisible({ timeout: 1_000 });
+  // Answered at once with what is known: the first page of the query already carries the
+  // upstream's partial data while the task is still processing (an order, not a speed: six
+  // polls are needed for "done", and the test reads the two together).
+  await expect(data).toBeVisible();
   const tPartial = Date.now() - t0;
+  const first = await page.evaluate(() => ({
+    status: document.querySelector("[data-testid=query-status]")?.textContent,
+    polls: document.querySelector("[data-testid=query-polls]")?.textContent,
+  }));
+  expect(first.status).toBe("processing");
   await expect(status).toHaveText("processing");
   await expect(page.getByText("Partial data so far")).toBeVisible();
   await expect(page.getByTestId("query-polls")).toContainText(/\d+ polls? so far/);
@@ -96,8 +104,8 @@ test("submit shows partial data at once, then the final result without a reload;
   const sim = await simKey(key);
   expect(sim).toEqual({ calls: 6, done: 1 });
 
-  console.log(`query timing: submit→partial ${tPartial} ms, submit→final ${tFinal} ms`);
-  expect(tPartial).toBeLessThan(1_000);
+  // Timings are printed for reading, never asserted (tests do not assert speed).
+  console.log(`query timing: submit→partial ${tPartial} ms, submit→final ${tFinal} ms (first seen: ${first.polls})`);
   expect(errors).toEqual([]);
   expect(errors2).toEqual([]);
 });

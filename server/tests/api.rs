@@ -165,6 +165,25 @@ impl Env {
         stats["keys"][key].clone()
     }
 
+    /// Serves this router through the real accept loop (`server::http_server::serve`, as
+    /// `repoll serve` does) on a free port of 127.0.0.1; the address. Stops with the env.
+    async fn listen(&self) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(server::http_server::serve(
+            listener,
+            self.router.clone(),
+            server::http_server::ConnLimits {
+                max_connections: 64,
+                header_timeout: Duration::from_secs(10),
+            },
+            Default::default(),
+            self.stop.clone(),
+            Duration::from_millis(200),
+        ));
+        addr
+    }
+
     async fn stop(mut self) {
         self.stop.cancel();
         if let Some(r) = self.redis.take() {
@@ -403,9 +422,9 @@ async fn sse_sends_state_then_final_and_closes() {
         "text/event-stream"
     );
     // The body ends by itself after the final event.
-    let body = tokio::time::timeout(Duration::from_secs(15), res.into_body().collect())
+    let body = tokio::time::timeout(Duration::from_secs(60), res.into_body().collect())
         .await
-        .expect("stream closes after the final event")
+        .expect("stream closes after the final event (60 s hang guard)")
         .unwrap()
         .to_bytes();
     let text = String::from_utf8_lossy(&body);
@@ -452,9 +471,9 @@ async fn sse_sends_state_then_final_and_closes() {
         )
         .await
         .unwrap();
-    let body = tokio::time::timeout(Duration::from_secs(5), res.into_body().collect())
+    let body = tokio::time::timeout(Duration::from_secs(30), res.into_body().collect())
         .await
-        .expect("closes at once")
+        .expect("closes by itself (30 s hang guard)")
         .unwrap()
         .to_bytes();
     let text = String::from_utf8_lossy(&body);
@@ -561,6 +580,133 @@ async fn rate_limit_is_per_client_with_retry_after() {
     let r = env.send(form([10, 0, 0, 3], "r6")).await;
     assert!(r.status < 400, "{} {}", r.status, r.text);
     assert_eq!(env.queue.stats().await.unwrap().ready, before + 1);
+    env.stop().await;
+}
+
+/// One `POST /api/v1/queries` of `query` on a new TCP connection from the local address
+/// `from` (any 127.x.y.z reaches the server: every loopback address is this host), with an
+/// `X-Forwarded-For: <xff>` header when given; the status line's code and the whole answer.
+async fn post_from(
+    server: SocketAddr,
+    from: [u8; 4],
+    xff: Option<&str>,
+    query: &str,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    let mut s = socket.connect(server).await.unwrap();
+    let body = json!({ "query": query }).to_string();
+    let xff = xff.map_or(String::new(), |v| format!("x-forwarded-for: {v}\r\n"));
+    let head = format!(
+        "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{xff}\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(20), s.read_to_string(&mut out))
+        .await
+        .expect("an answer (hang guard)")
+        .unwrap();
+    let code = out
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {out:?}"));
+    (code, out)
+}
+
+/// Whether the task of `query` exists in Redis (a record or a stored result).
+async fn exists(env: &Env, query: &str) -> bool {
+    let id = queue::task_id(&queue::normalise_query(query).unwrap());
+    env.queue.get(&id).await.unwrap().is_some()
+}
+
+/// The per-client submit limit through the real accept loop and real TCP connections (the
+/// router-level test above injects `ConnectInfo` by hand; here it must come from the socket).
+/// Burst 2 at 1 a minute: a client's third submission is refused with 429 and `Retry-After`,
+/// and creates nothing. Without `REPOLL_TRUST_FORWARDED`, `X-Forwarded-For` changes nothing
+/// (one peer, one bucket) and another peer address has its own bucket — which fails if the
+/// accept loop stops handing the peer to the handlers (every request would share one
+/// anonymous bucket). With it, the last `X-Forwarded-For` entry is the bucket: two last hops
+/// behind the same proxy are two clients, and a client-written first entry is ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_on_a_real_socket_keys_on_the_peer_or_the_trusted_last_hop() {
+    let opts = |trust_forwarded| Opts {
+        api: ApiArgs {
+            rate_per_min: 1,
+            rate_burst: 2,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        trust_forwarded,
+        ..Default::default()
+    };
+    let refused = |answer: &str| {
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let head = head.to_ascii_lowercase();
+        let wait: u64 = head
+            .lines()
+            .find_map(|l| l.strip_prefix("retry-after: "))
+            .unwrap_or_else(|| panic!("Retry-After: {answer}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&wait), "{wait}");
+        assert!(body.contains(r#""code":"rate_limited""#), "{answer}");
+    };
+
+    // Not trusted: the proxy header is the client's own words.
+    let env = Env::start(opts(false)).await;
+    let addr = env.listen().await;
+    let local = [127, 0, 0, 1];
+    for (i, xff) in ["203.0.113.1", "203.0.113.2"].into_iter().enumerate() {
+        let (code, answer) = post_from(addr, local, Some(xff), &format!("sock-a{i}")).await;
+        assert_eq!(code, 202, "{answer}");
+    }
+    for (i, xff) in [Some("203.0.113.3"), None].into_iter().enumerate() {
+        let q = format!("sock-refused-{i}");
+        let (code, answer) = post_from(addr, local, xff, &q).await;
+        assert_eq!(
+            code, 429,
+            "one peer, one bucket, whatever it claims: {answer}"
+        );
+        refused(&answer);
+        assert!(!exists(&env, &q).await, "a refused submission created {q}");
+    }
+    // Another peer address has a bucket of its own.
+    let (code, answer) = post_from(addr, [127, 0, 0, 2], None, "sock-b").await;
+    assert_eq!(
+        code, 202,
+        "the second peer shares the first one's bucket: {answer}"
+    );
+    for q in ["sock-a0", "sock-a1", "sock-b"] {
+        assert!(exists(&env, q).await, "{q} accepted and created");
+    }
+    assert_eq!(env.queue.stats().await.unwrap().ready, 3);
+    env.stop().await;
+
+    // Trusted: the last entry, the one the proxy appended, is the client.
+    let env = Env::start(opts(true)).await;
+    let addr = env.listen().await;
+    for i in 0..2 {
+        let xff = format!("198.51.100.{i}, 203.0.113.1");
+        let (code, answer) = post_from(addr, local, Some(&xff), &format!("fwd-a{i}")).await;
+        assert_eq!(code, 202, "{answer}");
+    }
+    let (code, answer) = post_from(addr, local, Some("203.0.113.1"), "fwd-refused").await;
+    assert_eq!(code, 429, "{answer}");
+    refused(&answer);
+    assert!(!exists(&env, "fwd-refused").await);
+    // Same proxy, same peer, another last hop (the exhausted one written before it by the
+    // client): another client.
+    let (code, answer) = post_from(addr, local, Some("203.0.113.1, 203.0.113.2"), "fwd-b").await;
+    assert_eq!(code, 202, "{answer}");
+    // Without the header the peer is the client, a bucket of its own too.
+    let (code, answer) = post_from(addr, local, None, "fwd-peer").await;
+    assert_eq!(code, 202, "{answer}");
+    assert_eq!(env.queue.stats().await.unwrap().ready, 4);
     env.stop().await;
 }
 
