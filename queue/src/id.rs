@@ -89,6 +89,14 @@ pub fn task_id(normalised: &str) -> TaskId {
     hex::encode(&digest[..16])
 }
 
+/// Whether `id` has the shape of a task id (32 lowercase hex chars).
+pub fn is_task_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,12 +148,4 @@ mod tests {
         assert_eq!(id, task_id("a b"));
         assert_ne!(id, task_id("a c"));
     }
-}
-
-/// Whether `id` has the shape of a task id (32 lowercase hex chars).
-pub fn is_task_id(id: &str) -> bool {
-    id.len() == 32
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }

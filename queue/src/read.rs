@@ -414,7 +414,7 @@ impl Queue {
             }
         }
         // Newest first; stable, so stored entries of one millisecond keep their order.
-        all.sort_by(|(a, ra), (b, rb)| (b.at_ms, *rb).cmp(&(a.at_ms, *ra)));
+        all.sort_by_key(|(e, rank)| std::cmp::Reverse((e.at_ms, *rank)));
         let history = all
             .into_iter()
             .take(self.config().history_cap as usize)
