@@ -208,15 +208,19 @@ local function claim_read(K, max_n, now)
   end
   local li = ilen > 0 and redis.call('LRANGE', K.ready, 0, max_n - 1) or {}
   local lb = blen > 0 and redis.call('LRANGE', K.bg, 0, max_n - 1) or {}
-  local zi_at, zb_at = 1, 1
-  -- Next candidate of one priority: its due zset members first, then its list (whose consumed
-  -- head entries are popped even when stale: a list entry whose record is not due any more is
-  -- a leftover of a join that moved the task, or of a cancel).
-  local function next_i()
-    if zi_at <= #zi then zi_at = zi_at + 1; return zi[zi_at - 1] end
-    while plan.pop_i < #li do
-      plan.pop_i = plan.pop_i + 1
-      local id = li[plan.pop_i]
+  -- One source per priority: its due zset members first, then its list, whose consumed head
+  -- entries are popped even when stale (a list entry whose record is not due any more is a
+  -- leftover of a join that moved the task, or of a cancel). `popped` counts list entries.
+  local src_i = { z = zi, z_at = 1, list = li, popped = 0 }
+  local src_b = { z = zb, z_at = 1, list = lb, popped = 0 }
+  local function next_of(src)
+    if src.z_at <= #src.z then
+      src.z_at = src.z_at + 1
+      return src.z[src.z_at - 1]
+    end
+    while src.popped < #src.list do
+      src.popped = src.popped + 1
+      local id = src.list[src.popped]
       if not seen[id] then
         local f = rd(id)
         if f[1] == 'due' then seen[id] = true; return { id, f, false } end
@@ -224,18 +228,8 @@ local function claim_read(K, max_n, now)
     end
     return nil
   end
-  local function next_b()
-    if zb_at <= #zb then zb_at = zb_at + 1; return zb[zb_at - 1] end
-    while plan.pop_b < #lb do
-      plan.pop_b = plan.pop_b + 1
-      local id = lb[plan.pop_b]
-      if not seen[id] then
-        local f = rd(id)
-        if f[1] == 'due' then seen[id] = true; return { id, f, false } end
-      end
-    end
-    return nil
-  end
+  local function next_i() return next_of(src_i) end
+  local function next_b() return next_of(src_b) end
   local bg_waits = #zb > 0 or blen > 0
   local turn = 0
   if bg_waits then turn = num(redis.call('GET', K.share), 0) end
@@ -261,6 +255,8 @@ local function claim_read(K, max_n, now)
     end
   end
   if bg_waits then plan.share = turn end
+  plan.pop_i = src_i.popped
+  plan.pop_b = src_b.popped
   return plan
 end
 

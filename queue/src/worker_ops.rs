@@ -45,6 +45,26 @@ fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
         .key(&k.events);
 }
 
+/// The script calls of a batched write: chunks of at most [`MAX_BATCH`] items, the next
+/// tasks asked for with the last one (an empty batch is a plain claim; nothing at all is no
+/// call).
+fn calls<T>(items: &[T], next_n: usize) -> Vec<(&[T], usize)> {
+    let next_n = next_n.min(MAX_BATCH);
+    if items.is_empty() {
+        return if next_n > 0 {
+            vec![(items, next_n)]
+        } else {
+            Vec::new()
+        };
+    }
+    let n = items.len().div_ceil(MAX_BATCH);
+    items
+        .chunks(MAX_BATCH)
+        .enumerate()
+        .map(|(i, c)| (c, if i + 1 == n { next_n } else { 0 }))
+        .collect()
+}
+
 fn opt_string(v: &Value) -> Result<Option<String>> {
     match v {
         Value::Nil => Ok(None),
@@ -185,18 +205,7 @@ impl Queue {
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
-        let chunks: Vec<&[Completion]> = if items.is_empty() {
-            vec![&[]]
-        } else {
-            items.chunks(MAX_BATCH).collect()
-        };
-        let last = chunks.len() - 1;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            // The next tasks come with the last chunk.
-            let next = if i == last { next_n.min(MAX_BATCH) } else { 0 };
-            if chunk.is_empty() && next == 0 {
-                continue;
-            }
+        for (chunk, next) in calls(items, next_n) {
             let mut inv = self.invocation(&SCRIPTS.complete);
             claim_keys(&mut inv, k);
             inv.key(&k.results)
@@ -272,17 +281,7 @@ impl Queue {
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
-        let chunks: Vec<&[Reschedule]> = if items.is_empty() {
-            vec![&[]]
-        } else {
-            items.chunks(MAX_BATCH).collect()
-        };
-        let last = chunks.len() - 1;
-        for (i, chunk) in chunks.into_iter().enumerate() {
-            let next = if i == last { next_n.min(MAX_BATCH) } else { 0 };
-            if chunk.is_empty() && next == 0 {
-                continue;
-            }
+        for (chunk, next) in calls(items, next_n) {
             let mut inv = self.invocation(&SCRIPTS.reschedule);
             claim_keys(&mut inv, k);
             inv.key(&k.dead)
