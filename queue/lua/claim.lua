@@ -6,18 +6,20 @@
 -- last). All reads happen before the first write.
 -- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] retry zset
 -- KEYS[5] lease zset   KEYS[6] token counter   KEYS[7] paused flag   KEYS[8] share counter
--- KEYS[9] events stream
+-- KEYS[9] events stream   KEYS[10] wake-up list (the last key of every claiming script)
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] max_n   ARGV[9] lease_ms
+-- ARGV[10] woken: 1 if the caller's BLPOP took a wake-up entry for this claim, else 0
 -- Returns {{id, query, payload, token, attempts, polls, max_attempts, created, deadline,
 --           lease_deadline}, ...}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9] }
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9], wake = KEYS[10] }
 local worker = ARGV[7]
 local max_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
+local woken = tonumber(ARGV[10])
 if worker == nil or worker == '' or max_n == nil or max_n < 1 or lease_ms == nil
-  or lease_ms < 1 or #KEYS ~= 9 then
+  or lease_ms < 1 or (woken ~= 0 and woken ~= 1) or #KEYS ~= 10 then
   return redis.error_reply('ERR repoll claim: bad arguments')
 end
 local now = now_ms()
-return claim_apply(K, claim_read(K, max_n, now), worker, lease_ms, now)
+return claim_apply(K, claim_read(K, max_n, now), worker, lease_ms, now, woken)

@@ -6,6 +6,7 @@
 -- priority of its requesters): its record, and its place if it waits in the background list.
 -- KEYS[1] task hash   KEYS[2] result string   KEYS[3] partial string   KEYS[4] history list
 -- KEYS[5] ready list   KEYS[6] background ready list   KEYS[7] dead zset   KEYS[8] due zset
+-- KEYS[9] wake-up list (prelude: one entry per task made ready)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
 -- ARGV[12] priority ('interactive' | 'bg')
@@ -20,6 +21,7 @@ local readyk = KEYS[5]
 local bgk = KEYS[6]
 local deadz = KEYS[7]
 local duez = KEYS[8]
+local wakek = KEYS[9]
 local id = ARGV[7]
 local query = ARGV[8]
 local payload = ARGV[9]
@@ -28,7 +30,7 @@ local max_attempts = tonumber(ARGV[11])
 local pr = ARGV[12]
 if id == nil or id == '' or query == nil or query == '' or payload == nil
   or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
-  or (pr ~= 'interactive' and pr ~= 'bg') then
+  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 9 then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
 end
 
@@ -66,5 +68,5 @@ redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
 -- A cancelled or finished earlier life's history has a TTL: it belongs to this life now.
 redis.call('PERSIST', hkey)
 notify_dash('enqueued', id, now)
-notify_wake('enqueued', id, now)
+wake_workers(wakek, 1)
 return { 'created', rec, false, false }

@@ -5,13 +5,14 @@
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] task hash   KEYS[14] history list
+-- KEYS[13] task hash   KEYS[14] history list   KEYS[15] wake-up list
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
 -- ARGV[11] token   ARGV[12] error   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
 -- ARGV[15] latency_ms
 -- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows}}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9] }
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
+  wake = KEYS[#KEYS] }
 local deadz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -27,7 +28,7 @@ local mode = ARGV[13]
 local delay = tonumber(ARGV[14])
 local latency = tonumber(ARGV[15])
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or #KEYS ~= 14 or id == nil or id == ''
+  or (next_n > 0 and worker == '') or #KEYS ~= 15 or id == nil or id == ''
   or tonumber(token) == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
   or delay == nil or delay < 0 or latency == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
@@ -69,7 +70,7 @@ else
     .. fmt(attempts) .. ')')
   event(K.events, now, 'failed', id, err)
   notify_dash('failed', id, now)
-  if delay == 0 then notify_wake('failed', id, now) end
+  if delay == 0 then wake_workers(K.wake, 1) end
   out = { 'retry', due_at, attempts }
 end
 return { out, claim_apply(K, plan, worker, lease_ms, now) }

@@ -1,7 +1,7 @@
 -- prelude.lua: shared helpers, prepended to every script by scripts.rs (Redis has no `require`).
 -- Every script receives the same six leading ARGV so these helpers need no per-script wiring:
 --   ARGV[1] history_cap   ARGV[2] events_cap   ARGV[3] dashboard channel
---   ARGV[4] history level ('full' | 'transitions' | 'off')   ARGV[5] wake channel
+--   ARGV[4] history level ('full' | 'transitions' | 'off')   ARGV[5] wake-up token cap
 --   ARGV[6] per-task key prefix ('{name}:'), used only by the scripts whose header says so
 -- Script-specific ARGV start at ARGV[7].
 --
@@ -24,11 +24,11 @@ local HIST_CAP = tonumber(ARGV[1])
 local EVENTS_CAP = tonumber(ARGV[2])
 local CH_DASH = ARGV[3]
 local HIST_LEVEL = ARGV[4]
-local CH_WAKE = ARGV[5]
+local WAKE_CAP = tonumber(ARGV[5])
 local PREFIX = ARGV[6]
 if not HIST_CAP or HIST_CAP < 1 or not EVENTS_CAP or EVENTS_CAP < 1 or CH_DASH == nil
   or (HIST_LEVEL ~= 'full' and HIST_LEVEL ~= 'transitions' and HIST_LEVEL ~= 'off')
-  or CH_WAKE == nil or PREFIX == nil or PREFIX == '' then
+  or not WAKE_CAP or WAKE_CAP < 1 or PREFIX == nil or PREFIX == '' then
   return redis.error_reply('ERR repoll: bad common ARGV')
 end
 
@@ -95,9 +95,19 @@ local function notify_dash(kind, id, at)
   redis.call('PUBLISH', CH_DASH, wake_msg(kind, id, at))
 end
 
--- Work became ready now: idle workers claim.
-local function notify_wake(kind, id, at)
-  redis.call('PUBLISH', CH_WAKE, wake_msg(kind, id, at))
+-- Wake-ups (ARCHITECTURE.md, "Wake-ups"): one entry in the wake-up list per task made ready
+-- now. An idle worker process blocks on BLPOP of that list, and Redis hands each entry to one
+-- blocked client, so one unit of new work wakes one worker, not every idle one (as a Pub/Sub
+-- message would). Claims remove as many entries as tasks they take (claim_apply), so the list
+-- tracks ready work nobody has claimed yet; it is capped at WAKE_CAP (more entries than idle
+-- workers wake nobody more). Missing entries cost latency only: workers also sleep at most 1 s.
+local function wake_workers(wkey, n)
+  if n < 1 then return end
+  local add = math.min(n, WAKE_CAP - redis.call('LLEN', wkey))
+  if add < 1 then return end
+  local t = {}
+  for i = 1, add do t[i] = '1' end
+  redis.call('RPUSH', wkey, unpack(t))
 end
 
 -- One dashboard message for a batch: `kind`/`id` as for one task (id = the first), plus `ids`
@@ -181,7 +191,7 @@ end
 local SHARE = 10
 local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl' }
 
--- K: {ready, bg, due, retry, lease, token, paused, share, events}
+-- K: {ready, bg, due, retry, lease, token, paused, share, events, wake}
 local function claim_read(K, max_n, now)
   if max_n < 1 or redis.call('EXISTS', K.paused) == 1 then return nil end
   local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0, max_n)
@@ -262,8 +272,13 @@ end
 
 -- Leases the planned tasks to `worker`; returns the claimed rows
 -- {id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease_deadline}.
-local function claim_apply(K, plan, worker, lease_ms, now)
+-- `woken` is 1 when the caller's own BLPOP already took one wake-up entry for this claim: it
+-- removes one entry fewer (and none when it claims nothing: that entry was for work someone
+-- else took).
+local function claim_apply(K, plan, worker, lease_ms, now, woken)
   local out = {}
+  local untoken = (plan == nil and 0 or #plan.take) - (woken or 0)
+  if untoken > 0 then redis.call('LPOP', K.wake, untoken) end
   if plan == nil then return out end
   if plan.pop_i > 0 then redis.call('LTRIM', K.ready, plan.pop_i, -1) end
   if plan.pop_b > 0 then redis.call('LTRIM', K.bg, plan.pop_b, -1) end

@@ -9,7 +9,7 @@
 -- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
 -- KEYS[5] retry zset   KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash
 -- KEYS[9] throughput minutes zset   KEYS[10] results index zset
--- KEYS[9+2i] task hash i   KEYS[10+2i] history i   (i = 1..n)
+-- KEYS[9+2i] task hash i   KEYS[10+2i] history i   (i = 1..n)   KEYS[11+2n] (last) wake-up list
 -- ARGV[1..6] common   ARGV[7] max_lease_losses (0 = never poison)   ARGV[8] throughput retention ms
 -- ARGV[9] result_ttl_ms   ARGV[8+2i] id i   ARGV[9+2i] peeked deadline i
 -- Returns {{requeued ids}, {dead ids}}
@@ -28,7 +28,7 @@ local retention = tonumber(ARGV[8])
 local ttl = tonumber(ARGV[9])
 local n = (#ARGV - 9) / 2
 if max_losses == nil or retention == nil or ttl == nil or n ~= math.floor(n) or n < 0
-  or #KEYS ~= 10 + 2 * n then
+  or #KEYS ~= 11 + 2 * n then
   return redis.error_reply('ERR repoll reap: bad arguments')
 end
 local now = now_ms()
@@ -66,9 +66,7 @@ for i = 1, n do
     end
   end
 end
-if #requeued > 0 then
-  notify_wake('reaped', requeued[1], now)
-end
+wake_workers(KEYS[#KEYS], #requeued)
 local all = {}
 for _, id in ipairs(requeued) do all[#all + 1] = id end
 for _, id in ipairs(dead) do all[#all + 1] = id end

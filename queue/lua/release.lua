@@ -2,6 +2,7 @@
 -- With a token only that lease may be released; without one (admin) any live lease.
 -- KEYS[1] task hash   KEYS[2] history   KEYS[3] ready list   KEYS[4] background ready list
 -- KEYS[5] due zset   KEYS[6] lease zset   KEYS[7] retry zset   KEYS[8] events stream
+-- KEYS[9] wake-up list
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] token ('' = admin)   ARGV[9] who
 -- Returns {'ok'} | {'no'} (admin: nothing leased) | {'stale'} (token given, not current)
 local tkey = KEYS[1]
@@ -15,7 +16,7 @@ local ekey = KEYS[8]
 local id = ARGV[7]
 local token = ARGV[8]
 local who = ARGV[9]
-if id == nil or id == '' or token == nil or who == nil then
+if id == nil or id == '' or token == nil or who == nil or #KEYS ~= 9 then
   return redis.error_reply('ERR repoll release: bad arguments')
 end
 local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'w', 'pr', 'u')
@@ -31,5 +32,5 @@ local by = token == '' and ('by admin ' .. who) or ('by ' .. who)
 hist(hkey, now, 'released', by .. ' (lease of ' .. (f[4] or '?') .. ' token ' .. (f[2] or '?') .. ')')
 event(ekey, now, 'released', id, by)
 notify_dash('released', id, now)
-notify_wake('released', id, now)
+wake_workers(KEYS[9], 1)
 return { 'ok' }

@@ -7,13 +7,15 @@
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
 -- KEYS[10+3i] task hash i   KEYS[11+3i] history i   KEYS[12+3i] partial i   (i = 1..n)
+-- KEYS[13+3n] (last) wake-up list
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
 -- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
 -- ARGV[8+6i] partial i   ARGV[9+6i] latency_ms i
 -- Returns {{tag_1, value_1, ..., tag_n, value_n}, {claimed rows as claim.lua}} where tag/value
 -- is 'ok'/due_at | 'dead'/'deadline' | 'stale'/0.
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9] }
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
+  wake = KEYS[#KEYS] }
 local deadz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -22,7 +24,7 @@ local next_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
 local n = (#ARGV - 9) / 6
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 12 + 3 * n
+  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 13 + 3 * n
   or n + next_n < 1 then
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
@@ -45,7 +47,7 @@ if next_n > 0 then plan = claim_read(K, next_n, now) end
 local out = {}
 local moved = {}
 local dead = {}
-local woke = nil
+local woke = 0
 for i = 1, n do
   local f = recs[i]
   local id, token = ARGV[4 + 6 * i], ARGV[5 + 6 * i]
@@ -75,7 +77,7 @@ for i = 1, n do
       hist_routine(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', '
         .. ARGV[9 + 6 * i] .. ' ms), next poll at ' .. fmt(due_at))
       moved[#moved + 1] = id
-      if delay == 0 then woke = woke or id end
+      if delay == 0 then woke = woke + 1 end
       out[#out + 1] = 'ok'
       out[#out + 1] = due_at
     end
@@ -86,5 +88,5 @@ if #moved + #dead > 0 then
 end
 notify_dash_batch('rescheduled', moved, now)
 notify_dash_batch('dead', dead, now)
-if woke then notify_wake('rescheduled', woke, now) end
+wake_workers(K.wake, woke)
 return { out, claim_apply(K, plan, worker, lease_ms, now) }

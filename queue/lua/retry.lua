@@ -3,7 +3,7 @@
 -- poll or backoff is made ready now. Ready and leased tasks are left alone.
 -- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] retry zset
 -- KEYS[5] dead zset   KEYS[6] events stream
--- KEYS[5+2i] task hash i   KEYS[6+2i] history i   (i = 1..n)
+-- KEYS[5+2i] task hash i   KEYS[6+2i] history i   (i = 1..n)   KEYS[7+2n] (last) wake-up list
 -- ARGV[1..6] common   ARGV[7] who   ARGV[8] mode ('any' | 'dead')   ARGV[8+i] id i
 -- Returns the number of tasks made ready now.
 local readyk = KEYS[1]
@@ -15,7 +15,7 @@ local ekey = KEYS[6]
 local who = ARGV[7]
 local mode = ARGV[8]
 local n = #ARGV - 8
-if who == nil or (mode ~= 'any' and mode ~= 'dead') or n < 0 or #KEYS ~= 6 + 2 * n then
+if who == nil or (mode ~= 'any' and mode ~= 'dead') or n < 0 or #KEYS ~= 7 + 2 * n then
   return redis.error_reply('ERR repoll retry: bad arguments')
 end
 local now = now_ms()
@@ -49,6 +49,6 @@ end
 if #ids > 0 then
   event(ekey, now, 'retried', ids[1], (#ids == 1 and '' or (fmt(#ids) .. ' tasks ')) .. 'by admin ' .. who)
   notify_dash_batch('retried', ids, now)
-  notify_wake('retried', ids[1], now)
+  wake_workers(KEYS[#KEYS], #ids)
 end
 return #ids

@@ -50,6 +50,7 @@ impl Queue {
         for id in ids {
             inv.key(k.task(id)).key(k.hist(id)).arg(id);
         }
+        inv.key(&k.wakeups);
         count(int(&self.run(&inv).await?)?)
     }
 
@@ -86,7 +87,14 @@ impl Queue {
     async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.pause);
-        inv.key(&k.paused).key(&k.events).arg(mode).arg(who);
+        inv.key(&k.paused)
+            .key(&k.events)
+            .key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
+            .key(&k.wakeups)
+            .arg(mode)
+            .arg(who);
         self.run(&inv).await?;
         Ok(())
     }

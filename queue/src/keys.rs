@@ -29,6 +29,9 @@ pub(crate) struct Keys {
     pub workers: String,
     /// Rate limiter of upstream calls (GCRA arrival time), shared by all workers.
     pub upstream_rate: String,
+    /// Wake-up list: one entry per task made ready now; idle worker processes block on it
+    /// (BLPOP), so each entry wakes one of them (prelude.lua, `wake_workers`).
+    pub wakeups: String,
 }
 
 impl Keys {
@@ -52,6 +55,7 @@ impl Keys {
             tpmin: k("tpmin"),
             workers: k("workers"),
             upstream_rate: k("upstream_rate"),
+            wakeups: k("wakeups"),
             tag,
         }
     }

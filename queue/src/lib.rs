@@ -11,8 +11,9 @@
 //! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
 //! - `queue`: the [`Queue`] handle and shared plumbing.
 //! - `conn`: [`RedisConn`], one server or a Redis Cluster behind one connection type.
-//! - `worker_ops`: enqueue, claim (peek + claim), renew, complete, reschedule, fail,
-//!   release, reap, heartbeats.
+//! - `worker_ops`: enqueue, claim, renew, complete, reschedule, fail (each able to claim the
+//!   next tasks in the same call), release, reap, heartbeats.
+//! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per unit of work).
 //! - `admin`: retry, cancel, pause/resume, purge (chunked).
 //! - `read`: stats, list (cursor pages), get, workers, stuck leases, events.
 //!
@@ -29,6 +30,7 @@ pub mod model;
 mod queue;
 mod read;
 pub mod scripts;
+mod wake;
 mod worker_ops;
 
 pub use conn::RedisConn;
@@ -43,4 +45,5 @@ pub use redis;
 
 pub use admin::{Migrated, CHUNK as PURGE_CHUNK};
 pub use read::{MAX_PAGE, STATS_BUCKETS};
+pub use wake::{Wakeups, WAKE_CAP};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};

@@ -376,21 +376,19 @@ pub enum PurgeTarget {
     Queued,
 }
 
-/// Pub/Sub channel names. Messages are JSON `{"kind","id","at_ms"}` (plus `ids` for a batch)
-/// wake-ups only.
+/// Pub/Sub channel names. Messages are JSON `{"kind","id","at_ms"}` (plus `ids` for a batch):
+/// notices that something changed, never state. (Workers are woken through the wake-up list,
+/// not Pub/Sub: `queue::Wakeups`.)
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Channels {
     /// Every state change of any task, and queue-wide admin actions.
     pub dashboard: String,
-    /// Work became due now: idle workers should claim.
-    pub wake: String,
 }
 
 impl Channels {
     pub(crate) fn new(name: &str) -> Channels {
         Channels {
             dashboard: format!("{{{name}}}:dashboard"),
-            wake: format!("{{{name}}}:wake"),
         }
     }
 }

@@ -150,7 +150,7 @@ impl Queue {
             .arg(cfg.events_cap)
             .arg(&ch.dashboard)
             .arg(cfg.history.as_str())
-            .arg(&ch.wake)
+            .arg(crate::wake::WAKE_CAP)
             .arg(&self.inner.keys.prefix);
         inv
     }

@@ -32,7 +32,8 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
     }
 }
 
-/// The nine KEYS every claiming script starts with (claim.lua's header).
+/// The nine KEYS every claiming script starts with (claim.lua's header); its last key, the
+/// wake-up list, is added after the script's own keys.
 fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
     inv.key(&k.ready)
         .key(&k.ready_bg)
@@ -106,7 +107,8 @@ impl Queue {
             .arg(match policy.priority {
                 Priority::Interactive => "interactive",
                 Priority::Background => "bg",
-            });
+            })
+            .key(&k.wakeups);
         let (tag, rest) = status(self.run(&inv).await?)?;
         let mut rest = rest.into_iter();
         let body = rest
@@ -139,14 +141,31 @@ impl Queue {
     /// token, in one call: due polls and retries first, then interactive, then background work
     /// (with its share: prelude.lua). Empty while paused.
     pub async fn claim(&self, worker: &str, max_n: usize, lease_ms: u64) -> Result<Vec<Claimed>> {
+        self.claim_woken(worker, max_n, lease_ms, false).await
+    }
+
+    /// [`Queue::claim`] by a worker whose [`crate::Wakeups::wait`] has just taken a wake-up
+    /// entry (`woken`): the claim then removes one entry fewer from the wake-up list, so the
+    /// list keeps one entry per ready task nobody has claimed (see `wake_workers` in the
+    /// prelude).
+    pub async fn claim_woken(
+        &self,
+        worker: &str,
+        max_n: usize,
+        lease_ms: u64,
+        woken: bool,
+    ) -> Result<Vec<Claimed>> {
         if max_n == 0 {
             return Ok(Vec::new());
         }
+        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.claim);
-        claim_keys(&mut inv, self.keys());
-        inv.arg(worker)
+        claim_keys(&mut inv, k);
+        inv.key(&k.wakeups)
+            .arg(worker)
             .arg(max_n.min(MAX_BATCH))
-            .arg(clamp_ms(lease_ms).max(1));
+            .arg(clamp_ms(lease_ms).max(1))
+            .arg(u8::from(woken));
         claimed_rows(self.run(&inv).await?)
     }
 
@@ -225,6 +244,7 @@ impl Queue {
                     .arg(&c.result)
                     .arg(clamp_ms(c.latency_ms));
             }
+            inv.key(&k.wakeups);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flags = array(parts.next().unwrap_or(Value::Nil))?;
             if flags.len() != chunk.len() {
@@ -301,6 +321,7 @@ impl Queue {
                     .arg(r.partial.as_deref().unwrap_or(""))
                     .arg(clamp_ms(r.latency_ms));
             }
+            inv.key(&k.wakeups);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flat = array(parts.next().unwrap_or(Value::Nil))?;
             if flat.len() != 2 * chunk.len() {
@@ -368,7 +389,8 @@ impl Queue {
             .arg(error)
             .arg(mode)
             .arg(delay)
-            .arg(clamp_ms(latency_ms));
+            .arg(clamp_ms(latency_ms))
+            .key(&k.wakeups);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         let (tag, rest) = status(parts.next().unwrap_or(Value::Nil))?;
         let outcome = match (tag.as_str(), rest.as_slice()) {
@@ -404,7 +426,8 @@ impl Queue {
             .key(&k.events)
             .arg(id)
             .arg(token.map(|t| t.to_string()).unwrap_or_default())
-            .arg(who);
+            .arg(who)
+            .key(&k.wakeups);
         let (tag, _) = status(self.run(&inv).await?)?;
         match tag.as_str() {
             "ok" => Ok(true),
@@ -444,6 +467,7 @@ impl Queue {
             let seen = string(&pair[1])?;
             inv.key(k.task(&id)).key(k.hist(&id)).arg(id).arg(seen);
         }
+        inv.key(&k.wakeups);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         let mut ids = || -> Result<Vec<String>> {
             array(parts.next().unwrap_or(Value::Nil))?

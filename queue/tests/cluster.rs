@@ -167,6 +167,15 @@ async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
     assert!(q.connection().is_cluster());
     exercise_every_operation(&q).await;
 
+    // A worker's wake-up wait, started at the same non-owning seed, follows MOVED to the
+    // owner and takes the entry of a new task.
+    let mut wakeups = q.wakeups(redis::Client::open(seed.url()).unwrap());
+    let waiting = tokio::spawn(async move { wakeups.wait(Duration::from_secs(30)).await.unwrap() });
+    q.enqueue("cluster wake-up", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    assert!(waiting.await.unwrap(), "woken through the slot's owner");
+
     // Everything the queue wrote lives on the owner; the other nodes hold nothing.
     for n in &nodes {
         let mut c = node_conn(n).await;

@@ -264,7 +264,13 @@ async fn a_task_costs_its_record_and_a_list_entry_then_one_result_string() {
         .await
         .unwrap();
     assert_eq!(encoding, "listpack");
-    let want: BTreeSet<String> = [format!("{{{name}}}:t:{id}"), format!("{{{name}}}:ready")].into();
+    // Plus one entry in the queue-wide wake-up list (a few bytes, capped; no key per task).
+    let want: BTreeSet<String> = [
+        format!("{{{name}}}:t:{id}"),
+        format!("{{{name}}}:ready"),
+        format!("{{{name}}}:wakeups"),
+    ]
+    .into();
     assert_eq!(keys_of(name).await, want);
 
     let cl = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();

@@ -179,7 +179,8 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
     worker.arg("worker");
     common(&mut worker);
-    // Only a Pub/Sub wake-up can start the task in time: the idle safety net is a minute.
+    // Only a wake-up can start the task in time (the idle safety net is a minute): the
+    // worker's BLPOP connection starts at a seed and must follow MOVED to the slot's owner.
     worker
         .env("REPOLL_MAX_IDLE_MS", "60000")
         .env("REPOLL_POLL_INTERVAL_MS", "100");

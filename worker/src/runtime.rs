@@ -1,10 +1,11 @@
-//! The worker: a claim loop bounded by a semaphore of C permits, waking on Pub/Sub or at the
-//! next due time, with graceful shutdown.
+//! The worker: a claim loop bounded by a semaphore of C permits, woken by the queue's wake-up
+//! list (one idle worker per unit of new work: [`crate::wake`]) or at the next due time, with
+//! graceful shutdown.
 //!
 //! The loop claims at most as many tasks as it has free permits (one `claim` round trip per
 //! batch), hands each to [`crate::task::run`], and then waits for whichever comes first: a
-//! wake message, the earliest due time (`next_due_ms`), a finished task freeing a permit, the
-//! safety cap (1 s by default, for a missed message), or shutdown. It never sleeps a fixed tick
+//! wake-up, the earliest due time (`next_due_ms`), a finished task freeing a permit, the
+//! safety cap (1 s by default, for a missed wake-up), or shutdown. It never sleeps a fixed tick
 //! and never spins: when something is due but cannot be claimed (a paused queue), the wait grows
 //! from 10 ms up to the cap.
 //!
@@ -19,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use queue::{Queue, QueueError};
 use rand::Rng;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::policy::PolicyArgs;
@@ -70,7 +71,7 @@ pub struct WorkerArgs {
         default_value_t = 5_000
     )]
     pub stats_interval_ms: u64,
-    /// Longest sleep without a wake-up, in ms: the safety net for a missed Pub/Sub message.
+    /// Longest sleep without a wake-up, in ms: the safety net for a missed wake-up entry.
     #[arg(
         long = "max-idle-ms",
         env = "REPOLL_MAX_IDLE_MS",
@@ -186,7 +187,8 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// `pubsub` opens the dedicated wake-up subscription (`redis::Client::open(REDIS_URL)`).
+    /// `pubsub` opens the dedicated connection an idle worker blocks on for wake-ups
+    /// (`redis::Client::open(REDIS_URL)`; on a cluster, any node).
     pub fn new(
         queue: Queue,
         pubsub: redis::Client,
@@ -242,12 +244,13 @@ impl Worker {
 
         // Background loops live in a JoinSet owned by this future: if the future is dropped
         // (the process is killed, a test aborts it), they stop with it.
-        let wake = Arc::new(Notify::new());
+        let wake = wake::Wake::new();
+        let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
         let mut background = JoinSet::new();
         background.spawn(wake::listen(
-            self.pubsub,
-            self.queue.channels().wake,
             wake.clone(),
+            self.queue.wakeups(self.pubsub),
+            max_idle,
         ));
         background.spawn(upkeep::heartbeat(
             ctx.clone(),
@@ -266,7 +269,6 @@ impl Worker {
 
         let permits = Arc::new(Semaphore::new(args.concurrency));
         let mut tasks: JoinSet<()> = JoinSet::new();
-        let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
         let mut idle = MIN_IDLE;
         tokio::pin!(shutdown);
 
@@ -277,7 +279,12 @@ impl Worker {
             let free = permits.available_permits();
             let mut wait = max_idle;
             if free > 0 {
-                match ctx.queue.claim(&ctx.id, free, args.lease_ms).await {
+                let woken = wake.take_woken();
+                match ctx
+                    .queue
+                    .claim_woken(&ctx.id, free, args.lease_ms, woken)
+                    .await
+                {
                     Ok(batch) => {
                         let n = batch.len();
                         if n > 0 {
@@ -331,6 +338,8 @@ impl Worker {
                     }
                 }
             }
+            // Idle (free slots): the listener may take a wake-up entry for this process.
+            wake.set_idle(free > 0);
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -338,6 +347,7 @@ impl Worker {
                 () = wake.notified(), if free > 0 => {}
                 () = tokio::time::sleep(wait) => {}
             }
+            wake.set_idle(false);
         }
 
         // Shutdown: no more claims (finishing tasks stop asking for their next one); in-flight

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::sync::Notify;
 
 use crate::runtime::Ctx;
 use crate::telemetry as m;
@@ -44,7 +43,12 @@ pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
 
 /// Requeues expired leases (any worker's) every `every_ms` ± 20%, so they come back even when
 /// only one worker is alive; the jitter keeps many workers from reaping in lockstep.
-pub(crate) async fn reaper(ctx: Arc<Ctx>, wake: Arc<Notify>, every_ms: u64, batch: usize) {
+pub(crate) async fn reaper(
+    ctx: Arc<Ctx>,
+    wake: Arc<crate::wake::Wake>,
+    every_ms: u64,
+    batch: usize,
+) {
     let batch = batch.max(1);
     loop {
         let spread: f64 = rand::thread_rng().gen_range(0.8..1.2);
@@ -62,7 +66,7 @@ pub(crate) async fn reaper(ctx: Arc<Ctx>, wake: Arc<Notify>, every_ms: u64, batc
                         );
                     }
                     if !r.requeued.is_empty() {
-                        wake.notify_one();
+                        wake.nudge();
                     }
                     if n < batch {
                         break;

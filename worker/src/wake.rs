@@ -1,38 +1,81 @@
-//! Wake-ups from the queue's Pub/Sub `wake` channel.
+//! What wakes an idle claim loop: an entry of the queue's wake-up list ([`queue::Wakeups`]:
+//! one idle worker process per unit of new work), or a nudge from inside the process (the
+//! reaper just requeued expired leases).
 //!
-//! A dedicated connection subscribes (Pub/Sub cannot share the queue's multiplexed
-//! `ConnectionManager`); every message is turned into one stored [`Notify`] permit, so a
-//! message that arrives while the worker is busy claiming is not lost, and a burst of
-//! enqueues costs one extra claim, not one per message. The connection is re-made with a
-//! capped backoff if it drops; the worker's 1 s sleep cap covers the gap.
+//! The listener only waits on the list while the claim loop is idle (it has free slots and is
+//! about to sleep): a busy worker must leave the entries to idle ones, or it would take a
+//! wake-up it cannot act on. An entry taken is remembered (`woken`) until the loop's next
+//! claim, which then tells the queue it already holds one (`Queue::claim_woken`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
-/// Listens on `channel` forever, signalling `wake` per message (and once per (re)subscription,
-/// since messages may have been missed while disconnected).
-pub(crate) async fn listen(client: redis::Client, channel: String, wake: Arc<Notify>) {
+/// Shared by the claim loop, the listener and the reaper.
+pub(crate) struct Wake {
+    notify: Notify,
+    woken: AtomicBool,
+    idle: watch::Sender<bool>,
+}
+
+impl Wake {
+    pub(crate) fn new() -> Arc<Wake> {
+        Arc::new(Wake {
+            notify: Notify::new(),
+            woken: AtomicBool::new(false),
+            idle: watch::Sender::new(false),
+        })
+    }
+
+    /// Wakes the claim loop from inside the process.
+    pub(crate) fn nudge(&self) {
+        self.notify.notify_one();
+    }
+
+    /// Resolves on the next wake-up (a stored one counts: none is lost between two waits).
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The claim loop says whether it is idle (free slots, about to wait) or busy.
+    pub(crate) fn set_idle(&self, idle: bool) {
+        self.idle
+            .send_if_modified(|v| std::mem::replace(v, idle) != idle);
+    }
+
+    /// Whether a wake-up entry was taken for the claim about to run (and forgets it).
+    pub(crate) fn take_woken(&self) -> bool {
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// Waits on the wake-up list whenever the claim loop is idle, forever. Connection errors are
+/// logged and retried with a capped backoff; the loop's own sleep cap covers the gap.
+pub(crate) async fn listen(wake: Arc<Wake>, mut wakeups: queue::Wakeups, max_wait: Duration) {
+    let mut idle = wake.idle.subscribe();
     let mut backoff = Duration::from_millis(100);
     loop {
-        match client.get_async_pubsub().await {
-            Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
-                Ok(()) => {
-                    backoff = Duration::from_millis(100);
-                    wake.notify_one();
-                    let mut messages = pubsub.on_message();
-                    while messages.next().await.is_some() {
-                        wake.notify_one();
-                    }
-                    tracing::warn!(%channel, "wake subscription ended; reconnecting");
-                }
-                Err(e) => tracing::warn!(error = %e, %channel, "subscribe failed"),
-            },
-            Err(e) => tracing::warn!(error = %e, "pub/sub connection failed"),
+        if idle.wait_for(|i| *i).await.is_err() {
+            return;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        match wakeups.wait(max_wait).await {
+            Ok(true) => {
+                backoff = Duration::from_millis(100);
+                wake.woken.store(true, Ordering::Release);
+                wake.notify.notify_one();
+                // One entry per wake-up: wait until the loop has acted on it.
+                if idle.wait_for(|i| !*i).await.is_err() {
+                    return;
+                }
+            }
+            Ok(false) => backoff = Duration::from_millis(100),
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for wake-ups failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
     }
 }

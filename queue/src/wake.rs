@@ -1,0 +1,129 @@
+//! Wake-ups: how an idle worker process learns that work is ready, one worker per unit of work.
+//!
+//! Every script that makes a task ready now pushes one entry onto the queue's wake-up list
+//! (`{name}:wakeups`, at most [`WAKE_CAP`] entries); an idle worker process waits on it with
+//! `BLPOP`. Redis serves blocked clients first come, first served and hands each entry to
+//! exactly one of them, so one enqueue wakes one worker. (A Pub/Sub message, used before, woke
+//! every idle worker, and all but one of them then claimed nothing.) Claims remove as many
+//! entries as tasks they take, so the list tracks ready work nobody has claimed yet, and a
+//! worker that is busy chaining tasks (`complete_and_claim`) never needs a wake-up at all.
+//!
+//! `BLPOP` blocks the connection it runs on, so [`Wakeups`] has a dedicated one, never the
+//! queue's shared multiplexed connection. On a Redis Cluster the seed node answers `MOVED` for
+//! the queue's slot unless it owns it; the connection follows the redirect.
+//!
+//! An entry can be lost (a worker's connection drops just after Redis popped for it); that
+//! costs latency, not work: workers never sleep longer than their safety interval (1 s by
+//! default) without claiming.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr};
+
+use crate::{Queue, Result};
+
+/// Most entries the wake-up list holds. More entries than idle worker processes wake nobody
+/// more; the cap bounds the list (a few bytes an entry) when nobody is idle to take them.
+pub const WAKE_CAP: u32 = 1000;
+
+/// Longest a single wait blocks (also the floor of its response timeout).
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Time to open the dedicated connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A cluster redirect is followed at most this many times per wait (a slot being migrated
+/// may answer MOVED twice).
+const MAX_REDIRECTS: usize = 3;
+
+/// A worker process's wait for wake-up entries, on a connection of its own.
+pub struct Wakeups {
+    client: Client,
+    key: String,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl std::fmt::Debug for Wakeups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The client's connection info holds the password: never printed.
+        f.debug_struct("Wakeups").field("key", &self.key).finish()
+    }
+}
+
+impl Queue {
+    /// A wake-up waiter for this queue. `client` opens its dedicated connection: the same
+    /// server as the queue's (on a cluster, any node: the waiter follows MOVED).
+    pub fn wakeups(&self, client: Client) -> Wakeups {
+        Wakeups {
+            client,
+            key: self.keys().wakeups.clone(),
+            conn: None,
+        }
+    }
+}
+
+impl Wakeups {
+    /// Blocks up to `timeout` (at most 60 s) for a wake-up entry. `Ok(true)`: this process
+    /// took one, so its next claim should be [`Queue::claim_woken`] with `woken = true`.
+    /// `Ok(false)`: none came in time. On an error the connection is dropped and re-made by
+    /// the next call; the caller backs off.
+    ///
+    /// Cancel-safe as far as Redis allows: if this future is dropped mid-wait, its connection
+    /// is dropped with it, and Redis forgets a blocked client whose connection closed.
+    pub async fn wait(&mut self, timeout: Duration) -> Result<bool> {
+        let timeout = timeout.clamp(Duration::from_millis(10), MAX_WAIT);
+        for _ in 0..=MAX_REDIRECTS {
+            // Taken out for the duration of the call: a dropped future drops the connection.
+            let mut conn = match self.conn.take() {
+                Some(c) => c,
+                None => self.connect().await?,
+            };
+            let reply: redis::RedisResult<Option<(String, String)>> = redis::cmd("BLPOP")
+                .arg(&self.key)
+                .arg(timeout.as_secs_f64())
+                .query_async(&mut conn)
+                .await;
+            match reply {
+                Ok(entry) => {
+                    self.conn = Some(conn);
+                    return Ok(entry.is_some());
+                }
+                Err(e) => {
+                    // redis-rs gives ("host:port", slot) for MOVED and ASK.
+                    let target = e
+                        .redirect_node()
+                        .and_then(|(addr, _slot)| addr.rsplit_once(':'))
+                        .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)));
+                    if let Some((host, port)) = target {
+                        let info = self.client.get_connection_info().clone();
+                        // "MOVED <slot> :<port>" (no host) means the host we asked.
+                        let host = match (host.as_str(), info.addr()) {
+                            ("" | "?", ConnectionAddr::Tcp(current, _)) => current.clone(),
+                            _ => host,
+                        };
+                        let info = info.set_addr(ConnectionAddr::Tcp(host, port));
+                        self.client = Client::open(info)?;
+                        continue;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Err(crate::error::corrupt(
+            "wake-up wait: too many cluster redirects",
+        ))
+    }
+
+    async fn connect(&self) -> Result<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            // A BLPOP's reply comes after its own timeout (at most MAX_WAIT); allow for a busy
+            // server on top.
+            .set_response_timeout(Some(MAX_WAIT + Duration::from_secs(5)));
+        Ok(self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+}
