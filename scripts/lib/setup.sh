@@ -114,6 +114,7 @@ build_release() {
   # Bindings into a scratch dir first, so a failed step never leaves a half-written site.
   local tmp
   tmp="$(mktemp -d "$ROOT/target/site-pkg.XXXXXX")"
+  chmod 755 "$tmp" # mktemp makes it private; the site is served to anyone
   wasm-bindgen "$wasm" --target web --no-typescript --out-dir "$tmp" --out-name repoll >&2
   # -Oz as cargo-leptos does for release; the features are those rustc enables for
   # wasm32-unknown-unknown by default, which wasm-opt must be told to accept.
