@@ -8,7 +8,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 export PATH="$HOME/.cargo/bin:$ROOT/end2end/node_modules/.bin:$PATH"
 CARGO_LEPTOS_VERSION="0.3.11"
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each step is stamped with the minutes:seconds since the script started, so a CI log shows
+# where the time went.
+say() { printf '\033[1m==> [%d:%02d] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 report_disk() {

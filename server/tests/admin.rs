@@ -57,6 +57,11 @@ async fn start() -> Env {
 
 /// `trust_forwarded`: REPOLL_TRUST_FORWARDED.
 async fn start_with(trust_forwarded: bool) -> Env {
+    start_quiet(trust_forwarded, server::admin::events::QUIET_REFRESH).await
+}
+
+/// `quiet`: the live stream's quiet refresh.
+async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
     let (redis, dir) = start_redis().await;
     let url = redis.url().to_string();
     let queue = connect_queue(&url, "admintest").await;
@@ -76,7 +81,10 @@ async fn start_with(trust_forwarded: bool) -> Env {
     let state = WebState {
         live,
         api: server::api::ApiState::new(&Default::default(), trust_forwarded),
-        admin: AdminState { auth: auth.clone() },
+        admin: AdminState {
+            auth: auth.clone(),
+            quiet_refresh: quiet,
+        },
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
             queue: queue.clone(),
@@ -740,14 +748,14 @@ async fn admin_actions_work_and_are_audited() {
     env.redis.stop().await;
 }
 
-#[tokio::test]
-async fn live_stream_needs_a_session_and_starts_with_resync() {
-    let env = start().await;
+/// Opens the admin live stream with a fresh session; returns its body after the first event
+/// (which must be `resync`).
+async fn open_live_stream(
+    env: &Env,
+    client: [u8; 4],
+) -> impl futures::Stream<Item = Result<axum::body::Bytes, axum::Error>> + Unpin {
     let r = &env.router;
-    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 8])
-        .await
-        .ok()
-        .expect("signed in");
+    let cookie = sign_in(r, ADMIN_PW, client).await.ok().expect("signed in");
     let req = Request::get("/admin/events")
         .header("host", HOST)
         .header("cookie", format!("repoll_session={cookie}"))
@@ -762,23 +770,25 @@ async fn live_stream_needs_a_session_and_starts_with_resync() {
     let mut body = res.into_body().into_data_stream();
     let first = tokio::time::timeout(Duration::from_secs(30), body.next())
         .await
-        .expect("a first event (30 s hang guard)")
-        .expect("an event")
+        .expect("first event")
+        .expect("stream open")
         .unwrap();
     let first = String::from_utf8_lossy(&first).into_owned();
-    // Browsers drop an event without data, so the data line must be there.
     assert!(
         first.contains("event: resync") && first.contains("data: resync"),
         "{first}"
     );
-    // A change in the queue arrives as `changed` (well before the quiet refresh could).
-    let quiet = server::admin::events::QUIET_REFRESH;
-    env.queue.pause("test").await.unwrap();
-    async fn next_event<S, E>(body: &mut S) -> String
-    where
-        S: futures::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
-        E: std::fmt::Debug,
-    {
+    body
+}
+
+/// The next named event of an SSE body (keep-alive comments skipped); a generous deadline
+/// only guards against a hang.
+async fn next_event<S, E>(body: &mut S) -> String
+where
+    S: futures::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    let read = async {
         loop {
             let chunk = body.next().await.expect("stream open").unwrap();
             let text = String::from_utf8_lossy(&chunk).into_owned();
@@ -786,18 +796,33 @@ async fn live_stream_needs_a_session_and_starts_with_resync() {
                 return text;
             }
         }
-    }
-    let next = tokio::time::timeout(quiet / 2, next_event(&mut body))
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
         .await
-        .expect("changed in time");
+        .expect("an event within a minute")
+}
+
+#[tokio::test]
+async fn live_stream_starts_with_resync_and_tells_of_a_change() {
+    // A quiet refresh far longer than the test: any `changed` it sees was caused by the change.
+    let env = start_quiet(false, Duration::from_secs(3600)).await;
+    let mut body = open_live_stream(&env, [10, 0, 0, 8]).await;
+    env.queue.pause("test").await.unwrap();
+    let next = next_event(&mut body).await;
     assert!(
         next.contains("event: changed") || next.contains("event: resync"),
         "{next}"
     );
-    // With nothing happening, `changed` still comes after the quiet time (time-driven state).
-    let next = tokio::time::timeout(quiet * 3, next_event(&mut body))
-        .await
-        .expect("quiet refresh");
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn live_stream_refreshes_when_nothing_happens() {
+    // Time-driven state (a due time or lease deadline passing) publishes nothing: with no
+    // event at all, the stream still sends `changed` after its quiet time.
+    let env = start_quiet(false, Duration::from_millis(200)).await;
+    let mut body = open_live_stream(&env, [10, 0, 0, 9]).await;
+    let next = next_event(&mut body).await;
     assert!(next.contains("event: changed"), "{next}");
     env.redis.stop().await;
 }

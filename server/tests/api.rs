@@ -857,7 +857,9 @@ async fn a_redis_stall_is_a_quick_503_not_a_hang() {
     )
     .await
     .unwrap();
-    // Pause every client of this Redis for 3 s (what a stalled or overloaded Redis looks like).
+    // Pause every client of this Redis (what a stalled or overloaded Redis looks like) for 33
+    // times the web side's response timeout: the read must fail during the stall, not outlast
+    // it, however busy the machine. (Stopping the server afterwards waits out the pause.)
     let mut admin = queue::redis::Client::open(url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -865,7 +867,7 @@ async fn a_redis_stall_is_a_quick_503_not_a_hang() {
         .unwrap();
     let _: () = queue::redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(3000)
+        .arg(10_000)
         .arg("ALL")
         .query_async(&mut admin)
         .await

@@ -160,26 +160,9 @@ pub struct SimArgs {
 }
 
 impl Default for SimArgs {
-    /// The same values as the flags' defaults: done after 3 polls, no faults.
+    /// The flags' defaults (their `#[arg]` attributes are the one place a default is written): done after 3 polls, no faults; the environment is not read.
     fn default() -> Self {
-        SimArgs {
-            polls: 3,
-            ms: 0,
-            items: 5,
-            error_rate: 0.0,
-            rate_limit_rate: 0.0,
-            retry_after_s: 1,
-            malformed_rate: 0.0,
-            wrong_shape_rate: 0.0,
-            latency_ms: 0,
-            latency_jitter_ms: 0,
-            hang_rate: 0.0,
-            hang_ms: 60_000,
-            reset_rate: 0.0,
-            seed: None,
-            max_keys: DEFAULT_MAX_KEYS,
-            max_concurrency: DEFAULT_MAX_CONCURRENCY,
-        }
+        crate::clap_defaults()
     }
 }
 
@@ -303,6 +286,13 @@ pub async fn serve(
         res = server => res,
         _ = async { stopped.await; tokio::time::sleep(SHUTDOWN_DRAIN).await } => Ok(()),
     }
+}
+
+/// A settings struct with every field at its flag's default, the environment ignored: what
+/// `Default` returns, so a default is written once, in the `#[arg]` attribute.
+pub(crate) fn clap_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+    let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|a| a.env(None::<&str>));
+    T::from_arg_matches(&cmd.get_matches_from(["defaults"])).expect("every flag has a default")
 }
 
 #[cfg(test)]

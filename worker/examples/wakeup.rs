@@ -13,7 +13,10 @@
 //!
 //! The BullMQ peer (`bench/bullmq/wakeup.mjs`) does the same with 4 Workers of concurrency 1
 //! by default (latency = processor start − `queue.add` call); `scripts/bench` runs both.
-//! Machine-readable: `RESULT peer=repoll phase=wakeup n= rate= p50_ms= p90_ms= p99_ms= max_ms= mean_ms=`
+//! It also counts Redis script calls per task (`INFO commandstats`, EVALSHA): an enqueue, a
+//! claim and a completion are three; with every idle worker woken per enqueue (Pub/Sub, before
+//! the wake-up list) it was one more per idle worker.
+//! Machine-readable: `RESULT peer=repoll phase=wakeup n= rate= p50_ms= p90_ms= p99_ms= max_ms= mean_ms= scripts_per_task=`
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -57,6 +60,22 @@ fn query(i: usize) -> String {
 fn pct(v: &[Duration], p: f64) -> f64 {
     let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1].as_secs_f64() * 1e3
+}
+
+/// EVALSHA calls so far on this server (every queue operation is one script call).
+async fn evalsha_calls(
+    c: &mut redis::aio::MultiplexedConnection,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0))
 }
 
 #[tokio::main]
@@ -104,6 +123,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await; // started, subscribed, idle
+    let mut stats_conn = redis::Client::open(redis_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let scripts_before = evalsha_calls(&mut stats_conn).await?;
 
     let issued: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; total]));
     let policy = EnqueuePolicy::default();
@@ -134,9 +157,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let scripts = evalsha_calls(&mut stats_conn).await? - scripts_before;
     for r in running {
         r.stop().await;
     }
+    let scripts_per_task = scripts as f64 / total as f64;
 
     let arrivals = arrivals.lock().unwrap();
     let issued = issued.lock().unwrap();
@@ -148,7 +173,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "repoll wake-up, enqueue -> upstream called: {n} tasks (after {warmup} warm-up) issued at \
          {:.0}/s into {workers} idle workers (concurrency {concurrency}): p50 {:.2} ms, p90 {:.2} ms, \
-         p99 {:.2} ms, max {:.2} ms, mean {mean:.2} ms",
+         p99 {:.2} ms, max {:.2} ms, mean {mean:.2} ms; {scripts_per_task:.2} script calls per task",
         total as f64 / issue_secs,
         pct(&lat, 0.5),
         pct(&lat, 0.9),
@@ -157,7 +182,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "RESULT peer=repoll phase=wakeup n={n} rate={:.0} p50_ms={:.3} p90_ms={:.3} p99_ms={:.3} \
-         max_ms={:.3} mean_ms={mean:.3}",
+         max_ms={:.3} mean_ms={mean:.3} scripts_per_task={scripts_per_task:.3}",
         total as f64 / issue_secs,
         pct(&lat, 0.5),
         pct(&lat, 0.9),

@@ -86,19 +86,9 @@ pub struct PolicyArgs {
 }
 
 impl Default for PolicyArgs {
-    /// The flags' defaults, without reading the environment.
+    /// The flags' defaults (their `#[arg]` attributes are the one place a default is written), without reading the environment.
     fn default() -> Self {
-        PolicyArgs {
-            poll_interval_ms: 250,
-            poll_multiplier: 1.5,
-            poll_max_interval_ms: 10_000,
-            poll_jitter: 0.1,
-            max_polls: 200,
-            deadline_ms: 600_000,
-            max_attempts: 5,
-            backoff_base_ms: 500,
-            backoff_max_ms: 30_000,
-        }
+        crate::clap_defaults()
     }
 }
 

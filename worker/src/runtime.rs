@@ -81,19 +81,9 @@ pub struct WorkerArgs {
 }
 
 impl Default for WorkerArgs {
-    /// The flags' defaults, without reading the environment.
+    /// The flags' defaults (their `#[arg]` attributes are the one place a default is written), without reading the environment.
     fn default() -> Self {
-        WorkerArgs {
-            concurrency: 16,
-            lease_ms: 30_000,
-            grace_ms: 10_000,
-            heartbeat_ms: 5_000,
-            worker_id: None,
-            reap_interval_ms: 1_000,
-            reap_batch: 100,
-            stats_interval_ms: 5_000,
-            max_idle_ms: 1_000,
-        }
+        crate::clap_defaults()
     }
 }
 

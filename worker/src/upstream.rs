@@ -187,30 +187,15 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+#[cfg(test)]
 fn list(s: &str) -> Vec<String> {
     s.split(',').map(str::to_string).collect()
 }
 
 impl Default for UpstreamArgs {
-    /// The flags' defaults, without reading the environment.
+    /// The flags' defaults (their `#[arg]` attributes are the one place a default is written), without reading the environment.
     fn default() -> Self {
-        UpstreamArgs {
-            url: DEFAULT_URL.to_string(),
-            method: "GET".to_string(),
-            headers: Vec::new(),
-            api_key: None,
-            api_key_header: "x-api-key".to_string(),
-            timeout_ms: 10_000,
-            max_body_bytes: 4 << 20,
-            status_pointer: "/status".to_string(),
-            data_pointer: "/data".to_string(),
-            error_pointer: "/error".to_string(),
-            processing_values: list("processing,pending,queued,running"),
-            done_values: list("done,complete,completed,succeeded,success"),
-            failed_values: list("failed,error,cancelled"),
-            upstream_rate_per_sec: 0,
-            upstream_rate_burst: 1,
-        }
+        crate::clap_defaults()
     }
 }
 

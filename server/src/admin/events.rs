@@ -64,7 +64,7 @@ pub async fn stream(
         Err(refused) => return crate::api::ApiError::from(refused).into_response(),
     };
     let rx = state.live.subscribe();
-    Sse::new(events(rx, sessions, id, permit))
+    Sse::new(events(rx, sessions, id, permit, state.admin.quiet_refresh))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
@@ -83,6 +83,7 @@ fn events(
     sessions: app::auth::Sessions,
     id: String,
     permit: StreamPermit,
+    quiet: Duration,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let start = Cursor {
         _permit: permit,
@@ -91,12 +92,12 @@ fn events(
         id,
         first: true,
     };
-    stream::unfold(start, |mut c| async move {
+    stream::unfold(start, move |mut c| async move {
         if c.first {
             c.first = false;
             return Some((Ok(Event::default().event("resync").data("resync")), c));
         }
-        let mut resync = match tokio::time::timeout(QUIET_REFRESH, c.rx.recv()).await {
+        let mut resync = match tokio::time::timeout(quiet, c.rx.recv()).await {
             Ok(Ok(ev)) => matches!(*ev, LiveEvent::Resync),
             Ok(Err(broadcast::error::RecvError::Lagged(_))) => true,
             Ok(Err(broadcast::error::RecvError::Closed)) => return None,

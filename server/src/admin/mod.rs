@@ -109,6 +109,9 @@ pub struct MigrateArgs {
 pub struct AdminState {
     /// Shared with the server functions through `AppContext::admin`.
     pub auth: AuthConfig,
+    /// The live stream's quiet refresh ([`events::QUIET_REFRESH`]); a field so a test can
+    /// tell a change-driven event from a time-driven one without racing the clock.
+    pub quiet_refresh: std::time::Duration,
 }
 
 impl AdminState {
@@ -145,6 +148,7 @@ impl AdminState {
                 max_password_checks: args.max_password_checks,
                 gone_after_ms: i64::try_from(heartbeat_ms.saturating_mul(2)).unwrap_or(i64::MAX),
             }),
+            quiet_refresh: events::QUIET_REFRESH,
         })
     }
 }
