@@ -754,3 +754,34 @@ async fn batched_history_and_dashboard_ids() {
         ["dead", "error", "claimed", "released", "claimed", "enqueued"]
     );
 }
+
+#[tokio::test]
+async fn reap_trims_throughput_minutes_older_than_a_day() {
+    use redis::AsyncCommands;
+    let name = "life_tp_trim";
+    let q = queue(name).await;
+    let now = q.now_ms().await.unwrap();
+    let minute = |ms: i64| ms - ms.rem_euclid(60_000);
+    let old = minute(now - (THROUGHPUT_RETENTION_MS as i64) - 120_000);
+    let recent = minute(now - 3_600_000);
+    let mut c = raw().await;
+    for m in [old, recent] {
+        let _: () = c
+            .hset(format!("{{{name}}}:tp"), format!("{m}:completed"), 5)
+            .await
+            .unwrap();
+        let _: () = c
+            .zadd(format!("{{{name}}}:tpmin"), m.to_string(), m)
+            .await
+            .unwrap();
+    }
+    q.reap(10).await.unwrap();
+    let fields: Vec<String> = c.hkeys(format!("{{{name}}}:tp")).await.unwrap();
+    assert_eq!(
+        fields,
+        vec![format!("{recent}:completed")],
+        "only the last day stays"
+    );
+    let minutes: Vec<String> = c.zrange(format!("{{{name}}}:tpmin"), 0, -1).await.unwrap();
+    assert_eq!(minutes, vec![recent.to_string()]);
+}

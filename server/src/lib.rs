@@ -8,6 +8,7 @@
 //! - [`config_file`]: `--config <file>` — the same settings from a TOML file.
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
+//! - [`metrics`]: `GET /metrics` from the worker's Prometheus recorder.
 //! - [`live`]: one Redis Pub/Sub subscription fanned out to the live (SSE) streams, per task,
 //!   and the caps on open streams.
 //! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
@@ -29,6 +30,7 @@ pub mod config_file;
 pub mod http_server;
 pub mod live;
 pub mod managed_redis;
+pub mod metrics;
 pub mod security;
 pub mod serve;
 pub mod shutdown;

@@ -248,7 +248,7 @@ async fn serve_with(
             body_bytes: args.body_limit,
             timeout: Duration::from_millis(args.request_timeout_ms),
         },
-        web::guarded_metrics(worker::metrics_router(metrics), state),
+        web::guarded_metrics(crate::metrics::metrics_router(metrics), state),
     );
     let listener = bind(args.addr).await?;
     let conn_limits = ConnLimits {

@@ -24,7 +24,7 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
     if let Some(addr) = args.metrics_addr {
         worker::install_prometheus();
         tokio::spawn(async move {
-            if let Err(e) = worker::serve_metrics(addr).await {
+            if let Err(e) = crate::metrics::serve_metrics(addr).await {
                 tracing::error!(error = %e, %addr, "metrics endpoint failed");
             }
         });

@@ -419,6 +419,32 @@ async fn sign_in_is_generic_and_rate_limited() {
         .ok()
         .expect("other address");
 
+    // In Redis: the session is stored under the sha256 of its id, never the id itself (a
+    // read of Redis does not yield a usable cookie); the failure counter expires within
+    // its minute.
+    let mut raw = queue::redis::Client::open(env.redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = queue::redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let hashed = format!(
+        "{{admintest}}:session:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(cookie.as_bytes()))
+    );
+    assert!(keys.contains(&hashed), "{keys:?}");
+    assert!(keys.iter().all(|k| !k.contains(&cookie)), "{keys:?}");
+    let ttl: i64 = queue::redis::cmd("PTTL")
+        .arg("{admintest}:loginfail:10.0.0.3")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "failure counter TTL {ttl} ms");
+
     // The cookie is locked down.
     let reply = send(
         r,

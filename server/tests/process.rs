@@ -260,3 +260,109 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `cmd` to its end, killing it after `limit` (a hang guard: the caller's point is that
+/// it ends well before).
+fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run repoll");
+    let t0 = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn a_worker_needs_redis_url() {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("worker").env_remove("REDIS_URL");
+    let out = output_within(cmd, Duration::from_secs(20));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("needs REDIS_URL"), "{stderr}");
+}
+
+#[test]
+fn a_wrong_redis_password_stops_the_start_at_once_and_is_never_printed() {
+    // A Redis with a password; the worker is given another. Waiting for Redis (up to 30 s) is
+    // for a server that is down or loading, not for one that refuses us: the worker must stop
+    // long before that wait would end.
+    let port = free_port();
+    let mut redis = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--requirepass", "the-right-one"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("worker").env(
+        "REDIS_URL",
+        format!("redis://:not-the-password@127.0.0.1:{port}/"),
+    );
+    let out = output_within(cmd, Duration::from_secs(20));
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.to_lowercase().contains("auth") || stderr.contains("WRONGPASS"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("not-the-password"), "{stderr}");
+}
+
+#[test]
+fn hash_password_makes_a_hash_that_signs_in() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .args(["admin", "hash-password"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run repoll");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"correct horse\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hash = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(hash.starts_with("$argon2"), "{hash}");
+    assert!(!hash.contains("correct horse"));
+    // The hash is what REPOLL_ADMIN_PASSWORD_HASH takes, and it accepts that password only.
+    let secret = app::auth::Secret::from_settings(Some(&hash), None)
+        .expect("a PHC string")
+        .expect("a secret");
+    assert!(secret.verify("correct horse"));
+    assert!(!secret.verify("correct horse "));
+}

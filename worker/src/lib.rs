@@ -3,7 +3,7 @@
 //! - [`upstream`]: the configurable HTTP client and how an answer is read.
 //! - [`policy`]: poll / deadline / error policies as pure functions.
 //! - [`runtime`]: the [`Worker`] claim loop, leases and graceful shutdown.
-//! - [`telemetry`]: metric names and the Prometheus endpoint.
+//! - [`telemetry`]: metric names and the Prometheus recorder.
 //!
 //! Wiring, as a binary does it:
 //! ```no_run
@@ -16,6 +16,7 @@
 //! # let _ = report; Ok(()) }
 //! ```
 
+mod ctx;
 pub mod policy;
 pub mod runtime;
 mod task;
@@ -26,7 +27,7 @@ mod wake;
 
 pub use policy::{Next, PolicyArgs};
 pub use runtime::{default_worker_id, Worker, WorkerArgs, WorkerError, WorkerReport};
-pub use telemetry::{install_prometheus, metrics_router, serve_metrics};
+pub use telemetry::install_prometheus;
 pub use upstream::{Answer, ConfigError, RateLimit, Upstream, UpstreamArgs, UpstreamError};
 
 /// A settings struct with every field at its flag's default, the environment ignored: what

@@ -14,17 +14,18 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use queue::{Queue, QueueError};
 use rand::Rng;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::ctx::{local_ms, Counters, Ctx};
 use crate::policy::PolicyArgs;
-use crate::telemetry as m;
+use crate::telemetry;
 use crate::upstream::Upstream;
 use crate::{task, upkeep, wake};
 
@@ -112,60 +113,6 @@ pub enum WorkerError {
     Config(String),
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub claimed: AtomicU64,
-    pub completed: AtomicU64,
-    pub rescheduled: AtomicU64,
-    pub retried: AtomicU64,
-    pub dead: AtomicU64,
-    pub stale: AtomicU64,
-    pub renewed: AtomicU64,
-}
-
-/// What the claim loop, the tasks and the upkeep loops share.
-pub(crate) struct Ctx {
-    pub queue: Queue,
-    pub upstream: Upstream,
-    pub policy: PolicyArgs,
-    pub id: String,
-    pub lease_ms: u64,
-    /// Redis `TIME` minus the local clock, measured at start: task times are Redis times.
-    pub clock_offset_ms: i64,
-    pub counters: Counters,
-    /// Set when shutdown begins: finishing tasks stop asking for their next one.
-    pub stopping: AtomicBool,
-    /// Leases this worker holds: task id -> token, for release on shutdown.
-    leases: Mutex<HashMap<String, u64>>,
-}
-
-impl Ctx {
-    /// Now, in Redis time.
-    pub fn now_ms(&self) -> i64 {
-        local_ms() + self.clock_offset_ms
-    }
-
-    pub fn hold(&self, id: &str, token: u64) {
-        self.lock().insert(id.to_string(), token);
-    }
-
-    pub fn forget(&self, id: &str) {
-        self.lock().remove(id);
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn take_all(&self) -> Vec<(String, u64)> {
-        self.lock().drain().collect()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
-        self.leases.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 /// A configured worker; [`Worker::run`] drives it.
 pub struct Worker {
     queue: Queue,
@@ -229,155 +176,229 @@ impl Worker {
             stopping: AtomicBool::new(false),
             leases: Mutex::new(HashMap::new()),
         });
-        let started_ms = ctx.now_ms();
         tracing::info!(worker = %ctx.id, concurrency = args.concurrency, "worker started");
 
-        // Background loops live in a JoinSet owned by this future: if the future is dropped
-        // (the process is killed, a test aborts it), they stop with it.
         let wake = wake::Wake::new();
-        let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
-        let mut background = JoinSet::new();
-        background.spawn(wake::listen(
-            wake.clone(),
-            self.queue.wakeups(self.pubsub),
-            max_idle,
-        ));
-        background.spawn(upkeep::heartbeat(
-            ctx.clone(),
-            started_ms,
-            args.heartbeat_ms,
-        ));
-        background.spawn(upkeep::reaper(
-            ctx.clone(),
-            wake.clone(),
-            args.reap_interval_ms,
-            args.reap_batch,
-        ));
-        if args.stats_interval_ms > 0 {
-            background.spawn(upkeep::queue_depth(ctx.clone(), args.stats_interval_ms));
-        }
-
-        let permits = Arc::new(Semaphore::new(args.concurrency));
-        let mut tasks: JoinSet<()> = JoinSet::new();
-        let mut idle = MIN_IDLE;
-        tokio::pin!(shutdown);
-
-        loop {
-            while let Some(done) = tasks.try_join_next() {
-                log_join(done);
-            }
-            let free = permits.available_permits();
-            let mut wait = max_idle;
-            if free > 0 {
-                let woken = wake.take_woken();
-                match ctx
-                    .queue
-                    .claim_woken(&ctx.id, free, args.lease_ms, woken)
-                    .await
-                {
-                    Ok(batch) => {
-                        let n = batch.len();
-                        if n > 0 {
-                            metrics::counter!(m::CLAIMS).increment(n as u64);
-                            ctx.counters.claimed.fetch_add(n as u64, Ordering::Relaxed);
-                            idle = MIN_IDLE;
-                        }
-                        for c in batch {
-                            match permits.clone().try_acquire_owned() {
-                                Ok(permit) => {
-                                    ctx.hold(&c.id, c.token);
-                                    tasks.spawn(task::run(ctx.clone(), c, permit));
-                                }
-                                // Cannot happen (only this loop takes permits, and it asked
-                                // for `free`); give the task back rather than exceed C.
-                                Err(_) => {
-                                    release(&ctx, &c.id, c.token).await;
-                                }
-                            }
-                        }
-                        if n == free {
-                            // Full batch: there may be more due; claim again as permits free.
-                            continue;
-                        }
-                        wait = match ctx.queue.next_due_ms().await {
-                            Ok(Some(due)) => {
-                                let until = due - ctx.now_ms();
-                                if until > 0 {
-                                    Duration::from_millis(until.unsigned_abs()).min(max_idle)
-                                } else if n > 0 {
-                                    // Became due while we claimed: claim again.
-                                    continue;
-                                } else {
-                                    // Due yet unclaimable (paused): back off, never spin.
-                                    let w = idle;
-                                    idle = (idle * 2).min(max_idle);
-                                    w
-                                }
-                            }
-                            Ok(None) => max_idle,
-                            Err(e) => {
-                                tracing::warn!(error = %e, "next_due_ms failed");
-                                max_idle
-                            }
-                        };
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claim failed; backing off");
-                        wait = idle;
-                        idle = (idle * 2).min(max_idle);
-                    }
-                }
-            }
-            // Idle (free slots): the listener may take a wake-up entry for this process.
-            wake.set_idle(free > 0);
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                Some(done) = tasks.join_next(), if !tasks.is_empty() => log_join(done),
-                () = wake.notified(), if free > 0 => {}
-                () = tokio::time::sleep(wait) => {}
-            }
-            wake.set_idle(false);
-        }
-
-        // Shutdown: no more claims (finishing tasks stop asking for their next one); in-flight
-        // calls get the grace period.
-        ctx.stopping.store(true, Ordering::Relaxed);
-        tracing::info!(worker = %ctx.id, in_flight = tasks.len(), "stopping: draining in-flight calls");
-        let grace = Duration::from_millis(args.grace_ms);
-        let drained = tokio::time::timeout(grace, async {
-            while let Some(done) = tasks.join_next().await {
-                log_join(done);
-            }
-        })
-        .await;
-        if drained.is_err() {
-            tasks.shutdown().await;
-        }
-        let mut released = 0;
-        for (id, token) in ctx.take_all() {
-            if release(&ctx, &id, token).await {
-                released += 1;
-            }
-        }
+        let mut background = start_background(&ctx, &wake, self.queue.wakeups(self.pubsub), &args);
+        let mut tasks = JoinSet::new();
+        claim_loop(&ctx, &wake, &args, &mut tasks, shutdown).await;
+        let released = drain(&ctx, tasks, Duration::from_millis(args.grace_ms)).await;
         background.shutdown().await;
         if let Err(e) = ctx.queue.remove_worker(&ctx.id).await {
             tracing::warn!(error = %e, "could not remove the worker from the registry");
         }
-        let c = &ctx.counters;
-        let report = WorkerReport {
-            worker_id: ctx.id.clone(),
-            claimed: c.claimed.load(Ordering::Relaxed),
-            completed: c.completed.load(Ordering::Relaxed),
-            rescheduled: c.rescheduled.load(Ordering::Relaxed),
-            retried: c.retried.load(Ordering::Relaxed),
-            dead: c.dead.load(Ordering::Relaxed),
-            stale: c.stale.load(Ordering::Relaxed),
-            renewed: c.renewed.load(Ordering::Relaxed),
-            released,
-        };
+        let report = report(&ctx, released);
         tracing::info!(?report, "worker stopped");
         Ok(report)
+    }
+}
+
+/// The loops beside the claim loop: the wake-up listener, the heartbeat, the reaper and the
+/// queue-depth gauge. They live in a JoinSet owned by the run: if it is dropped (the process
+/// is killed, a test aborts it), they stop with it.
+fn start_background(
+    ctx: &Arc<Ctx>,
+    wake: &Arc<wake::Wake>,
+    wakeups: queue::Wakeups,
+    args: &WorkerArgs,
+) -> JoinSet<()> {
+    let mut background = JoinSet::new();
+    let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
+    background.spawn(wake::listen(wake.clone(), wakeups, max_idle));
+    background.spawn(upkeep::heartbeat(
+        ctx.clone(),
+        ctx.now_ms(),
+        args.heartbeat_ms,
+    ));
+    background.spawn(upkeep::reaper(
+        ctx.clone(),
+        wake.clone(),
+        args.reap_interval_ms,
+        args.reap_batch,
+    ));
+    if args.stats_interval_ms > 0 {
+        background.spawn(upkeep::queue_depth(ctx.clone(), args.stats_interval_ms));
+    }
+    background
+}
+
+/// Claims while there are free slots, then waits for whichever comes first: a wake-up, a
+/// slot freed, the next due time (or the idle cap), or `shutdown`, which ends the loop.
+async fn claim_loop(
+    ctx: &Arc<Ctx>,
+    wake: &wake::Wake,
+    args: &WorkerArgs,
+    tasks: &mut JoinSet<()>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(args.concurrency));
+    let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
+    let mut backoff = MIN_IDLE;
+    tokio::pin!(shutdown);
+    loop {
+        while let Some(done) = tasks.try_join_next() {
+            log_join(done);
+        }
+        let free = permits.available_permits();
+        let wait = if free > 0 {
+            match claim_batch(ctx, wake, args, &permits, tasks, free).await {
+                Claimed::Full => {
+                    backoff = MIN_IDLE;
+                    continue;
+                }
+                Claimed::Some => next_wait(ctx, max_idle, &mut backoff, true).await,
+                Claimed::None => next_wait(ctx, max_idle, &mut backoff, false).await,
+                Claimed::Failed => {
+                    let w = backoff;
+                    backoff = (backoff * 2).min(max_idle);
+                    Some(w)
+                }
+            }
+        } else {
+            Some(max_idle)
+        };
+        // Became due while we claimed: claim again.
+        let Some(wait) = wait else { continue };
+        // Idle (free slots): the listener may take a wake-up entry for this process.
+        wake.set_idle(free > 0);
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => log_join(done),
+            () = wake.notified(), if free > 0 => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        wake.set_idle(false);
+    }
+}
+
+/// What one claim call gave.
+enum Claimed {
+    /// As many tasks as free slots: there may be more due.
+    Full,
+    /// Fewer.
+    Some,
+    /// Nothing (nothing due, or the queue is paused).
+    None,
+    /// The call failed (logged).
+    Failed,
+}
+
+/// One claim of up to `free` tasks, each started in its own task with a slot.
+async fn claim_batch(
+    ctx: &Arc<Ctx>,
+    wake: &wake::Wake,
+    args: &WorkerArgs,
+    permits: &Arc<Semaphore>,
+    tasks: &mut JoinSet<()>,
+    free: usize,
+) -> Claimed {
+    let woken = wake.take_woken();
+    let batch = match ctx
+        .queue
+        .claim_woken(&ctx.id, free, args.lease_ms, woken)
+        .await
+    {
+        Ok(batch) => batch,
+        Err(e) => {
+            tracing::warn!(error = %e, "claim failed; backing off");
+            return Claimed::Failed;
+        }
+    };
+    let n = batch.len();
+    if n > 0 {
+        metrics::counter!(telemetry::CLAIMS).increment(n as u64);
+        ctx.counters.claimed.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    for c in batch {
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                ctx.hold(&c.id, c.token);
+                tasks.spawn(task::run(ctx.clone(), c, permit));
+            }
+            // Cannot happen (only this loop takes permits, and it asked for `free`); give the
+            // task back rather than exceed C.
+            Err(_) => {
+                release(ctx, &c.id, c.token).await;
+            }
+        }
+    }
+    match n {
+        0 => Claimed::None,
+        n if n == free => Claimed::Full,
+        _ => Claimed::Some,
+    }
+}
+
+/// How long to wait after a claim that left slots free: until the earliest due time, capped
+/// at the idle cap. `None`: something became due while we claimed (after a claim that got
+/// work), so claim again now. Due yet unclaimable after an empty claim (a paused queue):
+/// back off from 10 ms up to the cap, never spin.
+async fn next_wait(
+    ctx: &Ctx,
+    max_idle: Duration,
+    backoff: &mut Duration,
+    got_work: bool,
+) -> Option<Duration> {
+    if got_work {
+        *backoff = MIN_IDLE;
+    }
+    match ctx.queue.next_due_ms().await {
+        Ok(Some(due)) => {
+            let until = due - ctx.now_ms();
+            if until > 0 {
+                Some(Duration::from_millis(until.unsigned_abs()).min(max_idle))
+            } else if got_work {
+                None
+            } else {
+                let w = *backoff;
+                *backoff = (*backoff * 2).min(max_idle);
+                Some(w)
+            }
+        }
+        Ok(None) => Some(max_idle),
+        Err(e) => {
+            tracing::warn!(error = %e, "next_due_ms failed");
+            Some(max_idle)
+        }
+    }
+}
+
+/// Shutdown: no more claims (finishing tasks stop asking for their next one); in-flight calls
+/// get the grace period, the rest are aborted and their leases given back (returns how many).
+async fn drain(ctx: &Ctx, mut tasks: JoinSet<()>, grace: Duration) -> u64 {
+    ctx.stopping.store(true, Ordering::Relaxed);
+    tracing::info!(worker = %ctx.id, in_flight = tasks.len(), "stopping: draining in-flight calls");
+    let drained = tokio::time::timeout(grace, async {
+        while let Some(done) = tasks.join_next().await {
+            log_join(done);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tasks.shutdown().await;
+    }
+    let mut released = 0;
+    for (id, token) in ctx.take_all() {
+        if release(ctx, &id, token).await {
+            released += 1;
+        }
+    }
+    released
+}
+
+fn report(ctx: &Ctx, released: u64) -> WorkerReport {
+    let c = &ctx.counters;
+    WorkerReport {
+        worker_id: ctx.id.clone(),
+        claimed: c.claimed.load(Ordering::Relaxed),
+        completed: c.completed.load(Ordering::Relaxed),
+        rescheduled: c.rescheduled.load(Ordering::Relaxed),
+        retried: c.retried.load(Ordering::Relaxed),
+        dead: c.dead.load(Ordering::Relaxed),
+        stale: c.stale.load(Ordering::Relaxed),
+        renewed: c.renewed.load(Ordering::Relaxed),
+        released,
     }
 }
 
@@ -385,7 +406,7 @@ impl Worker {
 async fn release(ctx: &Ctx, id: &str, token: u64) -> bool {
     match ctx.queue.release(id, Some(token), &ctx.id).await {
         Ok(true) => {
-            metrics::counter!(m::RELEASES).increment(1);
+            metrics::counter!(telemetry::RELEASES).increment(1);
             true
         }
         Ok(false) | Err(QueueError::StaleToken) | Err(QueueError::NotFound) => false,
@@ -402,13 +423,6 @@ fn log_join(done: Result<(), tokio::task::JoinError>) {
             tracing::error!(error = %e, "a task panicked; its lease will expire and it comes back");
         }
     }
-}
-
-fn local_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// `host-pid-random`: unique across hosts, processes and restarts of one pid.

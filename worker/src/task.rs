@@ -17,9 +17,9 @@ use queue::{Claimed, QueueError, Retry};
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::ctx::Ctx;
 use crate::policy::Next;
-use crate::runtime::Ctx;
-use crate::telemetry as m;
+use crate::telemetry;
 use crate::upstream::{Answer, UpstreamError};
 
 /// Attempts of a queue write that failed on Redis itself (not on the token).
@@ -30,14 +30,14 @@ struct InFlightGauge;
 
 impl InFlightGauge {
     fn new() -> InFlightGauge {
-        metrics::gauge!(m::IN_FLIGHT).increment(1.0);
+        metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
         InFlightGauge
     }
 }
 
 impl Drop for InFlightGauge {
     fn drop(&mut self) {
-        metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
+        metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
     }
 }
 
@@ -61,7 +61,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit)
                 .await;
         }
         ctx.hold(&n.id, n.token);
-        metrics::counter!(m::CLAIMS).increment(1);
+        metrics::counter!(telemetry::CLAIMS).increment(1);
         ctx.counters.claimed.fetch_add(1, Ordering::Relaxed);
         current = n;
     }
@@ -93,7 +93,8 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
         Ok(Answer::Failed { .. }) => "failed",
         Err(_) => "error",
     };
-    metrics::histogram!(m::UPSTREAM_LATENCY, "outcome" => outcome).record(latency.as_secs_f64());
+    metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome)
+        .record(latency.as_secs_f64());
 
     let now = ctx.now_ms();
     match result {
@@ -114,7 +115,7 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             })
             .await;
             if r.is_some() {
-                metrics::counter!(m::COMPLETIONS).increment(1);
+                metrics::counter!(telemetry::COMPLETIONS).increment(1);
                 ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
             }
             next
@@ -179,11 +180,12 @@ async fn reschedule(
     .await;
     match r {
         Some(0) => {
-            metrics::counter!(m::FAILURES, "kind" => "deadline", "outcome" => "dead").increment(1);
+            metrics::counter!(telemetry::FAILURES, "kind" => "deadline", "outcome" => "dead")
+                .increment(1);
             ctx.counters.dead.fetch_add(1, Ordering::Relaxed);
         }
         Some(_) => {
-            metrics::counter!(m::POLLS).increment(1);
+            metrics::counter!(telemetry::POLLS).increment(1);
             ctx.counters.rescheduled.fetch_add(1, Ordering::Relaxed);
         }
         None => {}
@@ -208,7 +210,7 @@ async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, Upst
             r = &mut call => return Some(r),
             _ = tick.tick() => match ctx.queue.renew(&c.id, c.token, ctx.lease_ms).await {
                 Ok(_) => {
-                    metrics::counter!(m::LEASE_RENEWALS).increment(1);
+                    metrics::counter!(telemetry::LEASE_RENEWALS).increment(1);
                     ctx.counters.renewed.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(QueueError::StaleToken) | Err(QueueError::NotFound) => {
@@ -234,7 +236,7 @@ async fn rate_permit(ctx: &Ctx) {
         match ctx.queue.upstream_permit(limit.per_sec, limit.burst).await {
             Ok(0) => return,
             Ok(wait_ms) => {
-                metrics::counter!(m::RATE_LIMITED).increment(1);
+                metrics::counter!(telemetry::RATE_LIMITED).increment(1);
                 let jitter = (wait_ms as f64 * 0.25 * unit()) as u64;
                 tokio::time::sleep(Duration::from_millis(wait_ms + jitter)).await;
             }
@@ -270,7 +272,7 @@ async fn fail(
     if let Some(f) = written {
         let dead = matches!(f, queue::Failed::Dead { .. });
         let outcome = if dead { "dead" } else { "retry" };
-        metrics::counter!(m::FAILURES, "kind" => kind.to_string(), "outcome" => outcome)
+        metrics::counter!(telemetry::FAILURES, "kind" => kind.to_string(), "outcome" => outcome)
             .increment(1);
         let counter = if dead {
             &ctx.counters.dead
@@ -283,7 +285,7 @@ async fn fail(
 }
 
 fn stale(c: &Claimed, op: &str) {
-    metrics::counter!(m::STALE_TOKENS).increment(1);
+    metrics::counter!(telemetry::STALE_TOKENS).increment(1);
     tracing::info!(id = %c.id, token = c.token, op, "lease lost: another worker owns the task; dropping the outcome");
 }
 

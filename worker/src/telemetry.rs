@@ -1,16 +1,13 @@
-//! Metric names, the Prometheus exporter helper and the `/metrics` endpoint.
+//! Metric names and the Prometheus recorder.
 //!
 //! The worker records through the `metrics` facade only; whoever runs it (`repoll worker`,
-//! `repoll serve`) installs the exporter once with [`install_prometheus`] and serves
-//! [`metrics_router`] or [`serve_metrics`]. Without an installed recorder the macros are no-ops.
+//! `repoll serve`) installs the recorder once with [`install_prometheus`] and serves what the
+//! handle renders (the binary's `metrics` module; a library opens no listener). Without an
+//! installed recorder the macros are no-ops.
 
-use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Tasks claimed.
@@ -81,29 +78,4 @@ pub fn install_prometheus() -> PrometheusHandle {
             handle
         })
         .clone()
-}
-
-/// `GET /metrics` in Prometheus text format, for mounting in a web server.
-pub fn metrics_router(handle: PrometheusHandle) -> axum::Router {
-    axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let handle = handle.clone();
-            async move {
-                (
-                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    handle.render(),
-                )
-                    .into_response()
-            }
-        }),
-    )
-}
-
-/// Installs the exporter (see [`install_prometheus`]) and serves `GET /metrics` on `addr`
-/// until the task is dropped, for `repoll worker --metrics-addr`.
-pub async fn serve_metrics(addr: SocketAddr) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "metrics on /metrics");
-    axum::serve(listener, metrics_router(install_prometheus())).await
 }

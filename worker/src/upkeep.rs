@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::runtime::Ctx;
-use crate::telemetry as m;
+use crate::ctx::Ctx;
+use crate::telemetry;
 
 /// Reaps per tick at most this many batches, so one worker never hogs Redis.
 const REAP_BATCHES_PER_TICK: usize = 10;
@@ -58,7 +58,7 @@ pub(crate) async fn reaper(
                 Ok(r) => {
                     let n = r.requeued.len() + r.dead.len();
                     if n > 0 {
-                        metrics::counter!(m::LEASE_EXPIRATIONS).increment(n as u64);
+                        metrics::counter!(telemetry::LEASE_EXPIRATIONS).increment(n as u64);
                         tracing::info!(
                             requeued = r.requeued.len(),
                             dead = r.dead.len(),
@@ -97,7 +97,7 @@ pub(crate) async fn queue_depth(ctx: Arc<Ctx>, every_ms: u64) {
                     ("dead", s.dead),
                     ("results", s.results),
                 ] {
-                    metrics::gauge!(m::QUEUE_DEPTH, "state" => state).set(n as f64);
+                    metrics::gauge!(telemetry::QUEUE_DEPTH, "state" => state).set(n as f64);
                 }
             }
             Err(e) => tracing::debug!(error = %e, "stats for gauges failed"),

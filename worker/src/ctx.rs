@@ -1,0 +1,75 @@
+//! What the claim loop, the tasks and the upkeep loops of one worker share: the queue, the
+//! upstream, the settings, the counters behind [`crate::WorkerReport`], and the leases held
+//! (so shutdown can give them back).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use queue::Queue;
+
+use crate::policy::PolicyArgs;
+use crate::upstream::Upstream;
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub claimed: AtomicU64,
+    pub completed: AtomicU64,
+    pub rescheduled: AtomicU64,
+    pub retried: AtomicU64,
+    pub dead: AtomicU64,
+    pub stale: AtomicU64,
+    pub renewed: AtomicU64,
+}
+
+/// What the claim loop, the tasks and the upkeep loops share.
+pub(crate) struct Ctx {
+    pub queue: Queue,
+    pub upstream: Upstream,
+    pub policy: PolicyArgs,
+    pub id: String,
+    pub lease_ms: u64,
+    /// Redis `TIME` minus the local clock, measured at start: task times are Redis times.
+    pub clock_offset_ms: i64,
+    pub counters: Counters,
+    /// Set when shutdown begins: finishing tasks stop asking for their next one.
+    pub stopping: AtomicBool,
+    /// Leases this worker holds: task id -> token, for release on shutdown.
+    pub(crate) leases: Mutex<HashMap<String, u64>>,
+}
+
+impl Ctx {
+    /// Now, in Redis time.
+    pub fn now_ms(&self) -> i64 {
+        local_ms() + self.clock_offset_ms
+    }
+
+    pub fn hold(&self, id: &str, token: u64) {
+        self.lock().insert(id.to_string(), token);
+    }
+
+    pub fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn take_all(&self) -> Vec<(String, u64)> {
+        self.lock().drain().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The local clock in ms since the Unix epoch (0 if the clock is before it).
+pub(crate) fn local_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

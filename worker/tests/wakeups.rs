@@ -1,0 +1,144 @@
+//! How idle workers find work: woken by the queue's wake-up list (their 1 s safety sleep set to
+//! a minute, so nothing else could start the work in time), the safety sleep itself when a
+//! wake-up entry is lost, and the bound on calls in flight per worker (`REPOLL_CONCURRENCY`).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use common::*;
+use redis::AsyncCommands;
+use sim::SimArgs;
+use worker::{UpstreamArgs, WorkerArgs};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_workers_are_woken_by_new_work() {
+    let sim = start_sim(SimArgs {
+        polls: 1,
+        ..SimArgs::default()
+    })
+    .await;
+    let q = queue("wake_idle").await;
+    let up = sim.upstream_args(5_000);
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            spawn(worker(
+                &q,
+                &up,
+                fast_policy(),
+                WorkerArgs {
+                    worker_id: Some(format!("idle-{i}")),
+                    // Only a wake-up can start a task within the test's deadline.
+                    max_idle_ms: 60_000,
+                    ..fast_worker_args(2)
+                },
+            ))
+        })
+        .collect();
+    // One at a time, each into idle workers.
+    for i in 0..8 {
+        q.enqueue(&format!("wake idle {i}"), "", &Default::default())
+            .await
+            .unwrap();
+        wait_settled(&q, i + 1, Duration::from_secs(30)).await;
+    }
+    let mut completed = 0;
+    for w in workers {
+        completed += w.stop().await.completed;
+    }
+    assert_eq!(completed, 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_wake_up_is_covered_by_the_idle_cap() {
+    let sim = start_sim(SimArgs {
+        polls: 1,
+        ..SimArgs::default()
+    })
+    .await;
+    let name = "wake_lost";
+    let q = queue(name).await;
+    let w = spawn(worker(
+        &q,
+        &sim.upstream_args(5_000),
+        fast_policy(),
+        WorkerArgs {
+            max_idle_ms: 200,
+            ..fast_worker_args(2)
+        },
+    ));
+    // A ready task whose wake-up entry was lost: the record and its ready-list place, written
+    // as enqueue.lua would, and no entry in the wake-up list.
+    let query = "wake lost";
+    let id = id_of(query);
+    let now = q.now_ms().await.unwrap();
+    let mut c = redis::Client::open(redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = c
+        .hset_multiple(
+            format!("{{{name}}}:t:{id}"),
+            &[("q", query), ("s", "due"), ("c", &now.to_string())],
+        )
+        .await
+        .unwrap();
+    let _: () = c.rpush(format!("{{{name}}}:ready"), &id).await.unwrap();
+    let n: usize = c.llen(format!("{{{name}}}:wakeups")).await.unwrap();
+    assert_eq!(n, 0, "no wake-up entry");
+    let s = wait_settled(&q, 1, Duration::from_secs(30)).await;
+    assert_eq!(s.results, 1);
+    assert_eq!(w.stop().await.completed, 1);
+}
+
+/// An upstream that answers "done" after 50 ms and records the most calls in flight at once.
+#[derive(Clone, Default)]
+struct Gauge {
+    now: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+}
+
+async fn slow_done(
+    State(g): State<Gauge>,
+    Query(_q): Query<std::collections::HashMap<String, String>>,
+) -> Json<serde_json::Value> {
+    let n = g.now.fetch_add(1, Ordering::SeqCst) + 1;
+    g.max.fetch_max(n, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    g.now.fetch_sub(1, Ordering::SeqCst);
+    Json(serde_json::json!({"status": "done", "data": "ok"}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_never_exceed_the_concurrency() {
+    let gauge = Gauge::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = Router::new()
+        .route("/api/query", get(slow_done))
+        .with_state(gauge.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let q = queue("wake_concurrency").await;
+    for i in 0..40 {
+        q.enqueue(&format!("concurrency {i}"), "", &Default::default())
+            .await
+            .unwrap();
+    }
+    let up = UpstreamArgs {
+        url: format!("http://{addr}/api/query?q={{key}}"),
+        ..UpstreamArgs::default()
+    };
+    let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(3)));
+    wait_settled(&q, 40, Duration::from_secs(60)).await;
+    assert_eq!(w.stop().await.completed, 40);
+    let max = gauge.max.load(Ordering::SeqCst);
+    assert!(max <= 3, "{max} calls at once with 3 slots");
+    assert!(max >= 2, "the slots were used together ({max})");
+}
