@@ -14,12 +14,14 @@
 //! - `worker_ops`: enqueue, claim (peek + claim), renew, complete, reschedule, fail,
 //!   release, reap, heartbeats.
 //! - `admin`: retry, cancel, pause/resume, purge (chunked).
+//! - [`bulk`]: bulk actions by filter (select, count, act in chunks in the background, stop).
 //! - `read`: stats, list (cursor pages), get, workers, stuck leases, events.
 //!
 //! ARCHITECTURE.md ("Queue core: keys, states, transitions") has the key table and the
 //! state machine.
 
 mod admin;
+pub mod bulk;
 mod conn;
 mod decode;
 pub mod error;
@@ -42,5 +44,9 @@ pub use queue::{Queue, RESPONSE_TIMEOUT};
 pub use redis;
 
 pub use admin::{Migrated, CHUNK as PURGE_CHUNK};
+pub use bulk::{
+    BulkAction, BulkFilter, BulkJob, BulkProgress, BulkRefused, BulkSelection, BulkState,
+    TimeField, DEFAULT_BULK_LIMIT,
+};
 pub use read::{MAX_PAGE, STATS_BUCKETS};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};
