@@ -95,7 +95,7 @@ test("anonymous admin pages are a 303 to the sign-in page and carry no queue dat
   // Something worth leaking: a dead task whose query and error would show on these pages.
   const secret = `leak-check-${run}`;
   redisPipe(deadTaskLines(`${secret} polls=1`, `HTTP 503 ${secret}`, Date.now()));
-  for (const p of ["/admin", "/admin/tasks?state=dead", "/admin/leases", `/admin/tasks/${taskId(`${secret} polls=1`)}`]) {
+  for (const p of ["/admin", "/admin/tasks?state=dead", "/admin/leases", "/admin/bulk?state=dead", `/admin/tasks/${taskId(`${secret} polls=1`)}`]) {
     const res = await request.get(p, { maxRedirects: 0 });
     expect(res.status(), p).toBe(303);
     expect(res.headers()["location"], p).toBe("/admin/login");
@@ -270,6 +270,11 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
       await waitLive(page);
       await expect(page.locator("h1")).toContainText("eases");
     });
+    await noSidewaysScroll(page, `/admin/bulk?state=dead&error=${encodeURIComponent("upstream-said-no")}`, async () => {
+      await waitLive(page);
+      await expect(page.getByTestId("bulk-count")).toBeVisible();
+    });
+    await shot(page, "phone-bulk", true);
   } finally {
     redis("ZREM", "{repoll}:due", waitingId);
     redis("ZREM", "{repoll}:retry", waitingId);
@@ -325,4 +330,126 @@ test("dark mode follows the system setting", async ({ browser }) => {
     expect(errors).toEqual([]);
     await context.close();
   }
+});
+
+test("bulk retry of 2,000 dead tasks picked by error text: the count first, a progress bar to 100 %, one audit entry", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const errors = watchErrors(page);
+  const marker = `bulk-${run}`;
+  const at = Date.now();
+  const lines: string[] = [];
+  const ids: string[] = [];
+  for (let i = 0; i < 2000; i++) {
+    const query = `${marker}-${i} polls=1`;
+    ids.push(taskId(query));
+    lines.push(...deadTaskLines(query, `HTTP 503 Service Unavailable (${marker})`, at));
+  }
+  // Same run, another error: the filter must leave them dead.
+  const decoys = Array.from({ length: 5 }, (_, i) => `${marker}-decoy-${i} polls=1`);
+  for (const q of decoys) lines.push(...deadTaskLines(q, "HTTP 404 Not Found", at));
+  redisPipe(lines);
+  const deadOf = (list: string[]) =>
+    list.filter((id) => redis("HGET", `{repoll}:t:${id}`, "s") === "dead").length;
+  expect(deadOf(ids.slice(0, 20))).toBe(20);
+
+  await signIn(page);
+  // From the dead tab of the task list to the filter, with the state already chosen.
+  await page.goto("/admin/tasks?state=dead");
+  await waitLive(page);
+  await page.getByTestId("bulk-link").click();
+  await expect(page).toHaveURL(/\/admin\/bulk\?state=dead$/);
+  await waitLive(page);
+  await page.getByTestId("bulk-error").fill(marker);
+  await page.getByTestId("bulk-count-submit").click();
+  await expect(page).toHaveURL(new RegExp(`error=${marker}`));
+  // The count before anything is done; the button names it.
+  await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "2000");
+  await expect(page.getByTestId("bulk-count")).toHaveText("2000 tasks match");
+  await expect(page.getByTestId("bulk-retry")).toHaveText("Retry 2000 tasks");
+  expect(deadOf(ids.slice(0, 20))).toBe(20);
+  await shot(page, "admin-bulk-count", true);
+
+  await page.getByTestId("bulk-retry").click();
+  await expect(page.getByTestId("bulk-result")).toHaveText("started: retry 2000 tasks");
+  const progress = page.getByTestId("bulk-progress");
+  await expect(progress).toHaveAttribute("data-state", "finished", { timeout: 60_000 });
+  await expect(progress).toHaveAttribute("data-done", "2000");
+  await expect(progress).toHaveAttribute("data-total", "2000");
+  await expect(progress.locator("progress")).toHaveAttribute("value", "100.0");
+  await expect(progress.getByTestId("progress")).toContainText("100 %");
+  await expect(page.getByTestId("bulk-summary")).toContainText("2000 of 2000 gone through, 2000 changed");
+  await shot(page, "admin-bulk-done", true);
+
+  // In Redis: none of the 2,000 is dead any more (ready, claimed or already done); the
+  // decoys are untouched; the run's record says the same.
+  expect(deadOf(ids)).toBe(0);
+  expect(deadOf(decoys.map(taskId))).toBe(decoys.length);
+  const stored = redis("HGET", "{repoll}:bulk", "changed");
+  expect(stored).toBe("2000");
+  const started = Number(redis("HGET", "{repoll}:bulk", "started"));
+  const ended = Number(redis("HGET", "{repoll}:bulk", "ended"));
+  const rate = Math.round((2000 * 1000) / Math.max(1, ended - started));
+  test.info().annotations.push({ type: "bulk retry rate", description: `2000 tasks in ${ended - started} ms: ${rate} tasks/s` });
+  console.log(`bulk retry: 2000 tasks in ${ended - started} ms (${rate} tasks/s)`);
+
+  // One audit entry with the filter and the count.
+  await page.goto("/admin");
+  await waitLive(page);
+  const entry = page.getByTestId("audit").locator("tr", { hasText: marker });
+  await expect(entry).toHaveCount(1);
+  await expect(entry).toContainText("bulk retry");
+  await expect(entry).toContainText(`dead, error contains "${marker}"`);
+  await expect(entry.locator("td").nth(4)).toHaveText("2000");
+  // The retried tasks run (polls=1: done at the first call).
+  await expect(async () => {
+    expect(redis("EXISTS", `{repoll}:r:${ids[0]}`)).toBe("1");
+  }).toPass({ timeout: 60_000 });
+  // Clean up the decoys for later tests.
+  for (const q of decoys) {
+    redis("ZREM", "{repoll}:dead", taskId(q));
+    redis("DEL", `{repoll}:t:${taskId(q)}`);
+  }
+  expect(errors).toEqual([]);
+});
+
+test("a filter matching more than the per-action limit shows the count and the limit, and offers no action", async ({
+  page,
+}) => {
+  test.setTimeout(120_000);
+  const errors = watchErrors(page);
+  // One more than the default limit (REPOLL_BULK_LIMIT, 10,000; the e2e server keeps it).
+  const marker = `over-${run}`;
+  const at = Date.now();
+  const ids: string[] = [];
+  const lines: string[] = [];
+  for (let i = 0; i < 10_001; i++) {
+    const query = `${marker}-${i} polls=1`;
+    ids.push(taskId(query));
+    lines.push(...deadTaskLines(query, `HTTP 500 (${marker})`, at));
+  }
+  redisPipe(lines);
+  try {
+    await signIn(page);
+    await page.goto(`/admin/bulk?state=dead&error=${marker}`);
+    await waitLive(page);
+    await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "10001");
+    await expect(page.getByTestId("bulk-over-limit")).toContainText("the limit is 10000 tasks");
+    await expect(page.getByTestId("bulk-over-limit")).toContainText("REPOLL_BULK_LIMIT");
+    for (const op of ["retry", "cancel", "purge"]) await expect(page.getByTestId(`bulk-${op}`)).toHaveCount(0);
+    // Narrowed below the limit (a query-text filter), the actions are offered again.
+    await page.goto(`/admin/bulk?state=dead&error=${marker}&query=${marker}-999`);
+    await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "11");
+    await expect(page.getByTestId("bulk-purge")).toHaveText("Purge 11 tasks");
+  } finally {
+    const del: string[] = [];
+    for (let i = 0; i < ids.length; i += 500) {
+      const chunk = ids.slice(i, i + 500);
+      del.push(`ZREM {repoll}:dead ${chunk.join(" ")}`);
+      del.push(`DEL ${chunk.map((id) => `{repoll}:t:${id}`).join(" ")}`);
+    }
+    redisPipe(del);
+  }
+  expect(errors).toEqual([]);
 });
