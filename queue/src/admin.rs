@@ -36,7 +36,7 @@ impl Queue {
         }
     }
 
-    async fn retry_ids(&self, ids: &[String], who: &str, mode: &str) -> Result<u64> {
+    pub(crate) async fn retry_ids(&self, ids: &[String], who: &str, mode: &str) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
         inv.key(&k.ready)
@@ -154,7 +154,7 @@ impl Queue {
         Ok(total)
     }
 
-    async fn purge_chunk(&self, target: &str, ids: &[String], who: &str) -> Result<u64> {
+    pub(crate) async fn purge_chunk(&self, target: &str, ids: &[String], who: &str) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.purge);
         inv.key(&k.due)

@@ -15,12 +15,14 @@
 //!   next tasks in the same call), release, reap, heartbeats.
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per unit of work).
 //! - `admin`: retry, cancel, pause/resume, purge (chunked).
+//! - [`bulk`]: bulk actions by filter (select, count, act in chunks in the background, stop).
 //! - `read`: stats, list (cursor pages), get, workers, stuck leases, events.
 //!
 //! ARCHITECTURE.md ("Queue core: keys, states, transitions") has the key table and the
 //! state machine.
 
 mod admin;
+pub mod bulk;
 mod conn;
 mod decode;
 pub mod error;
@@ -44,6 +46,10 @@ pub use queue::{Queue, RESPONSE_TIMEOUT};
 pub use redis;
 
 pub use admin::{Migrated, CHUNK as PURGE_CHUNK};
+pub use bulk::{
+    BulkAction, BulkFilter, BulkJob, BulkProgress, BulkRefused, BulkSelection, BulkState,
+    TimeField, DEFAULT_BULK_LIMIT,
+};
 pub use read::{MAX_PAGE, STATS_BUCKETS};
 pub use wake::{Wakeups, WAKE_CAP};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};

@@ -62,7 +62,7 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         ))
     });
     let options = state.leptos_options.clone();
-    Router::new()
+    let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::api::router())
@@ -90,20 +90,87 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
             state.clone(),
             crate::admin::page_guard,
         ))
-        .with_state(state)
-        .merge(extra)
-        // Cross-site POSTs to the admin side and the server functions are refused here,
-        // before any handler (see crate::admin::same_origin).
-        .layer(axum::middleware::from_fn(crate::admin::same_origin_guard))
-        .layer(RequestBodyLimitLayer::new(limits.body_bytes))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::SERVICE_UNAVAILABLE,
-            limits.timeout,
-        ))
-        .layer(axum::middleware::from_fn(crate::security::headers))
-        // A panic in a handler is one failed request (500), not a dead process.
-        .layer(CatchPanicLayer::custom(crate::security::panic_response))
-        .layer(TraceLayer::new_for_http())
+        .with_state(state);
+    // The query form without JavaScript: a refused query is answered 422 with the form page
+    // and its reason, rendered by this same router (see `form_error_page`).
+    let pages = app.clone();
+    app.layer(axum::middleware::from_fn(move |req, next| {
+        form_error_page(pages.clone(), req, next)
+    }))
+    .merge(extra)
+    // Cross-site POSTs to the admin side and the server functions are refused here,
+    // before any handler (see crate::admin::same_origin).
+    .layer(axum::middleware::from_fn(crate::admin::same_origin_guard))
+    .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+    .layer(TimeoutLayer::with_status_code(
+        StatusCode::SERVICE_UNAVAILABLE,
+        limits.timeout,
+    ))
+    .layer(axum::middleware::from_fn(crate::security::headers))
+    // A panic in a handler is one failed request (500), not a dead process.
+    .layer(CatchPanicLayer::custom(crate::security::panic_response))
+    .layer(TraceLayer::new_for_http())
+}
+
+/// A plain HTML form post of the query form (no JavaScript) that the server function refused
+/// comes back from Leptos as a redirect to the form with the error in the URL
+/// (`/?__path=..&__err=..`), i.e. a 302 and then a 200 page. A user's mistake must be a 4xx:
+/// so this renders that same form page (with the reason, read from those parameters) right
+/// away and answers it with 422. The browser stays at the server function's URL; the form on
+/// the page posts to it again as usual. Only the query form's function is rewritten: the
+/// admin forms keep post/redirect/get.
+async fn form_error_page(
+    pages: Router,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{header, Method, Request};
+    use leptos::server_fn::ServerFn;
+    use tower::ServiceExt;
+    let form_post = req.method() == Method::POST
+        && req.uri().path() == <app::pages::SubmitQuery as ServerFn>::PATH
+        && req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"));
+    if !form_post {
+        return next.run(req).await;
+    }
+    let nonce = req.extensions().get::<crate::security::CspNonce>().cloned();
+    let host = req.headers().get(header::HOST).cloned();
+    let res = next.run(req).await;
+    let error_query = res
+        .status()
+        .is_redirection()
+        .then(|| res.headers().get(header::LOCATION))
+        .flatten()
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| l.split_once('?').map(|(_, q)| q.to_string()))
+        .filter(|q| q.split('&').any(|p| p.starts_with("__err=")));
+    let Some(query) = error_query else {
+        return res;
+    };
+    let mut get = Request::builder()
+        .method(Method::GET)
+        .uri(format!("/?{query}"))
+        .header(header::ACCEPT, "text/html");
+    if let Some(host) = host {
+        get = get.header(header::HOST, host);
+    }
+    let Ok(mut get) = get.body(axum::body::Body::empty()) else {
+        return res;
+    };
+    if let Some(nonce) = nonce {
+        get.extensions_mut().insert(nonce);
+    }
+    match pages.oneshot(get).await {
+        Ok(mut page) if page.status().is_success() => {
+            *page.status_mut() = StatusCode::UNPROCESSABLE_ENTITY;
+            page
+        }
+        _ => res,
+    }
 }
 
 /// The client address of a request, by the one rule every per-client limit shares

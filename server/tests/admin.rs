@@ -17,6 +17,7 @@ use app::{
     context::AppContext,
     pages::admin::{
         actions::Act,
+        bulk::{BulkAct, BulkPreview},
         leases::Leases,
         login::{SignIn, SignOut, Whoami},
         overview::Overview,
@@ -912,6 +913,11 @@ async fn every_admin_server_function_needs_a_session() {
         (ListTasks::PATH, vec![("state", "dead")]),
         (ReadTask::PATH, vec![("id", dead.as_str())]),
         (Leases::PATH, vec![("within_ms", "1000")]),
+        (BulkPreview::PATH, vec![("filter[state]", "dead")]),
+        (
+            BulkAct::PATH,
+            vec![("op", "retry"), ("filter[state]", "dead")],
+        ),
         (CheckRedis::PATH, vec![]),
     ];
     // Open on purpose: whoami answers null without a session; sign-in and sign-out are how a
@@ -938,6 +944,77 @@ async fn every_admin_server_function_needs_a_session() {
         assert_eq!(reply.status, 401, "{path}: {}", reply.body);
     }
     assert!(!q.stats().await.unwrap().paused, "nothing changed");
+    env.redis.stop().await;
+}
+
+/// Bulk actions by filter through their server functions: a viewer may count but not act;
+/// the admin's run works in the background and ends in one audit entry with the filter and
+/// the count; more matching tasks than the confirmed count refuse the start.
+#[tokio::test]
+async fn bulk_actions_need_the_admin_and_end_in_one_audit_entry() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    for n in ["one", "two", "three"] {
+        dead_task(q, &format!("bulk {n}")).await;
+    }
+    let other = dead_task(q, "elsewhere").await;
+    let viewer = sign_in(r, VIEWER_PW, [10, 0, 0, 40]).await.ok().unwrap();
+    let admin = sign_in(r, ADMIN_PW, [10, 0, 0, 41]).await.ok().unwrap();
+    let filter = [("filter[state]", "dead"), ("filter[query]", "BULK ")];
+    let preview = call::<BulkPreview>(r, &filter, Some(&viewer), &[]).await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(preview.body.contains("\"matched\":3"), "{}", preview.body);
+    assert!(preview.body.contains("\"limit\":10000"), "{}", preview.body);
+
+    let mut start = vec![("op", "retry"), ("confirmed", "3")];
+    start.extend(filter);
+    let refused = call::<BulkAct>(r, &start, Some(&viewer), &[]).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let mut grew = vec![("op", "retry"), ("confirmed", "2")];
+    grew.extend(filter);
+    let refused = call::<BulkAct>(r, &grew, Some(&admin), &[]).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(q.stats().await.unwrap().dead, 4, "nothing changed yet");
+
+    let started = call::<BulkAct>(r, &start, Some(&admin), &[]).await;
+    assert_eq!(started.body, "\"started: retry 3 tasks\"");
+    // The run is the server's: wait for its end (a hang guard, not a timing).
+    let mut end = None;
+    for _ in 0..500 {
+        match q.bulk_progress().await.unwrap() {
+            Some(p) if !p.running() => {
+                end = Some(p);
+                break;
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    let end = end.expect("the run ended");
+    assert_eq!((end.state.as_str(), end.changed), ("finished", 3));
+    assert_eq!(q.stats().await.unwrap().dead, 1);
+    assert_eq!(
+        q.get(&other).await.unwrap().unwrap().task.unwrap().state,
+        queue::TaskState::Dead
+    );
+    // One audit entry, written when the run ended (after the answer): wait for it too.
+    let mut overview = String::new();
+    for _ in 0..500 {
+        overview = call::<Overview>(r, &[], Some(&admin), &[]).await.body;
+        if overview.contains("bulk retry") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        overview.matches("\"action\":\"bulk retry\"").count(),
+        1,
+        "{overview}"
+    );
+    assert!(
+        overview.contains("dead, query contains \\\"BULK\\\""),
+        "{overview}"
+    );
+    assert!(overview.contains("\"count\":3"), "{overview}");
     env.redis.stop().await;
 }
 
@@ -985,6 +1062,8 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
         "/admin/tasks?state=results".to_string(),
         "/admin/tasks?search=img".to_string(),
         "/admin/leases".to_string(),
+        // The filter's own text is echoed as text too.
+        "/admin/bulk?state=dead&error=%3Cimg%20src%3Dx%20onerror%3Dalert(5)%3E".to_string(),
         format!("/admin/tasks/{waiting}"),
         format!("/admin/tasks/{done}"),
         format!("/admin/tasks/{dead}"),
@@ -999,7 +1078,7 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
         bodies.push_str(&page.body);
     }
     // Not vacuous: the hostile texts are on the pages, escaped (query, partial, result, error).
-    for n in 1..=4 {
+    for n in 1..=5 {
         assert!(
             bodies.contains(&format!("onerror=alert({n})")),
             "text {n} is shown somewhere"

@@ -99,6 +99,9 @@ pub struct AuthSettings {
     pub gone_after_ms: i64,
     /// Password checks allowed to run at once (at least 1).
     pub max_password_checks: usize,
+    /// Tasks one bulk action by filter may touch (`/admin/bulk`); above it the action is
+    /// refused with the count and the limit.
+    pub bulk_limit: u64,
 }
 
 impl Default for AuthSettings {
@@ -113,6 +116,7 @@ impl Default for AuthSettings {
             trust_forwarded: false,
             gone_after_ms: 10_000,
             max_password_checks: DEFAULT_PASSWORD_CHECKS,
+            bulk_limit: queue::DEFAULT_BULK_LIMIT,
         }
     }
 }

@@ -6,6 +6,6 @@ mod not_found;
 mod query;
 mod widgets;
 
-pub use admin::{LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage};
+pub use admin::{BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage};
 pub use not_found::NotFound;
 pub use query::{QueryPage, QueryResultPage, ServicePaused, SubmitQuery};

@@ -64,6 +64,12 @@ pub struct AdminArgs {
     #[arg(long, env = "REPOLL_MAX_PASSWORD_CHECKS", default_value_t = app::auth::DEFAULT_PASSWORD_CHECKS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
     pub max_password_checks: usize,
+
+    /// Tasks one bulk action by filter (retry / cancel / purge on /admin/bulk) may touch; a
+    /// filter matching more is refused with its count.
+    #[arg(long, env = "REPOLL_BULK_LIMIT", default_value_t = queue::DEFAULT_BULK_LIMIT,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub bulk_limit: u64,
 }
 
 impl std::fmt::Debug for AdminArgs {
@@ -80,6 +86,7 @@ impl std::fmt::Debug for AdminArgs {
             .field("cookie_secure", &self.cookie_secure)
             .field("trust_forwarded", &self.trust_forwarded)
             .field("max_password_checks", &self.max_password_checks)
+            .field("bulk_limit", &self.bulk_limit)
             .finish()
     }
 }
@@ -146,6 +153,11 @@ impl AdminState {
                 cookie_secure: args.cookie_secure,
                 trust_forwarded: args.trust_forwarded,
                 max_password_checks: args.max_password_checks,
+                // 0 only from `AdminArgs::default()` (the flag's range starts at 1).
+                bulk_limit: match args.bulk_limit {
+                    0 => queue::DEFAULT_BULK_LIMIT,
+                    n => n,
+                },
                 gone_after_ms: i64::try_from(heartbeat_ms.saturating_mul(2)).unwrap_or(i64::MAX),
             }),
             quiet_refresh: events::QUIET_REFRESH,

@@ -6,6 +6,8 @@
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
 //! - [`overview`], [`tasks`], [`task`], [`leases`]: the pages and their read functions.
 //! - [`actions`]: every state-changing admin action, through one server function.
+//! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
+//!   stop; one audit entry per run).
 //! - `audit` (server only): the audit log in Redis.
 //! - `paused` (server only): the queue's pause flag, for the banner every page shows.
 //! - `model`, `chart`, `ui`: plain data, SVG charts, formatting and shared widgets (times,
@@ -19,6 +21,7 @@
 pub mod actions;
 #[cfg(feature = "ssr")]
 mod audit;
+pub mod bulk;
 mod chart;
 mod frame;
 pub mod leases;
@@ -32,6 +35,7 @@ pub mod task;
 pub mod tasks;
 mod ui;
 
+pub use bulk::BulkPage;
 pub use leases::LeasesPage;
 pub use login::LoginPage;
 pub use overview::OverviewPage;

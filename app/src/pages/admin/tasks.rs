@@ -500,6 +500,11 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
         None => empty_text(&listing.state).to_string(),
     };
     let current = (!searching).then(|| state.clone());
+    // The same state, narrowed by error, query and age, for a retry / cancel / purge of many.
+    let bulk = (!searching && state != "results").then(|| {
+        let href = format!("/admin/bulk?state={state}");
+        view! { <A href=href attr:data-testid="bulk-link">"Bulk action by filter…"</A> }
+    });
     view! {
         <div class="view">
         <PausedBanner paused=listing.paused now />
@@ -508,6 +513,7 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
         // Optional parts each sit in their own element: bare empty placeholders next to each
         // other are what hydration is most likely to mis-assign.
         <div class="muted">{listing.note}</div>
+        <div>{bulk}</div>
         <div>
             <ConfirmAction
                 action

@@ -1,0 +1,572 @@
+//! `/admin/bulk`: bulk actions by filter. The operator picks a state and narrows it by error
+//! text, query text and a time window (a GET form, so the filter is in the URL); the page
+//! shows how many tasks match before anything is done, and offers the actions that apply,
+//! each naming that count. A run goes on in the background on the server (chunks of
+//! `queue::bulk::BULK_CHUNK` through the per-task admin scripts, see `queue/src/bulk.rs`),
+//! one at a time per queue; the page shows its progress bar (re-read every half second while
+//! it runs, and on every live event), and a Stop button. The finished (or stopped) run is one
+//! entry in the audit log with its filter and the number of tasks it changed.
+//!
+//! Above the per-action limit (`REPOLL_BULK_LIMIT`, default 10,000) nothing starts and the
+//! page says how many match and what the limit is. The start re-counts on the server and
+//! refuses when more tasks match than the count the button showed.
+
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+use serde::{Deserialize, Serialize};
+
+use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::live::provide_live;
+use super::model::PauseInfo;
+use super::ui::{duration, error_text, plural, PausedBanner};
+use crate::pages::widgets::ProgressBar;
+
+/// States a bulk action selects from, with their labels.
+const STATES: [(&str, &str); 4] = [
+    ("dead", "Dead"),
+    ("waiting", "Waiting / retrying"),
+    ("ready", "Ready"),
+    ("leased", "Leased"),
+];
+
+/// The filter as the page's form sends it (all text, as typed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilterForm {
+    pub state: String,
+    pub error: String,
+    pub query: String,
+    /// Hours back from now ("" = any time).
+    pub hours: String,
+    /// "updated" (last state change) or "created".
+    pub field: String,
+}
+
+impl FilterForm {
+    fn from_query(m: &leptos_router::params::ParamsMap) -> FilterForm {
+        let get = |k: &str| m.get(k).unwrap_or_default();
+        FilterForm {
+            state: get("state"),
+            error: get("error"),
+            query: get("query"),
+            hours: get("hours"),
+            field: get("field"),
+        }
+    }
+}
+
+/// A run's progress, as the page shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunView {
+    pub action: String,
+    pub filter: String,
+    pub who: String,
+    pub total: u64,
+    pub done: u64,
+    pub changed: u64,
+    /// running | stopped | finished | failed
+    pub state: String,
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub stop_requested: bool,
+}
+
+impl RunView {
+    fn percent(&self) -> f64 {
+        if self.total == 0 {
+            100.0
+        } else {
+            (self.done as f64 * 100.0 / self.total as f64).min(100.0)
+        }
+    }
+}
+
+/// What the page shows for a filter.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct BulkView {
+    /// The filter in words.
+    pub filter: String,
+    pub state: String,
+    pub matched: u64,
+    pub scanned: u64,
+    /// Every member of the state was looked at.
+    pub complete: bool,
+    pub limit: u64,
+    /// Actions that apply to the state.
+    pub actions: Vec<String>,
+    /// The current or last run.
+    pub run: Option<RunView>,
+    pub paused: Option<PauseInfo>,
+    pub now_ms: i64,
+}
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use super::{FilterForm, RunView};
+    use crate::auth::refuse;
+    use http::StatusCode;
+    use leptos::prelude::ServerFnError;
+
+    /// The queue's filter from the form's text; a 400 with the reason for a bad value.
+    pub fn filter(f: &FilterForm) -> Result<queue::BulkFilter, ServerFnError> {
+        let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
+        let state = match f.state.trim() {
+            "" => queue::BulkState::Dead,
+            s => queue::BulkState::parse(s).ok_or_else(|| bad("unknown state"))?,
+        };
+        let text = |s: &str, what: &str| -> Result<Option<String>, ServerFnError> {
+            let s = s.trim();
+            if s.chars().count() > 512 {
+                return Err(bad(&format!("{what} text is longer than 512 characters")));
+            }
+            Ok((!s.is_empty()).then(|| s.to_string()))
+        };
+        let within_ms = match f.hours.trim() {
+            "" => None,
+            h => {
+                let hours: f64 = h
+                    .parse()
+                    .map_err(|_| bad("the time window is not a number of hours"))?;
+                if !(hours > 0.0 && hours <= 24.0 * 366.0) {
+                    return Err(bad("the time window must be between 0 and 8784 hours"));
+                }
+                Some((hours * 3_600_000.0).round() as u64)
+            }
+        };
+        let time_field = match f.field.trim() {
+            "" | "updated" => queue::TimeField::Updated,
+            "created" => queue::TimeField::Created,
+            _ => return Err(bad("unknown time field")),
+        };
+        Ok(queue::BulkFilter {
+            state,
+            error: text(&f.error, "error")?,
+            query: text(&f.query, "query")?,
+            within_ms,
+            time_field,
+        })
+    }
+
+    impl From<queue::BulkProgress> for RunView {
+        fn from(p: queue::BulkProgress) -> RunView {
+            RunView {
+                action: p.action,
+                filter: p.filter,
+                who: p.who,
+                total: p.total,
+                done: p.done,
+                changed: p.changed,
+                state: p.state,
+                started_ms: p.started_ms,
+                ended_ms: p.ended_ms,
+                stop_requested: p.stop_requested,
+            }
+        }
+    }
+}
+
+/// How many tasks `filter` selects now, which actions apply, and the current or last run.
+#[server(prefix = "/admin/fn")]
+pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError> {
+    use crate::auth::{refuse, require, Role};
+    use http::StatusCode;
+    require(Role::Viewer).await?;
+    let ctx = crate::context::app_context()?;
+    let q = &ctx.queue;
+    let f = ssr::filter(&filter)?;
+    let failed = |e: queue::QueueError| {
+        tracing::warn!(error = %e, "bulk preview failed");
+        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
+    };
+    let (sel, run, paused, now_ms) = tokio::join!(
+        q.bulk_select(&f, 0),
+        q.bulk_progress(),
+        super::paused::read(q),
+        q.now_ms()
+    );
+    let sel = sel.map_err(failed)?;
+    Ok(BulkView {
+        filter: f.describe(),
+        state: f.state.as_str().into(),
+        matched: sel.matched,
+        scanned: sel.scanned,
+        complete: sel.complete,
+        limit: ctx.admin.settings().bulk_limit,
+        actions: queue::BulkAction::ALL
+            .into_iter()
+            .filter(|a| a.applies_to(f.state))
+            .map(|a| a.as_str().to_string())
+            .collect(),
+        run: run.map_err(failed)?.map(Into::into),
+        paused: paused.map_err(|e| failed(e.into()))?,
+        now_ms: now_ms.map_err(failed)?,
+    })
+}
+
+/// Starts a bulk run (`op` = retry | cancel | purge) on what `filter` selects, or stops the
+/// running one (`op` = stop). `confirmed` is the count the button showed: a start is refused
+/// when more tasks match by now. Answers with a sentence saying what happened.
+#[server(prefix = "/admin/fn")]
+pub async fn bulk_act(
+    op: String,
+    filter: FilterForm,
+    confirmed: Option<u64>,
+) -> Result<String, ServerFnError> {
+    use crate::auth::{refuse, require, Role};
+    use http::StatusCode;
+    let session = require(Role::Admin).await?;
+    let ctx = crate::context::app_context()?;
+    let q = ctx.queue.clone();
+    let who = session.user.clone();
+    let failed = |e: queue::QueueError| {
+        tracing::error!(error = %e, "bulk action failed");
+        refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the action failed; see the server log",
+        )
+    };
+    if op == "stop" {
+        let asked = q.bulk_stop().await.map_err(failed)?;
+        return Ok(if asked {
+            "stopping after the current chunk".into()
+        } else {
+            "no bulk action is running".into()
+        });
+    }
+    let action = queue::BulkAction::parse(&op)
+        .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "unknown action"))?;
+    let f = ssr::filter(&filter)?;
+    let limit = ctx.admin.settings().bulk_limit;
+    let job = match q
+        .bulk_begin(action, &f, &who, limit, confirmed)
+        .await
+        .map_err(failed)?
+    {
+        Ok(job) => job,
+        Err(refused) => {
+            use queue::BulkRefused as R;
+            let (status, msg) = match refused {
+                R::NotApplicable => (
+                    StatusCode::BAD_REQUEST,
+                    format!("{op} does not apply to {} tasks", f.state.as_str()),
+                ),
+                R::Nothing => (
+                    StatusCode::CONFLICT,
+                    "nothing done: no task matches the filter now".to_string(),
+                ),
+                R::OverLimit { matched, limit } => (
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "nothing done: {matched} tasks match, more than the {limit} one bulk action may touch \
+                         (REPOLL_BULK_LIMIT); narrow the filter"
+                    ),
+                ),
+                R::CountGrew { confirmed, matched } => (
+                    StatusCode::CONFLICT,
+                    format!(
+                        "nothing done: {matched} tasks match now, more than the {confirmed} shown; look at the count again"
+                    ),
+                ),
+                R::Busy(run) => (
+                    StatusCode::CONFLICT,
+                    format!(
+                        "nothing done: another bulk {} is running ({} of {})",
+                        run.action, run.done, run.total
+                    ),
+                ),
+            };
+            return Err(refuse(status, &msg));
+        }
+    };
+    let total = job.progress().total;
+    let filter_text = job.progress().filter.clone();
+    // The run belongs to the server, not to this request: it goes on when the page is
+    // closed. One audit entry when it ends, with its filter and what it changed.
+    let audit_action = format!("bulk {op}");
+    tokio::spawn(async move {
+        let end = job.run().await;
+        let (target, count) = match &end {
+            Ok(p) if p.state == "stopped" => (
+                format!("{filter_text} (stopped after {} of {})", p.done, p.total),
+                p.changed,
+            ),
+            Ok(p) => (filter_text, p.changed),
+            Err(_) => (format!("{filter_text} (failed; see the server log)"), 0),
+        };
+        super::audit::record(&q, &who, &audit_action, &target, count).await;
+    });
+    Ok(format!("started: {op} {}", plural(total, "task", "tasks")))
+}
+
+/// `/admin/bulk?state=..&error=..&query=..&hours=..&field=..`.
+#[component]
+pub fn BulkPage() -> impl IntoView {
+    // Resources before the frame (hydration matches them by order).
+    let live = provide_live();
+    let me = session();
+    let query = use_query_map();
+    let action = ServerAction::<BulkAct>::new();
+    // Re-read every half second while a run is going (browser only).
+    let poll = RwSignal::new(0u64);
+    let running = RwSignal::new(false);
+    let data = Resource::new(
+        move || {
+            (
+                query.with(FilterForm::from_query),
+                live.tick.get(),
+                action.version().get(),
+                poll.get(),
+            )
+        },
+        move |(filter, _, _, _)| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            bulk_preview(filter).await
+        },
+    );
+    Effect::new(move |_| {
+        let r = data
+            .get()
+            .and_then(|r| r.ok())
+            .and_then(|d| d.run)
+            .is_some_and(|r| r.state == "running");
+        running.set(r);
+    });
+    #[cfg(feature = "hydrate")]
+    {
+        let handle = set_interval_with_handle(
+            move || {
+                if running.get_untracked() {
+                    poll.update(|n| *n += 1);
+                }
+            },
+            std::time::Duration::from_millis(500),
+        );
+        on_cleanup(move || {
+            if let Ok(h) = handle {
+                h.clear();
+            }
+        });
+    }
+    view! {
+        <AdminFrame me>
+            <BulkBody data action />
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn BulkBody(
+    data: Resource<Result<BulkView, ServerFnError>>,
+    action: ServerAction<BulkAct>,
+) -> impl IntoView {
+    let query = use_query_map();
+    let form = move || query.with(FilterForm::from_query);
+    let result = move || {
+        action
+            .value()
+            .get()
+            .map(|r| r.unwrap_or_else(|e| error_text(&e)))
+    };
+    view! {
+        <section class="panel">
+            <h1>"Bulk actions"</h1>
+            <p class="muted">
+                "Select tasks of one state by their last error, query text and age; the count shows before anything is done. "
+                "A run works through the tasks in chunks on the server and can be stopped; it is recorded in the audit log."
+            </p>
+            <form method="get" action="/admin/bulk" class="bulk-filter" data-testid="bulk-filter">
+                <label>
+                    "State "
+                    <select name="state" data-testid="bulk-state">
+                        {move || {
+                            let current = form().state;
+                            STATES
+                                .iter()
+                                .map(|(name, label)| {
+                                    let selected = current == *name || (current.is_empty() && *name == "dead");
+                                    view! { <option value=*name selected=selected>{*label}</option> }
+                                })
+                                .collect_view()
+                        }}
+                    </select>
+                </label>
+                <label>
+                    "Error contains "
+                    <input type="text" name="error" data-testid="bulk-error" prop:value=move || form().error />
+                </label>
+                <label>
+                    "Query contains "
+                    <input type="text" name="query" data-testid="bulk-query" prop:value=move || form().query />
+                </label>
+                <label>
+                    "In the last "
+                    <input type="number" name="hours" min="0" step="any" class="narrow" data-testid="bulk-hours"
+                        prop:value=move || form().hours />
+                    " hours, by "
+                    <select name="field" data-testid="bulk-field">
+                        {move || {
+                            let created = form().field == "created";
+                            view! {
+                                <option value="updated" selected=!created>"last change"</option>
+                                <option value="created" selected=created>"creation"</option>
+                            }
+                        }}
+                    </select>
+                </label>
+                <button type="submit" data-testid="bulk-count-submit">"Count"</button>
+            </form>
+            <p class="action-result" data-testid="bulk-result" aria-live="polite">{result}</p>
+            <div class="data">
+                <Transition fallback=|| view! { <p>"Counting…"</p> }>
+                    {move || data.get().map(|r| match r {
+                        Ok(v) => view! { <BulkSummary data=v action form=form() /> }.into_any(),
+                        Err(e) => view! { <p class="err" data-testid="bulk-error-text">{error_text(&e)}</p> }.into_any(),
+                    })}
+                </Transition>
+            </div>
+        </section>
+    }
+}
+
+/// The hidden fields carrying the filter in an action form.
+#[component]
+fn FilterFields(form: FilterForm) -> impl IntoView {
+    view! {
+        <input type="hidden" name="filter[state]" value=form.state />
+        <input type="hidden" name="filter[error]" value=form.error />
+        <input type="hidden" name="filter[query]" value=form.query />
+        <input type="hidden" name="filter[hours]" value=form.hours />
+        <input type="hidden" name="filter[field]" value=form.field />
+    }
+}
+
+#[component]
+fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) -> impl IntoView {
+    let over = data.matched > data.limit;
+    let running = data.run.as_ref().is_some_and(|r| r.state == "running");
+    let count_text = format!(
+        "{} match{}",
+        plural(data.matched, "task", "tasks"),
+        if data.matched == 1 { "es" } else { "" }
+    );
+    let scope = if data.complete {
+        format!("({})", data.filter)
+    } else {
+        format!(
+            "({}; among the first {} looked at)",
+            data.filter, data.scanned
+        )
+    };
+    let over_text = over.then(|| {
+        format!(
+            "More than one bulk action may touch: the limit is {} (REPOLL_BULK_LIMIT). Narrow the filter, e.g. by error text or a shorter time window.",
+            plural(data.limit, "task", "tasks")
+        )
+    });
+    let matched = data.matched;
+    let actions = data.actions.clone();
+    let buttons = (!over && matched > 0 && !running).then(move || {
+        actions
+            .into_iter()
+            .map(|op| {
+                let label = match op.as_str() {
+                    "retry" => "Retry",
+                    "cancel" => "Cancel",
+                    _ => "Purge",
+                };
+                let text = format!("{label} {}", plural(matched, "task", "tasks"));
+                let class = if op == "retry" { "primary" } else { "danger" };
+                let form = form.clone();
+                let testid = format!("bulk-{op}");
+                view! {
+                    <ActionForm action=action attr:class="inline">
+                        <input type="hidden" name="op" value=op.clone() />
+                        <FilterFields form=form />
+                        <input type="hidden" name="confirmed" value=matched.to_string() />
+                        <button type="submit" class=class data-testid=testid>{text}</button>
+                    </ActionForm>
+                }
+            })
+            .collect_view()
+    });
+    let now = data.now_ms;
+    view! {
+        <div class="view">
+            <PausedBanner paused=data.paused now />
+            <p>
+                <strong data-testid="bulk-count" data-count=data.matched.to_string()>{count_text}</strong>
+                " "
+                <span class="muted">{scope}</span>
+            </p>
+            <div>{over_text.map(|t| view! { <p class="err" data-testid="bulk-over-limit">{t}</p> })}</div>
+            <div class="row">{buttons}</div>
+            <div>{data.run.map(|r| view! { <RunProgress run=r action now /> })}</div>
+        </div>
+    }
+}
+
+#[component]
+fn RunProgress(run: RunView, action: ServerAction<BulkAct>, now: i64) -> impl IntoView {
+    let running = run.state == "running";
+    let took = run.ended_ms.unwrap_or(now) - run.started_ms;
+    let rate =
+        (run.done > 0 && took > 0).then(|| format!(", {} tasks/s", run.done as i64 * 1000 / took));
+    let status = match run.state.as_str() {
+        "running" if run.stop_requested => "stopping".to_string(),
+        "running" => "running".to_string(),
+        "stopped" => format!("stopped after {}", duration(took)),
+        "finished" => format!("finished in {}", duration(took)),
+        other => other.to_string(),
+    };
+    let summary = format!(
+        "bulk {} by {}: {} of {} gone through, {} changed — {}{}",
+        run.action,
+        run.who,
+        run.done,
+        run.total,
+        run.changed,
+        status,
+        rate.unwrap_or_default()
+    );
+    let stop = running.then(|| {
+        view! {
+            <ActionForm action=action attr:class="inline">
+                <input type="hidden" name="op" value="stop" />
+                <FilterFields form=FilterForm::default() />
+                <button type="submit" class="danger" data-testid="bulk-stop">"Stop"</button>
+            </ActionForm>
+        }
+    });
+    // Without JavaScript a running page refreshes itself (a constant, never upstream data).
+    let refresh = running
+        .then(|| view! { <noscript inner_html=r#"<meta http-equiv="refresh" content="2">"# /> });
+    view! {
+        <div class="bulk-run" data-testid="bulk-progress" data-state=run.state.clone()
+            data-done=run.done.to_string() data-total=run.total.to_string()>
+            <h2>{if running { "Running" } else { "Last run" }}</h2>
+            <ProgressBar percent=run.percent() />
+            <p data-testid="bulk-summary">{summary}</p>
+            <p class="muted">{run.filter}</p>
+            {stop}
+            {refresh}
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_of_a_run() {
+        let r = RunView {
+            total: 2000,
+            done: 500,
+            ..RunView::default()
+        };
+        assert_eq!(r.percent(), 25.0);
+        assert_eq!(RunView::default().percent(), 100.0);
+    }
+}

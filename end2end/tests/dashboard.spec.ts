@@ -1,0 +1,460 @@
+import { test, expect, Page, Browser, BrowserContext, APIRequestContext } from "@playwright/test";
+import { execFileSync } from "child_process";
+import { createHash } from "crypto";
+import * as fs from "fs";
+import * as path from "path";
+
+// What the readable dashboard promises, checked in Chromium against the release build
+// (`repoll serve --sim`, managed Redis on the e2e's private port): anonymous admin pages are a
+// real HTTP redirect carrying no queue data; a user's mistake on the public form is a 4xx with
+// the reason on the form, with and without JavaScript; no page scrolls sideways at 375 px;
+// dark mode follows the system; a paused queue is visible on the user's query page.
+//
+// Fixtures that would take long to make through the upstream (dead tasks with a given error,
+// a task waiting for a poll an hour away) are written into Redis with redis-cli in the queue's
+// own record layout (ARCHITECTURE.md: `{q}:t:<id>` with short fields, the dead / due zsets),
+// with a per-run suffix because the e2e Redis lives for the whole run.
+
+const root = path.resolve(__dirname, "..", "..");
+const redisUrl = process.env.E2E_REDIS_URL!;
+const adminPassword = "e2e-admin-password";
+const run = Date.now();
+const shotDir = path.join(__dirname, "..", "test-results", "screenshots");
+const docsDir = path.join(root, "docs", "screenshots");
+
+function redis(...args: string[]): string {
+  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl, ...args]).toString().trim();
+}
+
+/** Runs many commands in one redis-cli (one per line, arguments quoted by redis-cli rules). */
+function redisPipe(lines: string[]): string {
+  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl], {
+    input: lines.join("\n") + "\n",
+    maxBuffer: 64 * 1024 * 1024,
+  }).toString();
+}
+
+/** The queue's id of a query already in normal form (NFC, trimmed, single spaces). */
+function taskId(query: string): string {
+  return createHash("sha256").update(query).digest("hex").slice(0, 32);
+}
+
+const quote = (s: string) => `"${s.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`;
+
+/** redis-cli lines that create a dead task of `query` that died with `error` at `at`. */
+function deadTaskLines(query: string, error: string, at: number): string[] {
+  const id = taskId(query);
+  return [
+    `HSET {repoll}:t:${id} q ${quote(query)} s dead c ${at - 60_000} u ${at} a 5 m 5 e ${quote(error)} dr max_attempts`,
+    `ZADD {repoll}:dead ${at} ${id}`,
+  ];
+}
+
+/** Page errors, console errors and failed requests; `expected` lists statuses provoked on purpose. */
+function watchErrors(page: Page, expected: number[] = []): string[] {
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(`${page.url()}: ${String(e).slice(0, 120)}`));
+  page.on("console", (m) => {
+    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) errors.push(m.text());
+  });
+  page.on("response", (r) => {
+    if (r.status() >= 400 && !expected.includes(r.status())) errors.push(`HTTP ${r.status()} ${r.url()}`);
+  });
+  return errors;
+}
+
+async function shot(page: Page, name: string, docs = false) {
+  fs.mkdirSync(shotDir, { recursive: true });
+  const file = path.join(shotDir, `${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+  if (docs) {
+    fs.mkdirSync(docsDir, { recursive: true });
+    fs.copyFileSync(file, path.join(docsDir, `${name}.png`));
+  }
+}
+
+async function waitLive(page: Page) {
+  await expect(page.getByTestId("live-indicator")).toHaveText("live", { timeout: 15_000 });
+}
+
+async function signIn(page: Page) {
+  await page.goto("/admin/login");
+  await page.getByTestId("login-password").fill(adminPassword);
+  await page.getByTestId("login-submit").click();
+  await expect(page).toHaveURL(/\/admin$/);
+  await waitLive(page);
+}
+
+async function submit(request: APIRequestContext, query: string): Promise<string> {
+  const res = await request.post("/api/v1/queries", { data: { query } });
+  expect([200, 202]).toContain(res.status());
+  return (await res.json()).id;
+}
+
+test("anonymous admin pages are a 303 to the sign-in page and carry no queue data", async ({ request }) => {
+  // Something worth leaking: a dead task whose query and error would show on these pages.
+  const secret = `leak-check-${run}`;
+  redisPipe(deadTaskLines(`${secret} polls=1`, `HTTP 503 ${secret}`, Date.now()));
+  for (const p of ["/admin", "/admin/tasks?state=dead", "/admin/leases", "/admin/bulk?state=dead", `/admin/tasks/${taskId(`${secret} polls=1`)}`]) {
+    const res = await request.get(p, { maxRedirects: 0 });
+    expect(res.status(), p).toBe(303);
+    expect(res.headers()["location"], p).toBe("/admin/login");
+    const body = await res.text();
+    expect(body, p).not.toContain(secret);
+    expect(body, p).not.toContain("data-testid");
+    expect(body.length, p).toBeLessThan(200);
+  }
+  // The sign-in page itself is a page (not a redirect loop).
+  const login = await request.get("/admin/login", { maxRedirects: 0 });
+  expect(login.status()).toBe(200);
+  expect(await login.text()).not.toContain(secret);
+  redis("ZREM", "{repoll}:dead", taskId(`${secret} polls=1`));
+  redis("DEL", `{repoll}:t:${taskId(`${secret} polls=1`)}`);
+});
+
+async function tooLongThroughTheForm(page: Page) {
+  const post = page.waitForResponse((r) => r.request().method() === "POST");
+  await page.getByTestId("query-input").fill("x".repeat(600));
+  await page.getByTestId("query-submit").click();
+  const res = await post;
+  expect(res.status()).toBeGreaterThanOrEqual(400);
+  expect(res.status()).toBeLessThan(500);
+  await expect(page.getByTestId("query-submit-error")).toContainText("512");
+  // The user can correct the query on the same form.
+  await expect(page.getByTestId("query-input")).toBeVisible();
+}
+
+test("a 600-character query through the form is a 4xx with the reason on the form (with JavaScript)", async ({
+  page,
+}) => {
+  const errors = watchErrors(page, [422]);
+  await page.goto("/");
+  await expect(page.getByTestId("query-panel")).toHaveAttribute("data-hydrated", "true");
+  await tooLongThroughTheForm(page);
+  // Still on the form's page: nothing navigated away.
+  expect(new URL(page.url()).pathname).toBe("/");
+  expect(errors).toEqual([]);
+});
+
+test("a 600-character query through the form is a 4xx with the reason on the form (without JavaScript)", async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const context = await browser.newContext({ javaScriptEnabled: false });
+  const page = await context.newPage();
+  await page.goto("/");
+  await tooLongThroughTheForm(page);
+  // The reason is on the page as text, not only in the URL.
+  expect(page.url()).not.toContain("__err");
+  // And the form on that page still works: a good query goes to its page.
+  await page.getByTestId("query-input").fill(`nojs-after-error-${run} polls=1`);
+  await page.getByTestId("query-submit").click();
+  await expect(page).toHaveURL(/\/q\/[0-9a-f]{32}$/);
+  await context.close();
+});
+
+test("the user's query page says when the service is paused, and carries on after resume", async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const admin = await browser.newPage();
+  const errors = watchErrors(admin);
+  await signIn(admin);
+  const user = await browser.newPage();
+  const userErrors = watchErrors(user);
+  try {
+    await admin.getByTestId("pause").click();
+    await expect(admin.getByTestId("paused")).toHaveText("paused");
+    // The user asks while paused: the page (server-rendered, then live) says so.
+    await user.goto("/");
+    await expect(user.getByTestId("query-panel")).toHaveAttribute("data-hydrated", "true");
+    await user.getByTestId("query-input").fill(`paused-${run} polls=1`);
+    await user.getByTestId("query-submit").click();
+    await expect(user).toHaveURL(/\/q\/[0-9a-f]{32}$/);
+    await expect(user.getByTestId("query-status")).toHaveText("processing");
+    await expect(user.getByTestId("query-paused")).toContainText("paused");
+    await expect(user.getByTestId("query-paused")).toContainText("will continue");
+    await shot(user, "query-paused");
+    // Resumed by the admin: the notice goes and the query finishes, without a reload.
+    await admin.getByTestId("resume").click();
+    await expect(admin.getByTestId("paused")).toHaveText("running");
+    await expect(user.getByTestId("query-status")).toHaveText("done", { timeout: 20_000 });
+    await expect(user.getByTestId("query-paused")).toHaveCount(0);
+    // Both actions are in the audit log.
+    await expect(admin.getByTestId("audit")).toContainText("pause");
+    await expect(admin.getByTestId("audit")).toContainText("resume");
+  } finally {
+    redis("DEL", "{repoll}:paused");
+  }
+  expect(errors).toEqual([]);
+  expect(userErrors).toEqual([]);
+});
+
+/** Whether the page scrolls sideways: the document is wider than the viewport. */
+async function widths(page: Page): Promise<{ scroll: number; client: number }> {
+  return page.evaluate(() => ({
+    scroll: document.documentElement.scrollWidth,
+    client: document.documentElement.clientWidth,
+  }));
+}
+
+async function noSidewaysScroll(page: Page, url: string, ready: () => Promise<void>) {
+  await page.goto(url);
+  await ready();
+  const w = await widths(page);
+  expect(w.scroll, `${url}: ${w.scroll} px wide in a ${w.client} px viewport`).toBeLessThanOrEqual(w.client);
+}
+
+test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
+  test.setTimeout(120_000);
+  const context: BrowserContext = await browser.newContext({ viewport: { width: 375, height: 800 } });
+  const page = await context.newPage();
+  const errors = watchErrors(page);
+  // The widest content each page can get: a long unbroken query, a long error, one task in
+  // each list that can be made to stay there.
+  const long = `unbroken-${run}-` + "y".repeat(180);
+  const doneId = await submit(request, `${long} polls=1`);
+  const deadQuery = `narrow-dead-${run}-${"z".repeat(120)} polls=1`;
+  redisPipe(
+    deadTaskLines(deadQuery, `HTTP 503: ${"upstream-said-no-".repeat(12)}<b>not html</b>`, Date.now()),
+  );
+  const waitingQuery = `narrow-waiting-${run} polls=1`;
+  const waitingId = taskId(waitingQuery);
+  const later = Date.now() + 3_600_000;
+  redisPipe([
+    `HSET {repoll}:t:${waitingId} q ${quote(waitingQuery)} s due c ${Date.now()} a 2 m 5 e ${quote("HTTP 500 " + "w".repeat(150))}`,
+    `ZADD {repoll}:due ${later} ${waitingId}`,
+    `ZADD {repoll}:retry ${later} ${waitingId}`,
+  ]);
+  try {
+    await expect(async () => {
+      expect((await (await request.get(`/api/v1/queries/${doneId}`)).json()).status).toBe("done");
+    }).toPass({ timeout: 20_000 });
+
+    await noSidewaysScroll(page, "/", async () => {
+      await expect(page.getByTestId("query-panel")).toHaveAttribute("data-hydrated", "true");
+    });
+    await noSidewaysScroll(page, `/q/${doneId}`, async () => {
+      await expect(page.getByTestId("query-status")).toHaveText("done");
+    });
+    await shot(page, "phone-query", true);
+    await noSidewaysScroll(page, "/admin/login", async () => {
+      await expect(page.getByTestId("login-password")).toBeVisible();
+    });
+    await signIn(page);
+    await noSidewaysScroll(page, "/admin", async () => {
+      await waitLive(page);
+      await expect(page.getByTestId("counts")).toBeVisible();
+      await expect(page.getByTestId("audit")).toBeVisible();
+    });
+    await shot(page, "phone-overview", true);
+    for (const state of ["ready", "waiting", "leased", "dead", "results"]) {
+      await noSidewaysScroll(page, `/admin/tasks?state=${state}`, async () => {
+        await waitLive(page);
+        await expect(page.getByTestId("listing-total")).toBeVisible();
+      });
+      if (state === "dead") await shot(page, "phone-tasks-dead", true);
+    }
+    await noSidewaysScroll(page, `/admin/tasks?q=${encodeURIComponent(`${long} polls=1`)}`, async () => {
+      await expect(page.locator(`[data-testid=task-row][data-id="${doneId}"]`)).toBeVisible();
+    });
+    for (const id of [taskId(deadQuery), waitingId, doneId]) {
+      await noSidewaysScroll(page, `/admin/tasks/${id}`, async () => {
+        await waitLive(page);
+        await expect(page.getByTestId("timeline")).toBeAttached();
+      });
+    }
+    await noSidewaysScroll(page, "/admin/leases?within=120000", async () => {
+      await waitLive(page);
+      await expect(page.locator("h1")).toContainText("eases");
+    });
+    await noSidewaysScroll(page, `/admin/bulk?state=dead&error=${encodeURIComponent("upstream-said-no")}`, async () => {
+      await waitLive(page);
+      await expect(page.getByTestId("bulk-count")).toBeVisible();
+    });
+    await shot(page, "phone-bulk", true);
+  } finally {
+    redis("ZREM", "{repoll}:due", waitingId);
+    redis("ZREM", "{repoll}:retry", waitingId);
+    redis("DEL", `{repoll}:t:${waitingId}`);
+    redis("ZREM", "{repoll}:dead", taskId(deadQuery));
+    redis("DEL", `{repoll}:t:${taskId(deadQuery)}`);
+    await context.close();
+  }
+  expect(errors).toEqual([]);
+});
+
+/** The page background as [r, g, b, a]: the body's, or the root's when the body is transparent. */
+async function background(page: Page): Promise<number[]> {
+  const css = await page.evaluate(() => {
+    const body = getComputedStyle(document.body).backgroundColor;
+    return /rgba\(\s*\d+,\s*\d+,\s*\d+,\s*0\s*\)|transparent/.test(body)
+      ? getComputedStyle(document.documentElement).backgroundColor
+      : body;
+  });
+  const m = /rgba?\(([^)]+)\)/.exec(css);
+  expect(m, `background ${css}`).not.toBeNull();
+  const [r, g, b, a = 1] = m![1].split(",").map((x) => Number(x.trim()));
+  return [r, g, b, a];
+}
+
+/** Relative luminance (WCAG), 0 black .. 1 white. */
+function luminance([r, g, b]: number[]): number {
+  const lin = (c: number) => {
+    const s = c / 255;
+    return s <= 0.03928 ? s / 12.92 : Math.pow((s + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+}
+
+test("dark mode follows the system setting", async ({ browser }) => {
+  for (const scheme of ["light", "dark"] as const) {
+    const context = await browser.newContext({ colorScheme: scheme });
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    await page.goto("/");
+    await expect(page.getByTestId("query-panel")).toHaveAttribute("data-hydrated", "true");
+    const bg = await background(page);
+    expect(bg[3]).toBeGreaterThan(0);
+    if (scheme === "dark") expect(luminance(bg), `dark background ${bg}`).toBeLessThan(0.1);
+    else expect(luminance(bg), `light background ${bg}`).toBeGreaterThan(0.6);
+    await shot(page, `${scheme}-query`, scheme === "dark");
+    await signIn(page);
+    await expect(page.getByTestId("counts")).toBeVisible();
+    const adminBg = await background(page);
+    if (scheme === "dark") expect(luminance(adminBg)).toBeLessThan(0.1);
+    else expect(luminance(adminBg)).toBeGreaterThan(0.6);
+    await shot(page, `${scheme}-overview`, scheme === "dark");
+    expect(errors).toEqual([]);
+    await context.close();
+  }
+});
+
+test("bulk retry of 2,000 dead tasks picked by error text: the count first, a progress bar to 100 %, one audit entry", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const errors = watchErrors(page);
+  const marker = `bulk-${run}`;
+  const at = Date.now();
+  const lines: string[] = [];
+  const ids: string[] = [];
+  for (let i = 0; i < 2000; i++) {
+    const query = `${marker}-${i} polls=1`;
+    ids.push(taskId(query));
+    lines.push(...deadTaskLines(query, `HTTP 503 Service Unavailable (${marker})`, at));
+  }
+  // Same run, another error: the filter must leave them dead.
+  const decoys = Array.from({ length: 5 }, (_, i) => `${marker}-decoy-${i} polls=1`);
+  for (const q of decoys) lines.push(...deadTaskLines(q, "HTTP 404 Not Found", at));
+  redisPipe(lines);
+  // How many of `list` are dead now, read in one redis-cli call.
+  const deadOf = (list: string[]) =>
+    redisPipe(list.map((id) => `HGET {repoll}:t:${id} s`))
+      .split("\n")
+      .filter((l) => l.trim() === "dead").length;
+  expect(deadOf(ids.slice(0, 20))).toBe(20);
+
+  await signIn(page);
+  // From the dead tab of the task list to the filter, with the state already chosen.
+  await page.goto("/admin/tasks?state=dead");
+  await waitLive(page);
+  await page.getByTestId("bulk-link").click();
+  await expect(page).toHaveURL(/\/admin\/bulk\?state=dead$/);
+  await waitLive(page);
+  await page.getByTestId("bulk-error").fill(marker);
+  await page.getByTestId("bulk-count-submit").click();
+  await expect(page).toHaveURL(new RegExp(`error=${marker}`));
+  // The count before anything is done; the button names it.
+  await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "2000");
+  await expect(page.getByTestId("bulk-count")).toHaveText("2000 tasks match");
+  await expect(page.getByTestId("bulk-retry")).toHaveText("Retry 2000 tasks");
+  expect(deadOf(ids.slice(0, 20))).toBe(20);
+  await shot(page, "admin-bulk-count", true);
+
+  await page.getByTestId("bulk-retry").click();
+  await expect(page.getByTestId("bulk-result")).toHaveText("started: retry 2000 tasks");
+  const progress = page.getByTestId("bulk-progress");
+  await expect(progress).toHaveAttribute("data-state", "finished", { timeout: 60_000 });
+  await expect(progress).toHaveAttribute("data-done", "2000");
+  await expect(progress).toHaveAttribute("data-total", "2000");
+  await expect(progress.locator("progress")).toHaveAttribute("value", "100.0");
+  await expect(progress.getByTestId("progress")).toContainText("100 %");
+  await expect(page.getByTestId("bulk-summary")).toContainText("2000 of 2000 gone through, 2000 changed");
+  await shot(page, "admin-bulk-done", true);
+
+  // In Redis: none of the 2,000 is dead any more (ready, claimed or already done); the
+  // decoys are untouched; the run's record says the same.
+  expect(deadOf(ids)).toBe(0);
+  expect(deadOf(decoys.map(taskId))).toBe(decoys.length);
+  const stored = redis("HGET", "{repoll}:bulk", "changed");
+  expect(stored).toBe("2000");
+  const started = Number(redis("HGET", "{repoll}:bulk", "started"));
+  const ended = Number(redis("HGET", "{repoll}:bulk", "ended"));
+  const rate = Math.round((2000 * 1000) / Math.max(1, ended - started));
+  test.info().annotations.push({ type: "bulk retry rate", description: `2000 tasks in ${ended - started} ms: ${rate} tasks/s` });
+  console.log(`bulk retry: 2000 tasks in ${ended - started} ms (${rate} tasks/s)`);
+
+  // One audit entry with the filter and the count.
+  await page.goto("/admin");
+  await waitLive(page);
+  const entry = page.getByTestId("audit").locator("tr", { hasText: marker });
+  await expect(entry).toHaveCount(1);
+  await expect(entry).toContainText("bulk retry");
+  await expect(entry).toContainText(`dead, error contains "${marker}"`);
+  await expect(entry.locator("td").nth(4)).toHaveText("2000");
+  // The retried tasks run (polls=1: done at the first call): results appear for them.
+  await expect
+    .poll(() => Number(redis("EXISTS", ...ids.slice(0, 500).map((id) => `{repoll}:r:${id}`))), {
+      timeout: 60_000,
+    })
+    .toBeGreaterThan(0);
+  // Clean up the decoys for later tests.
+  for (const q of decoys) {
+    redis("ZREM", "{repoll}:dead", taskId(q));
+    redis("DEL", `{repoll}:t:${taskId(q)}`);
+  }
+  expect(errors).toEqual([]);
+});
+
+test("a filter matching more than the per-action limit shows the count and the limit, and offers no action", async ({
+  page,
+}) => {
+  test.setTimeout(120_000);
+  const errors = watchErrors(page);
+  // One more than the default limit (REPOLL_BULK_LIMIT, 10,000; the e2e server keeps it).
+  const marker = `over-${run}`;
+  const at = Date.now();
+  const ids: string[] = [];
+  const lines: string[] = [];
+  for (let i = 0; i < 10_001; i++) {
+    const query = `${marker}-${i} polls=1`;
+    ids.push(taskId(query));
+    lines.push(...deadTaskLines(query, `HTTP 500 (${marker})`, at));
+  }
+  redisPipe(lines);
+  try {
+    await signIn(page);
+    await page.goto(`/admin/bulk?state=dead&error=${marker}`);
+    await waitLive(page);
+    await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "10001");
+    await expect(page.getByTestId("bulk-over-limit")).toContainText("the limit is 10000 tasks");
+    await expect(page.getByTestId("bulk-over-limit")).toContainText("REPOLL_BULK_LIMIT");
+    for (const op of ["retry", "cancel", "purge"]) await expect(page.getByTestId(`bulk-${op}`)).toHaveCount(0);
+    // Narrowed below the limit (a query-text filter), the actions are offered again.
+    await page.goto(`/admin/bulk?state=dead&error=${marker}&query=${marker}-999`);
+    await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "11");
+    await expect(page.getByTestId("bulk-purge")).toHaveText("Purge 11 tasks");
+  } finally {
+    const del: string[] = [];
+    for (let i = 0; i < ids.length; i += 500) {
+      const chunk = ids.slice(i, i + 500);
+      del.push(`ZREM {repoll}:dead ${chunk.join(" ")}`);
+      del.push(`DEL ${chunk.map((id) => `{repoll}:t:${id}`).join(" ")}`);
+    }
+    redisPipe(del);
+  }
+  expect(errors).toEqual([]);
+});
