@@ -2,6 +2,7 @@ import { test, expect, Page, APIRequestContext } from "@playwright/test";
 import { spawn, execFileSync, ChildProcess } from "child_process";
 import * as fs from "fs";
 import * as path from "path";
+import { adminPassword, redis, redisUrl, signIn, waitLive, watchErrors } from "./support";
 
 // The admin dashboard end to end: the real server (`repoll serve --sim`, 16 embedded worker
 // slots, managed Redis) in headless Chromium, signed in with the e2e admin password. Tasks are
@@ -17,27 +18,10 @@ import * as path from "path";
 // find the embedded workers free.
 
 const root = path.resolve(__dirname, "..", "..");
-const redisUrl = process.env.E2E_REDIS_URL!;
 const simUrl = process.env.E2E_SIM_URL!;
-const adminPassword = "e2e-admin-password";
 const run = Date.now();
 const shotDir = path.join(__dirname, "..", "test-results", "screenshots");
 const docsDir = path.join(root, "docs", "screenshots");
-
-/** Page errors, console errors and failed requests; `expected` lists statuses a test
- * provokes on purpose (e.g. 400 for a purge without the typed confirmation). */
-function watchErrors(page: Page, expected: number[] = []): string[] {
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(`${page.url()}: ${String(e).slice(0, 120)}`));
-  page.on("console", (m) => {
-    // Failed requests are reported below with their URL instead.
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) errors.push(m.text());
-  });
-  page.on("response", (r) => {
-    if (r.status() >= 400 && !expected.includes(r.status())) errors.push(`HTTP ${r.status()} ${r.url()}`);
-  });
-  return errors;
-}
 
 /** Screenshot into test-results/screenshots and docs/screenshots (for the README). */
 async function shot(page: Page, name: string) {
@@ -67,22 +51,8 @@ async function apiStatus(request: APIRequestContext, id: string): Promise<{ stat
   return res.json();
 }
 
-function redis(...args: string[]): string {
-  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl, ...args]).toString().trim();
-}
 
-/** Waits for the live stream: proves the page hydrated and /admin/events is open. */
-async function waitLive(page: Page) {
-  await expect(page.getByTestId("live-indicator")).toHaveText("live", { timeout: 15_000 });
-}
 
-async function signIn(page: Page) {
-  await page.goto("/admin/login");
-  await page.getByTestId("login-password").fill(adminPassword);
-  await page.getByTestId("login-submit").click();
-  await expect(page).toHaveURL(/\/admin$/);
-  await waitLive(page);
-}
 
 async function count(page: Page, name: string): Promise<number> {
   return Number(await page.getByTestId(`count-${name}`).textContent());

@@ -3,6 +3,7 @@ import { execFileSync } from "child_process";
 import { createHash } from "crypto";
 import * as fs from "fs";
 import * as path from "path";
+import { adminPassword, redis, redisUrl, signIn, waitLive, watchErrors } from "./support";
 
 // What the readable dashboard promises, checked in Chromium against the release build
 // (`repoll serve --sim`, managed Redis on the e2e's private port): anonymous admin pages are a
@@ -16,15 +17,10 @@ import * as path from "path";
 // with a per-run suffix because the e2e Redis lives for the whole run.
 
 const root = path.resolve(__dirname, "..", "..");
-const redisUrl = process.env.E2E_REDIS_URL!;
-const adminPassword = "e2e-admin-password";
 const run = Date.now();
 const shotDir = path.join(__dirname, "..", "test-results", "screenshots");
 const docsDir = path.join(root, "docs", "screenshots");
 
-function redis(...args: string[]): string {
-  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl, ...args]).toString().trim();
-}
 
 /** Runs many commands in one redis-cli (one per line, arguments quoted by redis-cli rules). */
 function redisPipe(lines: string[]): string {
@@ -50,19 +46,6 @@ function deadTaskLines(query: string, error: string, at: number): string[] {
   ];
 }
 
-/** Page errors, console errors and failed requests; `expected` lists statuses provoked on purpose. */
-function watchErrors(page: Page, expected: number[] = []): string[] {
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(`${page.url()}: ${String(e).slice(0, 120)}`));
-  page.on("console", (m) => {
-    if (m.type() === "error" && !m.text().startsWith("Failed to load resource")) errors.push(m.text());
-  });
-  page.on("response", (r) => {
-    if (r.status() >= 400 && !expected.includes(r.status())) errors.push(`HTTP ${r.status()} ${r.url()}`);
-  });
-  return errors;
-}
-
 async function shot(page: Page, name: string, docs = false) {
   fs.mkdirSync(shotDir, { recursive: true });
   const file = path.join(shotDir, `${name}.png`);
@@ -73,17 +56,7 @@ async function shot(page: Page, name: string, docs = false) {
   }
 }
 
-async function waitLive(page: Page) {
-  await expect(page.getByTestId("live-indicator")).toHaveText("live", { timeout: 15_000 });
-}
 
-async function signIn(page: Page) {
-  await page.goto("/admin/login");
-  await page.getByTestId("login-password").fill(adminPassword);
-  await page.getByTestId("login-submit").click();
-  await expect(page).toHaveURL(/\/admin$/);
-  await waitLive(page);
-}
 
 async function submit(request: APIRequestContext, query: string): Promise<string> {
   const res = await request.post("/api/v1/queries", { data: { query } });
