@@ -431,3 +431,39 @@ test("a filter matching more than the per-action limit shows the count and the l
   }
   expect(errors).toEqual([]);
 });
+
+test("search with qualifiers finds across states, and plain text finds part of a query", async ({ page }) => {
+  const errors = watchErrors(page);
+  const marker = `search-${run}`;
+  const at = Date.now();
+  const e500 = [0, 1, 2].map((i) => `${marker}-five-${i} polls=1`);
+  const e404 = [0, 1].map((i) => `${marker}-four-${i} polls=1`);
+  redisPipe([
+    ...e500.flatMap((q) => deadTaskLines(q, "HTTP 500 Internal Server Error", at)),
+    ...e404.flatMap((q) => deadTaskLines(q, "HTTP 404 Not Found", at)),
+  ]);
+  await signIn(page);
+  const rows = async () =>
+    (await page.getByTestId("task-row").evaluateAll((els) => els.map((e) => e.getAttribute("data-id")))).sort();
+  const search = async (text: string) => {
+    await page.goto(`/admin/tasks?q=${encodeURIComponent(text)}`);
+    await waitLive(page);
+  };
+
+  // Two qualifiers (and a third narrowing to this test's tasks).
+  await search(`state:dead error:"HTTP 500" query:${marker}`);
+  await expect(page.getByTestId("task-row")).toHaveCount(3);
+  expect(await rows()).toEqual(e500.map(taskId).sort());
+  await expect(page.getByText(/3 matches among \d+ tasks? looked at \(dead\)/)).toBeVisible();
+
+  // Without state: every state is looked in.
+  await search(`error:"HTTP 404" query:${marker}`);
+  await expect(page.getByTestId("task-row")).toHaveCount(2);
+  expect(await rows()).toEqual(e404.map(taskId).sort());
+
+  // Plain text that is no whole query: part of the query text.
+  await search(`${marker}-four-1`);
+  await expect(page.getByTestId("task-row")).toHaveCount(1);
+  expect(await rows()).toEqual([taskId(e404[1])]);
+  expect(errors).toEqual([]);
+});

@@ -291,6 +291,17 @@ impl Queue {
     /// The tasks `filter` selects: counts all matches (up to [`BULK_SCAN_MAX`] candidates
     /// looked at) and keeps the first `keep` ids. Plain reads, page by page.
     pub async fn bulk_select(&self, filter: &BulkFilter, keep: usize) -> Result<BulkSelection> {
+        self.select_bounded(filter, keep, BULK_SCAN_MAX).await
+    }
+
+    /// [`Queue::bulk_select`] looking at no more than `max_scan` members of the state's set
+    /// (the dashboard's search answers within its time budget with a smaller bound).
+    pub async fn select_bounded(
+        &self,
+        filter: &BulkFilter,
+        keep: usize,
+        max_scan: u64,
+    ) -> Result<BulkSelection> {
         let k = self.keys();
         let now = self.now_ms().await?;
         let cutoff = filter
@@ -310,7 +321,7 @@ impl Queue {
         'sources: for src in sources {
             let mut offset = 0usize;
             loop {
-                if out.scanned >= BULK_SCAN_MAX {
+                if out.scanned >= max_scan {
                     out.complete = false;
                     break 'sources;
                 }

@@ -10,6 +10,7 @@
 //!   stop; one audit entry per run).
 //! - `audit` (server only): the audit log in Redis.
 //! - `paused` (server only): the queue's pause flag, for the banner every page shows.
+//! - `search` (server only): the search box's qualifiers (`state:dead error:"HTTP 500"`).
 //! - `model`, `chart`, `ui`: plain data, SVG charts, formatting and shared widgets (times,
 //!   the paused banner, many-task actions confirmed with their count).
 //!
@@ -31,6 +32,8 @@ pub mod model;
 pub mod overview;
 #[cfg(feature = "ssr")]
 mod paused;
+#[cfg(feature = "ssr")]
+pub mod search;
 pub mod task;
 pub mod tasks;
 mod ui;

@@ -145,7 +145,9 @@ pub async fn list_tasks(
         if text.len() > 2048 {
             return Err(refuse(StatusCode::BAD_REQUEST, "search text too long"));
         }
-        let mut hits = ssr::search(q, text).await.map_err(failed)?;
+        let parsed = super::search::parse(text)
+            .map_err(|e| refuse(StatusCode::BAD_REQUEST, &format!("search: {e}")))?;
+        let mut hits = ssr::search(q, text, &parsed).await.map_err(failed)?;
         hits.now_ms = now_ms;
         hits.counts = counts;
         hits.paused = paused;
@@ -204,27 +206,58 @@ mod ssr {
     const SCAN_BUDGET: usize = 100;
     /// Hits returned at most.
     const MAX_HITS: usize = 50;
+    /// Task records a qualified (or substring) search looks at, per state: the bound that
+    /// keeps it within the dashboard's time budget (Oban Web states its own the same way).
+    pub const SCAN_PER_STATE: u64 = 20_000;
 
-    pub async fn search(q: &queue::Queue, text: &str) -> queue::Result<Listing> {
+    pub async fn search(
+        q: &queue::Queue,
+        text: &str,
+        parsed: &super::super::search::Search,
+    ) -> queue::Result<Listing> {
         let mut ids = Vec::new();
         let mut note = None;
-        if let Ok(norm) = queue::normalise_query(text) {
-            ids.push(queue::task_id(&norm));
+        let free = parsed.text.as_str();
+        if !parsed.qualified() {
+            exact_or_prefix(q, free, &mut ids, &mut note).await?;
         }
-        let lower = text.to_ascii_lowercase();
-        if lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
-            if lower.len() == 32 {
-                ids.push(lower);
-            } else {
-                let (found, complete) = scan_prefix(q, &lower).await?;
-                if !complete {
-                    note = Some(format!(
-                        "id prefix search looked at about {}k keys and stopped; type more of the id",
-                        SCAN_BUDGET
-                    ));
-                }
-                ids.extend(found);
+        // Qualifiers, or free text that is no exact query or id: look through the records.
+        if parsed.qualified() || (ids.is_empty() && !free.is_empty()) {
+            let (mut scanned, mut matched, mut complete) = (0u64, 0u64, true);
+            let states = parsed.states();
+            for state in &states {
+                let keep = MAX_HITS.saturating_sub(ids.len());
+                let sel = q
+                    .select_bounded(&parsed.filter(*state), keep, SCAN_PER_STATE)
+                    .await?;
+                scanned += sel.scanned;
+                matched += sel.matched;
+                complete &= sel.complete;
+                ids.extend(sel.ids);
             }
+            let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+            let mut said = format!(
+                "{matched} {} among {scanned} {} ({})",
+                if matched == 1 { "match" } else { "matches" },
+                if scanned == 1 {
+                    "task looked at"
+                } else {
+                    "tasks looked at"
+                },
+                names.join(", ")
+            );
+            if !complete {
+                said.push_str(&format!(
+                    "; stopped at {SCAN_PER_STATE} a state: narrow it with state:, error:, query: or after:"
+                ));
+            }
+            if matched as usize > MAX_HITS {
+                said.push_str(&format!("; the first {MAX_HITS} are shown"));
+            }
+            note = Some(match note {
+                Some(n) => format!("{n}; {said}"),
+                None => said,
+            });
         }
         let mut seen = BTreeSet::new();
         ids.retain(|id| seen.insert(id.clone()));
@@ -245,6 +278,40 @@ mod ssr {
         }
         out.total = (out.tasks.len() + out.results.len()) as u64;
         Ok(out)
+    }
+
+    /// An exact query (its id) or a task id, whole or its start (a bounded key scan).
+    async fn exact_or_prefix(
+        q: &queue::Queue,
+        text: &str,
+        ids: &mut Vec<String>,
+        note: &mut Option<String>,
+    ) -> queue::Result<()> {
+        if let Ok(norm) = queue::normalise_query(text) {
+            let id = queue::task_id(&norm);
+            // Only ids that exist count as found (a result or a live task).
+            if q.get(&id).await?.is_some() {
+                ids.push(id);
+            }
+        }
+        let lower = text.to_ascii_lowercase();
+        if !lower.is_empty() && lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if lower.len() == 32 {
+                if q.get(&lower).await?.is_some() {
+                    ids.push(lower);
+                }
+            } else {
+                let (found, complete) = scan_prefix(q, &lower).await?;
+                if !complete {
+                    *note = Some(format!(
+                        "id prefix search looked at about {}k keys and stopped; type more of the id",
+                        SCAN_BUDGET
+                    ));
+                }
+                ids.extend(found);
+            }
+        }
+        Ok(())
     }
 
     /// Ids of task and result keys starting with `prefix` (hex only, so no glob characters);
@@ -341,12 +408,30 @@ fn TasksBody(
                     type="search"
                     id="task-search"
                     name="q"
-                    placeholder="query text or id (prefix)"
+                    placeholder="query text, id, or state:dead error:\"HTTP 500\" after:2h"
                     title="query text or id prefix (press / to come here)"
+                    list="search-suggestions"
+                    aria-describedby="search-help"
                     data-testid="search-input"
                     prop:value=move || query.get().get("q").unwrap_or_default()
                 />
+                <datalist id="search-suggestions">
+                    <option value="state:dead"></option>
+                    <option value="state:waiting"></option>
+                    <option value="state:ready"></option>
+                    <option value="state:leased"></option>
+                    <option value="state:dead error:\"HTTP 5\""></option>
+                    <option value="after:1h"></option>
+                    <option value="after:24h"></option>
+                </datalist>
                 <button type="submit" data-testid="search-submit">"Search"</button>
+                <p id="search-help" class="hint">
+                    "Qualifiers: " <code>"state:dead"</code> " (waiting, ready, leased), "
+                    <code>"error:\"HTTP 500\""</code> ", " <code>"query:order-"</code> ", "
+                    <code>"after:2h"</code> " (changed within; s, m, h, d). Other words: an exact "
+                    "query or id first, else part of the query text. Looks at up to 20,000 tasks "
+                    "of each state."
+                </p>
             </form>
             <ActionResult action />
             <div class="data">

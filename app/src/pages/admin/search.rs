@@ -1,0 +1,173 @@
+//! The task search box's language: qualifiers and free text, e.g.
+//! `state:dead error:"HTTP 500" query:order- after:2h`.
+//!
+//! - `state:` one of `dead`, `waiting`, `ready`, `leased` (without it: all four);
+//! - `error:` part of the last error's text; `query:` part of the query text (both ignore case);
+//! - `after:` changed within the last span: `90s`, `15m`, `2h`, `7d`;
+//! - anything else is free text: an exact query or a task id (or its start) first, and, when
+//!   that finds nothing or qualifiers are given, part of the query text.
+//!
+//! Values with spaces are quoted (`error:"HTTP 500"`). A qualifier that does not parse is an
+//! error the page shows, so a typo never silently widens the search.
+
+use queue::bulk::{BulkFilter, BulkState, TimeField};
+
+/// A parsed search.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Search {
+    pub state: Option<BulkState>,
+    pub error: Option<String>,
+    pub query: Option<String>,
+    pub within_ms: Option<u64>,
+    /// The words that are not qualifiers, joined by one space.
+    pub text: String,
+}
+
+impl Search {
+    /// Whether any qualifier was given.
+    pub fn qualified(&self) -> bool {
+        self.state.is_some()
+            || self.error.is_some()
+            || self.query.is_some()
+            || self.within_ms.is_some()
+    }
+
+    /// The filter for one state; free text counts as part of the query text.
+    pub fn filter(&self, state: BulkState) -> BulkFilter {
+        let mut query = self.query.clone();
+        if !self.text.is_empty() {
+            query = Some(match query {
+                Some(q) => format!("{q} {}", self.text),
+                None => self.text.clone(),
+            });
+        }
+        BulkFilter {
+            state,
+            error: self.error.clone(),
+            query,
+            within_ms: self.within_ms,
+            time_field: TimeField::Updated,
+        }
+    }
+
+    /// The states to look in.
+    pub fn states(&self) -> Vec<BulkState> {
+        match self.state {
+            Some(s) => vec![s],
+            None => BulkState::ALL.to_vec(),
+        }
+    }
+}
+
+/// Splits on spaces outside double quotes; quotes are removed.
+fn tokens(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in s.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c.is_whitespace() && !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if quoted {
+        return Err("a quote is not closed".into());
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// `90s`, `15m`, `2h`, `7d` in ms (at most 366 days).
+fn span_ms(v: &str) -> Option<u64> {
+    let (num, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = num.parse().ok()?;
+    let per = match unit {
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    let ms = n.checked_mul(per)?;
+    (ms > 0 && ms <= 366 * 86_400_000).then_some(ms)
+}
+
+/// Parses the search box.
+pub fn parse(s: &str) -> Result<Search, String> {
+    let mut out = Search::default();
+    let mut text = Vec::new();
+    for t in tokens(s)? {
+        let Some((key, value)) = t.split_once(':') else {
+            text.push(t);
+            continue;
+        };
+        match key {
+            "state" => {
+                out.state = Some(BulkState::parse(value).ok_or_else(|| {
+                    format!("state:{value} is not one of dead, waiting, ready, leased")
+                })?)
+            }
+            "error" | "query" if value.is_empty() => {
+                return Err(format!("{key}: needs a value, e.g. {key}:\"HTTP 500\""))
+            }
+            "error" => out.error = Some(value.to_string()),
+            "query" => out.query = Some(value.to_string()),
+            "after" => {
+                out.within_ms = Some(span_ms(value).ok_or_else(|| {
+                    format!("after:{value} is not a span such as 90s, 15m, 2h or 7d")
+                })?)
+            }
+            // Not a qualifier (e.g. a query with a colon in it): free text.
+            _ => text.push(t),
+        }
+    }
+    out.text = text.join(" ");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qualifiers_quotes_and_free_text() {
+        let s = parse(r#"state:dead error:"HTTP 500" query:order- after:2h  late"#).unwrap();
+        assert_eq!(s.state, Some(BulkState::Dead));
+        assert_eq!(s.error.as_deref(), Some("HTTP 500"));
+        assert_eq!(s.query.as_deref(), Some("order-"));
+        assert_eq!(s.within_ms, Some(2 * 3_600_000));
+        assert_eq!(s.text, "late");
+        assert!(s.qualified());
+        let f = s.filter(BulkState::Dead);
+        assert_eq!(f.query.as_deref(), Some("order- late"));
+        assert_eq!(s.states(), vec![BulkState::Dead]);
+    }
+
+    #[test]
+    fn plain_text_and_unknown_keys_are_free_text() {
+        let s = parse("region-005123 http://x").unwrap();
+        assert!(!s.qualified());
+        assert_eq!(s.text, "region-005123 http://x");
+        assert_eq!(s.states().len(), 4);
+    }
+
+    #[test]
+    fn mistakes_are_said() {
+        assert!(parse("state:gone").unwrap_err().contains("dead, waiting"));
+        assert!(parse("after:2y").unwrap_err().contains("span"));
+        assert!(parse("after:0h").is_err());
+        assert!(parse("error:").is_err());
+        assert!(parse(r#"error:"HTTP 500"#).unwrap_err().contains("quote"));
+        assert_eq!(span_ms("90s"), Some(90_000));
+        assert_eq!(span_ms("15min"), Some(900_000));
+        assert_eq!(span_ms("7d"), Some(7 * 86_400_000));
+        assert_eq!(span_ms("400d"), None);
+    }
+}
