@@ -1,5 +1,9 @@
 //! Property test: random operation sequences against a tiny in-memory model of the queue.
 //! Everything is due now (delays 0) and leases are long, so the model needs no clock.
+//! The lean layout's shapes are in it: background enqueues (a second ready list), a
+//! completion that claims the next tasks in the same call, and a claim by a worker whose
+//! BLPOP took a wake-up entry; after every step the wake-up list holds at least one entry
+//! per ready task (no ready task is ever left without a wake-up).
 mod common;
 
 use common::*;
@@ -14,7 +18,12 @@ const MAX_ATTEMPTS: u32 = 2;
 #[derive(Clone, Debug)]
 enum Op {
     Enqueue(usize),
+    EnqueueBackground(usize),
     Claim(usize),
+    /// A worker's BLPOP takes a wake-up entry (if there is one), then it claims.
+    WokenClaim(usize),
+    /// Complete key k (its live token, or a stale one) and claim up to n more in one call.
+    CompleteAndClaim(usize, bool, usize),
     Complete(usize, bool),
     Fail(usize),
     Reschedule(usize),
@@ -31,7 +40,10 @@ fn op() -> impl Strategy<Value = Op> {
     let k = 0..KEYS;
     prop_oneof![
         3 => k.clone().prop_map(Op::Enqueue),
+        2 => k.clone().prop_map(Op::EnqueueBackground),
         3 => (1..3usize).prop_map(Op::Claim),
+        2 => (1..3usize).prop_map(Op::WokenClaim),
+        2 => (k.clone(), any::<bool>(), 0..3usize).prop_map(|(k, s, n)| Op::CompleteAndClaim(k, s, n)),
         3 => (k.clone(), any::<bool>()).prop_map(|(k, s)| Op::Complete(k, s)),
         2 => k.clone().prop_map(Op::Fail),
         2 => k.clone().prop_map(Op::Reschedule),
@@ -78,10 +90,21 @@ async fn run_case(ops: Vec<Op>) {
         max_attempts: MAX_ATTEMPTS,
         ..EnqueuePolicy::default()
     };
+    let bg = EnqueuePolicy {
+        priority: Priority::Background,
+        ..pol.clone()
+    };
+    let mut raw = raw().await;
+    let wake_key = format!("{{{name}}}:wakeups");
     for op in ops {
         match op {
-            Op::Enqueue(k) => {
-                let r = q.enqueue(&query(k), "p", &pol).await.unwrap();
+            Op::Enqueue(k) | Op::EnqueueBackground(k) => {
+                let p = if matches!(op, Op::Enqueue(_)) {
+                    &pol
+                } else {
+                    &bg
+                };
+                let r = q.enqueue(&query(k), "p", p).await.unwrap();
                 match (m[k], r) {
                     (M::Absent | M::Dead, Enqueued::Created(_)) => m[k] = M::Due(0),
                     (M::Due(_) | M::Leased(..), Enqueued::Joined(_)) => {}
@@ -89,20 +112,44 @@ async fn run_case(ops: Vec<Op>) {
                     (s, r) => panic!("enqueue in {s:?} gave {r:?}"),
                 }
             }
-            Op::Claim(n) => {
-                let got = q.claim("w", n, 600_000).await.unwrap();
-                let due = m.iter().filter(|s| matches!(s, M::Due(_))).count();
-                let want = if paused { 0 } else { n.min(due) };
-                assert_eq!(got.len(), want, "claim {n} with {due} due, paused {paused}");
-                for c in got {
-                    let k = index[&c.id];
-                    let M::Due(a) = m[k] else {
-                        panic!("claimed {k} in {:?}", m[k])
-                    };
-                    assert_eq!(c.attempts, a);
-                    assert!(c.token > last_token, "tokens must increase");
-                    last_token = c.token;
-                    m[k] = M::Leased(c.token, a);
+            Op::Claim(n) | Op::WokenClaim(n) => {
+                let woken = matches!(op, Op::WokenClaim(_)) && {
+                    let took: Option<String> = redis::cmd("LPOP")
+                        .arg(&wake_key)
+                        .query_async(&mut raw)
+                        .await
+                        .unwrap();
+                    took.is_some()
+                };
+                let got = q.claim_woken("w", n, 600_000, woken).await.unwrap();
+                take_claimed(&mut m, &index, &mut last_token, paused, n, got);
+            }
+            Op::CompleteAndClaim(k, stale, n) => {
+                let (tok, ok) = match m[k] {
+                    M::Leased(t, _) if !stale => (t, true),
+                    M::Leased(t, _) => (t + 1_000_000, false),
+                    _ => (last_token, false),
+                };
+                let item = Completion {
+                    id: ids[k].clone(),
+                    token: tok,
+                    result: "r".into(),
+                    latency_ms: 1,
+                };
+                let (r, got) = q
+                    .complete_and_claim(&[item], "w", n, 600_000)
+                    .await
+                    .unwrap();
+                // The next tasks are chosen before this completion is written: the task
+                // completed here is never among them.
+                if ok {
+                    r[0].as_ref().unwrap();
+                } else {
+                    assert!(matches!(r[0], Err(QueueError::StaleToken)), "{r:?}");
+                }
+                take_claimed(&mut m, &index, &mut last_token, paused, n, got);
+                if ok {
+                    m[k] = M::Done;
                 }
             }
             Op::Complete(k, stale) => {
@@ -209,6 +256,18 @@ async fn run_case(ops: Vec<Op>) {
         assert_eq!(s.dead, count(|x| *x == M::Dead));
         assert_eq!(s.results, count(|x| *x == M::Done));
         assert_eq!(s.paused, paused);
+        let entries: u64 = redis::cmd("LLEN")
+            .arg(&wake_key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        // While paused, workers may take entries and claim nothing; resume pushes one entry
+        // per ready task, so the bound holds again from there.
+        assert!(
+            paused || entries >= s.ready,
+            "{entries} wake-up entries for {} ready tasks",
+            s.ready
+        );
         for k in 0..KEYS {
             let t = q.get(&ids[k]).await.unwrap().and_then(|d| d.task);
             match (m[k], t) {
@@ -221,6 +280,30 @@ async fn run_case(ops: Vec<Op>) {
                 (s, t) => panic!("model {s:?}, redis {t:?}"),
             }
         }
+    }
+}
+
+/// Checks a claim's answer against the model (`n` asked) and leases the claimed keys in it.
+fn take_claimed(
+    m: &mut [M; KEYS],
+    index: &HashMap<String, usize>,
+    last_token: &mut u64,
+    paused: bool,
+    n: usize,
+    got: Vec<Claimed>,
+) {
+    let due = m.iter().filter(|s| matches!(s, M::Due(_))).count();
+    let want = if paused { 0 } else { n.min(due) };
+    assert_eq!(got.len(), want, "claim {n} with {due} due, paused {paused}");
+    for c in got {
+        let k = index[&c.id];
+        let M::Due(a) = m[k] else {
+            panic!("claimed {k} in {:?}", m[k])
+        };
+        assert_eq!(c.attempts, a);
+        assert!(c.token > *last_token, "tokens must increase");
+        *last_token = c.token;
+        m[k] = M::Leased(c.token, a);
     }
 }
 
