@@ -1087,3 +1087,57 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
     assert!(seen >= 3, "escaped tags seen: {seen}");
     env.redis.stop().await;
 }
+
+/// Priorities on the dashboard: the overview counts ready background work, the task list marks
+/// it, and the task page names the priority.
+#[tokio::test]
+async fn the_dashboard_counts_and_marks_background_work() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let bg = queue::EnqueuePolicy {
+        priority: queue::Priority::Background,
+        ..Default::default()
+    };
+    for i in 0..2 {
+        q.enqueue(&format!("refresh popular {i}"), "", &bg)
+            .await
+            .unwrap();
+    }
+    q.enqueue("a person waits", "", &Default::default())
+        .await
+        .unwrap();
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 12])
+        .await
+        .ok()
+        .expect("signed in");
+    let overview = get_page(r, "/admin", Some(&cookie), [10, 0, 0, 12]).await;
+    assert_eq!(overview.status, 200);
+    assert!(
+        overview
+            .body
+            .contains("2 of the ready tasks are background work"),
+        "{}",
+        overview.body
+    );
+    let list = get_page(r, "/admin/tasks?state=ready", Some(&cookie), [10, 0, 0, 12]).await;
+    assert_eq!(list.status, 200);
+    assert_eq!(
+        list.body
+            .matches("data-testid=\"badge-background\"")
+            .count(),
+        2
+    );
+    let id = queue::task_id("refresh popular 0");
+    let page = get_page(
+        r,
+        &format!("/admin/tasks/{id}"),
+        Some(&cookie),
+        [10, 0, 0, 12],
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    let at = page.body.find("field-priority").expect("a priority field");
+    let field: String = page.body[at..].chars().take(200).collect();
+    assert!(field.contains("background"), "{field}");
+    env.redis.stop().await;
+}

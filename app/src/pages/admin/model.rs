@@ -27,6 +27,9 @@ pub struct TaskRow {
     pub due_ms: Option<i64>,
     pub lease_deadline_ms: Option<i64>,
     pub dead_reason: Option<String>,
+    /// Background priority (`"priority": "background"`); interactive otherwise.
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// One stored final result.
@@ -63,6 +66,9 @@ pub struct Bucket {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatsView {
     pub ready: u64,
+    /// Of `ready`, tasks of background priority.
+    #[serde(default)]
+    pub ready_background: u64,
     pub waiting: u64,
     pub retrying: u64,
     pub leased: u64,
@@ -142,6 +148,7 @@ mod convert {
                 due_ms: t.due_ms,
                 lease_deadline_ms: t.lease_deadline_ms,
                 dead_reason: t.dead_reason,
+                background: t.priority == queue::Priority::Background,
             }
         }
     }
@@ -173,6 +180,7 @@ mod convert {
         fn from(s: queue::Stats) -> Self {
             StatsView {
                 ready: s.ready,
+                ready_background: s.ready_background,
                 waiting: s.waiting,
                 retrying: s.retrying,
                 leased: s.leased,

@@ -282,6 +282,18 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         }
         .into_any()
     };
+    // Priorities: background work (`"priority": "background"`) waits behind interactive work
+    // and gets every tenth claim while both wait.
+    let background = (s.ready_background > 0).then(|| {
+        let n = s.ready_background;
+        view! {
+            " "
+            <span data-testid="ready-background">
+                {format!("{n} of the ready {} background work", if n == 1 { "task is" } else { "tasks are" })}
+            </span>
+            " (claimed after interactive work, at least every tenth claim)."
+        }
+    });
     let workers_empty = data.workers.is_empty();
     let audit_empty = data.audit.is_empty();
     view! {
@@ -297,7 +309,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
             {card("results", "results stored", s.results, false)}
         </div>
         <p>
-            <span data-testid="oldest-ready">{oldest}</span> " Queue is "
+            <span data-testid="oldest-ready">{oldest}</span>{background} " Queue is "
             <strong data-testid="paused" class=paused_class>
                 {if s.paused { "paused" } else { "running" }}
             </strong> "."

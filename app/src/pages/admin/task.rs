@@ -198,6 +198,13 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         if !t.payload.is_empty() {
             fields.push(field("payload", text(t.payload.clone())).into_any());
         }
+        fields.push(
+            field(
+                "priority",
+                text(if t.background { "background" } else { "interactive" }.to_string()),
+            )
+            .into_any(),
+        );
         fields.push(field("created", past(t.created_ms)).into_any());
         fields.push(field("updated", past(t.updated_ms)).into_any());
         fields.push(field("attempts", text(format!("{} of {}", t.attempts, t.max_attempts))).into_any());

@@ -667,7 +667,10 @@ fn TaskTable(tasks: Vec<TaskRow>, results: Vec<ResultRow>, now: i64) -> impl Int
                             <tr data-testid="task-row" data-id=t.id>
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
                                 <td data-label="query" class="query">{or_dash(t.query)}</td>
-                                <td data-label="state"><span class=state_class>{state}</span></td>
+                                <td data-label="state">
+                                    <span class=state_class>{state}</span>
+                                    {t.background.then(|| view! { " " <span class="badge" data-testid="badge-background" title="background priority: claimed after interactive work">"background"</span> })}
+                                </td>
                                 <td data-label="attempts">{format!("{} of {}", t.attempts, t.max_attempts)}</td>
                                 <td data-label="polls">{t.polls}</td>
                                 <td data-label="when">{when}</td>
