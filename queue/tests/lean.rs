@@ -445,3 +445,44 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
     q.complete(&cl[0].id, cl[0].token, "new", 1).await.unwrap();
     assert_eq!(q.result_by_id(&due_id).await.unwrap().unwrap().data, "new");
 }
+
+#[tokio::test]
+async fn enqueue_many_answers_each_item_as_enqueue_would_in_one_round_trip() {
+    let name = "lean_many";
+    let q = queue(name).await;
+    // A stored result first.
+    q.enqueue("many done", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    q.complete(&c.id, c.token, "{\"answer\":1}", 3)
+        .await
+        .unwrap();
+    let items = [
+        ("many a", ""),
+        ("many b", "p"),
+        ("many  a", ""), // the same query once normalised: joined
+        ("   ", ""),     // invalid: its own error, not sent
+        ("many done", ""),
+    ];
+    let got = q
+        .enqueue_many(&items, &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    assert_eq!(got.len(), items.len());
+    assert!(matches!(&got[0], Ok(Enqueued::Created(t)) if t.query == "many a"));
+    assert!(matches!(&got[1], Ok(Enqueued::Created(t)) if t.payload == "p"));
+    assert!(matches!(&got[2], Ok(Enqueued::Joined(t)) if t.query == "many a"));
+    assert!(matches!(&got[3], Err(QueueError::InvalidQuery(_))));
+    assert!(matches!(&got[4], Ok(Enqueued::Stored(r)) if r.data == "{\"answer\":1}"));
+    let s = q.stats().await.unwrap();
+    assert_eq!(s.ready, 2);
+    // One wake-up entry per task created.
+    let mut c = raw().await;
+    let entries: usize = redis::cmd("LLEN")
+        .arg(format!("{{{name}}}:wakeups"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(entries, 2);
+}
