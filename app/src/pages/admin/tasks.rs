@@ -215,14 +215,23 @@ mod ssr {
         text: &str,
         parsed: &super::super::search::Search,
     ) -> queue::Result<Listing> {
-        let mut ids = Vec::new();
-        let mut note = None;
+        let mut out = Listing {
+            state: "search".into(),
+            search: Some(text.to_string()),
+            ..Listing::default()
+        };
+        let mut seen = BTreeSet::new();
         let free = parsed.text.as_str();
         if !parsed.qualified() {
-            exact_or_prefix(q, free, &mut ids, &mut note).await?;
+            let mut ids = Vec::new();
+            exact_or_prefix(q, free, &mut ids, &mut out.note).await?;
+            show(q, ids, &mut seen, &mut out).await?;
         }
         // Qualifiers, or free text that is no exact query or id: look through the records.
-        if parsed.qualified() || (ids.is_empty() && !free.is_empty()) {
+        if parsed.qualified()
+            || (out.tasks.is_empty() && out.results.is_empty() && !free.is_empty())
+        {
+            let mut ids = Vec::new();
             let (mut scanned, mut matched, mut complete) = (0u64, 0u64, true);
             let states = parsed.states();
             for state in &states {
@@ -254,21 +263,29 @@ mod ssr {
             if matched as usize > MAX_HITS {
                 said.push_str(&format!("; the first {MAX_HITS} are shown"));
             }
-            note = Some(match note {
+            out.note = Some(match out.note.take() {
                 Some(n) => format!("{n}; {said}"),
                 None => said,
             });
+            show(q, ids, &mut seen, &mut out).await?;
         }
-        let mut seen = BTreeSet::new();
-        ids.retain(|id| seen.insert(id.clone()));
-        let mut out = Listing {
-            state: "search".into(),
-            search: Some(text.to_string()),
-            note,
-            ..Listing::default()
-        };
-        for id in ids.iter().take(MAX_HITS) {
-            if let Some(d) = q.get(id).await? {
+        out.total = (out.tasks.len() + out.results.len()) as u64;
+        Ok(out)
+    }
+
+    /// Reads each id not shown yet (up to the hit cap) and adds what exists to the listing:
+    /// one read per id, whether it came from an exact match or from the records.
+    async fn show(
+        q: &queue::Queue,
+        ids: Vec<String>,
+        seen: &mut BTreeSet<String>,
+        out: &mut Listing,
+    ) -> queue::Result<()> {
+        for id in ids {
+            if out.tasks.len() + out.results.len() >= MAX_HITS || !seen.insert(id.clone()) {
+                continue;
+            }
+            if let Some(d) = q.get(&id).await? {
                 if let Some(t) = d.task {
                     out.tasks.push(t.into());
                 } else if let Some(r) = d.result {
@@ -276,8 +293,7 @@ mod ssr {
                 }
             }
         }
-        out.total = (out.tasks.len() + out.results.len()) as u64;
-        Ok(out)
+        Ok(())
     }
 
     /// An exact query (its id) or a task id, whole or its start (a bounded key scan).
@@ -288,18 +304,12 @@ mod ssr {
         note: &mut Option<String>,
     ) -> queue::Result<()> {
         if let Ok(norm) = queue::normalise_query(text) {
-            let id = queue::task_id(&norm);
-            // Only ids that exist count as found (a result or a live task).
-            if q.get(&id).await?.is_some() {
-                ids.push(id);
-            }
+            ids.push(queue::task_id(&norm));
         }
         let lower = text.to_ascii_lowercase();
         if !lower.is_empty() && lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
             if lower.len() == 32 {
-                if q.get(&lower).await?.is_some() {
-                    ids.push(lower);
-                }
+                ids.push(lower);
             } else {
                 let (found, complete) = scan_prefix(q, &lower).await?;
                 if !complete {
