@@ -16,7 +16,7 @@ pub struct AppContext {
     /// Admin passwords, session and sign-in settings (see [`crate::auth`]).
     pub admin: crate::auth::AuthConfig,
     /// How long a submit waits for the workers' first poll so the first answer carries
-    /// partial data (see `crate::query::submit`); zero answers at once.
+    /// partial data (see `crate::query_view::submit`); zero answers at once.
     pub first_answer: std::time::Duration,
 }
 

@@ -7,7 +7,7 @@
 //!   complete path from a browser click through a server function to Redis and back.
 //! - [`pages`]: one module per page.
 //! - [`auth`]: who may use the admin dashboard (roles; on the server: passwords, sessions).
-//! - [`query`]: one query as the user sees it, shared by the query page and the JSON API.
+//! - [`query_view`]: one query as the user sees it, shared by the query page and the JSON API.
 //! - `client` (server only): the one client-address rule every per-client limit uses.
 //! - `context` (server only): what the server hands to server functions (Redis connection,
 //!   queue name); never compiled into the wasm.
@@ -18,7 +18,7 @@
 
 pub mod auth;
 pub mod pages;
-pub mod query;
+pub mod query_view;
 pub mod status;
 
 #[cfg(feature = "ssr")]

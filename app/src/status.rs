@@ -23,32 +23,16 @@ pub struct RedisStatus {
 /// is unreachable.
 #[server(prefix = "/admin/fn")]
 pub async fn check_redis() -> Result<RedisStatus, ServerFnError> {
-    use queue::redis;
     crate::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let mut conn = ctx.queue.connection();
-    let unreachable = |e: redis::RedisError| {
+    let info = ctx.queue.server_info().await.map_err(|e| {
         tracing::warn!(error = %e, "redis status check failed");
         ServerFnError::new("Redis is unreachable")
-    };
-    let (info, keys, time): (String, u64, (i64, i64)) = redis::pipe()
-        .cmd("INFO")
-        .arg("server")
-        .cmd("DBSIZE")
-        .cmd("TIME")
-        .query_async(&mut conn)
-        .await
-        .map_err(unreachable)?;
-    let version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("unknown")
-        .trim()
-        .to_string();
+    })?;
     Ok(RedisStatus {
-        version,
-        keys,
-        checked_ms: time.0 * 1000 + time.1 / 1000,
+        version: info.version,
+        keys: info.keys,
+        checked_ms: info.now_ms,
         queue: ctx.queue.config().name.clone(),
     })
 }

@@ -4,7 +4,7 @@
 -- is new (nothing on later heartbeats: they would wake every open dashboard every few seconds).
 -- KEYS[1] workers zset   KEYS[2] worker hash
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] host   ARGV[9] pid   ARGV[10] started_ms   ARGV[11] in_flight
--- ARGV[12] processed   ARGV[13] failed   ARGV[14] ttl_ms
+-- ARGV[12] completed   ARGV[13] dead   ARGV[14] ttl_ms
 -- Returns the Redis time of this heartbeat (ms).
 local workersz = KEYS[1]
 local wkey = KEYS[2]
@@ -21,7 +21,7 @@ local now = now_ms()
 -- first after its record expired), none later. That is news for the dashboard's workers
 -- table. No "id" field: the message is about the queue, not a task.
 local added = redis.call('HSET', wkey, 'id', id, 'host', ARGV[8], 'pid', ARGV[9],
-  'started', ARGV[10], 'in_flight', ARGV[11], 'processed', ARGV[12], 'failed', ARGV[13],
+  'started', ARGV[10], 'in_flight', ARGV[11], 'completed', ARGV[12], 'dead', ARGV[13],
   'last_seen', fmt(now))
 if added > 0 then
   redis.call('PUBLISH', CH_DASH, '{"kind":"worker_joined","worker":' .. cjson.encode(id)

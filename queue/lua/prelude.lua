@@ -90,7 +90,7 @@ local function wake_msg(kind, id, at)
 end
 
 -- The dashboard channel carries every state change; the web process derives each task's live
--- page from it (server/src/live.rs), so there is no per-task channel to publish on.
+-- page from it (server/src/live_hub.rs), so there is no per-task channel to publish on.
 local function notify_dash(kind, id, at)
   redis.call('PUBLISH', CH_DASH, wake_msg(kind, id, at))
 end

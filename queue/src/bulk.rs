@@ -19,8 +19,9 @@ use std::future::Future;
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
-use crate::decode::{array, string};
+use crate::decode::{self, array};
 use crate::error::Result;
+use crate::model::TaskId;
 use crate::queue::Queue;
 
 /// Tasks one bulk action may touch unless configured otherwise (`REPOLL_BULK_LIMIT`).
@@ -208,7 +209,7 @@ impl BulkFilter {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BulkSelection {
     /// The matching ids, at most the `keep` asked for, in the state's order.
-    pub ids: Vec<String>,
+    pub ids: Vec<TaskId>,
     /// Matching tasks (all of them, also past `keep`).
     pub matched: u64,
     /// Members of the state's set looked at.
@@ -275,7 +276,7 @@ pub struct BulkJob {
     queue: Queue,
     action: BulkAction,
     state: BulkState,
-    ids: Vec<String>,
+    ids: Vec<TaskId>,
     progress: BulkProgress,
 }
 
@@ -331,7 +332,10 @@ impl Queue {
                 } else {
                     c.zrange(src, offset as isize, stop).await?
                 };
-                let ids = array(v)?.iter().map(string).collect::<Result<Vec<_>>>()?;
+                let ids = array(v)?
+                    .iter()
+                    .map(decode::task_id)
+                    .collect::<Result<Vec<_>>>()?;
                 if ids.is_empty() {
                     break;
                 }
@@ -509,7 +513,7 @@ impl Queue {
         &self,
         action: BulkAction,
         state: BulkState,
-        ids: &[String],
+        ids: &[TaskId],
         who: &str,
     ) -> Result<u64> {
         match (action, state) {

@@ -2,7 +2,7 @@
 //! [`QueueError::Corrupt`], because a damaged key must not take down a worker or the server.
 
 use crate::error::{corrupt, Result};
-use crate::model::{HistoryEntry, Priority, StoredResult, Task, TaskState, WorkerInfo};
+use crate::model::{HistoryEntry, Priority, StoredResult, Task, TaskId, TaskState, WorkerInfo};
 use redis::Value;
 use std::collections::HashMap;
 
@@ -19,6 +19,15 @@ pub(crate) fn string(v: &Value) -> Result<String> {
         Value::Okay => Ok("OK".into()),
         other => Err(corrupt(format!("expected a string, got {other:?}"))),
     }
+}
+
+/// A task id read from Redis: anything that is not one is damage, not a task.
+pub(crate) fn task_id(v: &Value) -> Result<TaskId> {
+    parse_id(&string(v)?)
+}
+
+pub(crate) fn parse_id(s: &str) -> Result<TaskId> {
+    TaskId::parse(s).map_err(|_| corrupt(format!("not a task id: {s:?}")))
 }
 
 pub(crate) fn int(v: &Value) -> Result<i64> {
@@ -119,11 +128,10 @@ pub(crate) fn task(
     partial: Option<String>,
     due_score: Option<i64>,
 ) -> Result<Task> {
-    let state = match get(f, "s")? {
-        "due" => TaskState::Due,
-        "leased" => TaskState::Leased,
-        "dead" => TaskState::Dead,
-        other => return Err(corrupt(format!("unknown task state {other:?}"))),
+    let state = match get(f, "s")?.parse::<TaskState>() {
+        Ok(s @ (TaskState::Due | TaskState::Leased | TaskState::Dead)) => s,
+        Ok(TaskState::Done) => return Err(corrupt("a task record in state done")),
+        Err(e) => return Err(corrupt(e.to_string())),
     };
     let created = get_i64(f, "c")?;
     let updated = match get_i64(f, "u")? {
@@ -131,7 +139,7 @@ pub(crate) fn task(
         u => u,
     };
     Ok(Task {
-        id: id.to_string(),
+        id: parse_id(id)?,
         query: get(f, "q")?.to_string(),
         payload: f.get("pl").cloned().unwrap_or_default(),
         state,
@@ -166,6 +174,11 @@ pub(crate) fn task(
         },
         dead_reason: if state == TaskState::Dead {
             opt(f, "dr")
+                .map(|r| {
+                    r.parse()
+                        .map_err(|e: model::UnknownName| corrupt(e.to_string()))
+                })
+                .transpose()?
         } else {
             None
         },
@@ -197,7 +210,7 @@ pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
     let u = |v: i64| u64::try_from(v).map_err(|_| bad());
     Ok(Packed {
         result: StoredResult {
-            id: id.to_string(),
+            id: parse_id(id)?,
             query: query.to_string(),
             data: data.to_string(),
             completed_ms: *completed,
@@ -217,8 +230,8 @@ pub(crate) fn worker(f: &Fields) -> Result<WorkerInfo> {
         pid: get_u32(f, "pid")?,
         started_ms: get_i64(f, "started")?,
         in_flight: get_u32(f, "in_flight")?,
-        processed: get_u64(f, "processed")?,
-        failed: get_u64(f, "failed")?,
+        completed: get_u64(f, "completed")?,
+        dead: get_u64(f, "dead")?,
         last_seen_ms: get_i64(f, "last_seen")?,
     })
 }

@@ -23,6 +23,12 @@ pub enum QueueError {
     Corrupt(String),
 }
 
+impl From<model::InvalidQuery> for QueueError {
+    fn from(e: model::InvalidQuery) -> Self {
+        QueueError::InvalidQuery(e.0)
+    }
+}
+
 /// Result alias used across the crate.
 pub type Result<T> = std::result::Result<T, QueueError>;
 

@@ -32,6 +32,8 @@ pub(crate) struct Keys {
     /// Wake-up list: one entry per task made ready now; idle worker processes block on it
     /// (BLPOP), so each entry wakes one of them (prelude.lua, `wake_workers`).
     pub wakeups: String,
+    /// Admin actions, newest first, capped (audit.rs).
+    pub audit: String,
 }
 
 impl Keys {
@@ -56,6 +58,7 @@ impl Keys {
             workers: k("workers"),
             upstream_rate: k("upstream_rate"),
             wakeups: k("wakeups"),
+            audit: k("audit"),
             tag,
         }
     }
@@ -79,6 +82,30 @@ impl Keys {
     /// would turn the whole hash from listpack into hashtable encoding).
     pub fn partial(&self, id: &str) -> String {
         format!("{}:p:{id}", self.tag)
+    }
+
+    /// A `SCAN MATCH` pattern for the live-task and result keys whose id starts with
+    /// `id_prefix` (lowercase hex: no glob characters), the queue name escaped for globbing.
+    pub fn task_or_result_pattern(&self, id_prefix: &str) -> String {
+        let tag: String = self
+            .tag
+            .chars()
+            .flat_map(|c| match c {
+                '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
+                c => vec![c],
+            })
+            .collect();
+        format!("{tag}:[tr]:{id_prefix}*")
+    }
+
+    /// A dashboard session, by the digest of its cookie id (expires with the session).
+    pub fn session(&self, digest: &str) -> String {
+        format!("{}:session:{digest}", self.tag)
+    }
+
+    /// One client's sign-in attempt counter (expires with its one-minute window).
+    pub fn sign_in_attempts(&self, client: &str) -> String {
+        format!("{}:loginfail:{client}", self.tag)
     }
 
     /// Worker heartbeat hash (expires when heartbeats stop).

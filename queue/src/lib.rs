@@ -3,8 +3,9 @@
 //!
 //! A short tour, in reading order:
 //!
-//! - [`id`]: a task's id is a hash of its normalised query, so the same query is the same task.
-//! - [`model`]: the public data types (tasks, results, stats, ...), all serde.
+//! - [`id`]: a task's id is a hash of its normalised query, so the same query is the same task
+//!   (the rules, like the views of tasks and the queue, are in the shared `model` crate).
+//! - [`model`]: the public data types (settings, call outcomes, and the shared views).
 //! - [`error`]: [`QueueError`]; `StaleToken` is the one workers act on.
 //! - `keys`: the key layout; every key carries the hash tag `{name}` (Redis Cluster safe).
 //! - [`scripts`]: the Lua scripts from `lua/*.lua`, loaded once and run by SHA.
@@ -14,14 +15,17 @@
 //! - `worker_ops`: enqueue, claim, renew, complete, reschedule, fail (each able to claim the
 //!   next tasks in the same call), release, reap, heartbeats.
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per unit of work).
-//! - `admin`: retry, cancel, pause/resume, purge (chunked).
+//! - `operator_ops`: retry, cancel, pause/resume, purge (chunked): what an operator does.
 //! - [`bulk`]: bulk actions by filter (select, count, act in chunks in the background, stop).
-//! - `read`: stats, list (cursor pages), get, workers, stuck leases, events.
+//! - `read`: stats, list (cursor pages), get, workers, stuck leases, events, the pause flag,
+//!   id-prefix search, the Redis server's facts.
+//! - `sessions`, `signin`, `audit`: what the admin dashboard keeps next to the queue (its
+//!   sessions, the sign-in attempt limit, the audit log), so no other crate builds a key.
 //!
 //! ARCHITECTURE.md ("Queue core: keys, states, transitions") has the key table and the
 //! state machine.
 
-mod admin;
+mod audit;
 pub mod bulk;
 mod conn;
 mod decode;
@@ -29,27 +33,32 @@ pub mod error;
 pub mod id;
 mod keys;
 pub mod model;
+mod operator_ops;
 mod queue;
 mod read;
 pub mod scripts;
+mod sessions;
+mod signin;
 mod wake;
 mod worker_ops;
 
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{
-    is_forbidden_char, is_task_id, normalise_query, query_pattern, task_id, TaskId,
+    is_forbidden_char, normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId,
     FORBIDDEN_INVISIBLE,
 };
 pub use model::*;
 pub use queue::{Queue, RESPONSE_TIMEOUT};
-pub use redis;
 
-pub use admin::{Migrated, CHUNK as PURGE_CHUNK};
+pub use audit::AUDIT_CAP;
 pub use bulk::{
     BulkAction, BulkFilter, BulkJob, BulkProgress, BulkRefused, BulkSelection, BulkState,
     TimeField, DEFAULT_BULK_LIMIT,
 };
-pub use read::{MAX_PAGE, STATS_BUCKETS};
+pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
+pub use read::{ServerInfo, MAX_PAGE, STATS_BUCKETS};
+pub use sessions::{Sessions, MIN_SESSION_TTL_S};
+pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};
 pub use wake::{Wakeups, WAKE_CAP};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};

@@ -1,8 +1,16 @@
-//! The public data types of the queue (docs/queue-api.md). All of them are plain data that
-//! cross the Leptos server-function boundary, hence serde on everything.
+//! The public data types of the queue (docs/queue-api.md): its settings, the arguments and
+//! outcomes of its calls, and (re-exported from the `model` crate) the views of tasks, results
+//! and the queue that the server and the browser share.
 
-use crate::id::TaskId;
 use serde::{Deserialize, Serialize};
+
+// The types the browser shows too live in the shared `model` crate; the queue's own API types
+// (settings, call arguments and outcomes) stay here.
+pub use model::{
+    AuditEntry, DeadReason, Event, HistoryEntry, LeaseInfo, ListState, Notice, Order, Page,
+    PauseInfo, Priority, PurgeTarget, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState,
+    ThroughputBucket, WorkerInfo,
+};
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,18 +69,6 @@ impl std::str::FromStr for HistoryLevel {
             )),
         }
     }
-}
-
-/// Who is waiting for a task. Workers claim interactive work first, but while background work
-/// waits at least one claim in ten goes to it, so it never starves.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Priority {
-    /// A person is waiting (the query page, and the API by default).
-    #[default]
-    Interactive,
-    /// Nobody is waiting right now (e.g. refreshing popular queries).
-    Background,
 }
 
 impl Default for QueueConfig {
@@ -175,9 +171,9 @@ pub enum Failed {
         due_at: i64,
         attempts: u32,
     },
-    /// reason: "max_attempts", "deadline" or "fatal".
+    /// Gave up: max attempts, deadline or fatal.
     Dead {
-        reason: String,
+        reason: DeadReason,
     },
 }
 
@@ -186,194 +182,6 @@ pub enum Failed {
 pub struct Reaped {
     pub requeued: Vec<TaskId>,
     pub dead: Vec<TaskId>,
-}
-
-/// State of a task. `Done` is a stored result (the live record is gone).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskState {
-    Due,
-    Leased,
-    Dead,
-    Done,
-}
-
-/// A live task record.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Task {
-    pub id: TaskId,
-    pub query: String,
-    pub payload: String,
-    pub state: TaskState,
-    #[serde(default)]
-    pub priority: Priority,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// Errors so far (reset by an admin retry of a dead task).
-    pub attempts: u32,
-    /// "Still processing" answers so far.
-    pub polls: u32,
-    pub max_attempts: u32,
-    /// Token of the current or last lease (0 = never leased).
-    pub token: u64,
-    /// Lease holder while leased.
-    pub worker: Option<String>,
-    pub last_error: Option<String>,
-    pub partial: Option<String>,
-    /// Whole-life deadline, 0 = none.
-    pub deadline_ms: i64,
-    /// When it is next due (state Due only).
-    pub due_ms: Option<i64>,
-    /// Lease deadline (state Leased only).
-    pub lease_deadline_ms: Option<i64>,
-    /// "max_attempts", "deadline", "poison" or "fatal" (state Dead only).
-    pub dead_reason: Option<String>,
-}
-
-/// A final result, kept for result_ttl_ms.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredResult {
-    pub id: TaskId,
-    pub query: String,
-    pub data: String,
-    pub completed_ms: i64,
-    pub created_ms: i64,
-    pub polls: u32,
-}
-
-/// Everything known about one id.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskDetail {
-    pub task: Option<Task>,
-    pub result: Option<StoredResult>,
-    /// Newest first.
-    pub history: Vec<HistoryEntry>,
-}
-
-/// One per-task history entry, e.g. kind "claimed", detail "by w1 token 7".
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryEntry {
-    pub at_ms: i64,
-    pub kind: String,
-    pub detail: String,
-}
-
-/// One entry of the global event stream. `id` is empty for queue-wide events (pause, purge).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Event {
-    pub stream_id: String,
-    pub at_ms: i64,
-    pub kind: String,
-    pub id: TaskId,
-    pub detail: String,
-}
-
-/// A worker's heartbeat record.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerInfo {
-    pub id: String,
-    pub host: String,
-    pub pid: u32,
-    pub started_ms: i64,
-    pub in_flight: u32,
-    pub processed: u64,
-    pub failed: u64,
-    /// Set by Redis on heartbeat (the value passed in is ignored).
-    pub last_seen_ms: i64,
-}
-
-/// A lease that is past its deadline or close to it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaseInfo {
-    pub id: TaskId,
-    pub query: String,
-    pub worker: String,
-    pub token: u64,
-    pub deadline_ms: i64,
-    /// now - deadline: positive when past the deadline.
-    pub overdue_ms: i64,
-}
-
-/// Queue counts, each computed in O(log n).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stats {
-    /// Due now (both priorities).
-    pub ready: u64,
-    /// Of `ready`, background tasks waiting in their list.
-    #[serde(default)]
-    pub ready_background: u64,
-    /// Due later and never failed (waiting for the next poll).
-    pub waiting: u64,
-    /// Due later after at least one error (in backoff).
-    pub retrying: u64,
-    pub leased: u64,
-    /// Leases past their deadline, not yet reaped.
-    pub stuck: u64,
-    pub dead: u64,
-    /// Fresh stored results.
-    pub results: u64,
-    /// now - earliest due time among ready tasks (0 if none ready).
-    pub oldest_ready_age_ms: i64,
-    pub paused: bool,
-    pub now_ms: i64,
-    /// Last 60 minutes, oldest first.
-    pub throughput: Vec<ThroughputBucket>,
-}
-
-/// Counters of one minute.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ThroughputBucket {
-    pub minute_ms: i64,
-    pub completed: u64,
-    pub failed: u64,
-    pub polled: u64,
-    /// Sum of time-to-result (completion - creation) of tasks completed in this minute.
-    pub ttr_sum_ms: u64,
-    pub ttr_count: u64,
-}
-
-/// Which set [`crate::Queue::list`] pages through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ListState {
-    Ready,
-    /// Due later (polls and retries).
-    Waiting,
-    Leased,
-    Dead,
-    Results,
-}
-
-/// Direction of a [`crate::Queue::list`]: by the set's score (due time, lease deadline, time of
-/// death, completion), oldest first or newest first. A cursor belongs to the order it came from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Order {
-    #[default]
-    OldestFirst,
-    NewestFirst,
-}
-
-/// One page of a listing. `items` is filled for task states, `results` for `Results`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Page {
-    pub items: Vec<Task>,
-    pub results: Vec<StoredResult>,
-    /// Pass back to get the next page; None at the end.
-    pub next_cursor: Option<String>,
-    /// Members of the listed set right now.
-    pub total: u64,
-}
-
-/// What [`crate::Queue::purge`] removes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum PurgeTarget {
-    /// Dead tasks (record and history).
-    Dead,
-    /// Stored results.
-    Results,
-    /// History lists of every known task and result (records stay).
-    History,
-    /// Every due task, ready or waiting (leased tasks are left to their workers).
-    Queued,
 }
 
 /// Pub/Sub channel names. Messages are JSON `{"kind","id","at_ms"}` (plus `ids` for a batch):

@@ -4,8 +4,8 @@
 use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
 use crate::model::{
-    Event, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, Stats, StoredResult,
-    Task, TaskDetail, TaskState, ThroughputBucket, WorkerInfo,
+    Event, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, PauseInfo, Stats,
+    StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -495,7 +495,7 @@ impl Queue {
         let mut pipe = redis::pipe();
         let mut pairs = Vec::new();
         for p in flat.chunks(2) {
-            let id = string(&p[0])?;
+            let id = decode::task_id(&p[0])?;
             let deadline = parse_i64(&string(&p[1])?)?;
             pipe.cmd("HMGET")
                 .arg(k.task(&id))
@@ -530,6 +530,81 @@ impl Queue {
         Ok(out)
     }
 
+    /// Ids of live tasks and stored results that start with `prefix` (1 to 31 lowercase hex
+    /// characters; anything else finds nothing), at most `max` of them, found by a key scan
+    /// of at most `scan_calls` `SCAN` calls of ~1000 keys each. The flag is false when the
+    /// budget ran out before the whole keyspace was seen (a longer prefix narrows it).
+    ///
+    /// Why a scan: ids are hashes, so no index orders them; the budget keeps the dashboard's
+    /// "find by id prefix" bounded on a large Redis.
+    pub async fn ids_with_prefix(
+        &self,
+        prefix: &str,
+        max: usize,
+        scan_calls: usize,
+    ) -> Result<(Vec<TaskId>, bool)> {
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        if prefix.is_empty() || prefix.len() >= 32 || !prefix.bytes().all(hex) {
+            return Ok((Vec::new(), true));
+        }
+        let pattern = self.keys().task_or_result_pattern(prefix);
+        let mut c = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut found = std::collections::BTreeSet::new();
+        for _ in 0..scan_calls.max(1) {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await?;
+            found.extend(
+                keys.iter()
+                    .filter_map(|k| k.rsplit(':').next())
+                    .filter_map(|id| TaskId::parse(id).ok()),
+            );
+            if next == 0 || found.len() >= max {
+                return Ok((found.into_iter().take(max).collect(), true));
+            }
+            cursor = next;
+        }
+        Ok((found.into_iter().take(max).collect(), false))
+    }
+
+    /// Since when and by whom the queue is paused (the pause script's flag, "at|who"), or
+    /// None while it runs. One `GET`, so every dashboard page can show its banner cheaply. A
+    /// flag in another shape still means paused.
+    pub async fn pause_info(&self) -> Result<Option<PauseInfo>> {
+        let mut c = self.conn.clone();
+        let flag: Option<String> = c.get(&self.keys().paused).await?;
+        Ok(flag.map(|f| parse_pause_flag(&f)))
+    }
+
+    /// Which Redis this is: its version, key count and clock (the dashboard's Redis panel).
+    pub async fn server_info(&self) -> Result<ServerInfo> {
+        let mut c = self.conn.clone();
+        let (info, keys, time): (String, u64, (i64, i64)) = redis::pipe()
+            .cmd("INFO")
+            .arg("server")
+            .cmd("DBSIZE")
+            .cmd("TIME")
+            .query_async(&mut c)
+            .await?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim()
+            .to_string();
+        Ok(ServerInfo {
+            version,
+            keys,
+            now_ms: time.0 * 1000 + time.1 / 1000,
+        })
+    }
+
     /// Newest `count` entries of the global event stream, newest first.
     pub async fn events(&self, count: usize) -> Result<Vec<Event>> {
         let mut c = self.conn.clone();
@@ -553,7 +628,10 @@ impl Queue {
                 stream_id: string(sid)?,
                 at_ms: parse_i64(&g("at"))?,
                 kind: g("kind"),
-                id: g("id"),
+                id: match g("id") {
+                    id if id.is_empty() => None,
+                    id => Some(decode::parse_id(&id)?),
+                },
                 detail: g("detail"),
             });
         }
@@ -593,5 +671,36 @@ fn opt_str(v: &Value) -> Result<Option<String>> {
     match v {
         Value::Nil => Ok(None),
         other => string(other).map(Some),
+    }
+}
+
+/// What [`Queue::server_info`] tells about the Redis server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// `redis_version` from `INFO server`.
+    pub version: String,
+    /// `DBSIZE` of the selected database.
+    pub keys: u64,
+    /// Redis time in ms.
+    pub now_ms: i64,
+}
+
+/// "at|who" as the pause script writes it.
+fn parse_pause_flag(flag: &str) -> PauseInfo {
+    let (at, who) = flag.split_once('|').unwrap_or(("0", ""));
+    PauseInfo {
+        at_ms: at.parse().unwrap_or(0),
+        who: who.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod pause_flag_tests {
+    #[test]
+    fn parses_the_flag() {
+        let p = super::parse_pause_flag("1796107267215|admin");
+        assert_eq!((p.at_ms, p.who.as_str()), (1_796_107_267_215, "admin"));
+        let p = super::parse_pause_flag("1");
+        assert_eq!((p.at_ms, p.who.as_str()), (0, ""));
     }
 }

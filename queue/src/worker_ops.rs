@@ -16,7 +16,7 @@ use crate::model::{
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
-use crate::{normalise_query, task_id};
+use crate::{normalise_query, TaskId};
 use redis::{ScriptInvocation, Value};
 
 /// Most tasks one claim, completion batch or reap call handles, so one script never runs long.
@@ -116,7 +116,7 @@ impl Queue {
         policy: &EnqueuePolicy,
     ) -> Result<Enqueued> {
         let q = normalise_query(query)?;
-        let id = task_id(&q);
+        let id = TaskId::of_query(&q);
         let inv = self.enqueue_invocation(&id, &q, payload, policy);
         decode_enqueued(&id, self.run(&inv).await?)
     }
@@ -135,10 +135,10 @@ impl Queue {
         for (i, (query, payload)) in items.iter().enumerate() {
             match normalise_query(query) {
                 Ok(q) => {
-                    valid.push((i, task_id(&q), q, *payload));
+                    valid.push((i, TaskId::of_query(&q), q, *payload));
                     out.push(None);
                 }
-                Err(e) => out.push(Some(Err(e))),
+                Err(e) => out.push(Some(Err(e.into()))),
             }
         }
         for chunk in valid.chunks(MAX_BATCH) {
@@ -253,7 +253,7 @@ impl Queue {
         latency_ms: u64,
     ) -> Result<()> {
         let item = Completion {
-            id: id.to_string(),
+            id: TaskId::parse(id).map_err(|_| QueueError::NotFound)?,
             token,
             result: result.to_string(),
             latency_ms,
@@ -297,7 +297,7 @@ impl Queue {
                     .key(k.hist(&c.id))
                     .key(k.result(&c.id))
                     .key(k.partial(&c.id))
-                    .arg(&c.id)
+                    .arg(c.id.as_str())
                     .arg(c.token)
                     .arg(&c.result)
                     .arg(clamp_ms(c.latency_ms));
@@ -332,7 +332,7 @@ impl Queue {
         latency_ms: u64,
     ) -> Result<i64> {
         let item = Reschedule {
-            id: id.to_string(),
+            id: TaskId::parse(id).map_err(|_| QueueError::NotFound)?,
             token,
             delay_ms,
             partial: partial.map(str::to_string),
@@ -372,7 +372,7 @@ impl Queue {
                 inv.key(k.task(&r.id))
                     .key(k.hist(&r.id))
                     .key(k.partial(&r.id))
-                    .arg(&r.id)
+                    .arg(r.id.as_str())
                     .arg(r.token)
                     .arg(clamp_ms(r.delay_ms))
                     .arg(if r.partial.is_some() { "1" } else { "0" })
@@ -458,7 +458,9 @@ impl Queue {
                     .map_err(|_| corrupt("fail: attempts out of range"))?,
             }),
             ("dead", [reason, ..]) => Ok(Failed::Dead {
-                reason: string(reason)?,
+                reason: string(reason)?
+                    .parse()
+                    .map_err(|e: model::UnknownName| corrupt(e.to_string()))?,
             }),
             (t, _) => Err(stale_or(t, "fail")),
         };
@@ -527,10 +529,10 @@ impl Queue {
         }
         inv.key(&k.wakeups);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
-        let mut ids = || -> Result<Vec<String>> {
+        let mut ids = || -> Result<Vec<TaskId>> {
             array(parts.next().unwrap_or(Value::Nil))?
                 .iter()
-                .map(string)
+                .map(decode::task_id)
                 .collect()
         };
         let requeued = ids()?;
@@ -580,8 +582,8 @@ impl Queue {
             .arg(w.pid)
             .arg(w.started_ms)
             .arg(w.in_flight)
-            .arg(w.processed)
-            .arg(w.failed)
+            .arg(w.completed)
+            .arg(w.dead)
             .arg(clamp_ms(ttl_ms).max(1));
         self.run(&inv).await?;
         Ok(())
@@ -628,7 +630,7 @@ fn claimed_row(v: Value) -> Result<Claimed> {
         u32::try_from(int(v)?).map_err(|_| corrupt("claim: counter out of range"))
     };
     Ok(Claimed {
-        id: string(id)?,
+        id: decode::task_id(id)?,
         query: string(query)?,
         payload: string(payload)?,
         token: u64::try_from(int(token)?).map_err(|_| corrupt("claim: bad token"))?,

@@ -8,13 +8,13 @@ use queue::*;
 const UNKNOWN: &str = "ffffffffffffffffffffffffffffffff";
 
 /// One task in each state; returns (ready, waiting, leased(id, token), dead, done).
-async fn every_state(q: &Queue) -> (String, String, (String, u64), String, String) {
+async fn every_state(q: &Queue) -> (TaskId, TaskId, (TaskId, u64), TaskId, TaskId) {
     let p = EnqueuePolicy {
         deadline_ms: 0,
         max_attempts: 1,
         ..EnqueuePolicy::default()
     };
-    let id = |s: &str| task_id(&normalise_query(s).unwrap());
+    let id = |s: &str| TaskId::of_query(&normalise_query(s).unwrap());
     for s in ["done", "dead", "waiting", "leased"] {
         q.enqueue(s, "p", &p).await.unwrap();
     }
@@ -251,4 +251,60 @@ async fn purge_and_retry_all_in_chunks() {
     assert_eq!(q.stats().await.unwrap().ready, N as u64);
     assert_eq!(q.purge(PurgeTarget::Queued, "a").await.unwrap(), N as u64);
     assert_eq!(q.stats().await.unwrap().ready, 0);
+}
+
+#[tokio::test]
+async fn the_audit_log_keeps_the_newest_entries_up_to_its_cap() {
+    let q = queue("adm_audit").await;
+    assert!(q.audit_log(10).await.unwrap().is_empty());
+    for i in 0..AUDIT_CAP + 5 {
+        q.audit("alice", "retry", &format!("t{i}"), i as u64)
+            .await
+            .unwrap();
+    }
+    let all = q.audit_log(usize::MAX).await.unwrap();
+    assert_eq!(all.len(), AUDIT_CAP);
+    // Newest first: the last five pushed the five oldest out.
+    assert_eq!(all[0].target, format!("t{}", AUDIT_CAP + 4));
+    assert_eq!(all[AUDIT_CAP - 1].target, "t5");
+    assert!(all[0].at_ms >= all[AUDIT_CAP - 1].at_ms && all[0].at_ms > 0);
+    assert_eq!(q.audit_log(3).await.unwrap(), all[..3]);
+}
+
+#[tokio::test]
+async fn the_pause_flag_says_since_when_and_by_whom() {
+    let q = queue("adm_pauseinfo").await;
+    assert_eq!(q.pause_info().await.unwrap(), None);
+    let before = q.now_ms().await.unwrap();
+    q.pause("carol").await.unwrap();
+    let p = q.pause_info().await.unwrap().expect("paused");
+    assert_eq!(p.who, "carol");
+    assert!(p.at_ms >= before, "{p:?}");
+    q.resume("carol").await.unwrap();
+    assert_eq!(q.pause_info().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn sessions_live_under_a_digest_and_expire_with_their_ttl() {
+    let q = queue("adm_sessions").await;
+    let s = q.sessions();
+    let digest = "ab".repeat(32);
+    s.put(&digest, &("alice", 7), 60).await.unwrap();
+    assert_eq!(
+        s.get::<(String, u32)>(&digest).await.unwrap(),
+        Some(("alice".to_string(), 7))
+    );
+    // Only a digest names a session: a raw or odd id is never a key.
+    assert!(s.put("not-a-digest", &1, 60).await.is_err());
+    assert_eq!(s.get::<u32>("{adm_sessions}:x").await.unwrap(), None);
+    let mut c = q.connection();
+    let key = format!("{{adm_sessions}}:session:{digest}");
+    let ttl: i64 = redis::cmd("TTL")
+        .arg(&key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!((1..=60).contains(&ttl), "ttl {ttl}");
+    s.delete(&digest).await.unwrap();
+    assert_eq!(s.get::<(String, u32)>(&digest).await.unwrap(), None);
 }

@@ -8,7 +8,7 @@ use queue::bulk::{BULK_CHUNK, LOCK_MS};
 use queue::*;
 
 /// Makes `n` dead tasks `<prefix>-<i>` that died with `error`; returns their ids.
-async fn dead_tasks(q: &Queue, prefix: &str, n: usize, error: &str) -> Vec<String> {
+async fn dead_tasks(q: &Queue, prefix: &str, n: usize, error: &str) -> Vec<TaskId> {
     let p = EnqueuePolicy {
         max_attempts: 1,
         ..EnqueuePolicy::default()

@@ -298,7 +298,7 @@ async fn a_task_costs_its_record_and_a_list_entry_then_one_result_string() {
     let left: BTreeSet<String> = keys_of(name)
         .await
         .into_iter()
-        .filter(|k| k.contains(&id) || k.ends_with(":results"))
+        .filter(|k| k.contains(id.as_str()) || k.ends_with(":results"))
         .collect();
     let want: BTreeSet<String> =
         [format!("{{{name}}}:r:{id}"), format!("{{{name}}}:results")].into();
@@ -327,9 +327,9 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
     let q = queue(name).await;
     let mut c = raw().await;
     let now = q.now_ms().await.unwrap();
-    let due_id = task_id(&normalise_query("old due").unwrap());
-    let dead_id = task_id(&normalise_query("old dead").unwrap());
-    let done_id = task_id(&normalise_query("old done").unwrap());
+    let due_id = TaskId::of_query(&normalise_query("old due").unwrap());
+    let dead_id = TaskId::of_query(&normalise_query("old dead").unwrap());
+    let done_id = TaskId::of_query(&normalise_query("old done").unwrap());
     let k = |kind: &str, id: &str| format!("{{{name}}}:{kind}:{id}");
     // What the first layout's enqueue, fail and complete wrote (every field, long names).
     let old = |id: &str, query: &str, state: &str| {
@@ -371,14 +371,14 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
     let _: () = redis::cmd("ZADD")
         .arg(format!("{{{name}}}:due"))
         .arg(now - 10)
-        .arg(&due_id)
+        .arg(due_id.as_str())
         .query_async(&mut c)
         .await
         .unwrap();
     let _: () = redis::cmd("ZADD")
         .arg(format!("{{{name}}}:dead"))
         .arg(now)
-        .arg(&dead_id)
+        .arg(dead_id.as_str())
         .query_async(&mut c)
         .await
         .unwrap();
@@ -404,7 +404,7 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
     let _: () = redis::cmd("ZADD")
         .arg(format!("{{{name}}}:results"))
         .arg(now)
-        .arg(&done_id)
+        .arg(done_id.as_str())
         .query_async(&mut c)
         .await
         .unwrap();
@@ -419,7 +419,7 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
 
     let t = q.get(&dead_id).await.unwrap().unwrap().task.unwrap();
     assert_eq!((t.state, t.attempts, t.polls), (TaskState::Dead, 2, 3));
-    assert_eq!(t.dead_reason.as_deref(), Some("max_attempts"));
+    assert_eq!(t.dead_reason, Some(DeadReason::MaxAttempts));
     assert_eq!(t.partial.as_deref(), Some("{\"progress\":0.5}"));
     let r = q.result_by_id(&done_id).await.unwrap().unwrap();
     assert_eq!(

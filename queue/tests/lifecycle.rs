@@ -98,7 +98,7 @@ async fn poison_after_max_lease_losses() {
     assert_eq!(r.dead, vec![c.id.clone()]);
     let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
     assert_eq!(t.state, TaskState::Dead);
-    assert_eq!(t.dead_reason.as_deref(), Some("poison"));
+    assert_eq!(t.dead_reason, Some(DeadReason::Poison));
 }
 
 #[tokio::test]
@@ -184,7 +184,7 @@ async fn fail_with_backoff_then_dead_after_max_attempts() {
     assert_eq!(
         f,
         Failed::Dead {
-            reason: "max_attempts".into()
+            reason: DeadReason::MaxAttempts
         }
     );
     let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
@@ -203,7 +203,7 @@ async fn fail_with_backoff_then_dead_after_max_attempts() {
     assert_eq!(
         f,
         Failed::Dead {
-            reason: "fatal".into()
+            reason: DeadReason::Fatal
         }
     );
 }
@@ -226,7 +226,7 @@ async fn whole_life_deadline() {
         0
     );
     let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
-    assert_eq!(t.dead_reason.as_deref(), Some("deadline"));
+    assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
 
     // the same for a retry after the deadline
     q.enqueue("deadline2", "p", &policy(0, 300)).await.unwrap();
@@ -238,7 +238,7 @@ async fn whole_life_deadline() {
     assert_eq!(
         f,
         Failed::Dead {
-            reason: "deadline".into()
+            reason: DeadReason::Deadline
         }
     );
 }
@@ -274,7 +274,7 @@ async fn an_enqueue_publishes_one_dashboard_message_and_nothing_else() {
     let client = redis::Client::open(server().url()).unwrap();
     let mut ps = client.get_async_pubsub().await.unwrap();
     let ch = q.channels();
-    let id = task_id(&normalise_query("pubsub").unwrap());
+    let id = TaskId::of_query(&normalise_query("pubsub").unwrap());
     // Every channel of this queue: workers are woken through the wake-up list, not Pub/Sub,
     // and there is no per-task channel (the web process derives live pages from the
     // dashboard channel).
@@ -319,8 +319,8 @@ async fn workers_joining_and_leaving_wake_the_dashboard() {
         pid: 1,
         started_ms: 1,
         in_flight: 0,
-        processed: 0,
-        failed: 0,
+        completed: 0,
+        dead: 0,
         last_seen_ms: 0,
     };
     // Three heartbeats, then a clean stop: one `worker_joined`, one `worker_left`.
@@ -468,8 +468,8 @@ async fn list_pages_are_stable_and_complete() {
 
 /// Walks every page of `state` in `order` (10 per page), optionally cancelling the first item
 /// seen once the second page is read; returns the ids in the order listed.
-async fn walk(q: &Queue, state: ListState, order: Order, cancel_first: bool) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
+async fn walk(q: &Queue, state: ListState, order: Order, cancel_first: bool) -> Vec<TaskId> {
+    let mut seen: Vec<TaskId> = Vec::new();
     let mut cursor: Option<String> = None;
     let mut pages = 0;
     loop {
@@ -554,8 +554,8 @@ async fn workers_events_stats() {
         pid: 42,
         started_ms: 1,
         in_flight: 2,
-        processed: 3,
-        failed: 4,
+        completed: 3,
+        dead: 4,
         last_seen_ms: 0,
     };
     q.heartbeat(&w, 200).await.unwrap();
@@ -636,7 +636,7 @@ async fn complete_many_mixes_fresh_and_stale() {
         .collect();
     items[1].token += 100; // stale
     items.push(Completion {
-        id: "ffffffffffffffffffffffffffffffff".into(),
+        id: "ffffffffffffffffffffffffffffffff".parse().unwrap(),
         token: 1,
         result: "x".into(),
         latency_ms: 1,
@@ -672,29 +672,34 @@ async fn batched_history_and_dashboard_ids() {
             .unwrap();
     }
     let mut stream = ps.on_message();
-    let mut next = async || -> serde_json::Value {
+    // What the scripts publish (JSON built by hand in Lua) is read with the one decoder the
+    // web process uses, the shared model's Notice.
+    let mut next = async || -> Notice {
         let m = tokio::time::timeout(std::time::Duration::from_secs(2), stream.next())
             .await
             .unwrap()
             .unwrap();
-        serde_json::from_str(&m.get_payload::<String>().unwrap()).unwrap()
+        Notice::parse(&m.get_payload::<String>().unwrap()).unwrap()
     };
-    for _ in 0..6 {
-        assert_eq!(next().await["kind"], "enqueued");
+    for i in 0..6 {
+        let n = next().await;
+        assert_eq!(n.kind, "enqueued");
+        let want = TaskId::of_query(&format!("batch {i}"));
+        assert_eq!(n.task_ids().collect::<Vec<_>>(), [&want]);
     }
     let c = q.claim("wb", 6, 60_000).await.unwrap();
     assert_eq!(c.len(), 6);
     let m = next().await;
-    assert_eq!(m["kind"], "claimed");
-    assert_eq!(m["id"], c[0].id.as_str());
-    let ids: Vec<&str> = m["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    assert_eq!(ids, c.iter().map(|x| x.id.as_str()).collect::<Vec<_>>());
-    assert!(m["at_ms"].as_i64().unwrap() > 0);
+    assert_eq!(m.kind, "claimed");
+    assert_eq!(m.id.as_ref(), Some(&c[0].id));
+    let ids: Vec<&TaskId> = m.task_ids().collect();
+    assert_eq!(ids, c.iter().map(|x| &x.id).collect::<Vec<_>>());
+    assert!(m.at_ms > 0);
+    q.pause("admin").await.unwrap();
+    let paused = next().await;
+    assert_eq!((paused.kind.as_str(), paused.id), ("paused", None));
+    q.resume("admin").await.unwrap();
+    assert_eq!(next().await.kind, "resumed");
 
     let kinds = async |id: &str| -> Vec<String> {
         let d = q.get(id).await.unwrap().unwrap();
@@ -721,16 +726,16 @@ async fn batched_history_and_dashboard_ids() {
         .iter()
         .all(|r| r.is_ok()));
     let m = next().await;
-    assert_eq!(m["kind"], "completed");
-    assert_eq!(m["ids"].as_array().unwrap().len(), 3);
+    assert_eq!(m.kind, "completed");
+    assert_eq!(m.ids.len(), 3);
     for x in &c[..3] {
         assert_eq!(kinds(&x.id).await, ["completed", "enqueued"]);
     }
     // a single completion keeps the plain single-task message
     q.complete(&c[3].id, c[3].token, "r", 1).await.unwrap();
     let m = next().await;
-    assert_eq!(m["id"], c[3].id.as_str());
-    assert!(m.get("ids").is_none());
+    assert_eq!(m.id.as_ref(), Some(&c[3].id));
+    assert!(m.ids.is_empty());
 
     q.reschedule(&c[4].id, c[4].token, 0, Some("part"), 1)
         .await

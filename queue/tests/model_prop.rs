@@ -75,8 +75,8 @@ static CASE: AtomicUsize = AtomicUsize::new(0);
 async fn run_case(ops: Vec<Op>) {
     let name = format!("prop{}", CASE.fetch_add(1, Ordering::Relaxed));
     let q = queue(&name).await;
-    let ids: Vec<String> = (0..KEYS).map(|k| task_id(&query(k))).collect();
-    let index: HashMap<String, usize> = ids
+    let ids: Vec<TaskId> = (0..KEYS).map(|k| TaskId::of_query(&query(k))).collect();
+    let index: HashMap<TaskId, usize> = ids
         .iter()
         .cloned()
         .enumerate()
@@ -286,7 +286,7 @@ async fn run_case(ops: Vec<Op>) {
 /// Checks a claim's answer against the model (`n` asked) and leases the claimed keys in it.
 fn take_claimed(
     m: &mut [M; KEYS],
-    index: &HashMap<String, usize>,
+    index: &HashMap<TaskId, usize>,
     last_token: &mut u64,
     paused: bool,
     n: usize,

@@ -9,7 +9,7 @@
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
 //! - [`metrics`]: `GET /metrics` from the worker's Prometheus recorder.
-//! - [`live`]: one Redis Pub/Sub subscription fanned out to the live (SSE) streams, per task,
+//! - [`live_hub`]: one Redis Pub/Sub subscription fanned out to the live (SSE) streams, per task,
 //!   and the caps on open streams.
 //! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
 //!   tower-http layers (trace, body limit, timeout, panic to 500).
@@ -28,7 +28,7 @@ pub mod api;
 pub mod cli;
 pub mod config_file;
 pub mod http_server;
-pub mod live;
+pub mod live_hub;
 pub mod managed_redis;
 pub mod metrics;
 pub mod security;

@@ -343,7 +343,7 @@ impl ManagedRedis {
             tracing::info!("managed redis-server stopped");
             return;
         };
-        if let Ok(client) = queue::redis::Client::open(self.url.as_str()) {
+        if let Ok(client) = redis::Client::open(self.url.as_str()) {
             if let Ok(Ok(mut conn)) = tokio::time::timeout(
                 Duration::from_secs(1),
                 client.get_multiplexed_async_connection(),
@@ -351,7 +351,7 @@ impl ManagedRedis {
             .await
             {
                 // The server closes the connection instead of replying, so an error is expected.
-                let _: Result<(), _> = queue::redis::cmd("SHUTDOWN").query_async(&mut conn).await;
+                let _: Result<(), _> = redis::cmd("SHUTDOWN").query_async(&mut conn).await;
             }
         }
         match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
@@ -554,12 +554,12 @@ fn free_port() -> Result<u16, ManagedRedisError> {
 }
 
 async fn ping(url: &str) -> bool {
-    let Ok(client) = queue::redis::Client::open(url) else {
+    let Ok(client) = redis::Client::open(url) else {
         return false;
     };
     let attempt = async {
         let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-        queue::redis::cmd("PING")
+        redis::cmd("PING")
             .query_async::<String>(&mut conn)
             .await
             .ok()

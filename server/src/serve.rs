@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use app::context::AppContext;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     cli::{RedisArgs, ServeArgs},
     http_server::{self, ConnLimits},
-    live::{Live, StreamCaps},
+    live_hub::{Live, StreamCaps},
     managed_redis::{ManagedRedis, ManagedRedisError},
     shutdown, simulate,
     web::{self, Limits, WebState},
@@ -81,8 +82,8 @@ pub const START_WAIT: Duration = Duration::from_secs(30);
 
 /// Whether a connection error can pass by itself (Redis down, restarting, loading its data,
 /// a cluster electing), as opposed to a wrong URL or password, which waiting cannot fix.
-fn worth_waiting(e: &queue::redis::RedisError) -> bool {
-    use queue::redis::{ErrorKind, ServerErrorKind};
+fn worth_waiting(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
     e.is_connection_refusal()
         || e.is_io_error()
         || e.is_timeout()
@@ -114,7 +115,12 @@ pub async fn open_queue_with_timeout(
     // its append-only file) is waited for, up to START_WAIT: a worker process started at that
     // moment (by a supervisor, after a crash) should not exit and need another restart.
     let started = std::time::Instant::now();
-    let mut delay = Duration::from_millis(100);
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(2))
+        .with_total_delay(Some(START_WAIT))
+        .without_max_times()
+        .build();
     let opened = loop {
         let cfg = redis.queue_config();
         let attempt = if redis.redis_cluster {
@@ -127,15 +133,15 @@ pub async fn open_queue_with_timeout(
         } else {
             queue::Queue::connect_with_timeout(url, cfg, response_timeout).await
         };
-        match attempt {
-            Err(queue::QueueError::Redis(e))
-                if worth_waiting(&e) && started.elapsed() + delay < START_WAIT =>
-            {
+        let delay = delays
+            .next()
+            .filter(|d| started.elapsed() + *d < START_WAIT);
+        match (attempt, delay) {
+            (Err(queue::QueueError::Redis(e)), Some(delay)) if worth_waiting(&e) => {
                 tracing::warn!(error = %e, ?delay, "Redis not available yet; retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
             }
-            other => break other,
+            (other, _) => break other,
         }
     };
     opened.map_err(|source| ServeError::Redis {
@@ -149,9 +155,9 @@ pub async fn open_queue_with_timeout(
 }
 
 /// A Pub/Sub client for `url` (a cluster's first seed).
-pub fn pubsub_client(url: &str) -> Result<queue::redis::Client, ServeError> {
+pub fn pubsub_client(url: &str) -> Result<redis::Client, ServeError> {
     let url = RedisArgs::pubsub_url(url);
-    queue::redis::Client::open(url.as_str()).map_err(|e| ServeError::Redis {
+    redis::Client::open(url.as_str()).map_err(|e| ServeError::Redis {
         url: redact(&url),
         source: e.into(),
     })

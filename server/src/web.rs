@@ -26,7 +26,7 @@ pub struct WebState {
     pub leptos_options: LeptosOptions,
     pub app: AppContext,
     /// Fan-out of the queue's Pub/Sub notifications to live streams.
-    pub live: crate::live::Live,
+    pub live: crate::live_hub::Live,
     /// Public API settings and state (rate limiter, ...).
     pub api: crate::api::ApiState,
     /// Admin settings and state (credentials, sessions, ...).
@@ -201,7 +201,7 @@ async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
     let mut conn = state.app.queue.connection();
     let ping = tokio::time::timeout(
         Duration::from_secs(1),
-        queue::redis::cmd("PING").query_async::<String>(&mut conn),
+        redis::cmd("PING").query_async::<String>(&mut conn),
     )
     .await;
     match ping {

@@ -73,8 +73,8 @@ async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
         trust_forwarded,
         ..AuthSettings::default()
     });
-    let live = server::live::Live::start(
-        queue::redis::Client::open(url.as_str()).unwrap(),
+    let live = server::live_hub::Live::start(
+        redis::Client::open(url.as_str()).unwrap(),
         queue.channels().dashboard,
         Default::default(),
         Default::default(),
@@ -239,7 +239,7 @@ async fn sign_in(router: &Router, password: &str, ip: [u8; 4]) -> Result<String,
 }
 
 /// A dead task (claimed, then failed for good), returning its id.
-async fn dead_task(q: &queue::Queue, query: &str) -> String {
+async fn dead_task(q: &queue::Queue, query: &str) -> queue::TaskId {
     q.enqueue(query, "", &Default::default()).await.unwrap();
     let claimed = q.claim("test-worker", 1, 60_000).await.unwrap();
     let c = claimed.into_iter().next().expect("claimed");
@@ -250,7 +250,7 @@ async fn dead_task(q: &queue::Queue, query: &str) -> String {
 }
 
 /// A task leased to a worker that will never renew it, returning (id, token).
-async fn leased_task(q: &queue::Queue, query: &str) -> (String, u64) {
+async fn leased_task(q: &queue::Queue, query: &str) -> (queue::TaskId, u64) {
     q.enqueue(query, "", &Default::default()).await.unwrap();
     let c = q.claim("gone-worker", 1, 60_000).await.unwrap().remove(0);
     (c.id, c.token)
@@ -423,12 +423,12 @@ async fn sign_in_is_generic_and_rate_limited() {
     // In Redis: the session is stored under the sha256 of its id, never the id itself (a
     // read of Redis does not yield a usable cookie); the failure counter expires within
     // its minute.
-    let mut raw = queue::redis::Client::open(env.redis.url())
+    let mut raw = redis::Client::open(env.redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let keys: Vec<String> = queue::redis::cmd("KEYS")
+    let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut raw)
         .await
@@ -439,7 +439,7 @@ async fn sign_in_is_generic_and_rate_limited() {
     );
     assert!(keys.contains(&hashed), "{keys:?}");
     assert!(keys.iter().all(|k| !k.contains(&cookie)), "{keys:?}");
-    let ttl: i64 = queue::redis::cmd("PTTL")
+    let ttl: i64 = redis::cmd("PTTL")
         .arg("{admintest}:loginfail:10.0.0.3")
         .query_async(&mut raw)
         .await
@@ -700,7 +700,7 @@ async fn viewer_sees_everything_and_changes_nothing() {
     let overview = call::<Overview>(r, &[], Some(&cookie), &[]).await;
     assert_eq!(overview.status, 200, "{}", overview.body);
     let listing = call::<ListTasks>(r, &[("state", "dead")], Some(&cookie), &[]).await;
-    assert!(listing.body.contains(&dead), "{}", listing.body);
+    assert!(listing.body.contains(dead.as_str()), "{}", listing.body);
     let html = get_page(r, "/admin", Some(&cookie), [10, 0, 0, 6]).await;
     assert_eq!(html.status, 200);
     assert!(html.body.contains("read-only"), "the frame says so");
@@ -745,12 +745,12 @@ async fn admin_actions_work_and_are_audited() {
 
     let reply = act(vec![
         ("op", "release".into()),
-        ("id", leased.clone()),
+        ("id", leased.to_string()),
         ("token", token.to_string()),
     ])
     .await;
     assert_eq!(reply.body, "\"released 1 lease\"");
-    let reply = act(vec![("op", "retry".into()), ("id", dead.clone())]).await;
+    let reply = act(vec![("op", "retry".into()), ("id", dead.to_string())]).await;
     assert!(reply.body.contains("retried task"), "{}", reply.body);
     let reply = act(vec![("op", "pause".into())]).await;
     assert_eq!(reply.status, 200);
@@ -1127,7 +1127,7 @@ async fn the_dashboard_counts_and_marks_background_work() {
             .count(),
         2
     );
-    let id = queue::task_id("refresh popular 0");
+    let id = queue::TaskId::of_query("refresh popular 0");
     let page = get_page(
         r,
         &format!("/admin/tasks/{id}"),

@@ -28,7 +28,7 @@ struct Opts {
     /// Run the simulator and a worker (otherwise tasks never progress).
     worker: bool,
     api: ApiArgs,
-    caps: server::live::StreamCaps,
+    caps: server::live_hub::StreamCaps,
     trust_forwarded: bool,
 }
 
@@ -82,7 +82,7 @@ impl Env {
             };
             let w = worker::Worker::new(
                 queue.clone(),
-                queue::redis::Client::open(url.as_str()).unwrap(),
+                redis::Client::open(url.as_str()).unwrap(),
                 upstream,
                 policy,
                 worker::WorkerArgs {
@@ -94,8 +94,8 @@ impl Env {
             tokio::spawn(w.run(stop.clone().cancelled_owned()));
         }
 
-        let live = server::live::Live::start(
-            queue::redis::Client::open(url.as_str()).unwrap(),
+        let live = server::live_hub::Live::start(
+            redis::Client::open(url.as_str()).unwrap(),
             queue.channels().dashboard,
             opts.caps,
             stop.clone(),
@@ -508,8 +508,8 @@ async fn concurrent_submits_of_the_same_query_share_one_task() {
         first_answer: Duration::ZERO,
     };
     let (x, y) = tokio::join!(
-        app::query::submit(&ctx, "shared-2"),
-        app::query::submit(&ctx, "shared-2")
+        app::query_view::submit(&ctx, "shared-2"),
+        app::query_view::submit(&ctx, "shared-2")
     );
     let (x, y) = (x.unwrap(), y.unwrap());
     assert_eq!(x.0.id, y.0.id);
@@ -619,7 +619,7 @@ async fn post_from(
 
 /// Whether the task of `query` exists in Redis (a record or a stored result).
 async fn exists(env: &Env, query: &str) -> bool {
-    let id = queue::task_id(&queue::normalise_query(query).unwrap());
+    let id = queue::TaskId::of_query(&queue::normalise_query(query).unwrap());
     env.queue.get(&id).await.unwrap().is_some()
 }
 
@@ -806,7 +806,7 @@ async fn live_streams_are_capped_per_client_and_in_total() {
             first_answer_ms: 0,
             ..ApiArgs::default()
         },
-        caps: server::live::StreamCaps {
+        caps: server::live_hub::StreamCaps {
             per_client: 2,
             total: 3,
         },
@@ -860,12 +860,12 @@ async fn a_redis_stall_is_a_quick_503_not_a_hang() {
     // Pause every client of this Redis (what a stalled or overloaded Redis looks like) for 33
     // times the web side's response timeout: the read must fail during the stall, not outlast
     // it, however busy the machine. (Stopping the server afterwards waits out the pause.)
-    let mut admin = queue::redis::Client::open(url.as_str())
+    let mut admin = redis::Client::open(url.as_str())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let _: () = queue::redis::cmd("CLIENT")
+    let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(10_000)
         .arg("ALL")

@@ -35,10 +35,10 @@ fn unauthenticated_ping(port: u16) -> String {
     line
 }
 
-async fn ping(url: &str) -> Result<String, queue::redis::RedisError> {
-    let client = queue::redis::Client::open(url)?;
+async fn ping(url: &str) -> Result<String, redis::RedisError> {
+    let client = redis::Client::open(url)?;
     let mut conn = client.get_multiplexed_async_connection().await?;
-    queue::redis::cmd("PING").query_async(&mut conn).await
+    redis::cmd("PING").query_async(&mut conn).await
 }
 
 /// Alive and not a zombie (an orphan's zombie may wait long for a reaper in a container).
@@ -124,9 +124,9 @@ async fn a_given_password_is_used_whatever_characters_it_has() {
         .expect("starts");
     let (port, _) = port_and_password(redis.url());
     assert!(unauthenticated_ping(port).starts_with("-NOAUTH"));
-    let client = queue::redis::Client::open(format!("redis://127.0.0.1:{port}/0")).unwrap();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0")).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let ok: String = queue::redis::cmd("AUTH")
+    let ok: String = redis::cmd("AUTH")
         .arg(given)
         .query_async(&mut conn)
         .await
@@ -296,11 +296,9 @@ async fn a_killed_child_is_restarted_with_its_data_and_clients_reconnect() {
     let redis = ManagedRedis::start(REDIS.as_ref(), dir.path(), 0)
         .await
         .expect("starts");
-    let client = queue::redis::Client::open(redis.url()).unwrap();
-    let mut manager = queue::redis::aio::ConnectionManager::new(client)
-        .await
-        .unwrap();
-    let _: () = queue::redis::cmd("SET")
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut manager = redis::aio::ConnectionManager::new(client).await.unwrap();
+    let _: () = redis::cmd("SET")
         .arg("survives")
         .arg("yes")
         .query_async(&mut manager)
@@ -316,7 +314,7 @@ async fn a_killed_child_is_restarted_with_its_data_and_clients_reconnect() {
     // SET replied, so a kill -9 loses nothing.
     let deadline = Instant::now() + Duration::from_secs(10);
     let value = loop {
-        let got: Result<Option<String>, _> = queue::redis::cmd("GET")
+        let got: Result<Option<String>, _> = redis::cmd("GET")
             .arg("survives")
             .query_async(&mut manager)
             .await;

@@ -17,8 +17,8 @@ use tower::ServiceExt;
 
 async fn router_for(url: &str) -> Router {
     let queue = connect_queue(url, "webtest").await;
-    let live = server::live::Live::start(
-        queue::redis::Client::open(url).unwrap(),
+    let live = server::live_hub::Live::start(
+        redis::Client::open(url).unwrap(),
         queue.channels().dashboard,
         Default::default(),
         Default::default(),

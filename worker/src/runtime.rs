@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use queue::{Queue, QueueError};
 use rand::Rng;
 use tokio::sync::Semaphore;
@@ -233,7 +234,7 @@ async fn claim_loop(
 ) {
     let permits = Arc::new(Semaphore::new(args.concurrency));
     let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
-    let mut backoff = MIN_IDLE;
+    let mut backoff = idle_delays(max_idle);
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = tasks.try_join_next() {
@@ -243,16 +244,12 @@ async fn claim_loop(
         let wait = if free > 0 {
             match claim_batch(ctx, wake, args, &permits, tasks, free).await {
                 Claimed::Full => {
-                    backoff = MIN_IDLE;
+                    backoff = idle_delays(max_idle);
                     continue;
                 }
                 Claimed::Some => next_wait(ctx, max_idle, &mut backoff, true).await,
                 Claimed::None => next_wait(ctx, max_idle, &mut backoff, false).await,
-                Claimed::Failed => {
-                    let w = backoff;
-                    backoff = (backoff * 2).min(max_idle);
-                    Some(w)
-                }
+                Claimed::Failed => Some(backoff.next().unwrap_or(max_idle)),
             }
         } else {
             Some(max_idle)
@@ -330,6 +327,17 @@ async fn claim_batch(
     }
 }
 
+/// The waits of an idle loop that finds nothing it can claim (or cannot reach Redis): from
+/// [`MIN_IDLE`], doubling, up to the idle cap. No jitter: the cap is a promise (a lost wake-up
+/// costs at most that long).
+fn idle_delays(max_idle: Duration) -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(MIN_IDLE.min(max_idle))
+        .with_max_delay(max_idle)
+        .without_max_times()
+        .build()
+}
+
 /// How long to wait after a claim that left slots free: until the earliest due time, capped
 /// at the idle cap. `None`: something became due while we claimed (after a claim that got
 /// work), so claim again now. Due yet unclaimable after an empty claim (a paused queue):
@@ -337,11 +345,11 @@ async fn claim_batch(
 async fn next_wait(
     ctx: &Ctx,
     max_idle: Duration,
-    backoff: &mut Duration,
+    backoff: &mut ExponentialBackoff,
     got_work: bool,
 ) -> Option<Duration> {
     if got_work {
-        *backoff = MIN_IDLE;
+        *backoff = idle_delays(max_idle);
     }
     match ctx.queue.next_due_ms().await {
         Ok(Some(due)) => {
@@ -351,9 +359,7 @@ async fn next_wait(
             } else if got_work {
                 None
             } else {
-                let w = *backoff;
-                *backoff = (*backoff * 2).min(max_idle);
-                Some(w)
+                Some(backoff.next().unwrap_or(max_idle))
             }
         }
         Ok(None) => Some(max_idle),

@@ -31,8 +31,8 @@ pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
             pid: std::process::id(),
             started_ms,
             in_flight: u32::try_from(ctx.in_flight()).unwrap_or(u32::MAX),
-            processed: c.completed.load(Ordering::Relaxed),
-            failed: c.dead.load(Ordering::Relaxed),
+            completed: c.completed.load(Ordering::Relaxed),
+            dead: c.dead.load(Ordering::Relaxed),
             last_seen_ms: ctx.now_ms(),
         };
         if let Err(e) = ctx.queue.heartbeat(&info, ttl_ms).await {

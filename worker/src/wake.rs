@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use tokio::sync::{watch, Notify};
 
 /// Shared by the claim loop, the listener and the reaper.
@@ -51,18 +52,33 @@ impl Wake {
     }
 }
 
+/// Longest wait between two attempts to reach Redis again.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+
+/// Waits before reaching Redis again: 100 ms doubling to [`MAX_RECONNECT_DELAY`], each with up
+/// to as much again of random jitter, so the workers of many hosts that lost one Redis do not
+/// all come back in the same millisecond.
+fn reconnect_delays() -> ExponentialBackoff {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(MAX_RECONNECT_DELAY)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
 /// Waits on the wake-up list whenever the claim loop is idle, forever. Connection errors are
 /// logged and retried with a capped backoff; the loop's own sleep cap covers the gap.
 pub(crate) async fn listen(wake: Arc<Wake>, mut wakeups: queue::Wakeups, max_wait: Duration) {
     let mut idle = wake.idle.subscribe();
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = reconnect_delays();
     loop {
         if idle.wait_for(|i| *i).await.is_err() {
             return;
         }
         match wakeups.wait(max_wait).await {
             Ok(true) => {
-                backoff = Duration::from_millis(100);
+                backoff = reconnect_delays();
                 wake.woken.store(true, Ordering::Release);
                 wake.notify.notify_one();
                 // One entry per wake-up: wait until the loop has acted on it.
@@ -70,11 +86,11 @@ pub(crate) async fn listen(wake: Arc<Wake>, mut wakeups: queue::Wakeups, max_wai
                     return;
                 }
             }
-            Ok(false) => backoff = Duration::from_millis(100),
+            Ok(false) => backoff = reconnect_delays(),
             Err(e) => {
-                tracing::warn!(error = %e, "waiting for wake-ups failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let delay = backoff.next().unwrap_or(MAX_RECONNECT_DELAY);
+                tracing::warn!(error = %e, ?delay, "waiting for wake-ups failed; retrying");
+                tokio::time::sleep(delay).await;
             }
         }
     }

@@ -196,7 +196,7 @@ async fn a_query_with_an_override_out_of_range_ends_dead_as_fatal() {
         .and_then(|d| d.task)
         .expect("task");
     assert_eq!(t.state, TaskState::Dead);
-    assert_eq!(t.dead_reason.as_deref(), Some("fatal"), "{t:?}");
+    assert_eq!(t.dead_reason, Some(queue::DeadReason::Fatal), "{t:?}");
     assert_eq!(
         t.last_error.as_deref(),
         Some("HTTP 400: items: 4294967295 is out of range 0..=1000"),
@@ -230,7 +230,7 @@ async fn a_dot_segment_query_ends_dead_without_calling_another_path() {
         .and_then(|d| d.task)
         .expect("task");
     assert_eq!(t.state, TaskState::Dead);
-    assert_eq!(t.dead_reason.as_deref(), Some("fatal"), "{t:?}");
+    assert_eq!(t.dead_reason, Some(queue::DeadReason::Fatal), "{t:?}");
     assert_eq!(
         t.last_error.as_deref(),
         Some("query '..' cannot be placed in the URL path")

@@ -54,7 +54,7 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
     let first = q.result_by_id(&id).await.expect("read").expect("stored");
     let indexed: Option<i64> = redis::cmd("ZSCORE")
         .arg(&index)
-        .arg(&id)
+        .arg(id.as_str())
         .query_async(&mut redis)
         .await
         .expect("zscore");
@@ -86,7 +86,7 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         let gone = q.result_by_id(&id).await.expect("read").is_none();
         let indexed: Option<i64> = redis::cmd("ZSCORE")
             .arg(&index)
-            .arg(&id)
+            .arg(id.as_str())
             .query_async(&mut redis)
             .await
             .expect("zscore");

@@ -89,7 +89,10 @@ async fn a_lost_wake_up_is_covered_by_the_idle_cap() {
         )
         .await
         .unwrap();
-    let _: () = c.rpush(format!("{{{name}}}:ready"), &id).await.unwrap();
+    let _: () = c
+        .rpush(format!("{{{name}}}:ready"), id.as_str())
+        .await
+        .unwrap();
     let n: usize = c.llen(format!("{{{name}}}:wakeups")).await.unwrap();
     assert_eq!(n, 0, "no wake-up entry");
     let s = wait_settled(&q, 1, Duration::from_secs(30)).await;

@@ -1,11 +1,10 @@
 //! Sessions: a random 256-bit id in the `repoll_session` cookie, the session itself in Redis.
 //!
 //! Redis stores only sha256(id) as the key, so reading Redis (a backup, `MONITOR`, a replica)
-//! does not yield a usable cookie. The key lives under the queue's hash tag, next to the data
-//! it guards, with the session's time to live; signing out deletes it.
+//! does not yield a usable cookie. The queue's session store keeps it under the queue's hash
+//! tag, next to the data it guards, with the session's time to live; signing out deletes it.
 
 use argon2::password_hash::rand_core::{OsRng, RngCore};
-use queue::redis::{self, AsyncCommands};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -22,56 +21,47 @@ pub struct Session {
     pub created_ms: i64,
 }
 
-/// The session store of one queue.
+/// The sessions of one queue: cookie ids in, the queue's session store (keyed by digest)
+/// behind.
 pub struct Sessions {
-    conn: queue::RedisConn,
-    prefix: String,
+    store: queue::Sessions,
+}
+
+/// The store's key for a cookie id: its sha256, never the id itself.
+fn digest(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
 }
 
 impl Sessions {
     pub fn of(queue: &queue::Queue) -> Sessions {
         Sessions {
-            conn: queue.connection(),
-            prefix: format!("{{{}}}:session:", queue.config().name),
+            store: queue.sessions(),
         }
     }
 
-    fn key(&self, id: &str) -> String {
-        format!(
-            "{}{}",
-            self.prefix,
-            hex::encode(Sha256::digest(id.as_bytes()))
-        )
-    }
-
     /// Stores a new session and returns its id (64 hex chars) for the cookie.
-    pub async fn create(&self, session: &Session, ttl_s: u64) -> redis::RedisResult<String> {
+    pub async fn create(&self, session: &Session, ttl_s: u64) -> queue::Result<String> {
         let mut bytes = [0u8; 32];
         OsRng.fill_bytes(&mut bytes);
         let id = hex::encode(bytes);
-        let body = serde_json::to_string(session).unwrap_or_default();
-        let mut c = self.conn.clone();
-        let _: () = c.set_ex(self.key(&id), body, ttl_s.max(60)).await?;
+        self.store.put(&digest(&id), session, ttl_s).await?;
         Ok(id)
     }
 
     /// The session of `id`, if it exists and has not expired. A record that does not parse
     /// counts as no session.
-    pub async fn get(&self, id: &str) -> redis::RedisResult<Option<Session>> {
+    pub async fn get(&self, id: &str) -> queue::Result<Option<Session>> {
         if !valid_id(id) {
             return Ok(None);
         }
-        let mut c = self.conn.clone();
-        let body: Option<String> = c.get(self.key(id)).await?;
-        Ok(body.and_then(|b| serde_json::from_str(&b).ok()))
+        self.store.get(&digest(id)).await
     }
 
-    pub async fn delete(&self, id: &str) -> redis::RedisResult<()> {
+    pub async fn delete(&self, id: &str) -> queue::Result<()> {
         if !valid_id(id) {
             return Ok(());
         }
-        let mut c = self.conn.clone();
-        c.del(self.key(id)).await
+        self.store.delete(&digest(id)).await
     }
 }
 

@@ -7,7 +7,7 @@ use leptos_router::hooks::use_params_map;
 
 use super::format::{duration, plural, progress_percent, utc};
 use super::widgets::{JsonBlock, ProgressBar};
-use crate::query::{pretty, QueryStatus, QueryView};
+use crate::query_view::{pretty, QueryStatus, QueryView};
 
 /// Pretty text longer than this is folded into a `<details>` so a large body does not push
 /// the page's status out of sight.
@@ -18,7 +18,7 @@ const FOLD_CHARS: usize = 4000;
 /// public API's per-client rate limit (429 with Retry-After when over it).
 #[server]
 pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
-    use crate::query::QueryError;
+    use crate::query_view::QueryError;
     let ctx = crate::context::app_context()?;
     if let Err(wait) = crate::context::SubmitGate::admit_current().await {
         let response = expect_context::<leptos_axum::ResponseOptions>();
@@ -28,10 +28,10 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
             "Too many queries from your address; try again in {wait} s."
         )));
     }
-    match crate::query::submit(&ctx, &query).await {
+    match crate::query_view::submit(&ctx, &query).await {
         Ok((view, _created)) => {
             leptos_axum::redirect(&format!("/q/{}", view.id));
-            Ok(view.id)
+            Ok(view.id.into())
         }
         // The user's mistake: a 4xx with the reason (a bare server-function error is a 500).
         // A plain form post (no JavaScript, `Accept: text/html`) keeps Leptos's redirect back
@@ -59,7 +59,11 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
 #[server]
 pub async fn read_query(id: String) -> Result<Option<QueryView>, ServerFnError> {
     let ctx = crate::context::app_context()?;
-    crate::query::read(&ctx, &id)
+    // Not an id at all: unknown, like an id nobody asked for (no Redis read).
+    let Ok(id) = id.parse::<crate::query_view::TaskId>() else {
+        return Ok(None);
+    };
+    crate::query_view::read(&ctx, &id)
         .await
         .map_err(|e| ServerFnError::new(e.to_string()))
 }
@@ -348,7 +352,7 @@ mod live {
     use wasm_bindgen::{closure::Closure, JsCast};
     use web_sys::{EventSource, MessageEvent};
 
-    use crate::query::QueryView;
+    use crate::query_view::QueryView;
 
     type Source =
         StoredValue<Option<(EventSource, Closure<dyn FnMut(MessageEvent)>)>, LocalStorage>;

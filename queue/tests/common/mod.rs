@@ -188,8 +188,8 @@ pub async fn exercise_every_operation(q: &Queue) {
         pid: 1,
         started_ms: 0,
         in_flight: 0,
-        processed: 0,
-        failed: 0,
+        completed: 0,
+        dead: 0,
         last_seen_ms: 0,
     };
     q.upstream_permit(10, 2).await.unwrap();
@@ -215,6 +215,19 @@ pub async fn exercise_every_operation(q: &Queue) {
     q.events(10).await.unwrap();
     q.next_due_ms().await.unwrap();
     q.now_ms().await.unwrap();
+    // What the dashboard keeps next to the queue: the audit log, the pause flag, sessions,
+    // the sign-in limit and the id-prefix search stay in the queue's keys too.
+    q.audit("a", "retry", "t", 1).await.unwrap();
+    q.audit_log(5).await.unwrap();
+    q.pause_info().await.unwrap();
+    let digest = "0f".repeat(32);
+    q.sessions().put(&digest, &"s", 60).await.unwrap();
+    q.sessions().get::<String>(&digest).await.unwrap();
+    q.sessions().delete(&digest).await.unwrap();
+    let limiter = q.sign_in_attempts("10.0.0.1", 5);
+    limiter.take().await.unwrap();
+    limiter.give_back().await.unwrap();
+    q.ids_with_prefix(&c[0].id[..4], 10, 10).await.unwrap();
     q.enqueue("acl 0", "p", &p).await.unwrap();
     for t in [
         PurgeTarget::History,

@@ -27,7 +27,7 @@ use futures::stream::{self, Stream};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use crate::{
-    live::{LiveEvent, StreamPermit},
+    live_hub::{LiveEvent, StreamPermit},
     web::{ClientIp, WebState},
 };
 

@@ -5,7 +5,7 @@
 //! sends the wrong content type or broken JSON deserves the same machine-readable answer as
 //! any other mistake — always a 4xx, never a 5xx.
 
-use app::query::QueryError;
+use app::query_view::QueryError;
 use axum::{
     extract::{rejection::JsonRejection, FromRequest, Request},
     http::{header, HeaderValue, StatusCode},
@@ -59,11 +59,11 @@ impl ApiError {
     }
 }
 
-impl From<crate::live::StreamRefused> for ApiError {
+impl From<crate::live_hub::StreamRefused> for ApiError {
     /// A live stream over a cap. The response also closes the connection (see
     /// `IntoResponse`): a refused client must not keep a descriptor open by keep-alive.
-    fn from(r: crate::live::StreamRefused) -> Self {
-        use crate::live::StreamRefused;
+    fn from(r: crate::live_hub::StreamRefused) -> Self {
+        use crate::live_hub::StreamRefused;
         let (status, code, message) = match r {
             StreamRefused::ClientFull { cap } => (
                 StatusCode::TOO_MANY_REQUESTS,

@@ -4,7 +4,7 @@
 //! `GET /api/v1/queries/{id}`, id = the state's `updated_at`), so a client never has to merge
 //! anything and a reconnect needs no replay: the stream always starts with the current state
 //! (a `Last-Event-ID` header is accepted and simply not needed). The stream wakes on the
-//! process's [`Live`](crate::live::Live) hub for this task only, re-reads the state from Redis,
+//! process's [`Live`](crate::live_hub::Live) hub for this task only, re-reads the state from Redis,
 //! sends it only if it changed, and closes after the final (`done`/`failed`) state. Heartbeat
 //! comments keep proxies from timing the connection out. Each stream holds a place under the
 //! per-client and total stream caps; over them the answer is a JSON 429 / 503 that closes the
@@ -14,7 +14,7 @@ use std::convert::Infallible;
 
 use app::{
     context::AppContext,
-    query::{is_task_id, QueryView},
+    query_view::{QueryView, TaskId},
 };
 use axum::{
     extract::{Path, State},
@@ -24,7 +24,7 @@ use futures::{stream, Stream};
 
 use super::error::ApiError;
 use crate::{
-    live::{StreamPermit, TaskWatch},
+    live_hub::{StreamPermit, TaskWatch},
     web::{ClientIp, WebState},
 };
 
@@ -35,13 +35,11 @@ pub async fn events(
     ClientIp(client): ClientIp,
     Path(id): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    if !is_task_id(&id) {
-        return Err(ApiError::not_found());
-    }
+    let id: TaskId = id.parse().map_err(|_| ApiError::not_found())?;
     let permit = state.live.admit(client)?;
     // Watch before the first read, so a change between the two is not missed.
     let rx = state.live.watch_task(&id);
-    let first = app::query::read(&state.app, &id)
+    let first = app::query_view::read(&state.app, &id)
         .await?
         .ok_or_else(ApiError::not_found)?;
     let watch = Watch {
@@ -60,7 +58,7 @@ pub async fn events(
 /// One open stream's position.
 struct Watch {
     ctx: AppContext,
-    id: String,
+    id: TaskId,
     rx: TaskWatch,
     /// The stream's place under the caps, freed when the stream is dropped.
     _permit: StreamPermit,
@@ -96,7 +94,7 @@ impl Watch {
             if !self.rx.changed().await {
                 return None;
             }
-            match app::query::read(&self.ctx, &self.id).await {
+            match app::query_view::read(&self.ctx, &self.id).await {
                 Ok(Some(v)) if self.last.as_ref().is_some_and(|l| l.same_state(&v)) => {}
                 Ok(Some(v)) => return Some(v),
                 // Gone without a trace (purged): nothing more will come.

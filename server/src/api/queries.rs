@@ -1,7 +1,7 @@
 //! `POST /api/v1/queries` and `GET /api/v1/queries/{id}`: thin HTTP wrappers around
-//! `app::query::{submit, read}`, the same code the query page's server functions call.
+//! `app::query_view::{submit, read}`, the same code the query page's server functions call.
 
-use app::query::{is_task_id, QueryView};
+use app::query_view::{QueryView, TaskId};
 use axum::{
     extract::{Path, State},
     http::{header, HeaderValue, StatusCode},
@@ -33,7 +33,8 @@ pub async fn submit(
     _limit: RateLimited,
     ApiJson(body): ApiJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
-    let (view, created) = app::query::submit_with(&state.app, &body.query, body.priority).await?;
+    let (view, created) =
+        app::query_view::submit_with(&state.app, &body.query, body.priority).await?;
     tracing::debug!(id = %view.id, created, status = view.status.as_str(), "api: query submitted");
     let status = if view.status.is_final() {
         StatusCode::OK
@@ -52,10 +53,8 @@ pub async fn get(
     State(state): State<WebState>,
     Path(id): Path<String>,
 ) -> Result<Json<QueryView>, ApiError> {
-    if !is_task_id(&id) {
-        return Err(ApiError::not_found());
-    }
-    app::query::read(&state.app, &id)
+    let id: TaskId = id.parse().map_err(|_| ApiError::not_found())?;
+    app::query_view::read(&state.app, &id)
         .await?
         .map(Json)
         .ok_or_else(ApiError::not_found)

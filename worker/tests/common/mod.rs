@@ -229,6 +229,6 @@ pub async fn wait_settled(q: &Queue, n: u64, limit: Duration) -> Stats {
     }
 }
 
-pub fn id_of(query: &str) -> String {
-    queue::task_id(&queue::normalise_query(query).expect("valid query"))
+pub fn id_of(query: &str) -> queue::TaskId {
+    queue::TaskId::of_query(&queue::normalise_query(query).expect("valid query"))
 }

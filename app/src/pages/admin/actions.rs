@@ -28,13 +28,7 @@ pub async fn act(
     let who = session.user.as_str();
     let id = id.unwrap_or_default().trim().to_string();
     let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
-    let task_id = || -> Result<String, ServerFnError> {
-        if id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            Ok(id.clone())
-        } else {
-            Err(bad("bad task id"))
-        }
-    };
+    let task_id = || id.parse::<queue::TaskId>().map_err(|_| bad("bad task id"));
     let failed = |e: queue::QueueError| {
         tracing::error!(error = %e, op = %op, "admin action failed");
         refuse(
@@ -59,7 +53,7 @@ pub async fn act(
             } else {
                 "nothing retried: the task is not dead or waiting".into()
             };
-            (id, n, msg)
+            (id.to_string(), n, msg)
         }
         "retry_all_dead" => {
             let n = q.retry_all_dead(who).await.map_err(failed)?;
@@ -77,7 +71,7 @@ pub async fn act(
             } else {
                 "nothing cancelled: no live task with this id".into()
             };
-            (id, n, msg)
+            (id.to_string(), n, msg)
         }
         "release" => {
             let id = task_id()?;
@@ -91,7 +85,7 @@ pub async fn act(
                 Err(e) => return Err(failed(e)),
             };
             let msg = format!("released {}", plural(n, "lease", "leases"));
-            (id, n, msg)
+            (id.to_string(), n, msg)
         }
         "release_stuck" => {
             // Only leases already past their deadline: a lease close to it may belong to a
@@ -140,7 +134,7 @@ pub async fn act(
         }
         _ => return Err(bad("unknown action")),
     };
-    super::audit::record(q, who, &op, &target, count).await;
+    record_audit(q, who, &op, &target, count).await;
     Ok(message)
 }
 
@@ -179,4 +173,20 @@ pub fn ActButton(
             </button>
         </ActionForm>
     }
+}
+
+/// Writes an admin action to the queue's audit log and to the server log. A failure is logged,
+/// not returned: the action itself already happened and its result must still reach the admin.
+#[cfg(feature = "ssr")]
+pub(super) async fn record_audit(
+    queue: &queue::Queue,
+    who: &str,
+    action: &str,
+    target: &str,
+    count: u64,
+) {
+    if let Err(e) = queue.audit(who, action, target, count).await {
+        tracing::error!(error = %e, who, action, target, count, "audit log write failed");
+    }
+    tracing::info!(who, action, target, count, "admin action");
 }

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::PauseInfo;
 use super::ui::{duration, error_text, plural, PausedBanner};
 use crate::pages::widgets::ProgressBar;
+use model::PauseInfo;
 
 /// States a bulk action selects from, with their labels.
 const STATES: [(&str, &str); 4] = [
@@ -181,7 +181,7 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
     let (sel, run, paused, now_ms) = tokio::join!(
         q.bulk_select(&f, 0),
         q.bulk_progress(),
-        super::paused::read(q),
+        q.pause_info(),
         q.now_ms()
     );
     let sel = sel.map_err(failed)?;
@@ -198,7 +198,7 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
             .map(|a| a.as_str().to_string())
             .collect(),
         run: run.map_err(failed)?.map(Into::into),
-        paused: paused.map_err(|e| failed(e.into()))?,
+        paused: paused.map_err(failed)?,
         now_ms: now_ms.map_err(failed)?,
     })
 }
@@ -293,7 +293,7 @@ pub async fn bulk_act(
             Ok(p) => (filter_text, p.changed),
             Err(_) => (format!("{filter_text} (failed; see the server log)"), 0),
         };
-        super::audit::record(&q, &who, &audit_action, &target, count).await;
+        super::actions::record_audit(&q, &who, &audit_action, &target, count).await;
     });
     Ok(format!("started: {op} {}", plural(total, "task", "tasks")))
 }

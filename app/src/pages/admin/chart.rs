@@ -7,8 +7,8 @@
 
 use leptos::prelude::*;
 
-use super::model::Bucket;
 use super::ui::duration;
+use model::ThroughputBucket as Bucket;
 
 /// The viewBox, and the plot area inside it: the margins hold the axes' labels.
 const W: f64 = 600.0;

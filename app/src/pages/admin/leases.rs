@@ -12,11 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{LeaseRow, PauseInfo};
 use super::ui::{
     duration, error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner,
 };
 use crate::pages::format::{iso, utc};
+use model::{LeaseInfo, PauseInfo};
 
 /// Default "close to the deadline" window.
 const DEFAULT_WITHIN_MS: u64 = 20_000;
@@ -24,7 +24,7 @@ const DEFAULT_WITHIN_MS: u64 = 20_000;
 /// What the page shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeasesData {
-    pub rows: Vec<LeaseRow>,
+    pub rows: Vec<LeaseInfo>,
     pub within_ms: u64,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
@@ -46,15 +46,12 @@ pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
         )
     };
     let q = &ctx.queue;
-    let (rows, paused, now_ms) = tokio::join!(
-        q.stuck_leases(within_ms, 500),
-        super::paused::read(q),
-        q.now_ms()
-    );
+    let (rows, paused, now_ms) =
+        tokio::join!(q.stuck_leases(within_ms, 500), q.pause_info(), q.now_ms());
     Ok(LeasesData {
-        rows: rows.map_err(failed)?.into_iter().map(Into::into).collect(),
+        rows: rows.map_err(failed)?,
         within_ms,
-        paused: paused.map_err(|e| failed(e.into()))?,
+        paused: paused.map_err(failed)?,
         now_ms: now_ms.map_err(failed)?,
     })
 }
@@ -174,7 +171,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                         let href = format!("/admin/tasks/{}", l.id);
                         let short_id = short(&l.id);
                         view! {
-                            <tr data-testid="lease-row" data-id=l.id data-worker=worker class=class>
+                            <tr data-testid="lease-row" data-id=l.id.to_string() data-worker=worker class=class>
                                 <td><A href=href><code>{short_id}</code></A></td>
                                 <td class="query">{or_dash(l.query)}</td>
                                 <td>{or_dash(l.worker)}</td>

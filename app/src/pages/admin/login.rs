@@ -21,14 +21,14 @@ pub async fn whoami() -> Result<Option<Me>, ServerFnError> {
 /// Checks the password and, if it is right, starts a session.
 #[server(prefix = "/admin/fn")]
 pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
-    use crate::auth::{refuse, request_is_https, set_cookie, LoginLimiter, Session, Sessions};
+    use crate::auth::{refuse, request_is_https, set_cookie, Session, Sessions};
     use http::{header::SET_COOKIE, HeaderValue, StatusCode};
 
     let ctx = crate::context::app_context()?;
     let settings = ctx.admin.settings();
     let parts = use_context::<http::request::Parts>()
         .ok_or_else(|| ServerFnError::new("server misconfigured"))?;
-    let unavailable = |e: queue::redis::RedisError| {
+    let unavailable = |e: queue::QueueError| {
         tracing::warn!(error = %e, "sign-in: redis error");
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
@@ -36,7 +36,7 @@ pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
         &parts,
         settings.trust_forwarded,
     ));
-    let limiter = LoginLimiter::new(&ctx.queue, &client, settings.max_failures);
+    let limiter = ctx.queue.sign_in_attempts(&client, settings.max_failures);
     // Counted before the check, atomically: parallel guesses cannot all pass a "not blocked
     // yet" test while the first ones are still being verified.
     if !limiter.take().await.map_err(unavailable)? {

@@ -8,10 +8,8 @@
 //! - [`actions`]: every state-changing admin action, through one server function.
 //! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
 //!   stop; one audit entry per run).
-//! - `audit` (server only): the audit log in Redis.
-//! - `paused` (server only): the queue's pause flag, for the banner every page shows.
 //! - `search` (server only): the search box's qualifiers (`state:dead error:"HTTP 500"`).
-//! - `model`, `chart`, `ui`: plain data, SVG charts, formatting and shared widgets (times,
+//! - `chart`, `ui`: SVG charts, formatting and shared widgets (times,
 //!   the paused banner, many-task actions confirmed with their count).
 //!
 //! Pattern: each page body reads its data through one `Resource` keyed on the live tick and
@@ -20,18 +18,13 @@
 //! exactly the latest answer, keeping the old one on screen until the new one is there.
 
 pub mod actions;
-#[cfg(feature = "ssr")]
-mod audit;
 pub mod bulk;
 mod chart;
 mod frame;
 pub mod leases;
 mod live;
 pub mod login;
-pub mod model;
 pub mod overview;
-#[cfg(feature = "ssr")]
-mod paused;
 #[cfg(feature = "ssr")]
 pub mod search;
 pub mod task;

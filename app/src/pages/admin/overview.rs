@@ -11,7 +11,15 @@ use super::actions::{Act, ActButton, ActionResult};
 use super::chart::{ThroughputChart, TimeToResultChart};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{AuditEntry, PauseInfo, StatsView, WorkerRow};
+use model::{AuditEntry, PauseInfo, Stats, WorkerInfo};
+
+/// A worker as the workers table shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerRow {
+    pub info: WorkerInfo,
+    /// Missed its heartbeats: probably dead (its entry expires soon).
+    pub gone: bool,
+}
 use super::ui::{
     duration, error_text, or_dash, plural, provide_confirm, ConfirmAction, PausedBanner, TimeAt,
 };
@@ -19,12 +27,12 @@ use crate::status::RedisStatusPanel;
 
 /// Audit entries shown.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
-const AUDIT_SHOWN: isize = 20;
+const AUDIT_SHOWN: usize = 20;
 
 /// What the overview shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OverviewData {
-    pub stats: StatsView,
+    pub stats: Stats,
     pub workers: Vec<WorkerRow>,
     pub audit: Vec<AuditEntry>,
     /// The queue's pause, if paused.
@@ -59,9 +67,12 @@ pub async fn overview() -> Result<OverviewData, ServerFnError> {
     Ok(OverviewData {
         workers: workers
             .into_iter()
-            .map(|w| WorkerRow::from_info(w, now, gone_after))
+            .map(|info| WorkerRow {
+                gone: info.is_gone(now, gone_after),
+                info,
+            })
             .collect(),
-        stats: stats.into(),
+        stats,
         audit,
         paused,
     })
@@ -73,14 +84,14 @@ async fn futures_join(
 ) -> (
     queue::Result<queue::Stats>,
     queue::Result<Vec<queue::WorkerInfo>>,
-    queue::redis::RedisResult<Vec<AuditEntry>>,
-    queue::redis::RedisResult<Option<PauseInfo>>,
+    queue::Result<Vec<AuditEntry>>,
+    queue::Result<Option<PauseInfo>>,
 ) {
     tokio::join!(
         q.stats(),
         q.workers(),
-        super::audit::latest(q, AUDIT_SHOWN),
-        super::paused::read(q)
+        q.audit_log(AUDIT_SHOWN),
+        q.pause_info()
     )
 }
 
@@ -190,7 +201,7 @@ fn PurgeRow(
     one: &'static str,
     many: &'static str,
     /// How many it removes; None when it has no count (task histories).
-    count: fn(&StatsView) -> Option<u64>,
+    count: fn(&Stats) -> Option<u64>,
 ) -> impl IntoView {
     let typed = RwSignal::new(String::new());
     Effect::new(move |_| {
@@ -200,7 +211,7 @@ fn PurgeRow(
             }
         }
     });
-    let counted = count(&StatsView::default()).is_some();
+    let counted = count(&Stats::default()).is_some();
     let sentence = move || match counted {
         true => {
             let n = data
@@ -325,28 +336,28 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
             <thead>
                 <tr>
                     <th>"id"</th><th>"host"</th><th>"pid"</th><th>"up since"</th>
-                    <th>"in flight"</th><th>"processed"</th><th>"failed"</th><th>"last heartbeat"</th>
+                    <th>"in flight"</th><th>"completed"</th><th>"dead"</th><th>"last heartbeat"</th>
                 </tr>
             </thead>
             <tbody>
                 {data
                     .workers
                     .into_iter()
-                    .map(|w| {
-                        let class = if w.gone { "gone" } else { "" };
+                    .map(|WorkerRow { info: w, gone }| {
+                        let class = if gone { "gone" } else { "" };
                         let wid = w.id.clone();
                         view! {
                             <tr class=class data-worker=wid>
                                 <td>
                                     <code>{or_dash(w.id)}</code>
-                                    {w.gone.then(|| view! { <span class="badge err">"gone"</span> })}
+                                    {gone.then(|| view! { <span class="badge err">"gone"</span> })}
                                 </td>
                                 <td>{or_dash(w.host)}</td>
                                 <td>{w.pid}</td>
                                 <td><TimeAt now at=w.started_ms past=true /></td>
                                 <td>{w.in_flight}</td>
-                                <td>{w.processed}</td>
-                                <td>{w.failed}</td>
+                                <td>{w.completed}</td>
+                                <td>{w.dead}</td>
                                 <td><TimeAt now at=w.last_seen_ms past=true /></td>
                             </tr>
                         }

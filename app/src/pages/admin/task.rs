@@ -9,19 +9,19 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{HistoryRow, PauseInfo, ResultRow, TaskRow};
 use super::ui::{duration, error_text, or_dash, plural, PausedBanner, TimeAt};
 use crate::pages::format::{detail_pieces, iso, pretty_json, progress_of_text, utc, Piece};
 use crate::pages::widgets::{JsonBlock, ProgressBar};
+use model::{DeadReason, HistoryEntry, PauseInfo, StoredResult, Task, TaskState};
 
 /// Everything known about one id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskView {
-    pub id: String,
-    pub task: Option<TaskRow>,
-    pub result: Option<ResultRow>,
+    pub id: model::TaskId,
+    pub task: Option<Task>,
+    pub result: Option<StoredResult>,
     /// Newest first.
-    pub history: Vec<HistoryRow>,
+    pub history: Vec<HistoryEntry>,
     pub now_ms: i64,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
@@ -33,23 +33,23 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     use http::StatusCode;
     require(Role::Viewer).await?;
-    if !(id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))) {
-        return Err(refuse(StatusCode::BAD_REQUEST, "bad task id"));
-    }
+    let id: queue::TaskId = id
+        .parse()
+        .map_err(|_| refuse(StatusCode::BAD_REQUEST, "bad task id"))?;
     let ctx = crate::context::app_context()?;
     let failed = |e: queue::QueueError| {
         tracing::warn!(error = %e, "task read failed");
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
-    let (detail, paused) = tokio::join!(ctx.queue.get(&id), super::paused::read(&ctx.queue));
+    let (detail, paused) = tokio::join!(ctx.queue.get(&id), ctx.queue.pause_info());
     let detail = detail.map_err(failed)?;
-    let paused = paused.map_err(|e| failed(e.into()))?;
+    let paused = paused.map_err(failed)?;
     Ok(detail.map(|d| TaskView {
         id,
-        task: d.task.map(Into::into),
-        result: d.result.map(Into::into),
-        history: d.history.into_iter().map(Into::into).collect(),
+        task: d.task,
+        result: d.result,
+        history: d.history,
         now_ms,
         paused,
     }))
@@ -128,12 +128,12 @@ fn TaskBody(
 /// What a task is now, in words: the page's heading and the state field.
 fn state_words(view: &TaskView) -> (&'static str, &'static str) {
     match (&view.task, &view.result) {
-        (Some(t), _) => match t.state.as_str() {
-            "dead" => ("Dead task", "dead"),
-            "leased" => ("Running task", "leased"),
-            "due" if t.due_ms.unwrap_or(0) <= view.now_ms => ("Ready task", "ready"),
-            "due" if t.attempts > 0 => ("Retrying task", "retrying"),
-            "due" => ("Waiting task", "waiting"),
+        (Some(t), _) => match t.state {
+            TaskState::Dead => ("Dead task", "dead"),
+            TaskState::Leased => ("Running task", "leased"),
+            TaskState::Due if t.due_ms.unwrap_or(0) <= view.now_ms => ("Ready task", "ready"),
+            TaskState::Due if t.attempts > 0 => ("Retrying task", "retrying"),
+            TaskState::Due => ("Waiting task", "waiting"),
             _ => ("Task", "unknown"),
         },
         (None, Some(_)) => ("Done", "done"),
@@ -170,8 +170,8 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
     let heading_class = format!("task-heading state-{state_word}");
     let at = move |t: i64| view! { <TimeAt now at=t /> }.into_any();
     let past = move |t: i64| view! { <TimeAt now at=t past=true /> }.into_any();
-    let dead_block = view.task.as_ref().filter(|t| t.state == "dead").map(|t| {
-        let reason = or_dash(t.dead_reason.clone().unwrap_or_default());
+    let dead_block = view.task.as_ref().filter(|t| t.state == TaskState::Dead).map(|t| {
+        let reason = or_dash(t.dead_reason.map(DeadReason::as_str).unwrap_or_default().to_string());
         let error = t.last_error.clone().filter(|e| !e.is_empty());
         view! {
             <div class="dead-block" role="alert" data-testid="dead-block">
@@ -184,11 +184,11 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         }
     });
     let task = view.task.map(|t| {
-        let (leased, dead) = (t.state == "leased", t.state == "dead");
-        let retryable = t.state == "dead" || t.state == "due";
+        let (leased, dead) = (t.state == TaskState::Leased, t.state == TaskState::Dead);
+        let retryable = matches!(t.state, TaskState::Dead | TaskState::Due);
         let token = t.token;
         let tid = t.id.clone();
-        let is_due = t.state == "due";
+        let is_due = t.state == TaskState::Due;
         // Only the fields that apply to this state, collected into one list (no empty
         // placeholders between the rows).
         let mut fields: Vec<AnyView> = vec![
@@ -201,7 +201,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         fields.push(
             field(
                 "priority",
-                text(if t.background { "background" } else { "interactive" }.to_string()),
+                text(t.priority.as_str().to_string()),
             )
             .into_any(),
         );
@@ -223,7 +223,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
             fields.push(field("deadline", at(t.deadline_ms)).into_any());
         }
         if dead {
-            fields.push(field("dead reason", text(t.dead_reason.clone().unwrap_or_default())).into_any());
+            fields.push(field("dead reason", text(t.dead_reason.map(DeadReason::as_str).unwrap_or_default().to_string())).into_any());
         }
         // A dead task's last error is in the red block; a live one's says why it is retrying.
         if let Some(e) = t.last_error.clone().filter(|e| !e.is_empty() && !dead) {
@@ -262,7 +262,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         <div class="view">
         <PausedBanner paused=view.paused now />
         <h1 class=heading_class data-testid="task-heading">{heading}</h1>
-        <p class="task-id">"id " <code data-testid="task-id">{id}</code></p>
+        <p class="task-id">"id " <code data-testid="task-id">{id.to_string()}</code></p>
         <div>{dead_block}</div>
         <div>{task}</div>
         <div>{result}</div>

@@ -17,11 +17,11 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::model::{PauseInfo, ResultRow, TaskRow};
 use super::ui::{
     error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner, TimeAt,
 };
 use crate::pages::format::encode_component;
+use model::{DeadReason, PauseInfo, Priority, StoredResult, Task, TaskState};
 
 /// Rows per page.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
@@ -93,8 +93,8 @@ pub struct Listing {
     pub state: String,
     /// "oldest" or "newest".
     pub order: String,
-    pub tasks: Vec<TaskRow>,
-    pub results: Vec<ResultRow>,
+    pub tasks: Vec<Task>,
+    pub results: Vec<StoredResult>,
     pub next_cursor: Option<String>,
     /// Members of the listed set (for a search: hits).
     pub total: u64,
@@ -130,9 +130,9 @@ pub async fn list_tasks(
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
     let now_ms = q.now_ms().await.map_err(failed)?;
-    let (stats, paused) = tokio::join!(q.stats(), super::paused::read(q));
+    let (stats, paused) = tokio::join!(q.stats(), q.pause_info());
     let stats = stats.map_err(failed)?;
-    let paused = paused.map_err(|e| failed(e.into()))?;
+    let paused = paused.map_err(failed)?;
     let counts = TabCounts {
         ready: stats.ready,
         waiting: stats.waiting + stats.retrying,
@@ -183,8 +183,8 @@ pub async fn list_tasks(
             state
         },
         order: order_name.into(),
-        tasks: page.items.into_iter().map(Into::into).collect(),
-        results: page.results.into_iter().map(Into::into).collect(),
+        tasks: page.items,
+        results: page.results,
         next_cursor: page.next_cursor,
         total: page.total,
         search: None,
@@ -277,8 +277,8 @@ mod ssr {
     /// one read per id, whether it came from an exact match or from the records.
     async fn show(
         q: &queue::Queue,
-        ids: Vec<String>,
-        seen: &mut BTreeSet<String>,
+        ids: Vec<queue::TaskId>,
+        seen: &mut BTreeSet<queue::TaskId>,
         out: &mut Listing,
     ) -> queue::Result<()> {
         for id in ids {
@@ -287,9 +287,9 @@ mod ssr {
             }
             if let Some(d) = q.get(&id).await? {
                 if let Some(t) = d.task {
-                    out.tasks.push(t.into());
+                    out.tasks.push(t);
                 } else if let Some(r) = d.result {
-                    out.results.push(r.into());
+                    out.results.push(r);
                 }
             }
         }
@@ -300,18 +300,18 @@ mod ssr {
     async fn exact_or_prefix(
         q: &queue::Queue,
         text: &str,
-        ids: &mut Vec<String>,
+        ids: &mut Vec<queue::TaskId>,
         note: &mut Option<String>,
     ) -> queue::Result<()> {
         if let Ok(norm) = queue::normalise_query(text) {
-            ids.push(queue::task_id(&norm));
+            ids.push(queue::TaskId::of_query(&norm));
         }
         let lower = text.to_ascii_lowercase();
         if !lower.is_empty() && lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
-            if lower.len() == 32 {
-                ids.push(lower);
+            if let Ok(id) = lower.parse::<queue::TaskId>() {
+                ids.push(id);
             } else {
-                let (found, complete) = scan_prefix(q, &lower).await?;
+                let (found, complete) = q.ids_with_prefix(&lower, MAX_HITS, SCAN_BUDGET).await?;
                 if !complete {
                     *note = Some(format!(
                         "id prefix search looked at about {}k keys and stopped; type more of the id",
@@ -322,47 +322,6 @@ mod ssr {
             }
         }
         Ok(())
-    }
-
-    /// Ids of task and result keys starting with `prefix` (hex only, so no glob characters);
-    /// `false` when the budget ran out before the whole keyspace was seen.
-    async fn scan_prefix(
-        q: &queue::Queue,
-        prefix: &str,
-    ) -> queue::Result<(BTreeSet<String>, bool)> {
-        let name: String = q
-            .config()
-            .name
-            .chars()
-            .flat_map(|c| match c {
-                '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
-                c => vec![c],
-            })
-            .collect();
-        // Same layout as the queue's keys: `{name}:t:<id>` (live task), `{name}:r:<id>` (result).
-        let pattern = format!("{{{name}}}:[tr]:{prefix}*");
-        let mut c = q.connection();
-        let mut cursor: u64 = 0;
-        let mut found = BTreeSet::new();
-        for _ in 0..SCAN_BUDGET {
-            let (next, keys): (u64, Vec<String>) = queue::redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut c)
-                .await?;
-            found.extend(
-                keys.iter()
-                    .filter_map(|k| k.rsplit(':').next().map(String::from)),
-            );
-            if next == 0 || found.len() >= MAX_HITS {
-                return Ok((found, true));
-            }
-            cursor = next;
-        }
-        Ok((found, false))
     }
 }
 
@@ -635,7 +594,7 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
 /// The rows of a list: a table on a wide screen, one card per task on a phone (each cell
 /// names its column through `data-label`).
 #[component]
-fn TaskTable(tasks: Vec<TaskRow>, results: Vec<ResultRow>, now: i64) -> impl IntoView {
+fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl IntoView {
     view! {
         <table class="cards" data-testid="task-table">
             <thead>
@@ -648,38 +607,38 @@ fn TaskTable(tasks: Vec<TaskRow>, results: Vec<ResultRow>, now: i64) -> impl Int
                 {tasks
                     .into_iter()
                     .map(|t| {
-                        let when = match t.state.as_str() {
-                            "due" => {
+                        let when = match t.state {
+                            TaskState::Due => {
                                 let at = t.due_ms.unwrap_or(0);
                                 let word = if at <= now { "ready since " } else { "next poll " };
                                 view! { {word} <TimeAt now at /> }.into_any()
                             }
-                            "leased" => {
+                            TaskState::Leased => {
                                 let at = t.lease_deadline_ms.unwrap_or(0);
                                 let word = if at <= now { "lease expired " } else { "lease ends " };
                                 view! { {word} <TimeAt now at /> }.into_any()
                             }
-                            "dead" => {
-                                let reason = format!(" ({})", or_dash(t.dead_reason.clone().unwrap_or_default()));
+                            TaskState::Dead => {
+                                let reason = format!(" ({})", or_dash(t.dead_reason.map(DeadReason::as_str).unwrap_or_default().to_string()));
                                 view! { "died " <TimeAt now at=t.updated_ms past=true /> {reason} }.into_any()
                             }
                             _ => view! { <TimeAt now at=t.updated_ms past=true /> }.into_any(),
                         };
-                        let state = match t.state.as_str() {
-                            "due" if t.due_ms.unwrap_or(0) <= now => "ready".to_string(),
-                            "due" if t.attempts > 0 => "retrying".to_string(),
-                            "due" => "waiting".to_string(),
-                            s => s.to_string(),
+                        let state = match t.state {
+                            TaskState::Due if t.due_ms.unwrap_or(0) <= now => "ready",
+                            TaskState::Due if t.attempts > 0 => "retrying",
+                            TaskState::Due => "waiting",
+                            s => s.as_str(),
                         };
                         let state_class = format!("state state-{state}");
                         let (href, short_id) = (format!("/admin/tasks/{}", t.id), short(&t.id));
                         view! {
-                            <tr data-testid="task-row" data-id=t.id>
+                            <tr data-testid="task-row" data-id=t.id.to_string()>
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
                                 <td data-label="query" class="query">{or_dash(t.query)}</td>
                                 <td data-label="state">
                                     <span class=state_class>{state}</span>
-                                    {t.background.then(|| view! { " " <span class="badge" data-testid="badge-background" title="background priority: claimed after interactive work">"background"</span> })}
+                                    {(t.priority == Priority::Background).then(|| view! { " " <span class="badge" data-testid="badge-background" title="background priority: claimed after interactive work">"background"</span> })}
                                 </td>
                                 <td data-label="attempts">{format!("{} of {}", t.attempts, t.max_attempts)}</td>
                                 <td data-label="polls">{t.polls}</td>
@@ -695,7 +654,7 @@ fn TaskTable(tasks: Vec<TaskRow>, results: Vec<ResultRow>, now: i64) -> impl Int
                     .map(|r| {
                         let (href, short_id) = (format!("/admin/tasks/{}", r.id), short(&r.id));
                         view! {
-                            <tr data-testid="task-row" data-id=r.id>
+                            <tr data-testid="task-row" data-id=r.id.to_string()>
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
                                 <td data-label="query" class="query">{or_dash(r.query)}</td>
                                 <td data-label="state"><span class="state state-done">"done"</span></td>

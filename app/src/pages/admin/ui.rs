@@ -9,7 +9,7 @@ pub use crate::pages::format::{duration, plural};
 pub use crate::pages::widgets::TimeAt;
 
 use super::actions::Act;
-use super::model::PauseInfo;
+use model::PauseInfo;
 
 /// The message of a server-function error, without the framework's prefix.
 pub fn error_text(e: &ServerFnError) -> String {

@@ -7,7 +7,9 @@
 //!   development) and how a typed password is checked against them.
 //! - `session`: random session ids in the `repoll_session` cookie, stored in Redis (only
 //!   their sha256) with a time to live.
-//! - `limiter`: sign-in attempts per client address, counted in Redis before the check.
+//!
+//! The Redis side (session records, the sign-in attempt limit) belongs to the queue crate
+//! (`queue::Sessions`, `Queue::sign_in_attempts`), which owns every key name.
 //! - `guard`: what server functions call first — [`require`] refuses a request without a
 //!   session (401) or with too weak a role (403), before anything is read or changed.
 
@@ -45,8 +47,6 @@ mod credentials;
 #[cfg(feature = "ssr")]
 mod guard;
 #[cfg(feature = "ssr")]
-mod limiter;
-#[cfg(feature = "ssr")]
 mod session;
 
 #[cfg(feature = "ssr")]
@@ -55,7 +55,5 @@ pub use credentials::{
 };
 #[cfg(feature = "ssr")]
 pub use guard::{current, refuse, request_is_https, require, ADMIN_FN_PREFIX};
-#[cfg(feature = "ssr")]
-pub use limiter::LoginLimiter;
 #[cfg(feature = "ssr")]
 pub use session::{clear_cookie, cookie_id, set_cookie, Session, Sessions, COOKIE};

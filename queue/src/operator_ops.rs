@@ -4,7 +4,7 @@
 
 use crate::decode::{array, int, string};
 use crate::error::{corrupt, Result};
-use crate::model::PurgeTarget;
+use crate::model::{PurgeTarget, TaskId};
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use redis::AsyncCommands;
@@ -36,7 +36,12 @@ impl Queue {
         }
     }
 
-    pub(crate) async fn retry_ids(&self, ids: &[String], who: &str, mode: &str) -> Result<u64> {
+    pub(crate) async fn retry_ids<S: AsRef<str>>(
+        &self,
+        ids: &[S],
+        who: &str,
+        mode: &str,
+    ) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
         inv.key(&k.ready)
@@ -48,6 +53,7 @@ impl Queue {
             .arg(who)
             .arg(mode);
         for id in ids {
+            let id = id.as_ref();
             inv.key(k.task(id)).key(k.hist(id)).arg(id);
         }
         inv.key(&k.wakeups);
@@ -154,7 +160,12 @@ impl Queue {
         Ok(total)
     }
 
-    pub(crate) async fn purge_chunk(&self, target: &str, ids: &[String], who: &str) -> Result<u64> {
+    pub(crate) async fn purge_chunk<S: AsRef<str>>(
+        &self,
+        target: &str,
+        ids: &[S],
+        who: &str,
+    ) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.purge);
         inv.key(&k.due)
@@ -165,6 +176,7 @@ impl Queue {
             .arg(target)
             .arg(who);
         for id in ids {
+            let id = id.as_ref();
             inv.key(k.task(id))
                 .key(k.hist(id))
                 .key(k.result(id))
@@ -229,7 +241,7 @@ impl Queue {
                 let Some(id) = key.rsplit(':').next() else {
                     continue;
                 };
-                if !crate::id::is_task_id(id) || !seen.insert(id.to_string()) {
+                if !TaskId::is_valid(id) || !seen.insert(id.to_string()) {
                     continue;
                 }
                 let mut inv = self.invocation(&SCRIPTS.migrate);

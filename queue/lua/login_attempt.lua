@@ -1,3 +1,4 @@
+#!lua
 -- login_attempt.lua: one client's sign-in attempts in a fixed window, counted *before* the
 -- password is checked, so parallel guesses cannot all pass a "not yet blocked" check.
 --
@@ -6,8 +7,9 @@
 -- ARGV[2]  "take" (count one attempt) or "give" (return one after a successful sign-in)
 -- Returns  the count after this call (0 when there is no counter).
 --
--- Validates its arguments before writing. Only INCR/DECR/PEXPIRE, so it runs on any Redis
--- with scripting (no EXPIRE ... NX, which needs Redis 7).
+-- Validates its arguments before writing. Its one key is under the queue's hash tag (Rust
+-- builds it: queue/src/signin.rs). Runs without the prelude: it needs none of the queue's
+-- common arguments.
 
 local window = tonumber(ARGV[1])
 if not window or window < 1 then

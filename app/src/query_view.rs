@@ -4,9 +4,10 @@
 //!
 //! Why here and not in the server crate: the Leptos server functions and the axum handlers
 //! of `/api/v1` must answer the same thing for the same state, so both call this code. The
-//! view is plain data that also compiles to wasm (the page decodes it from the live stream),
-//! so it never exposes queue types, which are server-only.
+//! view is plain data that also compiles to wasm (the page decodes it from the live stream);
+//! its id is the shared model's [`TaskId`], checked where it enters.
 
+pub use model::TaskId;
 use serde::{Deserialize, Serialize};
 
 /// Where a query stands, as the user sees it (the queue's four task states folded into three).
@@ -42,7 +43,7 @@ impl QueryStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueryView {
     /// 32 lowercase hex chars, derived from the normalised query.
-    pub id: String,
+    pub id: TaskId,
     /// The normalised query text.
     pub query: String,
     pub status: QueryStatus,
@@ -96,15 +97,6 @@ pub fn pretty(value: &serde_json::Value) -> String {
     }
 }
 
-/// Task ids are 32 lowercase hex chars; anything else cannot name a task (so it is a 404
-/// without asking Redis, and never reaches a Redis key).
-pub fn is_task_id(id: &str) -> bool {
-    id.len() == 32
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 #[cfg(feature = "ssr")]
 pub use ssr::*;
 
@@ -112,9 +104,9 @@ pub use ssr::*;
 mod ssr {
     use std::time::{Duration, Instant};
 
-    use queue::{Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
+    use queue::{DeadReason, Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
 
-    use super::{QueryStatus, QueryView};
+    use super::{QueryStatus, QueryView, TaskId};
     use crate::context::AppContext;
 
     /// How often [`submit`] re-reads the task while it waits for the first partial.
@@ -132,6 +124,12 @@ mod ssr {
         /// Something on our side is wrong (details are in the log only).
         #[error("internal error")]
         Internal,
+    }
+
+    impl From<queue::InvalidQuery> for QueryError {
+        fn from(e: queue::InvalidQuery) -> Self {
+            QueryError::Invalid(e.0)
+        }
     }
 
     impl From<QueueError> for QueryError {
@@ -202,11 +200,9 @@ mod ssr {
         Ok((latest, created))
     }
 
-    /// The current view of `id`, or `None` when the id is unknown (or not an id at all).
-    pub async fn read(ctx: &AppContext, id: &str) -> Result<Option<QueryView>, QueryError> {
-        if !super::is_task_id(id) {
-            return Ok(None);
-        }
+    /// The current view of `id`, or `None` when the id is unknown. (A malformed id cannot
+    /// get here: [`TaskId`] is checked where it is parsed, so it is a 404 without asking Redis.)
+    pub async fn read(ctx: &AppContext, id: &TaskId) -> Result<Option<QueryView>, QueryError> {
         Ok(ctx.queue.get(id).await?.map(|d| from_detail(id, &d)))
     }
 
@@ -222,7 +218,7 @@ mod ssr {
         serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.into()))
     }
 
-    fn from_detail(id: &str, d: &TaskDetail) -> QueryView {
+    fn from_detail(id: &TaskId, d: &TaskDetail) -> QueryView {
         // A fresh result wins over a task record: it is the answer users are waiting for.
         if let Some(r) = &d.result {
             return from_result(r);
@@ -233,7 +229,7 @@ mod ssr {
         // Only history is left: the task was cancelled or purged and its result expired.
         let at = d.history.first().map_or(0, |h| h.at_ms);
         QueryView {
-            id: id.to_string(),
+            id: id.clone(),
             query: String::new(),
             status: QueryStatus::Failed,
             partial: None,
@@ -294,15 +290,17 @@ mod ssr {
 
     /// The dead reason in plain words, with the upstream's last error when there is one.
     fn failure_reason(t: &Task) -> String {
-        let why = match t.dead_reason.as_deref() {
-            Some("max_attempts") => format!(
+        let why = match t.dead_reason {
+            Some(DeadReason::MaxAttempts) => format!(
                 "The upstream API kept failing; gave up after {} attempts.",
                 t.attempts
             ),
-            Some("deadline") => "The upstream API took too long; gave up at the deadline.".into(),
-            Some("poison") => "Workers kept losing this query; gave up.".into(),
-            Some("fatal") => "The upstream API refused this query.".into(),
-            _ => "The query failed.".into(),
+            Some(DeadReason::Deadline) => {
+                "The upstream API took too long; gave up at the deadline.".into()
+            }
+            Some(DeadReason::Poison) => "Workers kept losing this query; gave up.".into(),
+            Some(DeadReason::Fatal) => "The upstream API refused this query.".into(),
+            None => "The query failed.".into(),
         };
         match t.last_error.as_deref().map(str::trim) {
             Some(e) if !e.is_empty() => format!("{why} Last error: {e}"),
@@ -314,14 +312,6 @@ mod ssr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_are_32_lowercase_hex() {
-        assert!(is_task_id("0123456789abcdef0123456789abcdef"));
-        assert!(!is_task_id("0123456789ABCDEF0123456789abcdef"));
-        assert!(!is_task_id("0123456789abcdef"));
-        assert!(!is_task_id("../../../../../../../etc/passwd.."));
-    }
 
     #[test]
     fn pretty_keeps_strings_as_text() {

@@ -27,8 +27,8 @@ use std::{
     time::Duration,
 };
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
-use serde::Deserialize;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -41,17 +41,6 @@ pub enum LiveEvent {
     Queue { kind: String },
     /// Messages may have been missed: re-read all state.
     Resync,
-}
-
-#[derive(Deserialize)]
-struct Wire {
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    id: String,
-    /// Batch messages (claim, complete_many) list every task id here; `id` is the first.
-    #[serde(default)]
-    ids: Vec<String>,
 }
 
 /// Caps on open live streams (see the module doc).
@@ -105,7 +94,7 @@ impl Live {
     /// Starts the subscriber task on `client` for `channel`; it reconnects with a capped
     /// backoff until `stop` is cancelled, and announces a resync after every (re)connection.
     pub fn start(
-        client: queue::redis::Client,
+        client: redis::Client,
         channel: String,
         caps: StreamCaps,
         stop: CancellationToken,
@@ -113,17 +102,24 @@ impl Live {
         let hub = Live::new(caps);
         let feed = hub.clone();
         tokio::spawn(async move {
-            let mut delay = Duration::from_millis(100);
+            // 100 ms doubling to 5 s, with jitter: many web processes that lost one Redis
+            // do not resubscribe in step.
+            let mut delays = ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(100))
+                .with_max_delay(Duration::from_secs(5))
+                .with_jitter()
+                .without_max_times()
+                .build();
             while !stop.is_cancelled() {
                 match subscribe(&client, &channel, &feed, &stop).await {
                     Ok(()) => break,
                     Err(e) => {
+                        let delay = delays.next().unwrap_or(Duration::from_secs(5));
                         tracing::warn!(error = %e, ?delay, "live: pub/sub connection lost; reconnecting");
                         tokio::select! {
                             _ = tokio::time::sleep(delay) => {}
                             _ = stop.cancelled() => break,
                         }
-                        delay = (delay * 2).min(Duration::from_secs(5));
                     }
                 }
             }
@@ -271,11 +267,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 async fn subscribe(
-    client: &queue::redis::Client,
+    client: &redis::Client,
     channel: &str,
     hub: &Live,
     stop: &CancellationToken,
-) -> Result<(), queue::redis::RedisError> {
+) -> Result<(), redis::RedisError> {
     let mut pubsub = client.get_async_pubsub().await?;
     pubsub.subscribe(channel).await?;
     // Anything published while we were disconnected is gone: tell streams to re-read.
@@ -286,20 +282,21 @@ async fn subscribe(
             _ = stop.cancelled() => return Ok(()),
             msg = messages.next() => {
                 let Some(msg) = msg else {
-                    return Err(queue::redis::RedisError::from(std::io::Error::new(
+                    return Err(redis::RedisError::from(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,
                         "pub/sub stream ended",
                     )));
                 };
                 let payload: String = msg.get_payload().unwrap_or_default();
-                match serde_json::from_str::<Wire>(&payload) {
-                    Ok(w) if !w.ids.is_empty() => {
-                        for id in w.ids {
-                            hub.publish(LiveEvent::Task { id, kind: w.kind.clone() });
+                // The queue's notice (model::Notice); one that does not parse may have hidden
+                // any change, so every stream re-reads.
+                match model::Notice::parse(&payload) {
+                    Ok(n) if n.task_ids().next().is_some() => {
+                        for id in n.task_ids() {
+                            hub.publish(LiveEvent::Task { id: id.to_string(), kind: n.kind.clone() });
                         }
                     }
-                    Ok(w) if !w.id.is_empty() => hub.publish(LiveEvent::Task { id: w.id, kind: w.kind }),
-                    Ok(w) => hub.publish(LiveEvent::Queue { kind: w.kind }),
+                    Ok(n) => hub.publish(LiveEvent::Queue { kind: n.kind }),
                     Err(_) => hub.publish(LiveEvent::Resync),
                 }
             }

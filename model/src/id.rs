@@ -1,0 +1,288 @@
+//! Task identity: the same query is the same task, so a task's id is derived from its
+//! normalised text. [`TaskId`] can only hold a well-formed id: it is checked once where it
+//! enters (a URL, a form, a JSON body, a Redis reply) and never again.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// A task id: 32 lowercase hex characters, the first 16 bytes of sha256(normalised query).
+///
+/// Anything else cannot name a task, so a malformed id is refused before any Redis key is
+/// built from it (a 404 without asking Redis, and no way to reach another key by a crafted
+/// id). Serialised as the plain string; deserialising validates.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TaskId(String);
+
+/// The text given is not a task id.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a task id (32 lowercase hex characters)")]
+pub struct InvalidTaskId;
+
+impl TaskId {
+    /// The id of an already normalised query ([`normalise_query`]).
+    pub fn of_query(normalised: &str) -> TaskId {
+        let digest = Sha256::digest(normalised.as_bytes());
+        TaskId(hex::encode(&digest[..16]))
+    }
+
+    /// Checks the shape: 32 lowercase hex characters.
+    pub fn parse(s: &str) -> Result<TaskId, InvalidTaskId> {
+        if Self::is_valid(s) {
+            Ok(TaskId(s.to_owned()))
+        } else {
+            Err(InvalidTaskId)
+        }
+    }
+
+    /// Whether `s` has the shape of a task id.
+    pub fn is_valid(s: &str) -> bool {
+        s.len() == 32
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for TaskId {
+    type Err = InvalidTaskId;
+    fn from_str(s: &str) -> Result<TaskId, InvalidTaskId> {
+        TaskId::parse(s)
+    }
+}
+
+impl TryFrom<String> for TaskId {
+    type Error = InvalidTaskId;
+    fn try_from(s: String) -> Result<TaskId, InvalidTaskId> {
+        if Self::is_valid(&s) {
+            Ok(TaskId(s))
+        } else {
+            Err(InvalidTaskId)
+        }
+    }
+}
+
+impl From<TaskId> for String {
+    fn from(id: TaskId) -> String {
+        id.0
+    }
+}
+
+impl std::ops::Deref for TaskId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for TaskId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for TaskId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for TaskId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for TaskId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for TaskId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<TaskId> for String {
+    fn eq(&self, other: &TaskId) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<TaskId> for &str {
+    fn eq(&self, other: &TaskId) -> bool {
+        *self == other.0
+    }
+}
+
+/// The user's text breaks the query rules; the message is safe to show to them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidQuery(pub String);
+
+/// Longest accepted normalised query, in characters. Bounds memory per task and key sizes.
+pub const MAX_QUERY_CHARS: usize = 512;
+
+/// Characters a query may not contain besides the control characters (`char::is_control`):
+/// the invisible ones (zero-width spaces and joiners, word joiner, soft hyphen, BOM, invisible
+/// operators, Hangul fillers, Mongolian vowel separator) and the bidirectional controls
+/// (embeddings, overrides, isolates, marks). They make two queries that look identical differ,
+/// or make one read as another on the admin pages (a right-to-left override turns
+/// "report-exe.txt" around). Variation selectors stay allowed: emoji need them.
+///
+/// Inclusive ranges; the OpenAPI document builds its `pattern` from this same list.
+pub const FORBIDDEN_INVISIBLE: &[(char, char)] = &[
+    ('\u{00AD}', '\u{00AD}'),
+    ('\u{034F}', '\u{034F}'),
+    ('\u{061C}', '\u{061C}'),
+    ('\u{115F}', '\u{1160}'),
+    ('\u{17B4}', '\u{17B5}'),
+    ('\u{180E}', '\u{180E}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{202A}', '\u{202E}'),
+    ('\u{2060}', '\u{2064}'),
+    ('\u{2066}', '\u{206F}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{FEFF}', '\u{FEFF}'),
+    ('\u{FFA0}', '\u{FFA0}'),
+    ('\u{FFF9}', '\u{FFFB}'),
+];
+
+/// Whether `c` is refused in a query (a control character or one of [`FORBIDDEN_INVISIBLE`]).
+pub fn is_forbidden_char(c: char) -> bool {
+    c.is_control()
+        || FORBIDDEN_INVISIBLE
+            .iter()
+            .any(|&(a, b)| (a..=b).contains(&c))
+}
+
+/// The rule of [`normalise_query`] as an ECMA-262 / JSON Schema `pattern` for the raw text a
+/// client sends: at least one character that is not whitespace, and no refused character.
+/// Whitespace control characters (tab, newlines, ...) are allowed there: normalising turns
+/// them into spaces. (The 512-character limit is checked after normalising.)
+pub fn query_pattern() -> String {
+    let mut class = String::from("\\u0000-\\u0008\\u000E-\\u001F\\u007F-\\u0084\\u0086-\\u009F");
+    for &(a, b) in FORBIDDEN_INVISIBLE {
+        class.push_str(&format!("\\u{:04X}", a as u32));
+        if a != b {
+            class.push_str(&format!("-\\u{:04X}", b as u32));
+        }
+    }
+    format!("^[^{class}]*[^{class}\\s][^{class}]*$")
+}
+
+/// Unicode-normalises (NFC), trims, collapses inner whitespace runs to one space, and checks
+/// the result is 1..=512 chars without control, invisible or bidirectional-control
+/// characters. Normalising first means "a  b" and " a b" share a task, and "café" typed with
+/// a precomposed é and with e + combining accent is one query, not two.
+pub fn normalise_query(q: &str) -> Result<String, InvalidQuery> {
+    use unicode_normalization::UnicodeNormalization;
+    let nfc: String = q.nfc().collect();
+    let out = nfc.split_whitespace().collect::<Vec<_>>().join(" ");
+    if out.is_empty() {
+        return Err(InvalidQuery("query is empty".into()));
+    }
+    let n = out.chars().count();
+    if n > MAX_QUERY_CHARS {
+        return Err(InvalidQuery(format!(
+            "query is {n} chars, at most {MAX_QUERY_CHARS} allowed"
+        )));
+    }
+    if let Some(c) = out.chars().find(|&c| is_forbidden_char(c)) {
+        return Err(InvalidQuery(format!(
+            "query contains a control or invisible character (U+{:04X})",
+            c as u32
+        )));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_whitespace() {
+        assert_eq!(normalise_query("  a \t b\n c ").unwrap(), "a b c");
+        assert!(normalise_query("   ").is_err());
+        assert!(normalise_query(&"x".repeat(513)).is_err());
+        assert!(normalise_query(&"x".repeat(512)).is_ok());
+        assert!(normalise_query("a\u{7}b").is_err());
+    }
+
+    #[test]
+    fn one_spelling_per_text_and_no_invisible_characters() {
+        // Precomposed and decomposed "café" are one query.
+        assert_eq!(
+            normalise_query("cafe\u{301}").unwrap(),
+            normalise_query("caf\u{e9}").unwrap()
+        );
+        for bad in [
+            "a\u{200B}b",
+            "x\u{202E}txt.exe",
+            "\u{FEFF}bom",
+            "a\u{2066}b",
+            "soft\u{AD}",
+        ] {
+            let e = normalise_query(bad).unwrap_err().to_string();
+            assert!(e.contains("invisible"), "{bad:?}: {e}");
+        }
+        // Emoji with a variation selector stay allowed.
+        assert!(normalise_query("\u{2764}\u{FE0F} report").is_ok());
+    }
+
+    #[test]
+    fn the_pattern_names_every_range() {
+        let p = query_pattern();
+        assert!(p.starts_with("^[^\\u0000-\\u0008\\u000E-\\u001F"));
+        assert!(p.contains("\\u202A-\\u202E"));
+        assert!(p.contains("\\uFEFF"));
+        assert!(p.ends_with("]*$"));
+    }
+
+    #[test]
+    fn id_is_32_hex() {
+        let id = TaskId::of_query("a b");
+        assert_eq!(id.len(), 32);
+        assert!(id.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(id, TaskId::of_query("a b"));
+        assert_ne!(id, TaskId::of_query("a c"));
+    }
+
+    #[test]
+    fn only_well_formed_ids_parse() {
+        assert!("0123456789abcdef0123456789abcdef".parse::<TaskId>().is_ok());
+        for bad in [
+            "0123456789ABCDEF0123456789abcdef",
+            "0123456789abcdef",
+            "../../../../../../../etc/passwd..",
+            "0123456789abcdef0123456789abcdeg",
+            "",
+        ] {
+            assert_eq!(bad.parse::<TaskId>(), Err(InvalidTaskId), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn json_carries_the_plain_string_and_checks_it() {
+        let id = TaskId::of_query("x");
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, format!("\"{id}\""));
+        assert_eq!(serde_json::from_str::<TaskId>(&json).unwrap(), id);
+        assert!(serde_json::from_str::<TaskId>("\"nope\"").is_err());
+    }
+}

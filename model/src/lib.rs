@@ -1,0 +1,35 @@
+//! repoll's shared data model: what the queue writes, the server serves and the browser shows,
+//! as one set of types that compiles on both sides (serde, no Redis, no tokio).
+//!
+//! Before this crate the admin pages kept a mirror of the queue's types, with states and dead
+//! reasons turned into strings and the task-id check written four times; now the wasm side
+//! decodes exactly what the server sends, and a new field cannot be forgotten in a copy.
+//!
+//! A short tour:
+//!
+//! - [`id`]: [`TaskId`] (validated when parsed, so an id in a URL, a form or a JSON body is
+//!   checked once, at the edge) and the query normalisation the id is derived from.
+//! - [`task`]: a task's state, priority and dead reason; the task, its stored result and its
+//!   history; stuck leases.
+//! - [`queue_state`]: queue-wide views: counts and throughput, workers, the pause flag, the
+//!   audit log, listing pages.
+//! - [`notice`]: the Pub/Sub message every state change publishes (written by the Lua scripts,
+//!   decoded by the web process).
+
+pub mod id;
+pub mod notice;
+pub mod queue_state;
+pub mod task;
+
+pub use id::{
+    is_forbidden_char, normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId,
+    FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
+};
+pub use notice::Notice;
+pub use queue_state::{
+    AuditEntry, ListState, Order, Page, PauseInfo, PurgeTarget, Stats, ThroughputBucket, WorkerInfo,
+};
+pub use task::{
+    DeadReason, Event, HistoryEntry, LeaseInfo, Priority, StoredResult, Task, TaskDetail,
+    TaskState, UnknownName,
+};

@@ -1,0 +1,129 @@
+//! Queue-wide views: counts and throughput, workers, the pause flag, the audit log, and the
+//! pages a listing returns.
+
+use serde::{Deserialize, Serialize};
+
+use crate::task::{StoredResult, Task};
+
+/// Queue counts, each computed in O(log n).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Due now (both priorities).
+    pub ready: u64,
+    /// Of `ready`, background tasks waiting in their list.
+    #[serde(default)]
+    pub ready_background: u64,
+    /// Due later and never failed (waiting for the next poll).
+    pub waiting: u64,
+    /// Due later after at least one error (in backoff).
+    pub retrying: u64,
+    pub leased: u64,
+    /// Leases past their deadline, not yet reaped.
+    pub stuck: u64,
+    pub dead: u64,
+    /// Fresh stored results.
+    pub results: u64,
+    /// now - earliest due time among ready tasks (0 if none ready).
+    pub oldest_ready_age_ms: i64,
+    pub paused: bool,
+    pub now_ms: i64,
+    /// Last 60 minutes, oldest first.
+    pub throughput: Vec<ThroughputBucket>,
+}
+
+/// Counters of one minute.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThroughputBucket {
+    pub minute_ms: i64,
+    pub completed: u64,
+    pub failed: u64,
+    pub polled: u64,
+    /// Sum of time-to-result (completion - creation) of tasks completed in this minute.
+    pub ttr_sum_ms: u64,
+    pub ttr_count: u64,
+}
+
+/// A worker's heartbeat record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub host: String,
+    pub pid: u32,
+    pub started_ms: i64,
+    pub in_flight: u32,
+    /// Tasks this worker completed.
+    pub completed: u64,
+    /// Tasks this worker gave up on (dead).
+    pub dead: u64,
+    /// Set by Redis on heartbeat (the value passed in is ignored).
+    pub last_seen_ms: i64,
+}
+
+impl WorkerInfo {
+    /// Missed its heartbeats for longer than `gone_after_ms`: probably dead (its entry
+    /// expires soon).
+    pub fn is_gone(&self, now_ms: i64, gone_after_ms: i64) -> bool {
+        now_ms.saturating_sub(self.last_seen_ms) > gone_after_ms
+    }
+}
+
+/// The queue is paused: since when and by whom.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseInfo {
+    pub at_ms: i64,
+    pub who: String,
+}
+
+/// One audit log entry: who did what, when, to how many.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub at_ms: i64,
+    pub who: String,
+    pub action: String,
+    pub target: String,
+    pub count: u64,
+}
+
+/// Which set a listing pages through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ListState {
+    Ready,
+    /// Due later (polls and retries).
+    Waiting,
+    Leased,
+    Dead,
+    Results,
+}
+
+/// Direction of a listing: by the set's score (due time, lease deadline, time of death,
+/// completion), oldest first or newest first. A cursor belongs to the order it came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Order {
+    #[default]
+    OldestFirst,
+    NewestFirst,
+}
+
+/// One page of a listing. `items` is filled for task states, `results` for `Results`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page {
+    pub items: Vec<Task>,
+    pub results: Vec<StoredResult>,
+    /// Pass back to get the next page; None at the end.
+    pub next_cursor: Option<String>,
+    /// Members of the listed set right now.
+    pub total: u64,
+}
+
+/// What a purge removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PurgeTarget {
+    /// Dead tasks (record and history).
+    Dead,
+    /// Stored results.
+    Results,
+    /// History lists of every known task and result (records stay).
+    History,
+    /// Every due task, ready or waiting (leased tasks are left to their workers).
+    Queued,
+}

@@ -1,0 +1,213 @@
+//! One task: its state, priority and dead reason, the live record, the stored result and the
+//! history. Upstream data (partials, results, errors) stays `String`: it is rendered as text,
+//! never as HTML, and never parsed here.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::id::TaskId;
+
+/// A name that is not one of an enum's known names (a state, a reason, a priority).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?}")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+}
+
+/// Writes the enum's name table once: `as_str`, `FromStr`, `Display` and `ALL`.
+macro_rules! named {
+    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The name used in Redis, JSON and URLs.
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $name),+ }
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<$ty, UnknownName> {
+                match s {
+                    $($name => Ok($ty::$variant),)+
+                    other => Err(UnknownName { what: $what, name: other.to_owned() }),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// State of a task. `Done` is a stored result (the live record is gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskState {
+    /// Waiting in the schedule: ready now, or due at its next poll or retry.
+    Due,
+    /// A worker holds it under a lease.
+    Leased,
+    /// Gave up (see [`DeadReason`]); kept until purged or retried.
+    Dead,
+    /// A final result is stored.
+    Done,
+}
+
+named!(TaskState, "task state", {
+    Due => "due",
+    Leased => "leased",
+    Dead => "dead",
+    Done => "done",
+});
+
+/// Why a task gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadReason {
+    /// Its errors reached the attempt limit.
+    MaxAttempts,
+    /// Its whole-life deadline passed.
+    Deadline,
+    /// Workers kept losing its lease (a query that crashes or hangs them).
+    Poison,
+    /// The upstream refused it for good (an error the policy calls fatal).
+    Fatal,
+}
+
+named!(DeadReason, "dead reason", {
+    MaxAttempts => "max_attempts",
+    Deadline => "deadline",
+    Poison => "poison",
+    Fatal => "fatal",
+});
+
+/// Who is waiting for a task. Workers claim interactive work first, but while background work
+/// waits at least one claim in ten goes to it, so it never starves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// A person is waiting (the query page, and the API by default).
+    #[default]
+    Interactive,
+    /// Nobody is waiting right now (e.g. refreshing popular queries).
+    Background,
+}
+
+named!(Priority, "priority", {
+    Interactive => "interactive",
+    Background => "background",
+});
+
+/// A live task record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    pub query: String,
+    pub payload: String,
+    pub state: TaskState,
+    #[serde(default)]
+    pub priority: Priority,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// Errors so far (reset by an admin retry of a dead task).
+    pub attempts: u32,
+    /// "Still processing" answers so far.
+    pub polls: u32,
+    pub max_attempts: u32,
+    /// Token of the current or last lease (0 = never leased).
+    pub token: u64,
+    /// Lease holder while leased.
+    pub worker: Option<String>,
+    pub last_error: Option<String>,
+    pub partial: Option<String>,
+    /// Whole-life deadline, 0 = none.
+    pub deadline_ms: i64,
+    /// When it is next due (state Due only).
+    pub due_ms: Option<i64>,
+    /// Lease deadline (state Leased only).
+    pub lease_deadline_ms: Option<i64>,
+    /// Why it gave up (state Dead only).
+    pub dead_reason: Option<DeadReason>,
+}
+
+/// A final result, kept for the queue's result TTL.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredResult {
+    pub id: TaskId,
+    pub query: String,
+    pub data: String,
+    pub completed_ms: i64,
+    pub created_ms: i64,
+    pub polls: u32,
+}
+
+/// Everything known about one id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskDetail {
+    pub task: Option<Task>,
+    pub result: Option<StoredResult>,
+    /// Newest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+/// One per-task history entry, e.g. kind "claimed", detail "by w1 token 7".
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub at_ms: i64,
+    pub kind: String,
+    pub detail: String,
+}
+
+/// One entry of the global event stream. `id` is None for queue-wide events (pause, purge).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub stream_id: String,
+    pub at_ms: i64,
+    pub kind: String,
+    pub id: Option<TaskId>,
+    pub detail: String,
+}
+
+/// A lease that is past its deadline or close to it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    pub id: TaskId,
+    pub query: String,
+    pub worker: String,
+    pub token: u64,
+    pub deadline_ms: i64,
+    /// now - deadline: positive when past the deadline.
+    pub overdue_ms: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_match_serde() {
+        for s in TaskState::ALL {
+            assert_eq!(s.as_str().parse::<TaskState>().unwrap(), *s);
+            assert_eq!(serde_json::to_string(s).unwrap(), format!("\"{s}\""));
+        }
+        for r in DeadReason::ALL {
+            assert_eq!(r.as_str().parse::<DeadReason>().unwrap(), *r);
+            assert_eq!(serde_json::to_string(r).unwrap(), format!("\"{r}\""));
+        }
+        for p in Priority::ALL {
+            assert_eq!(p.as_str().parse::<Priority>().unwrap(), *p);
+            assert_eq!(serde_json::to_string(p).unwrap(), format!("\"{p}\""));
+        }
+        let e = "burnt".parse::<DeadReason>().unwrap_err();
+        assert_eq!(e.to_string(), "unknown dead reason \"burnt\"");
+    }
+}
