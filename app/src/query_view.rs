@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a query stands, as the user sees it (the queue's four task states folded into three).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum QueryStatus {
     /// A task is waiting for its next poll or being polled right now.
@@ -40,7 +41,10 @@ impl QueryStatus {
 
 /// Everything known about one query right now. Every field is always present in the JSON
 /// (null when unknown) so API clients can rely on one shape.
+///
+/// The public API's OpenAPI document takes its `Query` schema from this type (server side).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ssr", derive(utoipa::ToSchema), schema(as = Query))]
 pub struct QueryView {
     /// 32 lowercase hex chars, derived from the normalised query.
     pub id: TaskId,
@@ -48,15 +52,19 @@ pub struct QueryView {
     pub query: String,
     pub status: QueryStatus,
     /// The upstream's latest partial data while processing (JSON when it is JSON, else text).
+    #[cfg_attr(feature = "ssr", schema(required = true))]
     pub partial: Option<serde_json::Value>,
     /// The final data once done (JSON when it is JSON, else text).
+    #[cfg_attr(feature = "ssr", schema(required = true))]
     pub result: Option<serde_json::Value>,
     /// A plain reason when failed.
+    #[cfg_attr(feature = "ssr", schema(required = true))]
     pub error: Option<String>,
     /// "Still processing" answers so far.
     pub polls: u32,
     /// When the next poll is due (ms since the epoch); null while a poll is running or when
     /// there is no next poll.
+    #[cfg_attr(feature = "ssr", schema(required = true))]
     pub next_poll_at: Option<i64>,
     /// When the task was created (ms since the epoch).
     pub created_at: i64,
@@ -64,6 +72,7 @@ pub struct QueryView {
     /// stream's event id.
     pub updated_at: i64,
     /// When the result was stored (done only).
+    #[cfg_attr(feature = "ssr", schema(required = true))]
     pub completed_at: Option<i64>,
     /// The server's clock when this view was read, so a page rendered without JavaScript can
     /// still show the elapsed time.

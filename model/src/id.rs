@@ -129,6 +129,23 @@ impl PartialEq<TaskId> for &str {
     }
 }
 
+/// In the OpenAPI document: a string of that shape.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for TaskId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .pattern(Some("^[0-9a-f]{32}$"))
+            .description(Some(
+                "Query id: 32 lowercase hex characters, derived from the normalised query.",
+            ))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for TaskId {}
+
 /// The user's text breaks the query rules; the message is safe to show to them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

@@ -93,12 +93,15 @@ named!(DeadReason, "dead reason", {
 /// Who is waiting for a task. Workers claim interactive work first, but while background work
 /// waits at least one claim in ten goes to it, so it never starves.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
-    /// A person is waiting (the query page, and the API by default).
+    /// A person is waiting (the query page, and the API by default): claimed first.
     #[default]
     Interactive,
-    /// Nobody is waiting right now (e.g. refreshing popular queries).
+    /// Nobody is waiting right now (e.g. refreshing popular queries): claimed after
+    /// interactive work, with at least one claim in ten while both wait; answered at once
+    /// without waiting for a first poll. Joining a live task as interactive raises it.
     Background,
 }
 

@@ -164,11 +164,15 @@ pub async fn serve(
 /// The answer of a connection over the cap: a complete, tiny JSON 503, then close. Bounded in
 /// time, so a client that never reads cannot hold the refusal open.
 async fn refuse(mut stream: tokio::net::TcpStream) {
-    const BODY: &str = r#"{"error":{"code":"overloaded","message":"too many open connections; try again shortly"}}"#;
+    let body = crate::api::ErrorBody::new(
+        crate::api::ErrorCode::Overloaded,
+        "too many open connections; try again shortly",
+    )
+    .to_json();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{BODY}",
-        BODY.len()
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         stream.write_all(response.as_bytes()).await?;

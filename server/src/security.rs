@@ -129,15 +129,16 @@ pub fn own_location(location: &HeaderValue, host: Option<&HeaderValue>) -> Optio
 /// `Allow` are kept).
 fn api_error_from(res: Response) -> Response {
     let status = res.status();
+    use crate::api::ErrorCode as C;
     let (code, message) = match status {
-        StatusCode::PAYLOAD_TOO_LARGE => ("payload_too_large", "the request body is too large"),
-        StatusCode::NOT_FOUND => ("not_found", "no such API endpoint"),
-        StatusCode::METHOD_NOT_ALLOWED => ("method_not_allowed", "method not allowed here"),
-        StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took too long"),
-        StatusCode::SERVICE_UNAVAILABLE => ("unavailable", "try again shortly"),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", "send JSON"),
-        s if s.is_client_error() => ("bad_request", "the request is not valid"),
-        _ => ("internal", "internal error"),
+        StatusCode::PAYLOAD_TOO_LARGE => (C::PayloadTooLarge, "the request body is too large"),
+        StatusCode::NOT_FOUND => (C::NotFound, "no such API endpoint"),
+        StatusCode::METHOD_NOT_ALLOWED => (C::MethodNotAllowed, "method not allowed here"),
+        StatusCode::REQUEST_TIMEOUT => (C::Timeout, "the request took too long"),
+        StatusCode::SERVICE_UNAVAILABLE => (C::Unavailable, "try again shortly"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => (C::UnsupportedMediaType, "send JSON"),
+        s if s.is_client_error() => (C::BadRequest, "the request is not valid"),
+        _ => (C::Internal, "internal error"),
     };
     let (mut parts, _) = res.into_parts();
     parts.headers.remove(header::CONTENT_LENGTH);
@@ -145,7 +146,7 @@ fn api_error_from(res: Response) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let body = serde_json::json!({ "error": { "code": code, "message": message } }).to_string();
+    let body = crate::api::ErrorBody::new(code, message).to_json();
     Response::from_parts(parts, Body::from(body))
 }
 

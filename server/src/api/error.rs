@@ -12,14 +12,123 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use serde::de::DeserializeOwned;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// The stable, machine-readable reason of an error answer. One enum for every answer the API
+/// (and the layers in front of it) can give, so the OpenAPI document lists exactly these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The body is not valid JSON (400).
+    MalformedJson,
+    /// The body is JSON but not the expected object, e.g. no string `query` (422).
+    InvalidBody,
+    /// The query breaks the input rules (422).
+    InvalidQuery,
+    /// The content type is not `application/json` (415).
+    UnsupportedMediaType,
+    /// The body is larger than the limit (413).
+    PayloadTooLarge,
+    /// Another client mistake (400).
+    BadRequest,
+    /// Unknown endpoint, or unknown, malformed or expired query id (404).
+    NotFound,
+    /// The method is not allowed on this endpoint (405).
+    MethodNotAllowed,
+    /// The request took longer than the server's request timeout (408).
+    Timeout,
+    /// This client's rate limit is reached; see `Retry-After` (429).
+    RateLimited,
+    /// This client holds its maximum of live streams (429).
+    TooManyStreams,
+    /// The server holds its maximum of live streams (503).
+    StreamsFull,
+    /// The server holds its maximum of open connections (503, then the connection closes).
+    Overloaded,
+    /// The queue (Redis) is unavailable; try again shortly (503).
+    Unavailable,
+    /// Something failed on our side; details are in the server log only (500).
+    Internal,
+}
+
+impl ErrorCode {
+    /// Every code (the OpenAPI test checks each is documented as it is sent).
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::MalformedJson,
+        ErrorCode::InvalidBody,
+        ErrorCode::InvalidQuery,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::BadRequest,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::Timeout,
+        ErrorCode::RateLimited,
+        ErrorCode::TooManyStreams,
+        ErrorCode::StreamsFull,
+        ErrorCode::Overloaded,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+    ];
+
+    /// The code as sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::MalformedJson => "malformed_json",
+            ErrorCode::InvalidBody => "invalid_body",
+            ErrorCode::InvalidQuery => "invalid_query",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::TooManyStreams => "too_many_streams",
+            ErrorCode::StreamsFull => "streams_full",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// The body of every error answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    /// For humans; never internal details.
+    pub message: String,
+}
+
+impl ErrorBody {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
 
 /// An error answer of the API.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
     /// Stable, machine-readable (documented in the OpenAPI document).
-    pub code: &'static str,
+    pub code: ErrorCode,
     /// For humans; never internal details.
     pub message: String,
     /// Seconds, sent as `Retry-After` (429 and 503).
@@ -29,7 +138,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -42,7 +151,7 @@ impl ApiError {
     pub fn not_found() -> Self {
         ApiError::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound,
             "no query with this id (it may have expired)",
         )
     }
@@ -52,7 +161,7 @@ impl ApiError {
             retry_after: Some(retry_after),
             ..ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
+                ErrorCode::RateLimited,
                 format!("too many queries from this client; retry in {retry_after} s"),
             )
         }
@@ -67,12 +176,12 @@ impl From<crate::live_hub::StreamRefused> for ApiError {
         let (status, code, message) = match r {
             StreamRefused::ClientFull { cap } => (
                 StatusCode::TOO_MANY_REQUESTS,
-                "too_many_streams",
+                ErrorCode::TooManyStreams,
                 format!("this client has {cap} live streams open already; close one first"),
             ),
             StreamRefused::ProcessFull { cap } => (
                 StatusCode::SERVICE_UNAVAILABLE,
-                "streams_full",
+                ErrorCode::StreamsFull,
                 format!("the server holds its maximum of {cap} live streams; try again later"),
             ),
         };
@@ -87,20 +196,22 @@ impl From<crate::live_hub::StreamRefused> for ApiError {
 impl From<QueryError> for ApiError {
     fn from(e: QueryError) -> Self {
         match e {
-            QueryError::Invalid(msg) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_query", msg)
-            }
+            QueryError::Invalid(msg) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidQuery,
+                msg,
+            ),
             QueryError::Unavailable => ApiError {
                 retry_after: Some(1),
                 ..ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
+                    ErrorCode::Unavailable,
                     "the queue is unavailable; try again shortly",
                 )
             },
             QueryError::Internal => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
+                ErrorCode::Internal,
                 "internal error",
             ),
         }
@@ -110,15 +221,20 @@ impl From<QueryError> for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let (status, code) = match &r {
-            JsonRejection::MissingJsonContentType(_) => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            JsonRejection::MissingJsonContentType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorCode::UnsupportedMediaType,
+            ),
+            JsonRejection::JsonSyntaxError(_) => {
+                (StatusCode::BAD_REQUEST, ErrorCode::MalformedJson)
             }
-            JsonRejection::JsonSyntaxError(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
-            JsonRejection::JsonDataError(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+            JsonRejection::JsonDataError(_) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::InvalidBody)
+            }
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+                (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
             }
-            _ => (StatusCode::BAD_REQUEST, "bad_request"),
+            _ => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
         };
         ApiError::new(status, code, r.body_text())
     }
@@ -126,9 +242,7 @@ impl From<JsonRejection> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({
-            "error": { "code": self.code, "message": self.message }
-        });
+        let body = ErrorBody::new(self.code, self.message);
         let mut res = (self.status, Json(body)).into_response();
         if let Some(s) = self.retry_after {
             if let Ok(v) = HeaderValue::from_str(&s.to_string()) {

@@ -30,6 +30,20 @@ use crate::{
 
 /// Opens the stream; 404 (JSON, before any streaming) for an unknown id, 429 / 503 over the
 /// stream caps.
+#[utoipa::path(
+    get,
+    path = "/api/v1/queries/{id}/events",
+    operation_id = "queryEvents",
+    summary = "Live state of a query as Server-Sent Events",
+    description = "Sends the current state at once, then one event per change; each is an event named `state` whose data is a complete Query object (as JSON) and whose id is its `updated_at`. Heartbeat comment lines keep the connection open. The stream closes after the final state (done or failed). Every event is a full state, so on reconnect (with or without Last-Event-ID) the client simply receives the current state first.",
+    params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = String, description = "`event: state`, `id: <updated_at>`, `data: <Query as JSON>` records, and `:` heartbeat comments."),
+        (status = 404, body = super::ErrorBody, description = "Unknown or malformed id (code not_found)."),
+        (status = 429, body = super::ErrorBody, description = "This client holds its maximum of live streams (code too_many_streams); the connection is closed."),
+        (status = 503, body = super::ErrorBody, description = "The queue (Redis) is unavailable (code unavailable), or the server holds its maximum of live streams (code streams_full)."),
+    )
+)]
 pub async fn events(
     State(state): State<WebState>,
     ClientIp(client): ClientIp,

@@ -23,7 +23,7 @@ use axum::{
 };
 use clap::Args;
 
-pub use error::{ApiError, ApiJson};
+pub use error::{ApiError, ApiJson, ErrorBody, ErrorCode};
 pub use rate::Limiter;
 
 use crate::web::WebState;
@@ -113,7 +113,7 @@ pub fn router() -> Router<WebState> {
 async fn not_found() -> ApiError {
     ApiError::new(
         axum::http::StatusCode::NOT_FOUND,
-        "not_found",
+        ErrorCode::NotFound,
         "no such API endpoint",
     )
 }

@@ -1,152 +1,158 @@
-//! `GET /api/v1/openapi.json`: the API described as OpenAPI 3.1, written by hand.
+//! `GET /api/v1/openapi.json`: the API described as OpenAPI 3.1, derived from the code.
 //!
-//! Why by hand: four operations and two schemas do not justify a derive framework, and a
-//! hand-written document says exactly what the handlers do (the API tests check that the
-//! document lists every route).
+//! Why derived (utoipa): the schemas come from the very types the handlers serialise
+//! (`QueryView` as `Query`, `SubmitBody`, `ErrorBody` with every `ErrorCode`), so a field or an
+//! error code added there is in the document without anyone remembering to write it. The
+//! operations are the handlers' `#[utoipa::path]` attributes, beside the code they describe.
+//! What a derive cannot know is added here: the query text's pattern, built from the same
+//! character table the normalisation refuses (`queue::query_pattern`), and the schema of each
+//! event on the live stream.
 
 use axum::Json;
 use serde_json::{json, Value};
+use utoipa::OpenApi;
 
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "repoll public API",
+        version = "1.0.0",
+        description = "Ask a slow asynchronous upstream API through repoll: the first answer comes at once with what is known (partial data when the upstream has some), and the final result is pushed over Server-Sent Events. The same query text (normalised: NFC, trimmed, inner whitespace collapsed) is the same query: concurrent askers share one chain of upstream polls."
+    ),
+    paths(
+        super::queries::submit,
+        super::queries::get,
+        super::events::events,
+        document
+    ),
+    components(schemas(super::ErrorCode))
+)]
+struct ApiDoc;
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    operation_id = "openapi",
+    summary = "This document",
+    responses((status = 200, content_type = "application/json", body = Object, description = "OpenAPI 3.1 document."))
+)]
 pub async fn document() -> Json<Value> {
     Json(spec())
 }
 
-fn error_response(description: &str) -> Value {
-    json!({
-        "description": description,
-        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
-    })
-}
-
-fn view_response(description: &str) -> Value {
-    json!({
-        "description": description,
-        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Query" } } }
-    })
-}
-
 /// The document itself.
 pub fn spec() -> Value {
-    let id_param = json!({
-        "name": "id", "in": "path", "required": true,
-        "description": "Query id: 32 lowercase hex characters (from the submit answer).",
-        "schema": { "type": "string", "pattern": "^[0-9a-f]{32}$" }
-    });
-    json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "repoll public API",
-            "version": "1.0.0",
-            "description": "Ask a slow asynchronous upstream API through repoll: the first answer comes at once with what is known (partial data when the upstream has some), and the final result is pushed over Server-Sent Events. The same query text (trimmed, inner whitespace collapsed) is the same query: concurrent askers share one chain of upstream polls."
-        },
-        "paths": {
-            "/api/v1/queries": {
-                "post": {
-                    "operationId": "submitQuery",
-                    "summary": "Submit a query (or join the identical one already running)",
-                    "requestBody": {
-                        "required": true,
-                        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/SubmitBody" } } }
-                    },
-                    "responses": {
-                        "200": view_response("Final already: a fresh stored result (status done), or the task finished (or failed) within the first-answer budget."),
-                        "202": view_response("Processing: a task was created or joined; partial data included when the upstream has some. Follow `Location` or the events stream."),
-                        "400": error_response("Malformed JSON (code malformed_json)."),
-                        "413": error_response("Body larger than 4 KiB (code payload_too_large)."),
-                        "415": error_response("Content type is not application/json (code unsupported_media_type)."),
-                        "422": error_response("The query breaks the input rules: empty, over 512 characters, or control, invisible or bidirectional-control characters (code invalid_query); or the body has no string `query` (code invalid_body)."),
-                        "429": {
-                            "description": "Rate limit of this client reached (code rate_limited).",
-                            "headers": { "Retry-After": { "description": "Seconds to wait.", "schema": { "type": "integer" } } },
-                            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
-                        },
-                        "503": error_response("The queue (Redis) is unavailable (code unavailable).")
-                    }
-                }
-            },
-            "/api/v1/queries/{id}": {
-                "get": {
-                    "operationId": "getQuery",
-                    "summary": "Current state of a query",
-                    "parameters": [id_param.clone()],
-                    "responses": {
-                        "200": view_response("The current state."),
-                        "404": error_response("Unknown or malformed id, or expired (code not_found)."),
-                        "503": error_response("The queue (Redis) is unavailable (code unavailable).")
-                    }
-                }
-            },
-            "/api/v1/queries/{id}/events": {
-                "get": {
-                    "operationId": "queryEvents",
-                    "summary": "Live state of a query as Server-Sent Events",
-                    "description": "Sends the current state at once, then one event per change; each is an event named `state` whose data is a complete Query object and whose id is its `updated_at`. Heartbeat comment lines keep the connection open. The stream closes after the final state (done or failed). Every event is a full state, so on reconnect (with or without Last-Event-ID) the client simply receives the current state first.",
-                    "parameters": [id_param],
-                    "responses": {
-                        "200": {
-                            "description": "An event stream of `state` events.",
-                            "content": { "text/event-stream": {
-                                "schema": { "type": "string", "contentMediaType": "text/event-stream", "description": "`event: state`, `id: <updated_at>`, `data: <Query as JSON>` records, and `:` heartbeat comments." },
-                                "itemSchema": { "$ref": "#/components/schemas/Query" }
-                            } }
-                        },
-                        "404": error_response("Unknown or malformed id (code not_found)."),
-                        "429": error_response("This client holds its maximum of live streams (code too_many_streams); the connection is closed."),
-                        "503": error_response("The queue (Redis) is unavailable (code unavailable), or the server holds its maximum of live streams (code streams_full).")
-                    }
-                }
-            },
-            "/api/v1/openapi.json": {
-                "get": {
-                    "operationId": "openapi",
-                    "summary": "This document",
-                    "responses": { "200": { "description": "OpenAPI 3.1 document.", "content": { "application/json": {} } } }
-                }
-            }
-        },
-        "components": {
-            "schemas": {
-                "SubmitBody": {
-                    "type": "object",
-                    "required": ["query"],
-                    "properties": {
-                        "query": { "type": "string", "minLength": 1, "pattern": queue::query_pattern(), "description": "Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters, without control characters (whitespace ones become spaces), invisible characters (zero-width, soft hyphen, BOM, ...) or bidirectional controls." },
-                        "priority": { "type": "string", "enum": ["interactive", "background"], "default": "interactive", "description": "interactive: a person is waiting (claimed first). background: nobody is waiting (e.g. refreshing popular queries); claimed after interactive work, with at least one claim in ten while both wait; answered at once without waiting for a first poll. Joining a live task with interactive raises it." }
-                    }
-                },
-                "Query": {
-                    "type": "object",
-                    "required": ["id", "query", "status", "partial", "result", "error", "polls", "next_poll_at", "created_at", "updated_at", "completed_at", "as_of"],
-                    "properties": {
-                        "id": { "type": "string", "pattern": "^[0-9a-f]{32}$" },
-                        "query": { "type": "string", "description": "The normalised query." },
-                        "status": { "type": "string", "enum": ["processing", "done", "failed"] },
-                        "partial": { "description": "Latest partial data from the upstream while processing (JSON when the upstream sent JSON, else a string); null when none." },
-                        "result": { "description": "Final data when done (JSON when the upstream sent JSON, else a string); null otherwise." },
-                        "error": { "type": ["string", "null"], "description": "Plain reason when failed." },
-                        "polls": { "type": "integer", "minimum": 0, "description": "Upstream answers \"still processing\" so far." },
-                        "next_poll_at": { "type": ["integer", "null"], "description": "When the next poll is due (ms since the Unix epoch); null while a poll runs or when final." },
-                        "created_at": { "type": "integer", "description": "ms since the Unix epoch." },
-                        "updated_at": { "type": "integer", "description": "Last change, ms since the Unix epoch (the event id on the stream)." },
-                        "completed_at": { "type": ["integer", "null"], "description": "When the result was stored (done only)." },
-                        "as_of": { "type": "integer", "description": "Server clock when this state was read." }
-                    }
-                },
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["code", "message"],
-                            "properties": {
-                                "code": { "type": "string", "enum": ["malformed_json", "invalid_body", "invalid_query", "unsupported_media_type", "payload_too_large", "bad_request", "not_found", "rate_limited", "unavailable", "internal"] },
-                                "message": { "type": "string" }
-                            }
-                        }
-                    }
-                }
-            }
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
+    if let Some(query) = doc.pointer_mut("/components/schemas/SubmitBody/properties/query") {
+        query["pattern"] = json!(queue::query_pattern());
+    }
+    // Each event's data is a Query (OpenAPI's `itemSchema` for streamed media types).
+    if let Some(stream) = doc.pointer_mut(
+        "/paths/~1api~1v1~1queries~1{id}~1events/get/responses/200/content/text~1event-stream",
+    ) {
+        stream["itemSchema"] = json!({ "$ref": "#/components/schemas/Query" });
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::ErrorCode;
+
+    fn schema<'a>(doc: &'a Value, name: &str) -> &'a Value {
+        doc.pointer(&format!("/components/schemas/{name}"))
+            .unwrap_or_else(|| panic!("no schema {name}: {doc:#}"))
+    }
+
+    /// The `Query` schema has exactly the fields a serialised view has, all required (every
+    /// field is always present, null when unknown), and the status values the type has.
+    #[test]
+    fn the_query_schema_is_the_view_the_api_sends() {
+        let doc = spec();
+        assert!(
+            doc["openapi"].as_str().unwrap().starts_with("3.1"),
+            "{doc:#}"
+        );
+        let q = schema(&doc, "Query");
+        let view = app::query_view::QueryView {
+            id: model::TaskId::of_query("x"),
+            query: "x".into(),
+            status: app::query_view::QueryStatus::Processing,
+            partial: None,
+            result: None,
+            error: None,
+            polls: 0,
+            next_poll_at: None,
+            created_at: 0,
+            updated_at: 0,
+            completed_at: None,
+            as_of: 0,
+        };
+        let sent = serde_json::to_value(&view).unwrap();
+        let mut sent_keys: Vec<&String> = sent.as_object().unwrap().keys().collect();
+        let mut props: Vec<&String> = q["properties"].as_object().unwrap().keys().collect();
+        let mut required: Vec<&str> = q["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        sent_keys.sort();
+        props.sort();
+        required.sort();
+        assert_eq!(sent_keys, props);
+        assert_eq!(
+            sent_keys.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+            required
+        );
+        let id = &q["properties"]["id"];
+        let id = if id["$ref"].is_string() {
+            schema(
+                &doc,
+                id["$ref"].as_str().unwrap().rsplit('/').next().unwrap(),
+            )
+        } else {
+            id
+        };
+        assert_eq!(id["pattern"], "^[0-9a-f]{32}$", "{id:#}");
+        let status = doc.to_string();
+        for s in ["processing", "done", "failed"] {
+            assert!(status.contains(&format!("\"{s}\"")), "status {s} missing");
         }
-    })
+    }
+
+    /// Every error code the server can send is listed, spelled as it is sent.
+    #[test]
+    fn every_error_code_is_documented_as_sent() {
+        let doc = spec();
+        let listed: Vec<&str> = schema(&doc, "ErrorCode")["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        for code in ErrorCode::ALL {
+            let sent = serde_json::to_value(code).unwrap();
+            assert_eq!(sent, code.as_str());
+            assert!(
+                listed.contains(&code.as_str()),
+                "{code:?} not in {listed:?}"
+            );
+        }
+        assert_eq!(listed.len(), ErrorCode::ALL.len());
+    }
+
+    #[test]
+    fn the_submit_body_carries_the_query_rules() {
+        let doc = spec();
+        let body = schema(&doc, "SubmitBody");
+        assert_eq!(
+            body["properties"]["query"]["pattern"],
+            queue::query_pattern()
+        );
+        assert_eq!(body["required"], json!(["query"]));
+        assert!(doc.to_string().contains("\"background\""));
+    }
 }

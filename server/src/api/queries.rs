@@ -11,14 +11,18 @@ use axum::{
 use serde::Deserialize;
 
 use super::{
-    error::{ApiError, ApiJson},
+    error::{ApiError, ApiJson, ErrorBody},
     rate::RateLimited,
 };
 use crate::web::WebState;
 
 /// Body of `POST /api/v1/queries`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct SubmitBody {
+    /// Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters,
+    /// without control characters (whitespace ones become spaces), invisible characters
+    /// (zero-width, soft hyphen, BOM, ...) or bidirectional controls.
+    #[schema(min_length = 1)]
     pub query: String,
     /// `interactive` (default: a person is waiting) or `background`.
     #[serde(default)]
@@ -28,6 +32,25 @@ pub struct SubmitBody {
 /// 202 while processing (a task was created or joined), 200 once final (a fresh stored
 /// result, or a task that finished within the first-answer budget). `Location` names the
 /// query's resource either way.
+#[utoipa::path(
+    post,
+    path = "/api/v1/queries",
+    operation_id = "submitQuery",
+    summary = "Submit a query (or join the identical one already running)",
+    request_body = SubmitBody,
+    responses(
+        (status = 200, body = QueryView, description = "Final already: a fresh stored result (status done), or the task finished (or failed) within the first-answer budget."),
+        (status = 202, body = QueryView, description = "Processing: a task was created or joined; partial data included when the upstream has some. Follow `Location` or the events stream.",
+            headers(("Location" = String, description = "The query's resource, /api/v1/queries/{id}."))),
+        (status = 400, body = ErrorBody, description = "Malformed JSON (code malformed_json)."),
+        (status = 413, body = ErrorBody, description = "Body larger than 4 KiB (code payload_too_large)."),
+        (status = 415, body = ErrorBody, description = "Content type is not application/json (code unsupported_media_type)."),
+        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), or the body has no string `query` (code invalid_body)."),
+        (status = 429, body = ErrorBody, description = "Rate limit of this client reached (code rate_limited).",
+            headers(("Retry-After" = u64, description = "Seconds to wait."))),
+        (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
+    )
+)]
 pub async fn submit(
     State(state): State<WebState>,
     _limit: RateLimited,
@@ -49,6 +72,18 @@ pub async fn submit(
 }
 
 /// The current state of one query; 404 for an unknown or malformed id.
+#[utoipa::path(
+    get,
+    path = "/api/v1/queries/{id}",
+    operation_id = "getQuery",
+    summary = "Current state of a query",
+    params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
+    responses(
+        (status = 200, body = QueryView, description = "The current state."),
+        (status = 404, body = ErrorBody, description = "Unknown or malformed id, or expired (code not_found)."),
+        (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
+    )
+)]
 pub async fn get(
     State(state): State<WebState>,
     Path(id): Path<String>,
