@@ -66,7 +66,7 @@ pub struct RedisArgs {
     /// Prefer the environment variable or the config file: a command line is visible to
     /// every local user.
     #[arg(long, env = "REPOLL_MANAGED_REDIS_PASSWORD", hide_env_values = true)]
-    pub managed_redis_password: Option<String>,
+    pub managed_redis_password: Option<worker::Secret>,
 
     /// The redis-server executable used for the managed local Redis.
     #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
@@ -99,10 +99,7 @@ impl std::fmt::Debug for RedisArgs {
             .field("queue", &self.queue)
             .field("managed_redis_port", &self.managed_redis_port)
             .field("managed_redis_dir", &self.managed_redis_dir)
-            .field(
-                "managed_redis_password",
-                &self.managed_redis_password.as_ref().map(|_| "***"),
-            )
+            .field("managed_redis_password", &self.managed_redis_password)
             .field("redis_server_bin", &self.redis_server_bin)
             .field("result_ttl_ms", &self.result_ttl_ms)
             .field("max_lease_losses", &self.max_lease_losses)

@@ -61,7 +61,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
                 &args.redis.redis_server_bin,
                 &args.redis.managed_redis_dir,
                 args.redis.managed_redis_port,
-                args.redis.managed_redis_password.as_deref(),
+                args.redis
+                    .managed_redis_password
+                    .as_ref()
+                    .map(worker::Secret::expose),
             )
             .await?,
         ),

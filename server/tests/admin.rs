@@ -13,7 +13,7 @@ use std::{
 };
 
 use app::{
-    auth::{AuthConfig, AuthSettings, Secret},
+    auth::{AuthConfig, AuthSettings, Credential},
     context::AppContext,
     pages::admin::{
         actions::Act,
@@ -67,8 +67,8 @@ async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
     let url = redis.url().to_string();
     let queue = connect_queue(&url, "admintest").await;
     let auth = AuthConfig::new(AuthSettings {
-        admin: Secret::from_settings(None, Some(ADMIN_PW)).unwrap(),
-        viewer: Secret::from_settings(None, Some(VIEWER_PW)).unwrap(),
+        admin: Credential::from_settings(None, Some(ADMIN_PW)).unwrap(),
+        viewer: Credential::from_settings(None, Some(VIEWER_PW)).unwrap(),
         max_failures: 3,
         trust_forwarded,
         ..AuthSettings::default()

@@ -360,7 +360,7 @@ fn hash_password_makes_a_hash_that_signs_in() {
     assert!(hash.starts_with("$argon2"), "{hash}");
     assert!(!hash.contains("correct horse"));
     // The hash is what REPOLL_ADMIN_PASSWORD_HASH takes, and it accepts that password only.
-    let secret = app::auth::Secret::from_settings(Some(&hash), None)
+    let secret = app::auth::Credential::from_settings(Some(&hash), None)
         .expect("a PHC string")
         .expect("a secret");
     assert!(secret.verify("correct horse"));

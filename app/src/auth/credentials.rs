@@ -15,44 +15,44 @@ use sha2::{Digest, Sha256};
 use super::Role;
 
 /// One configured password.
-pub enum Secret {
+pub enum Credential {
     /// An argon2 PHC string (`$argon2id$v=19$...`), checked by argon2 itself.
     Phc(String),
     /// sha256 of a plain development password.
     Plain([u8; 32]),
 }
 
-impl Secret {
+impl Credential {
     /// The secret described by a hash setting (preferred) or a plain setting; `Ok(None)` when
     /// both are empty. A hash that is not a PHC string is a configuration error, reported at
     /// start rather than as "wrong password" forever.
     pub fn from_settings(
         hash: Option<&str>,
         plain: Option<&str>,
-    ) -> Result<Option<Secret>, String> {
+    ) -> Result<Option<Credential>, String> {
         if let Some(h) = hash.map(str::trim).filter(|h| !h.is_empty()) {
             PasswordHash::new(h).map_err(|_| {
                 "the password hash is not an argon2 PHC string (make one with `repoll admin hash-password`)"
                     .to_string()
             })?;
-            return Ok(Some(Secret::Phc(h.to_string())));
+            return Ok(Some(Credential::Phc(h.to_string())));
         }
         Ok(plain
             .filter(|p| !p.is_empty())
-            .map(|p| Secret::Plain(digest(p))))
+            .map(|p| Credential::Plain(digest(p))))
     }
 
     /// Whether `given` is this password. CPU-heavy for argon2: call it off the async threads.
     pub fn verify(&self, given: &str) -> bool {
         match self {
-            Secret::Phc(h) => PasswordHash::new(h)
+            Credential::Phc(h) => PasswordHash::new(h)
                 .map(|ph| {
                     Argon2::default()
                         .verify_password(given.as_bytes(), &ph)
                         .is_ok()
                 })
                 .unwrap_or(false),
-            Secret::Plain(d) => constant_time_eq(&digest(given), d),
+            Credential::Plain(d) => constant_time_eq(&digest(given), d),
         }
     }
 }
@@ -85,8 +85,8 @@ pub const PASSWORD_CHECK_WAIT: std::time::Duration = std::time::Duration::from_s
 
 /// Everything the admin side is configured with.
 pub struct AuthSettings {
-    pub admin: Option<Secret>,
-    pub viewer: Option<Secret>,
+    pub admin: Option<Credential>,
+    pub viewer: Option<Credential>,
     /// Lifetime of a session in Redis and of its cookie.
     pub session_ttl_s: u64,
     /// Failed sign-ins per client address per minute before further tries are refused.
@@ -165,19 +165,19 @@ mod tests {
 
     #[test]
     fn plain_and_hashed_passwords() {
-        let plain = Secret::from_settings(None, Some("s3cret"))
+        let plain = Credential::from_settings(None, Some("s3cret"))
             .unwrap()
             .unwrap();
         assert!(plain.verify("s3cret"));
         assert!(!plain.verify("s3cre"));
         let phc = hash_password("pw").unwrap();
-        let hashed = Secret::from_settings(Some(&phc), Some("ignored"))
+        let hashed = Credential::from_settings(Some(&phc), Some("ignored"))
             .unwrap()
             .unwrap();
         assert!(hashed.verify("pw"));
         assert!(!hashed.verify("ignored"));
-        assert!(Secret::from_settings(Some("not-a-hash"), None).is_err());
-        assert!(Secret::from_settings(Some(" "), Some(""))
+        assert!(Credential::from_settings(Some("not-a-hash"), None).is_err());
+        assert!(Credential::from_settings(Some(" "), Some(""))
             .unwrap()
             .is_none());
     }

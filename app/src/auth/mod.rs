@@ -51,7 +51,8 @@ mod session;
 
 #[cfg(feature = "ssr")]
 pub use credentials::{
-    hash_password, AuthConfig, AuthSettings, Secret, DEFAULT_PASSWORD_CHECKS, PASSWORD_CHECK_WAIT,
+    hash_password, AuthConfig, AuthSettings, Credential, DEFAULT_PASSWORD_CHECKS,
+    PASSWORD_CHECK_WAIT,
 };
 #[cfg(feature = "ssr")]
 pub use guard::{current, refuse, request_is_https, require, ADMIN_FN_PREFIX};

@@ -12,7 +12,7 @@ pub mod events;
 pub mod password;
 pub mod same_origin;
 
-use app::auth::{AuthConfig, AuthSettings, Secret};
+use app::auth::{AuthConfig, AuthSettings, Credential};
 use axum::{routing::get, Router};
 use clap::{Args, Subcommand};
 
@@ -126,12 +126,12 @@ impl AdminState {
     /// for two periods is shown as gone). Prints a generated one-time admin password when
     /// none is configured.
     pub fn new(args: &AdminArgs, heartbeat_ms: u64) -> Result<Self, String> {
-        let mut admin = Secret::from_settings(
+        let mut admin = Credential::from_settings(
             args.admin_password_hash.as_deref(),
             args.admin_password.as_deref(),
         )
         .map_err(|e| format!("REPOLL_ADMIN_PASSWORD_HASH: {e}"))?;
-        let viewer = Secret::from_settings(
+        let viewer = Credential::from_settings(
             args.viewer_password_hash.as_deref(),
             args.viewer_password.as_deref(),
         )
@@ -142,7 +142,8 @@ impl AdminState {
                 "repoll: no REPOLL_ADMIN_PASSWORD_HASH or REPOLL_ADMIN_PASSWORD set; \
                  admin password for this run: {generated}"
             );
-            admin = Some(Secret::from_settings(None, Some(&generated))?.ok_or("empty password")?);
+            admin =
+                Some(Credential::from_settings(None, Some(&generated))?.ok_or("empty password")?);
         }
         Ok(AdminState {
             auth: AuthConfig::new(AuthSettings {
