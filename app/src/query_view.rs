@@ -215,12 +215,7 @@ mod ssr {
         Ok(ctx.queue.get(id).await?.map(|d| from_detail(id, &d)))
     }
 
-    fn now_ms() -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0)
-    }
+    use queue::local_ms as now_ms;
 
     /// Upstream data is stored as text; when it is JSON the API returns it structured.
     fn data(text: &str) -> serde_json::Value {

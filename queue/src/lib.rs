@@ -49,7 +49,7 @@ pub use id::{
     FORBIDDEN_INVISIBLE,
 };
 pub use model::*;
-pub use queue::{Queue, RESPONSE_TIMEOUT};
+pub use queue::{local_ms, Queue, RESPONSE_TIMEOUT};
 
 pub use audit::AUDIT_CAP;
 pub use bulk::{

@@ -130,7 +130,8 @@ impl Queue {
         self.inner.channels.clone()
     }
 
-    /// Redis `TIME` in ms: the clock every script uses.
+    /// Redis `TIME` in ms: the clock every script uses. (For this process's own clock, see
+    /// [`local_ms`].)
     pub async fn now_ms(&self) -> Result<i64> {
         let mut c = self.conn.clone();
         let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
@@ -166,4 +167,15 @@ impl Queue {
 /// stay exact integers.
 pub(crate) fn clamp_ms(ms: u64) -> u64 {
     ms.min(100 * 365 * 24 * 3600 * 1000)
+}
+
+/// This process's clock in ms since the Unix epoch (0 if the clock is before it). Only for
+/// what is local by nature (measuring a call, stamping a view with when it was read): every
+/// decision about a task uses Redis time inside the scripts, so hosts whose clocks disagree
+/// still agree on leases and due times.
+pub fn local_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use queue::Queue;
 
@@ -66,10 +65,4 @@ impl Ctx {
     }
 }
 
-/// The local clock in ms since the Unix epoch (0 if the clock is before it).
-pub(crate) fn local_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+pub(crate) use queue::local_ms;

@@ -73,7 +73,8 @@ fn want_next(ctx: &Ctx) -> usize {
     usize::from(!ctx.stopping.load(Ordering::Relaxed))
 }
 
-fn unit() -> f64 {
+/// A uniform random number in [0, 1): the jitter of backoffs and poll intervals.
+fn random_fraction() -> f64 {
     rand::thread_rng().gen()
 }
 
@@ -121,10 +122,13 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             next
         }
         Ok(Answer::Processing { data, retry_after }) => {
-            match ctx
-                .policy
-                .after_processing(c.polls, now, c.deadline_ms, retry_after, unit())
-            {
+            match ctx.policy.after_processing(
+                c.polls,
+                now,
+                c.deadline_ms,
+                retry_after,
+                random_fraction(),
+            ) {
                 Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms).await,
                 Next::Dead(reason) => {
                     fail(ctx, c, &reason, "max_polls", Retry::Dead, latency_ms).await
@@ -136,9 +140,14 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
         }
         Err(e) => {
             tracing::debug!(id = %c.id, error = %e, "upstream call failed");
-            let next =
-                ctx.policy
-                    .after_error(c.attempts, c.max_attempts, &e, now, c.deadline_ms, unit());
+            let next = ctx.policy.after_error(
+                c.attempts,
+                c.max_attempts,
+                &e,
+                now,
+                c.deadline_ms,
+                random_fraction(),
+            );
             // Only a permanent error is sent as Retry::Dead (reason "fatal"). Otherwise the
             // queue's fail script counts the attempt and itself ends the task as
             // "max_attempts" or "deadline" — the same verdict as the policy, named by the
@@ -237,7 +246,7 @@ async fn rate_permit(ctx: &Ctx) {
             Ok(0) => return,
             Ok(wait_ms) => {
                 metrics::counter!(telemetry::RATE_LIMITED).increment(1);
-                let jitter = (wait_ms as f64 * 0.25 * unit()) as u64;
+                let jitter = (wait_ms as f64 * 0.25 * random_fraction()) as u64;
                 tokio::time::sleep(Duration::from_millis(wait_ms + jitter)).await;
             }
             Err(e) => {
