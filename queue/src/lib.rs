@@ -12,8 +12,9 @@
 //! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
 //! - `queue`: the [`Queue`] handle and shared plumbing.
 //! - `conn`: [`RedisConn`], one server or a Redis Cluster behind one connection type.
-//! - `worker_ops`: enqueue, claim, renew, complete, reschedule, fail (each able to claim the
-//!   next tasks in the same call), release, reap, heartbeats.
+//! - `enqueue`: enqueue and enqueue_many (create, join, or answer with the stored result).
+//! - `worker_ops`: claim, renew, complete, reschedule, fail (each able to claim the next tasks
+//!   in the same call), release, reap, heartbeats.
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per unit of work).
 //! - `operator_ops`: retry, cancel, pause/resume, purge (chunked): what an operator does.
 //! - [`bulk`]: bulk actions by filter (select, count, act in chunks in the background, stop).
@@ -29,6 +30,7 @@ mod audit;
 pub mod bulk;
 mod conn;
 mod decode;
+mod enqueue;
 pub mod error;
 pub mod id;
 mod keys;

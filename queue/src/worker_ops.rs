@@ -1,4 +1,4 @@
-//! Producer and worker operations: enqueue, the claim/lease life cycle, reap, heartbeats.
+//! Worker operations: the claim/lease life cycle, reap, heartbeats, the upstream rate limit.
 //! Each is one Lua script call, except reap which is two (a read-only peek that finds expired
 //! leases, then the acting script that gets their keys in KEYS and re-validates each one).
 //! A claim is one call: the script finds ready ids itself and derives their record keys from
@@ -10,13 +10,10 @@
 use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::keys::Keys;
-use crate::model::{
-    Claimed, Completion, EnqueuePolicy, Enqueued, Failed, Priority, Reaped, Reschedule, Retry,
-    WorkerInfo,
-};
+use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry, WorkerInfo};
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
-use crate::{normalise_query, TaskId};
+use crate::TaskId;
 use redis::{ScriptInvocation, Value};
 
 /// Most tasks one claim, completion batch or reap call handles, so one script never runs long.
@@ -66,7 +63,7 @@ fn calls<T>(items: &[T], next_n: usize) -> Vec<(&[T], usize)> {
         .collect()
 }
 
-fn opt_string(v: &Value) -> Result<Option<String>> {
+pub(crate) fn opt_string(v: &Value) -> Result<Option<String>> {
     match v {
         Value::Nil => Ok(None),
         other => string(other).map(Some),
@@ -77,124 +74,7 @@ fn claimed_rows(v: Value) -> Result<Vec<Claimed>> {
     array(v)?.into_iter().map(claimed_row).collect()
 }
 
-/// An enqueue script's reply: created, joined (with partial data and due time) or stored.
-fn decode_enqueued(id: &str, reply: Value) -> Result<Enqueued> {
-    let (tag, rest) = status(reply)?;
-    let mut rest = rest.into_iter();
-    let body = rest
-        .next()
-        .ok_or_else(|| corrupt("enqueue: missing record"))?;
-    if tag == "stored" {
-        let packed = string(&body)?;
-        return Ok(Enqueued::Stored(decode::packed_result(id, &packed)?.result));
-    }
-    let f = decode::fields(body)?;
-    let partial = rest.next().map(|v| opt_string(&v)).transpose()?.flatten();
-    let score = rest
-        .next()
-        .map(|v| opt_string(&v))
-        .transpose()?
-        .flatten()
-        .map(|s| decode::parse_i64(&s))
-        .transpose()?;
-    let task = decode::task(id, &f, partial, score)?;
-    match tag.as_str() {
-        "created" => Ok(Enqueued::Created(task)),
-        "joined" => Ok(Enqueued::Joined(task)),
-        other => Err(corrupt(format!("enqueue: unexpected reply {other:?}"))),
-    }
-}
-
 impl Queue {
-    /// Creates the task for `query` (due now), or joins the live one, or returns the fresh
-    /// stored result — atomically, so concurrent callers for one query create one task.
-    /// A dead task is replaced by a fresh one: asking again is an explicit new try.
-    pub async fn enqueue(
-        &self,
-        query: &str,
-        payload: &str,
-        policy: &EnqueuePolicy,
-    ) -> Result<Enqueued> {
-        let q = normalise_query(query)?;
-        let id = TaskId::of_query(&q);
-        let inv = self.enqueue_invocation(&id, &q, payload, policy);
-        decode_enqueued(&id, self.run(&inv).await?)
-    }
-
-    /// [`Queue::enqueue`] for many queries in one round trip: a pipeline of enqueue script
-    /// calls (each one atomic on its own, exactly as a single enqueue), at most [`MAX_BATCH`]
-    /// a pipeline. One answer per item, in order; an invalid query is its own error and is
-    /// not sent. The same query twice in one batch is created once and then joined.
-    pub async fn enqueue_many(
-        &self,
-        items: &[(&str, &str)],
-        policy: &EnqueuePolicy,
-    ) -> Result<Vec<Result<Enqueued>>> {
-        let mut out: Vec<Option<Result<Enqueued>>> = Vec::with_capacity(items.len());
-        let mut valid = Vec::with_capacity(items.len());
-        for (i, (query, payload)) in items.iter().enumerate() {
-            match normalise_query(query) {
-                Ok(q) => {
-                    valid.push((i, TaskId::of_query(&q), q, *payload));
-                    out.push(None);
-                }
-                Err(e) => out.push(Some(Err(e.into()))),
-            }
-        }
-        for chunk in valid.chunks(MAX_BATCH) {
-            let mut pipe = redis::pipe();
-            // Loaded with the batch: a pipeline does not retry after NOSCRIPT as a single
-            // invocation does (e.g. after a Redis restart emptied the script cache).
-            pipe.load_script(&SCRIPTS.enqueue).ignore();
-            for (_, id, q, payload) in chunk {
-                let inv = self.enqueue_invocation(id, q, payload, policy);
-                pipe.invoke_script(&inv);
-            }
-            let mut c = self.conn.clone();
-            let replies: Vec<Value> = pipe.query_async(&mut c).await?;
-            if replies.len() != chunk.len() {
-                return Err(corrupt("enqueue_many: reply count differs from the batch"));
-            }
-            for ((i, id, _, _), v) in chunk.iter().zip(replies) {
-                out[*i] = Some(decode_enqueued(id, v));
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(corrupt("enqueue_many: item without an answer"))))
-            .collect())
-    }
-
-    fn enqueue_invocation<'a>(
-        &self,
-        id: &str,
-        q: &str,
-        payload: &str,
-        policy: &EnqueuePolicy,
-    ) -> ScriptInvocation<'a> {
-        let k = self.keys();
-        let mut inv = self.invocation(&SCRIPTS.enqueue);
-        inv.key(k.task(id))
-            .key(k.result(id))
-            .key(k.partial(id))
-            .key(k.hist(id))
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.dead)
-            .key(&k.due)
-            .arg(id)
-            .arg(q)
-            .arg(payload)
-            .arg(clamp_ms(policy.deadline_ms))
-            .arg(policy.max_attempts)
-            .arg(match policy.priority {
-                Priority::Interactive => "interactive",
-                Priority::Background => "bg",
-            })
-            .key(&k.wakeups);
-        inv
-    }
-
     /// Leases up to `max_n` ready tasks to `worker` for `lease_ms`, each with a new fencing
     /// token, in one call: due polls and retries first, then interactive, then background work
     /// (with its share: prelude.lua). Empty while paused.
