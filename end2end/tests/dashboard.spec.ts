@@ -190,9 +190,14 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
   const long = `unbroken-${run}-` + "y".repeat(180);
   const doneId = await submit(request, `${long} polls=1`);
   const deadQuery = `narrow-dead-${run}-${"z".repeat(120)} polls=1`;
-  redisPipe(
-    deadTaskLines(deadQuery, `HTTP 503: ${"upstream-said-no-".repeat(12)}<b>not html</b>`, Date.now()),
-  );
+  const deadError = `HTTP 503: ${"upstream-said-no-".repeat(12)}<b>not html</b>`;
+  const died = Date.now();
+  // Its history as the queue writes it (newest first): two claims, each ended by an error.
+  const hist = `{repoll}:h:${taskId(deadQuery)}`;
+  redisPipe([
+    ...deadTaskLines(deadQuery, deadError, died),
+    `RPUSH ${hist} ${quote(`${died}|dead|max_attempts: after 2 attempts`)} ${quote(`${died}|error|${deadError}`)} ${quote(`${died - 1_500}|claimed|by narrow-worker-2 token 9`)} ${quote(`${died - 20_000}|error|timeout after 3000 ms -> retry at ${died - 2_000} (attempt 1)`)} ${quote(`${died - 23_000}|claimed|by narrow-worker-1 token 8`)}`,
+  ]);
   const waitingQuery = `narrow-waiting-${run} polls=1`;
   const waitingId = taskId(waitingQuery);
   const later = Date.now() + 3_600_000;
@@ -239,6 +244,17 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
         await expect(page.getByTestId("timeline")).toBeAttached();
       });
     }
+    // The dead task's failed attempts, newest first, each error in full (as text, not HTML).
+    await page.goto(`/admin/tasks/${taskId(deadQuery)}`);
+    const attempts = page.getByTestId("attempt-row");
+    await expect(attempts).toHaveCount(2);
+    await expect(attempts.nth(0).getByTestId("attempt-error")).toHaveText(deadError);
+    await expect(attempts.nth(0)).toContainText("narrow-worker-2");
+    await expect(attempts.nth(0)).toContainText("gave up");
+    await expect(attempts.nth(1).getByTestId("attempt-error")).toHaveText("timeout after 3000 ms");
+    await expect(attempts.nth(1)).toContainText("narrow-worker-1");
+    await expect(page.getByTestId("attempts").locator("b")).toHaveCount(0);
+    await shot(page, "phone-task-attempts", true);
     await noSidewaysScroll(page, "/admin/leases?within=120000", async () => {
       await waitLive(page);
       await expect(page.locator("h1")).toContainText("eases");
@@ -253,7 +269,7 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
     redis("ZREM", "{repoll}:retry", waitingId);
     redis("DEL", `{repoll}:t:${waitingId}`);
     redis("ZREM", "{repoll}:dead", taskId(deadQuery));
-    redis("DEL", `{repoll}:t:${taskId(deadQuery)}`);
+    redis("DEL", `{repoll}:t:${taskId(deadQuery)}`, hist);
     await context.close();
   }
   expect(errors).toEqual([]);

@@ -162,6 +162,105 @@ fn data_block(data: String, testid: &'static str) -> impl IntoView {
     }
 }
 
+/// One failed attempt as the attempts table shows it, read from the history: the error entry
+/// and the claim it ended (the worker and the call's start).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct AttemptRow {
+    /// 1 = the first attempt still in the history.
+    number: u32,
+    /// When the error was recorded.
+    at_ms: i64,
+    /// The worker that made the call, when its claim is in the history.
+    worker: Option<String>,
+    /// From the claim to the error (the call, plus the round trips around it).
+    took_ms: Option<i64>,
+    /// The error in full, as the worker recorded it.
+    error: String,
+    /// When the next try was due, when there was one.
+    retry_at: Option<i64>,
+}
+
+/// Every failed attempt in the history, newest first. The history keeps, per error, the claim
+/// it ended ("by w1 token 7") and the error ("HTTP 503: … -> retry at <ms> (attempt 2)", or
+/// only the error when it was the last); an operator wants them side by side, in full, the
+/// way bull-board lists a job's attempts.
+fn attempt_rows(history: &[HistoryEntry]) -> Vec<AttemptRow> {
+    // Oldest first, to number them and pair each error with the claim before it.
+    let mut claim: Option<&HistoryEntry> = None;
+    let mut rows = Vec::new();
+    for h in history.iter().rev() {
+        match h.kind.as_str() {
+            "claimed" => claim = Some(h),
+            "error" => {
+                let (error, retry) = match h.detail.split_once(" -> retry at ") {
+                    Some((e, rest)) => (e, Some(rest)),
+                    None => (h.detail.as_str(), None),
+                };
+                let retry_at = retry.and_then(|r| r.split_whitespace().next()?.parse().ok());
+                let number = retry
+                    .and_then(|r| r.split("(attempt ").nth(1))
+                    .and_then(|n| n.trim_end_matches(')').parse().ok())
+                    .unwrap_or(rows.last().map_or(1, |r: &AttemptRow| r.number + 1));
+                let worker = claim.and_then(|c| {
+                    let by = c.detail.strip_prefix("by ")?;
+                    Some(by.split(" token ").next().unwrap_or(by).to_string())
+                });
+                rows.push(AttemptRow {
+                    number,
+                    at_ms: h.at_ms,
+                    worker,
+                    took_ms: claim.map(|c| (h.at_ms - c.at_ms).max(0)),
+                    error: error.to_string(),
+                    retry_at,
+                });
+                claim = None;
+            }
+            // An admin retry starts the count again.
+            "retried" => claim = None,
+            _ => {}
+        }
+    }
+    rows.reverse();
+    rows
+}
+
+/// The attempts table: one row per failed attempt, newest first.
+#[component]
+fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
+    let n = rows.len();
+    view! {
+        <h2>{format!("Failed attempts ({n})")}</h2>
+        <div class="table-scroll">
+        <table class="cards" data-testid="attempts">
+            <thead>
+                <tr><th>"#"</th><th>"when"</th><th>"worker"</th><th>"took"</th><th>"error"</th><th>"then"</th></tr>
+            </thead>
+            <tbody>
+                {rows
+                    .into_iter()
+                    .map(|r| {
+                        let then = match r.retry_at {
+                            Some(t) => view! { "retry " <TimeAt now at=t /> }.into_any(),
+                            None => "gave up".into_any(),
+                        };
+                        view! {
+                            <tr data-testid="attempt-row">
+                                <td data-label="#">{r.number}</td>
+                                <td data-label="when"><TimeAt now at=r.at_ms past=true /></td>
+                                <td data-label="worker">{or_dash(r.worker.unwrap_or_default())}</td>
+                                <td data-label="took">{r.took_ms.map(duration).unwrap_or_else(|| "—".into())}</td>
+                                <td data-label="error" class="error-text" data-testid="attempt-error">{r.error}</td>
+                                <td data-label="then">{then}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view()}
+            </tbody>
+        </table>
+        </div>
+    }
+}
+
 #[component]
 fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
     let now = view.now_ms;
@@ -258,6 +357,8 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         }
     });
     let history_empty = view.history.is_empty();
+    let attempts = attempt_rows(&view.history);
+    let attempts = (!attempts.is_empty()).then(|| view! { <Attempts rows=attempts now /> });
     view! {
         <div class="view">
         <PausedBanner paused=view.paused now />
@@ -266,6 +367,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         <div>{dead_block}</div>
         <div>{task}</div>
         <div>{result}</div>
+        <div>{attempts}</div>
         <h2>"History"</h2>
         {history_empty.then(|| view! { <p class="empty">"No history kept."</p> })}
         <ol class="timeline" data-testid="timeline" reversed>
@@ -298,5 +400,64 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
                 .collect_view()}
         </ol>
         </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(at_ms: i64, kind: &str, detail: &str) -> HistoryEntry {
+        HistoryEntry {
+            at_ms,
+            kind: kind.into(),
+            detail: detail.into(),
+        }
+    }
+
+    #[test]
+    fn attempts_pair_each_error_with_its_claim_newest_first() {
+        // Newest first, as the queue returns a history.
+        let history = vec![
+            h(9_000, "dead", "max_attempts: after 2 attempts"),
+            h(9_000, "error", "HTTP 503: upstream says no"),
+            h(8_700, "claimed", "by w2 token 8"),
+            h(
+                5_000,
+                "error",
+                "timeout after 3000 ms -> retry at 7000 (attempt 1)",
+            ),
+            h(2_000, "claimed", "by w1 token 7"),
+            h(1_000, "enqueued", ""),
+        ];
+        let rows = attempt_rows(&history);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[1],
+            AttemptRow {
+                number: 1,
+                at_ms: 5_000,
+                worker: Some("w1".into()),
+                took_ms: Some(3_000),
+                error: "timeout after 3000 ms".into(),
+                retry_at: Some(7_000),
+            }
+        );
+        assert_eq!(rows[0].number, 2);
+        assert_eq!(rows[0].worker.as_deref(), Some("w2"));
+        assert_eq!(rows[0].took_ms, Some(300));
+        assert_eq!(rows[0].error, "HTTP 503: upstream says no");
+        assert_eq!(rows[0].retry_at, None);
+    }
+
+    #[test]
+    fn an_error_without_its_claim_still_shows() {
+        let rows = attempt_rows(&[h(5, "error", "boom")]);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            (rows[0].number, rows[0].worker.clone(), rows[0].took_ms),
+            (1, None, None)
+        );
+        assert!(attempt_rows(&[h(1, "enqueued", ""), h(2, "claimed", "by w token 1")]).is_empty());
     }
 }
