@@ -483,3 +483,36 @@ test("search with qualifiers finds across states, and plain text finds part of a
   expect(await rows()).toEqual([taskId(e404[1])]);
   expect(errors).toEqual([]);
 });
+
+test("without JavaScript an admin action's result is shown after the reload, once", async ({
+  browser,
+}: {
+  browser: Browser;
+}) => {
+  const context = await browser.newContext({ javaScriptEnabled: false });
+  const page = await context.newPage();
+  try {
+    await page.goto("/admin/login");
+    await page.getByTestId("login-password").fill(adminPassword);
+    await page.getByTestId("login-submit").click();
+    await page.goto("/admin");
+    await expect(page.getByTestId("counts")).toBeVisible();
+    await expect(page.getByTestId("action-result")).toHaveText("");
+
+    // Post, 303 back to the page, and the page says what the action did.
+    await page.getByTestId("pause").click();
+    await expect(page).toHaveURL(/\/admin$/);
+    await expect(page.getByTestId("action-result")).toHaveText("paused: workers claim nothing until resumed");
+    expect(redis("EXISTS", "{repoll}:paused").trim()).toBe("1");
+    // Once: the next load of the page no longer shows it.
+    await page.reload();
+    await expect(page.getByTestId("action-result")).toHaveText("");
+
+    await page.getByTestId("resume").click();
+    await expect(page.getByTestId("action-result")).toHaveText("resumed");
+    expect(redis("EXISTS", "{repoll}:paused").trim()).toBe("0");
+  } finally {
+    redis("DEL", "{repoll}:paused");
+    await context.close();
+  }
+});

@@ -135,12 +135,19 @@ pub async fn act(
         _ => return Err(bad("unknown action")),
     };
     record_audit(q, who, &op, &target, count).await;
+    super::flash::set(&message);
     Ok(message)
 }
 
 /// The sentence the last action answered (or its error), for `data-testid="action-result"`.
+/// After a form post without JavaScript, the page rendered next shows it from the flash
+/// cookie instead (the browser never ran the action's client side).
 #[component]
 pub fn ActionResult(action: ServerAction<Act>) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    let flash = super::flash::take();
+    #[cfg(not(feature = "ssr"))]
+    let flash: Option<String> = None;
     view! {
         <p class="action-result" data-testid="action-result" aria-live="polite">
             {move || {
@@ -148,6 +155,7 @@ pub fn ActionResult(action: ServerAction<Act>) -> impl IntoView {
                     .value()
                     .get()
                     .map(|r| super::ui::or_dash(r.unwrap_or_else(|e| super::ui::error_text(&e))))
+                    .or_else(|| flash.clone())
             }}
         </p>
     }

@@ -6,6 +6,7 @@
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
 //! - [`overview`], [`tasks`], [`task`], [`leases`]: the pages and their read functions.
 //! - [`actions`]: every state-changing admin action, through one server function.
+//! - `flash` (server only): an action's result after a form post without JavaScript.
 //! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
 //!   stop; one audit entry per run).
 //! - `search` (server only): the search box's qualifiers (`state:dead error:"HTTP 500"`).
@@ -20,6 +21,8 @@
 pub mod actions;
 pub mod bulk;
 mod chart;
+#[cfg(feature = "ssr")]
+mod flash;
 mod frame;
 pub mod leases;
 mod live;
