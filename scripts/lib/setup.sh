@@ -109,23 +109,41 @@ build_release() {
   # cargo-leptos stays the tool for the `cargo leptos watch` loop; both read the same settings
   # ([[workspace.metadata.leptos]] in Cargo.toml: site root target/site, pkg dir, output name
   # "repoll", style file, assets dir, the wasm-release profile).
+  #
+  # The server and the wasm build side by side: they lock different build directories
+  # (target/release and target/wasm32-unknown-unknown), and each has long single-threaded
+  # stretches (the wasm's one-unit LTO, wasm-opt, the final crates and links) that leave the
+  # other core idle when they run one after the other.
   local site="$ROOT/target/site" wasm="$ROOT/target/wasm32-unknown-unknown/wasm-release/frontend.wasm"
-  say "building the browser side (frontend, wasm32, profile wasm-release)"
-  (cd "$ROOT" && cargo build -p frontend --lib --target wasm32-unknown-unknown --profile wasm-release >&2)
+  say "building the server (repoll, release) and the browser side (frontend, wasm32) side by side"
+  (cd "$ROOT" && cargo build --release -p server --bin repoll >&2) &
+  local server=$!
+  if ! build_site "$site" "$wasm"; then
+    kill "$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    die "building the browser side failed (see above)"
+  fi
+  say "browser side built; waiting for the server build"
+  wait "$server" || die "building the server failed (see above)"
+  say "server built"
+}
+
+build_site() { # build_site SITE_DIR WASM_FILE: the wasm, its bindings, the optimised module, css, assets
+  local site="$1" wasm="$2"
+  ensure_wasm_bindgen
+  (cd "$ROOT" && cargo build -p frontend --lib --target wasm32-unknown-unknown --profile wasm-release >&2) || return 1
   mkdir -p "$site/pkg"
   # Bindings into a scratch dir first, so a failed step never leaves a half-written site.
   local tmp
   tmp="$(mktemp -d "$ROOT/target/site-pkg.XXXXXX")"
   chmod 755 "$tmp" # mktemp makes it private; the site is served to anyone
-  wasm-bindgen "$wasm" --target web --no-typescript --out-dir "$tmp" --out-name repoll >&2
+  wasm-bindgen "$wasm" --target web --no-typescript --out-dir "$tmp" --out-name repoll >&2 || return 1
   # -Oz as cargo-leptos does for release; the features are those rustc enables for
   # wasm32-unknown-unknown by default, which wasm-opt must be told to accept.
   wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
     --enable-mutable-globals --enable-reference-types --enable-multivalue \
-    "$tmp/repoll_bg.wasm" -o "$tmp/repoll_bg.wasm" >&2
+    "$tmp/repoll_bg.wasm" -o "$tmp/repoll_bg.wasm" >&2 || return 1
   cp "$ROOT/style/main.css" "$tmp/repoll.css"
   rm -rf "$site/pkg" && mv "$tmp" "$site/pkg"
   cp -R "$ROOT/public/." "$site/"
-  say "building the server (repoll, release)"
-  (cd "$ROOT" && cargo build --release -p server --bin repoll >&2)
 }
