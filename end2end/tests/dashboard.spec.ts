@@ -228,6 +228,10 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
       await expect(page.getByTestId("audit")).toBeVisible();
     });
     await shot(page, "phone-overview", true);
+    await noSidewaysScroll(page, "/admin?window=24h", async () => {
+      await waitLive(page);
+      await expect(page.getByTestId("ttr-chart")).toBeVisible();
+    });
     for (const state of ["ready", "waiting", "leased", "dead", "results"]) {
       await noSidewaysScroll(page, `/admin/tasks?state=${state}`, async () => {
         await waitLive(page);
@@ -511,6 +515,16 @@ test("without JavaScript an admin action's result is shown after the reload, onc
     await page.getByTestId("resume").click();
     await expect(page.getByTestId("action-result")).toHaveText("resumed");
     expect(redis("EXISTS", "{repoll}:paused").trim()).toBe("0");
+    // The pause and the resume are marked on the charts, in both windows.
+    for (const window of ["1h", "24h"]) {
+      await page.goto(`/admin?window=${window}`);
+      await expect(page.getByTestId("chart-window").locator("[aria-current=page]")).toHaveText(
+        window === "1h" ? "last hour" : "last 24 hours",
+      );
+      const labels = await page.getByTestId("throughput-chart").getByTestId("chart-marker").allTextContents();
+      expect(labels.join(" ")).toContain("paused");
+      expect(labels.join(" ")).toContain("resumed");
+    }
   } finally {
     redis("DEL", "{repoll}:paused");
     await context.close();

@@ -790,3 +790,54 @@ async fn reap_trims_throughput_minutes_older_than_a_day() {
     let minutes: Vec<String> = c.zrange(format!("{{{name}}}:tpmin"), 0, -1).await.unwrap();
     assert_eq!(minutes, vec![recent.to_string()]);
 }
+
+/// The day's throughput rolled up into quarter hours sums exactly the minutes it covers, and
+/// the last hour read minute by minute is what stats() returns.
+#[tokio::test]
+async fn throughput_of_a_day_rolls_up_the_minutes() {
+    let q = queue("life_tp_day").await;
+    let now = q.now_ms().await.unwrap();
+    let minute = now - now % 60_000;
+    let mut c = q.connection();
+    // Counters as the scripts write them: 3 completions this minute, 5 twenty minutes ago,
+    // 7 failures five hours ago, and one 25 hours ago (outside the day: not counted).
+    for (ago_min, field, n) in [
+        (0, "completed", 3),
+        (20, "completed", 5),
+        (20, "ttr_sum", 500),
+        (20, "ttr_count", 5),
+        (300, "failed", 7),
+        (1500, "completed", 100),
+    ] {
+        let m = minute - ago_min * 60_000;
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg("{life_tp_day}:tp")
+            .arg(format!("{m}:{field}"))
+            .arg(n)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    let day = q.throughput(1440, 15).await.unwrap();
+    assert!(day.len() == 96 || day.len() == 97, "{} points", day.len());
+    assert!(day.iter().all(|b| b.minute_ms % (15 * 60_000) == 0));
+    assert!(day
+        .windows(2)
+        .all(|w| w[1].minute_ms - w[0].minute_ms == 15 * 60_000));
+    let sum = |f: fn(&ThroughputBucket) -> u64| day.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|b| b.completed), 8);
+    assert_eq!(sum(|b| b.failed), 7);
+    assert_eq!((sum(|b| b.ttr_sum_ms), sum(|b| b.ttr_count)), (500, 5));
+    assert_eq!(
+        day.last().unwrap().minute_ms,
+        minute - minute % (15 * 60_000)
+    );
+
+    let hour = q.throughput(60, 1).await.unwrap();
+    let stats = q.stats().await.unwrap();
+    assert_eq!(hour.len(), 60);
+    // Same minutes as stats (unless a minute turned between the two reads).
+    if stats.throughput.last().map(|b| b.minute_ms) == hour.last().map(|b| b.minute_ms) {
+        assert_eq!(hour, stats.throughput);
+    }
+}

@@ -1,4 +1,4 @@
-//! Line charts of the last hour, drawn as inline SVG by us: a few polylines, axes and `<title>`
+//! Line charts of the last hour or the last 24 hours, drawn as inline SVG by us: a few polylines, axes and `<title>`
 //! tooltips need no chart library in the wasm, and the server renders them like any other
 //! markup.
 //!
@@ -6,9 +6,109 @@
 //! from the clock), so the server's markup and the hydrating browser's are the same.
 
 use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
 
 use super::ui::duration;
 use model::ThroughputBucket as Bucket;
+
+/// How much time the charts cover, and how wide each point is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Window {
+    /// 60 one-minute points.
+    #[default]
+    Hour,
+    /// 96 points of 15 minutes (the queue keeps a day of per-minute counters).
+    Day,
+}
+
+impl Window {
+    /// Both windows, as the overview offers them.
+    pub const ALL: [Window; 2] = [Window::Hour, Window::Day];
+
+    /// Minutes covered.
+    pub fn minutes(self) -> usize {
+        match self {
+            Window::Hour => 60,
+            Window::Day => 1440,
+        }
+    }
+
+    /// Minutes per point.
+    pub fn per(self) -> usize {
+        match self {
+            Window::Hour => 1,
+            Window::Day => 15,
+        }
+    }
+
+    /// "last hour", "last 24 hours".
+    pub fn words(self) -> &'static str {
+        match self {
+            Window::Hour => "last hour",
+            Window::Day => "last 24 hours",
+        }
+    }
+
+    /// The value of the overview's `window` parameter.
+    pub fn param(self) -> &'static str {
+        match self {
+            Window::Hour => "1h",
+            Window::Day => "24h",
+        }
+    }
+
+    /// `window=24h` is the day; anything else the hour.
+    pub fn parse(s: &str) -> Window {
+        if s == "24h" {
+            Window::Day
+        } else {
+            Window::Hour
+        }
+    }
+
+    /// The time a point covers: "14:05" for a minute, "14:00–14:15" for a quarter hour.
+    fn span_label(self, start_ms: i64) -> String {
+        match self.per() {
+            1 => utc_hhmm(start_ms),
+            per => format!(
+                "{}–{}",
+                utc_hhmm(start_ms),
+                utc_hhmm(start_ms + per as i64 * MINUTE_MS)
+            ),
+        }
+    }
+}
+
+/// A moment worth seeing on the charts: a pause, a resume, a process start (a deploy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    pub at_ms: i64,
+    /// Short: it is drawn at the top of the line, the whole text is its tooltip.
+    pub label: String,
+}
+
+/// Vertical dashed lines at the markers inside the charts' span, each with its label.
+fn marker_lines(frame: Frame, markers: &[Marker]) -> impl IntoView {
+    let Some((t0, t1)) = frame.span else {
+        return view! { <g class="markers"></g> }.into_any();
+    };
+    let lines = markers
+        .iter()
+        .filter(|m| m.at_ms >= t0 && m.at_ms <= t1 + MINUTE_MS)
+        .map(|m| {
+            let x = coord(frame.x(m.at_ms));
+            let tip = format!("{} UTC · {}", utc_hhmm(m.at_ms), m.label);
+            view! {
+                <g class="marker" data-testid="chart-marker">
+                    <line x1=x.clone() y1=coord(TOP) x2=x.clone() y2=coord(BOTTOM) stroke=MARKER stroke-width="1" stroke-dasharray="3 3" />
+                    <text x=x y=coord(TOP + 8.0) font-size="9" fill=MARKER>{m.label.clone()}</text>
+                    <title>{tip}</title>
+                </g>
+            }
+        })
+        .collect_view();
+    view! { <g class="markers">{lines}</g> }.into_any()
+}
 
 /// The viewBox, and the plot area inside it: the margins hold the axes' labels.
 const W: f64 = 600.0;
@@ -30,6 +130,7 @@ const COMPLETED: &str = "#2e9e44";
 const FAILED: &str = "#d33a2c";
 const POLLED: &str = "#3b6fd6";
 const TTR: &str = "#8a4fd1";
+const MARKER: &str = "#b07a00";
 
 /// Y axis ticks from 0: 3 to 5 multiples of a 1, 2 or 5 × 10ⁿ step, the last one ≥ `max`.
 fn nice_ticks(max: u64) -> Vec<u64> {
@@ -271,21 +372,27 @@ fn empty_note(text: &'static str) -> impl IntoView {
     }
 }
 
-/// Completed / failed / polled per minute.
+/// Completed / failed / polled per minute (over a wider point: its average per minute, the
+/// tooltip giving the point's totals).
 #[component]
-pub fn ThroughputChart(buckets: Vec<Bucket>) -> AnyView {
+pub fn ThroughputChart(
+    buckets: Vec<Bucket>,
+    #[prop(optional)] window: Window,
+    #[prop(optional)] markers: Vec<Marker>,
+) -> AnyView {
+    let per = window.per() as f64;
     let max = buckets
         .iter()
         .map(|b| b.completed.max(b.failed).max(b.polled))
         .max()
         .unwrap_or(0);
-    let ticks = nice_ticks(max);
+    let ticks = nice_ticks((max as f64 / per).ceil() as u64);
     let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
     let line = |f: fn(&Bucket) -> u64| {
         points(
             buckets
                 .iter()
-                .map(|b| (frame.x(b.minute_ms), frame.y(f(b) as f64))),
+                .map(|b| (frame.x(b.minute_ms), frame.y(f(b) as f64 / per))),
         )
     };
     let (polled, completed, failed) = (
@@ -298,7 +405,7 @@ pub fn ThroughputChart(buckets: Vec<Bucket>) -> AnyView {
         .map(|b| {
             let tip = format!(
                 "{} UTC · {} completed, {} failed, {} polled",
-                utc_hhmm(b.minute_ms),
+                window.span_label(b.minute_ms),
                 b.completed,
                 b.failed,
                 b.polled
@@ -308,11 +415,16 @@ pub fn ThroughputChart(buckets: Vec<Bucket>) -> AnyView {
         .collect();
     let empty = buckets.is_empty().then(|| empty_note("no data"));
     let last = buckets.last().cloned().unwrap_or_default();
+    let (label, now_words) = match window {
+        Window::Hour => ("throughput per minute, last hour", "this minute"),
+        Window::Day => ("throughput per minute, last 24 hours", "this quarter hour"),
+    };
     view! {
         <figure class="chart" data-testid="throughput-chart">
-            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label="throughput per minute, last hour">
+            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=label>
                 {y_axis(frame, &ticks, per_minute_label)}
                 {x_axis(frame)}
+                {marker_lines(frame, &markers)}
                 <polyline class="s-polled" fill="none" stroke=POLLED stroke-width="1.5" points=polled />
                 <polyline class="s-completed" fill="none" stroke=COMPLETED stroke-width="2" points=completed />
                 <polyline class="s-failed" fill="none" stroke=FAILED stroke-width="1.5" points=failed />
@@ -320,7 +432,7 @@ pub fn ThroughputChart(buckets: Vec<Bucket>) -> AnyView {
                 {hover_bands(frame, tips)}
             </svg>
             <figcaption>
-                "Tasks per minute, last hour (times in UTC) · this minute: "
+                {format!("Tasks per minute, {} (times in UTC) · {now_words}: ", window.words())}
                 <span class="s-completed" style=format!("color:{COMPLETED}")>{format!("{} completed", last.completed)}</span> ", "
                 <span class="s-failed" style=format!("color:{FAILED}")>{format!("{} failed", last.failed)}</span> ", "
                 <span class="s-polled" style=format!("color:{POLLED}")>{format!("{} polled", last.polled)}</span>
@@ -335,7 +447,11 @@ pub fn ThroughputChart(buckets: Vec<Bucket>) -> AnyView {
 /// Average time to result of the tasks completed in each minute; minutes in which none
 /// completed are gaps.
 #[component]
-pub fn TimeToResultChart(buckets: Vec<Bucket>) -> AnyView {
+pub fn TimeToResultChart(
+    buckets: Vec<Bucket>,
+    #[prop(optional)] window: Window,
+    #[prop(optional)] markers: Vec<Marker>,
+) -> AnyView {
     let avg: Vec<Option<f64>> = buckets
         .iter()
         .map(|b| (b.ttr_count > 0).then(|| b.ttr_sum_ms as f64 / b.ttr_count as f64))
@@ -372,27 +488,36 @@ pub fn TimeToResultChart(buckets: Vec<Bucket>) -> AnyView {
             };
             (
                 b.minute_ms,
-                format!("{} UTC · {what}", utc_hhmm(b.minute_ms)),
+                format!("{} UTC · {what}", window.span_label(b.minute_ms)),
             )
         })
         .collect();
     let latest = avg.iter().rev().flatten().next().copied();
-    let empty = latest
-        .is_none()
-        .then(|| empty_note("nothing completed in the last hour"));
+    let empty = latest.is_none().then(|| {
+        empty_note(match window {
+            Window::Hour => "nothing completed in the last hour",
+            Window::Day => "nothing completed in the last 24 hours",
+        })
+    });
+    let every = match window {
+        Window::Hour => "per minute",
+        Window::Day => "per quarter hour",
+    };
     let summary = match latest {
         Some(latest) => format!(
-            " per minute, last hour (times in UTC) · peak {}, latest {}",
+            " {every}, {} (times in UTC) · peak {}, latest {}",
+            window.words(),
             duration(max.round() as i64),
             duration(latest.round() as i64),
         ),
-        None => " per minute, last hour (times in UTC)".into(),
+        None => format!(" {every}, {} (times in UTC)", window.words()),
     };
     view! {
         <figure class="chart" data-testid="ttr-chart">
-            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label="time to result, last hour">
+            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=format!("time to result, {}", window.words())>
                 {y_axis(frame, &ticks, ms_label)}
                 {x_axis(frame)}
+                {marker_lines(frame, &markers)}
                 {lines}
                 {dots}
                 {empty}

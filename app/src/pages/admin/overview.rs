@@ -1,4 +1,5 @@
-//! The overview page: counts per state, charts of the last hour, workers, the audit log, and
+//! The overview page: counts per state, charts of the last hour or day (pauses, resumes and
+//! process starts marked on them), workers, the audit log, and
 //! the queue-wide actions (pause / resume, retry all dead, purge with typed confirmation).
 //!
 //! Everything that changes is re-read on each live tick; the forms sit outside the re-read
@@ -8,7 +9,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::chart::{ThroughputChart, TimeToResultChart};
+use super::chart::{Marker, ThroughputChart, TimeToResultChart, Window};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use model::{AuditEntry, PauseInfo, Stats, WorkerInfo};
@@ -37,11 +38,43 @@ pub struct OverviewData {
     pub audit: Vec<AuditEntry>,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
+    /// What the charts cover; their points are `stats.throughput`.
+    pub window: Window,
+    /// Pauses, resumes and process starts inside the window.
+    pub markers: Vec<Marker>,
 }
 
-/// Reads counts, workers and the audit log (three reads in parallel).
+/// The charts' markers: pauses and resumes from the audit log, and the start of every worker
+/// process that still reports (a deploy or a restart shows as "started").
+#[cfg_attr(not(feature = "ssr"), allow(dead_code))]
+fn markers(audit: &[AuditEntry], workers: &[WorkerRow]) -> Vec<Marker> {
+    let mut out: Vec<Marker> = audit
+        .iter()
+        .filter(|a| matches!(a.action.as_str(), "pause" | "resume"))
+        .map(|a| Marker {
+            at_ms: a.at_ms,
+            label: if a.action == "pause" {
+                "paused"
+            } else {
+                "resumed"
+            }
+            .into(),
+        })
+        .collect();
+    out.extend(workers.iter().map(|w| Marker {
+        at_ms: w.info.started_ms,
+        label: "started".into(),
+    }));
+    out.sort_by_key(|m| m.at_ms);
+    // Many workers started together (one deploy) are one marker.
+    out.dedup_by(|b, a| a.label == b.label && (b.at_ms - a.at_ms).abs() < 60_000);
+    out
+}
+
+/// Reads counts, workers and the audit log (in parallel), and the day's throughput when the
+/// charts cover the last 24 hours.
 #[server(prefix = "/admin/fn")]
-pub async fn overview() -> Result<OverviewData, ServerFnError> {
+pub async fn overview(window: Option<String>) -> Result<OverviewData, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
@@ -53,8 +86,15 @@ pub async fn overview() -> Result<OverviewData, ServerFnError> {
             "Redis is unreachable",
         )
     };
+    let window = Window::parse(window.as_deref().unwrap_or_default());
     let (stats, workers, audit, paused) = futures_join(q).await;
-    let stats = stats.map_err(|e| unavailable("stats", e.to_string()))?;
+    let mut stats = stats.map_err(|e| unavailable("stats", e.to_string()))?;
+    if window != Window::Hour {
+        stats.throughput = q
+            .throughput(window.minutes(), window.per())
+            .await
+            .map_err(|e| unavailable("throughput", e.to_string()))?;
+    }
     let workers = workers.map_err(|e| unavailable("workers", e.to_string()))?;
     let audit = audit.map_err(|e| unavailable("audit", e.to_string()))?;
     // The flag may go between the two reads; the counts' own flag decides whether it shows.
@@ -64,17 +104,20 @@ pub async fn overview() -> Result<OverviewData, ServerFnError> {
         .or_else(|| stats.paused.then(PauseInfo::default));
     let gone_after = ctx.admin.settings().gone_after_ms;
     let now = stats.now_ms;
+    let workers: Vec<WorkerRow> = workers
+        .into_iter()
+        .map(|info| WorkerRow {
+            gone: info.is_gone(now, gone_after),
+            info,
+        })
+        .collect();
     Ok(OverviewData {
-        workers: workers
-            .into_iter()
-            .map(|info| WorkerRow {
-                gone: info.is_gone(now, gone_after),
-                info,
-            })
-            .collect(),
+        markers: markers(&audit, &workers),
+        workers,
         stats,
         audit,
         paused,
+        window,
     })
 }
 
@@ -104,13 +147,20 @@ pub fn OverviewPage() -> impl IntoView {
     let me = session();
     let action = ServerAction::<Act>::new();
     provide_confirm(action);
+    let query = leptos_router::hooks::use_query_map();
     let data = Resource::new(
-        move || (live.tick.get(), action.version().get()),
-        move |_| async move {
+        move || {
+            (
+                live.tick.get(),
+                action.version().get(),
+                query.get().get("window"),
+            )
+        },
+        move |(_, _, window)| async move {
             if !signed_in(me).await {
                 return signed_out();
             }
-            overview().await
+            overview(window).await
         },
     );
     view! {
@@ -325,9 +375,19 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                 {if s.paused { "paused" } else { "running" }}
             </strong> "."
         </p>
+        <nav class="tabs window-tabs" aria-label="chart window" data-testid="chart-window">
+            {Window::ALL
+                .iter()
+                .map(|w| {
+                    let current = (*w == data.window).then_some("page");
+                    let href = format!("/admin?window={}", w.param());
+                    view! { <a href=href aria-current=current>{w.words()}</a> }
+                })
+                .collect_view()}
+        </nav>
         <div class="charts">
-            <ThroughputChart buckets=s.throughput.clone() />
-            <TimeToResultChart buckets=s.throughput />
+            <ThroughputChart buckets=s.throughput.clone() window=data.window markers=data.markers.clone() />
+            <TimeToResultChart buckets=s.throughput window=data.window markers=data.markers />
         </div>
         <h2>"Workers"</h2>
         {workers_empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
@@ -393,5 +453,61 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         </table>
         </div>
         </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(at_ms: i64, action: &str) -> AuditEntry {
+        AuditEntry {
+            at_ms,
+            who: "admin".into(),
+            action: action.into(),
+            target: "queue".into(),
+            count: 1,
+        }
+    }
+
+    fn worker(id: &str, started_ms: i64) -> WorkerRow {
+        WorkerRow {
+            info: WorkerInfo {
+                id: id.into(),
+                host: "h".into(),
+                pid: 1,
+                started_ms,
+                in_flight: 0,
+                completed: 0,
+                dead: 0,
+                last_seen_ms: started_ms,
+            },
+            gone: false,
+        }
+    }
+
+    #[test]
+    fn markers_are_pauses_resumes_and_starts_one_per_deploy() {
+        let audit = [
+            entry(5_000_000, "resume"),
+            entry(2_000_000, "retry"),
+            entry(1_000_000, "pause"),
+        ];
+        let workers = [
+            worker("a", 3_000_000),
+            worker("b", 3_010_000),
+            worker("c", 9_000_000),
+        ];
+        let m = markers(&audit, &workers);
+        let got: Vec<(i64, &str)> = m.iter().map(|m| (m.at_ms, m.label.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (1_000_000, "paused"),
+                (3_000_000, "started"),
+                (5_000_000, "resumed"),
+                (9_000_000, "started")
+            ]
+        );
     }
 }
