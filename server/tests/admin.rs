@@ -5,7 +5,7 @@
 //! render quickly with 100,000 tasks queued (measured and printed, not asserted).
 
 mod common;
-use common::{connect_queue, start_redis, tempdir};
+use common::{connect_queue, heartbeats, start_redis, tempdir};
 
 use std::{
     net::SocketAddr,
@@ -1036,6 +1036,26 @@ async fn live_stream_refreshes_when_nothing_happens() {
     let mut body = open_live_stream(&env, [10, 0, 0, 9]).await;
     let next = next_event(&mut body).await;
     assert!(next.contains("event: changed"), "{next}");
+    env.redis.stop().await;
+}
+
+/// REPOLL_SSE_KEEPALIVE_MS (here 100 ms) on the dashboard's stream too: heartbeat comments
+/// keep it talking while nothing happens (no events: the quiet refresh is an hour).
+#[tokio::test]
+async fn the_dashboard_stream_sends_heartbeats_at_the_configured_interval() {
+    let env = start_custom(
+        false,
+        Duration::from_secs(3600),
+        server::api::ApiArgs {
+            sse_keepalive_ms: 100,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await;
+    let mut body = open_live_stream(&env, [10, 0, 0, 35]).await;
+    let seen = heartbeats(&mut body, 3, Duration::from_secs(10)).await;
+    assert!(!seen.contains("event:"), "{seen}");
     env.redis.stop().await;
 }
 
