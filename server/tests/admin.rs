@@ -5,7 +5,7 @@
 //! render quickly with 100,000 tasks queued (measured and printed, not asserted).
 
 mod common;
-use common::{connect_queue, start_redis, tempdir};
+use common::{connect_queue, heartbeats, start_redis, tempdir};
 
 use std::{
     net::SocketAddr,
@@ -50,6 +50,8 @@ struct Env {
     _dir: tempdir::Dir,
     router: Router,
     queue: queue::Queue,
+    /// The router's credentials and password-check slots.
+    auth: AuthConfig,
 }
 
 async fn start() -> Env {
@@ -63,16 +65,29 @@ async fn start_with(trust_forwarded: bool) -> Env {
 
 /// `quiet`: the live stream's quiet refresh.
 async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
+    start_custom(trust_forwarded, quiet, Default::default(), |_| {}).await
+}
+
+/// Everything a test may set: `api` (the API's settings, e.g. the live streams' keep-alive)
+/// and `tweak`, a change to the sign-in settings.
+async fn start_custom(
+    trust_forwarded: bool,
+    quiet: Duration,
+    api: server::api::ApiArgs,
+    tweak: impl FnOnce(&mut AuthSettings),
+) -> Env {
     let (redis, dir) = start_redis().await;
     let url = redis.url().to_string();
     let queue = connect_queue(&url, "admintest").await;
-    let auth = AuthConfig::new(AuthSettings {
+    let mut settings = AuthSettings {
         admin: Credential::from_settings(None, Some(ADMIN_PW)).unwrap(),
         viewer: Credential::from_settings(None, Some(VIEWER_PW)).unwrap(),
         max_failures: 3,
         trust_forwarded,
         ..AuthSettings::default()
-    });
+    };
+    tweak(&mut settings);
+    let auth = AuthConfig::new(settings);
     let live = server::live_hub::Live::start(
         redis::Client::open(url.as_str()).unwrap(),
         queue.channels().dashboard,
@@ -81,7 +96,7 @@ async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
     );
     let state = WebState {
         live,
-        api: server::api::ApiState::new(&Default::default(), trust_forwarded),
+        api: server::api::ApiState::new(&api, trust_forwarded),
         admin: AdminState {
             auth: auth.clone(),
             quiet_refresh: quiet,
@@ -90,7 +105,7 @@ async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
         app: AppContext {
             queue: queue.clone(),
             enqueue_policy: Default::default(),
-            admin: auth,
+            admin: auth.clone(),
             first_answer: Duration::ZERO,
         },
     };
@@ -111,6 +126,7 @@ async fn start_quiet(trust_forwarded: bool, quiet: Duration) -> Env {
         _dir: dir,
         router,
         queue,
+        auth,
     }
 }
 
@@ -225,17 +241,47 @@ async fn sign_in(router: &Router, password: &str, ip: [u8; 4]) -> Result<String,
         ip,
     )
     .await;
-    let cookie = r
-        .headers
+    match session_cookie(&r) {
+        Some(c) if r.status < 400 && !c.is_empty() => Ok(c),
+        _ => Err(r),
+    }
+}
+
+/// The session id a reply's `Set-Cookie` hands out, if any.
+fn session_cookie(r: &Reply) -> Option<String> {
+    r.headers
         .get_all("set-cookie")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .find_map(|v| v.strip_prefix("repoll_session="))
-        .map(|v| v.split(';').next().unwrap_or_default().to_string());
-    match cookie {
-        Some(c) if r.status < 400 && !c.is_empty() => Ok(c),
-        _ => Err(r),
-    }
+        .map(|v| v.split(';').next().unwrap_or_default().to_string())
+}
+
+/// The Redis key of the session whose cookie holds `id`: the sha256 of the id.
+fn session_key(id: &str) -> String {
+    format!(
+        "{{admintest}}:session:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(id.as_bytes()))
+    )
+}
+
+/// A plain connection to the test's Redis, to look at keys directly.
+async fn raw_redis(env: &Env) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(env.redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The sign-in attempts counted for client address `ip` (0 without a counter).
+async fn attempts(env: &Env, ip: &str) -> i64 {
+    let n: Option<i64> = redis::cmd("GET")
+        .arg(format!("{{admintest}}:loginfail:{ip}"))
+        .query_async(&mut raw_redis(env).await)
+        .await
+        .unwrap();
+    n.unwrap_or(0)
 }
 
 /// A dead task (claimed, then failed for good), returning its id.
@@ -423,20 +469,13 @@ async fn sign_in_is_generic_and_rate_limited() {
     // In Redis: the session is stored under the sha256 of its id, never the id itself (a
     // read of Redis does not yield a usable cookie); the failure counter expires within
     // its minute.
-    let mut raw = redis::Client::open(env.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw_redis(&env).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut raw)
         .await
         .unwrap();
-    let hashed = format!(
-        "{{admintest}}:session:{}",
-        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(cookie.as_bytes()))
-    );
+    let hashed = session_key(&cookie);
     assert!(keys.contains(&hashed), "{keys:?}");
     assert!(keys.iter().all(|k| !k.contains(&cookie)), "{keys:?}");
     let ttl: i64 = redis::cmd("PTTL")
@@ -544,6 +583,152 @@ async fn parallel_guesses_cannot_outrun_the_attempt_limit() {
         .count();
     assert!(checked <= 3, "{checked} passwords checked");
     assert_eq!(checked + refused, 40);
+    env.redis.stop().await;
+}
+
+/// A successful sign-in gives its attempt back, so a user who types the password right is
+/// never locked out by their own successes. max_failures = 3: after two wrong guesses, more
+/// successes than the limit all go through, the counter still holds the two failures, a
+/// third wrong guess is still checked (401), and only then is the address refused (429).
+#[tokio::test]
+async fn a_successful_sign_in_gives_its_attempt_back() {
+    let env = start().await;
+    let r = &env.router;
+    let ip = [10, 0, 0, 30];
+    for _ in 0..2 {
+        let reply = sign_in(r, "wrong", ip).await.expect_err("wrong password");
+        assert_eq!(reply.status, 401, "{}", reply.body);
+    }
+    for i in 0..5 {
+        if let Err(reply) = sign_in(r, ADMIN_PW, ip).await {
+            panic!("success {i} refused: {} {}", reply.status, reply.body);
+        }
+    }
+    assert_eq!(attempts(&env, "10.0.0.30").await, 2, "the failures only");
+    let reply = sign_in(r, "wrong", ip).await.expect_err("wrong password");
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let reply = sign_in(r, ADMIN_PW, ip).await.expect_err("limit reached");
+    assert_eq!(reply.status, 429, "{}", reply.body);
+    env.redis.stop().await;
+}
+
+/// REPOLL_SESSION_TTL_SECS: a session lives in Redis for its TTL (here 120 s: the key's
+/// PTTL is within it, the cookie's Max-Age says the same), and when that runs out the
+/// session is over — pages redirect to sign in, server functions answer 401. The end is
+/// brought forward by hand (PEXPIRE 1 ms) instead of waited for.
+#[tokio::test]
+async fn a_session_ends_when_its_ttl_runs_out() {
+    let env = start_custom(
+        false,
+        server::admin::events::QUIET_REFRESH,
+        Default::default(),
+        |s| s.session_ttl_s = 120,
+    )
+    .await;
+    let r = &env.router;
+    let ip = [10, 0, 0, 31];
+    let reply = send(
+        r,
+        "POST",
+        SignIn::PATH,
+        form(&[("password", ADMIN_PW)]),
+        None,
+        &[],
+        ip,
+    )
+    .await;
+    let cookie = session_cookie(&reply).expect("signed in");
+    let set = reply.headers["set-cookie"].to_str().unwrap();
+    assert!(set.contains("Max-Age=120"), "{set}");
+    let key = session_key(&cookie);
+    let mut raw = raw_redis(&env).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 120_000, "session TTL {ttl} ms");
+    assert_eq!(get_page(r, "/admin", Some(&cookie), ip).await.status, 200);
+
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if exists == 0 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "key not expired");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert_eq!(page.status, 303);
+    assert_eq!(page.headers["location"], "/admin/login");
+    assert_eq!(
+        call::<Whoami>(r, &[], Some(&cookie), &[]).await.body,
+        "null"
+    );
+    let act = call::<Act>(r, &[("op", "pause")], Some(&cookie), &[]).await;
+    assert_eq!(act.status, 401, "{}", act.body);
+    env.redis.stop().await;
+}
+
+/// REPOLL_MAX_PASSWORD_CHECKS (here 1): with every check slot taken (the test holds it,
+/// standing in for a check under way), a sign-in waits for a slot. Freed while it waits,
+/// the sign-in goes through; never freed, it is told to come back (503 "busy") after its
+/// wait (5 s), its password unchecked. The slot is freed only once the waiting sign-in's
+/// attempt is counted in Redis (which happens just before it asks for a slot).
+#[tokio::test]
+async fn sign_ins_beyond_the_password_checks_wait_for_a_slot_then_get_503() {
+    let env = start_custom(
+        false,
+        server::admin::events::QUIET_REFRESH,
+        Default::default(),
+        |s| s.max_password_checks = 1,
+    )
+    .await;
+    let slots = env.auth.check_slots();
+    let held = slots.clone().acquire_owned().await.unwrap();
+    let router = env.router.clone();
+    let waiting = tokio::spawn(async move { sign_in(&router, ADMIN_PW, [10, 0, 0, 32]).await });
+    let t0 = Instant::now();
+    while attempts(&env, "10.0.0.32").await == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "attempt not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(held);
+    let signed = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("30 s hang guard")
+        .unwrap();
+    if let Err(reply) = signed {
+        panic!(
+            "refused instead of waiting: {} {}",
+            reply.status, reply.body
+        );
+    }
+
+    let _held = slots.acquire_owned().await.unwrap();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(60),
+        sign_in(&env.router, ADMIN_PW, [10, 0, 0, 33]),
+    )
+    .await
+    .expect("60 s hang guard")
+    .expect_err("no slot");
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(reply.body.contains("busy"), "{}", reply.body);
     env.redis.stop().await;
 }
 
@@ -851,6 +1036,26 @@ async fn live_stream_refreshes_when_nothing_happens() {
     let mut body = open_live_stream(&env, [10, 0, 0, 9]).await;
     let next = next_event(&mut body).await;
     assert!(next.contains("event: changed"), "{next}");
+    env.redis.stop().await;
+}
+
+/// REPOLL_SSE_KEEPALIVE_MS (here 100 ms) on the dashboard's stream too: heartbeat comments
+/// keep it talking while nothing happens (no events: the quiet refresh is an hour).
+#[tokio::test]
+async fn the_dashboard_stream_sends_heartbeats_at_the_configured_interval() {
+    let env = start_custom(
+        false,
+        Duration::from_secs(3600),
+        server::api::ApiArgs {
+            sse_keepalive_ms: 100,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .await;
+    let mut body = open_live_stream(&env, [10, 0, 0, 35]).await;
+    let seen = heartbeats(&mut body, 3, Duration::from_secs(10)).await;
+    assert!(!seen.contains("event:"), "{seen}");
     env.redis.stop().await;
 }
 

@@ -2,7 +2,7 @@
 //! redis-server, with the simulator and a worker in-process where a test needs progress.
 
 mod common;
-use common::{connect_queue, start_redis, tempdir};
+use common::{connect_queue, heartbeats, start_redis, tempdir};
 
 use std::{net::SocketAddr, time::Duration};
 
@@ -838,6 +838,32 @@ async fn live_streams_are_capped_per_client_and_in_total() {
     let (s6, _held6) = open_stream(&env, &id, [10, 0, 0, 3]).await;
     assert_eq!(s6, 200);
     drop((held2, held4));
+    env.stop().await;
+}
+
+/// REPOLL_SSE_KEEPALIVE_MS (here 100 ms): while a query waits (no worker, so no change),
+/// its live stream carries heartbeat comments after the first `state` event.
+#[tokio::test]
+async fn a_waiting_stream_sends_heartbeats_at_the_configured_interval() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            sse_keepalive_ms: 100,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let id = env.submit("heartbeat stream").await.json["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, res) = open_stream(&env, &id, [10, 0, 0, 1]).await;
+    assert_eq!(status, 200);
+    let mut body = res.into_body().into_data_stream();
+    let seen = heartbeats(&mut body, 3, Duration::from_secs(10)).await;
+    assert_eq!(seen.matches("event: state").count(), 1, "{seen}");
     env.stop().await;
 }
 

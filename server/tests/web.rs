@@ -16,6 +16,12 @@ use server::{
 use tower::ServiceExt;
 
 async fn router_for(url: &str) -> Router {
+    router_with(url, Router::new()).await
+}
+
+/// The router with `extra` routes merged in (as `repoll serve` merges `/metrics`), under
+/// every layer.
+async fn router_with(url: &str, extra: Router) -> Router {
     let queue = connect_queue(url, "webtest").await;
     let live = server::live_hub::Live::start(
         redis::Client::open(url).unwrap(),
@@ -41,7 +47,7 @@ async fn router_for(url: &str) -> Router {
             body_bytes: 1024,
             timeout: Duration::from_secs(5),
         },
-        Router::new(),
+        extra,
     )
 }
 
@@ -125,4 +131,27 @@ async fn missing_redis_server_binary_gives_install_instructions() {
     let msg = err.to_string();
     assert!(msg.contains("apt-get install -y redis-server"), "{msg}");
     assert!(msg.contains("REDIS_URL"), "{msg}");
+}
+
+/// A handler's panic is one failed request (500 "internal error"), not a dead server: the
+/// panicking route comes in through the router's extra routes (no test route in the
+/// product), so it runs under every layer of the real router; the next requests are served.
+#[tokio::test]
+async fn a_panicking_handler_is_a_500_and_the_router_carries_on() {
+    let (redis, _dir) = start_redis().await;
+    let boom = Router::new().route(
+        "/boom",
+        axum::routing::get(|| async {
+            if true {
+                panic!("a handler's bug");
+            }
+            "unreachable"
+        }),
+    );
+    let router = router_with(redis.url(), boom).await;
+    assert_eq!(get(&router, "/boom").await, (500, "internal error".into()));
+    assert_eq!(get(&router, "/healthz").await, (200, "ok".to_string()));
+    assert_eq!(get(&router, "/boom").await.0, 500);
+    assert_eq!(get(&router, "/readyz").await.0, 200);
+    redis.stop().await;
 }

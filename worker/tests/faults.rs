@@ -1,11 +1,19 @@
 //! Faults: with 30% 5xx, 10% malformed bodies and 5% hangs (cut by a short client timeout),
 //! every task ends done or dead with a reason, none stays leased, none is lost, none is
 //! completed twice. And a 429's `Retry-After` is honoured, measured from the simulator's view.
+//! What the worker sends (method, extra headers, API key) and the cap on an answer's size,
+//! against small upstreams of their own.
 
 mod common;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method};
+use axum::routing::any;
+use axum::{Json, Router};
 use common::*;
 use queue::TaskState;
 use sim::SimArgs;
@@ -253,4 +261,110 @@ async fn an_error_answer_keeps_its_message_with_secrets_masked() {
         "HTTP 400: items: *** is out of range 0..=1000"
     );
     assert!(err.is_permanent());
+}
+
+/// What an upstream got: each call's method and headers.
+type Calls = Arc<Mutex<Vec<(Method, HeaderMap)>>>;
+
+async fn record(
+    State(calls): State<Calls>,
+    method: Method,
+    headers: HeaderMap,
+) -> Json<serde_json::Value> {
+    calls.lock().unwrap().push((method, headers));
+    Json(serde_json::json!({"status": "done", "data": "ok"}))
+}
+
+/// The configured method, every extra header and the API key (in its configured header) are
+/// sent with each call, as an upstream that records its requests sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_method_extra_headers_and_api_key_are_sent() {
+    let calls = Calls::default();
+    let base = serve_upstream(
+        Router::new()
+            .route("/api/query", any(record))
+            .with_state(calls.clone()),
+    )
+    .await;
+    let q = queue("sent-headers").await;
+    q.enqueue("with headers", "", &fast_policy().enqueue_policy())
+        .await
+        .expect("enqueue");
+    let up = worker::UpstreamArgs {
+        url: format!("{base}/api/query?q={{key}}"),
+        method: "post".into(),
+        headers: vec![
+            "X-Tenant: acme".into(),
+            "Authorization: Bearer t0ken".into(),
+        ],
+        api_key: Some("k3y-s3cret".into()),
+        api_key_header: "X-Service-Key".into(),
+        timeout_ms: 2_000,
+        ..worker::UpstreamArgs::default()
+    };
+    let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(1)));
+    wait_settled(&q, 1, Duration::from_secs(20)).await;
+    assert_eq!(w.stop().await.completed, 1);
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let (method, headers) = &calls[0];
+    assert_eq!(method, Method::POST);
+    assert_eq!(headers["x-tenant"], "acme", "{headers:?}");
+    assert_eq!(headers["authorization"], "Bearer t0ken", "{headers:?}");
+    assert_eq!(headers["x-service-key"], "k3y-s3cret", "{headers:?}");
+}
+
+/// Answers `done` with 4,000 bytes of data for a query starting with "big", a few bytes
+/// otherwise.
+async fn sized(Query(q): Query<HashMap<String, String>>) -> Json<serde_json::Value> {
+    let big = q.get("q").is_some_and(|k| k.starts_with("big"));
+    let data = if big { "x".repeat(4_000) } else { "ok".into() };
+    Json(serde_json::json!({"status": "done", "data": data}))
+}
+
+/// REPOLL_UPSTREAM_MAX_BODY (here 1,000 bytes): a larger answer is an error — retried, then
+/// dead with the reason — and its data is never stored; an answer within the limit is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_over_the_max_body_is_an_error_and_not_stored() {
+    let base = serve_upstream(Router::new().route("/api/query", any(sized))).await;
+    let q = queue("max-body").await;
+    for key in ["big answer", "small answer"] {
+        q.enqueue(key, "", &fast_policy().enqueue_policy())
+            .await
+            .expect("enqueue");
+    }
+    let up = worker::UpstreamArgs {
+        url: format!("{base}/api/query?q={{key}}"),
+        max_body_bytes: 1_000,
+        timeout_ms: 2_000,
+        ..worker::UpstreamArgs::default()
+    };
+    let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(2)));
+    wait_settled(&q, 2, Duration::from_secs(30)).await;
+    w.stop().await;
+    let big = q
+        .get(&id_of("big answer"))
+        .await
+        .expect("get")
+        .expect("big");
+    assert!(
+        big.result.is_none(),
+        "stored, {:?} bytes",
+        big.result.map(|r| r.data.len())
+    );
+    let t = big.task.expect("a task");
+    assert_eq!(t.state, TaskState::Dead, "{t:?}");
+    assert_eq!(t.dead_reason, Some(queue::DeadReason::MaxAttempts), "{t:?}");
+    assert!(
+        t.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("larger than 1000 bytes")),
+        "{t:?}"
+    );
+    let small = q
+        .get(&id_of("small answer"))
+        .await
+        .expect("get")
+        .expect("small");
+    assert!(small.result.is_some(), "{small:?}");
 }

@@ -121,12 +121,12 @@ async fn slow_done(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_never_exceed_the_concurrency() {
     let gauge = Gauge::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = Router::new()
-        .route("/api/query", get(slow_done))
-        .with_state(gauge.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let base = serve_upstream(
+        Router::new()
+            .route("/api/query", get(slow_done))
+            .with_state(gauge.clone()),
+    )
+    .await;
 
     let q = queue("wake_concurrency").await;
     for i in 0..40 {
@@ -135,7 +135,7 @@ async fn calls_in_flight_never_exceed_the_concurrency() {
             .unwrap();
     }
     let up = UpstreamArgs {
-        url: format!("http://{addr}/api/query?q={{key}}"),
+        url: format!("{base}/api/query?q={{key}}"),
         ..UpstreamArgs::default()
     };
     let w = spawn(worker(&q, &up, fast_policy(), fast_worker_args(3)));

@@ -64,8 +64,9 @@ pub async fn stream(
         Err(refused) => return crate::api::ApiError::from(refused).into_response(),
     };
     let rx = state.live.subscribe();
+    // The heartbeat interval of every live stream (REPOLL_SSE_KEEPALIVE_MS).
     Sse::new(events(rx, sessions, id, permit, state.admin.quiet_refresh))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .keep_alive(KeepAlive::new().interval(state.api.keep_alive))
         .into_response()
 }
 

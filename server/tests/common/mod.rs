@@ -59,3 +59,25 @@ pub mod tempdir {
         }
     }
 }
+
+/// Reads an SSE body until `n` heartbeat comments (lines starting with `:`) have arrived;
+/// everything read. `guard` only stops a hang (callers set it below the 15 s default
+/// interval, so a stream that ignores its configured keep-alive fails).
+pub async fn heartbeats<S, E>(body: &mut S, n: usize, guard: std::time::Duration) -> String
+where
+    S: futures::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    use futures::StreamExt;
+    let mut seen = String::new();
+    let read = async {
+        while seen.lines().filter(|l| l.starts_with(':')).count() < n {
+            let chunk = body.next().await.expect("stream open").unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    if tokio::time::timeout(guard, read).await.is_err() {
+        panic!("fewer than {n} heartbeats within {guard:?}: {seen:?}");
+    }
+    seen
+}

@@ -232,3 +232,13 @@ pub async fn wait_settled(q: &Queue, n: u64, limit: Duration) -> Stats {
 pub fn id_of(query: &str) -> queue::TaskId {
     queue::TaskId::of_query(&queue::normalise_query(query).expect("valid query"))
 }
+
+/// Serves `app` (an upstream made for one test) on a free port of 127.0.0.1; its base URL.
+pub async fn serve_upstream(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let addr = listener.local_addr().expect("upstream addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
