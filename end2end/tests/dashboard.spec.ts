@@ -225,7 +225,8 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
     await noSidewaysScroll(page, "/admin", async () => {
       await waitLive(page);
       await expect(page.getByTestId("counts")).toBeVisible();
-      await expect(page.getByTestId("audit")).toBeVisible();
+      // The audit table when earlier tests acted, its empty note when this test runs alone.
+      await expect(page.getByTestId("audit").or(page.getByTestId("audit-empty"))).toBeVisible();
     });
     await shot(page, "phone-overview", true);
     await noSidewaysScroll(page, "/admin?window=24h", async () => {
@@ -521,7 +522,8 @@ test("without JavaScript an admin action's result is shown after the reload, onc
       await expect(page.getByTestId("chart-window").locator("[aria-current=page]")).toHaveText(
         window === "1h" ? "last hour" : "last 24 hours",
       );
-      const labels = await page.getByTestId("throughput-chart").getByTestId("chart-marker").allTextContents();
+      // A CSS locator: the markers are SVG groups.
+      const labels = await page.locator("[data-testid=throughput-chart] [data-testid=chart-marker]").allTextContents();
       expect(labels.join(" ")).toContain("paused");
       expect(labels.join(" ")).toContain("resumed");
     }

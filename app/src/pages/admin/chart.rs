@@ -87,14 +87,15 @@ pub struct Marker {
     pub label: String,
 }
 
-/// Vertical dashed lines at the markers inside the charts' span, each with its label.
-fn marker_lines(frame: Frame, markers: &[Marker]) -> impl IntoView {
+/// Vertical dashed lines at the markers inside the charts' span (up to the end of the last
+/// point, which covers `per` minutes from its start), each with its label.
+fn marker_lines(frame: Frame, markers: &[Marker], per: usize) -> impl IntoView {
     let Some((t0, t1)) = frame.span else {
         return view! { <g class="markers"></g> }.into_any();
     };
     let lines = markers
         .iter()
-        .filter(|m| m.at_ms >= t0 && m.at_ms <= t1 + MINUTE_MS)
+        .filter(|m| m.at_ms >= t0 && m.at_ms < t1 + per as i64 * MINUTE_MS)
         .map(|m| {
             let x = coord(frame.x(m.at_ms));
             let tip = format!("{} UTC · {}", utc_hhmm(m.at_ms), m.label);
@@ -424,7 +425,7 @@ pub fn ThroughputChart(
             <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=label>
                 {y_axis(frame, &ticks, per_minute_label)}
                 {x_axis(frame)}
-                {marker_lines(frame, &markers)}
+                {marker_lines(frame, &markers, window.per())}
                 <polyline class="s-polled" fill="none" stroke=POLLED stroke-width="1.5" points=polled />
                 <polyline class="s-completed" fill="none" stroke=COMPLETED stroke-width="2" points=completed />
                 <polyline class="s-failed" fill="none" stroke=FAILED stroke-width="1.5" points=failed />
@@ -517,7 +518,7 @@ pub fn TimeToResultChart(
             <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=format!("time to result, {}", window.words())>
                 {y_axis(frame, &ticks, ms_label)}
                 {x_axis(frame)}
-                {marker_lines(frame, &markers)}
+                {marker_lines(frame, &markers, window.per())}
                 {lines}
                 {dots}
                 {empty}
@@ -752,5 +753,62 @@ mod tests {
             assert!(b.contains("nothing completed in the last hour"), "{b}");
             assert!(!b.contains("<polyline"), "{b}");
         }
+    }
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::*;
+
+    #[test]
+    fn markers_inside_the_span_are_drawn_with_their_label() {
+        let t0 = 19_000 * DAY_MS;
+        let buckets: Vec<Bucket> = (0..60)
+            .map(|i| Bucket {
+                minute_ms: t0 + i * MINUTE_MS,
+                ..Bucket::default()
+            })
+            .collect();
+        let markers = vec![
+            Marker {
+                at_ms: t0 + 30 * MINUTE_MS + 5_000,
+                label: "paused".into(),
+            },
+            Marker {
+                at_ms: t0 + 59 * MINUTE_MS + 30_000,
+                label: "resumed".into(),
+            },
+            Marker {
+                at_ms: t0 - DAY_MS,
+                label: "started".into(),
+            },
+        ];
+        let html = view! { <ThroughputChart buckets=buckets.clone() window=Window::Hour markers=markers.clone() /> }.to_html();
+        assert_eq!(
+            html.matches("data-testid=\"chart-marker\"").count(),
+            2,
+            "{html}"
+        );
+        assert!(html.contains(">paused<") && html.contains(">resumed<"));
+        assert!(!html.contains(">started<"));
+        // A day's last point covers a quarter hour: a marker 10 minutes into it is drawn.
+        let quarters: Vec<Bucket> = (0..96)
+            .map(|i| Bucket {
+                minute_ms: t0 + i * 15 * MINUTE_MS,
+                ..Bucket::default()
+            })
+            .collect();
+        let last = quarters.last().unwrap().minute_ms;
+        let late = vec![Marker {
+            at_ms: last + 10 * MINUTE_MS,
+            label: "paused".into(),
+        }];
+        let html = view! { <ThroughputChart buckets=quarters window=Window::Day markers=late /> }
+            .to_html();
+        assert_eq!(
+            html.matches("data-testid=\"chart-marker\"").count(),
+            1,
+            "{html}"
+        );
     }
 }
