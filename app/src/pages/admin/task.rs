@@ -240,6 +240,7 @@ fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
                     .into_iter()
                     .map(|r| {
                         let then = match r.retry_at {
+                            Some(t) if t <= now => view! { "retried " <TimeAt now at=t /> }.into_any(),
                             Some(t) => view! { "retry " <TimeAt now at=t /> }.into_any(),
                             None => "gave up".into_any(),
                         };
