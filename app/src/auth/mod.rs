@@ -57,4 +57,4 @@ pub use credentials::{
 #[cfg(feature = "ssr")]
 pub use guard::{current, refuse, request_is_https, require, ADMIN_FN_PREFIX};
 #[cfg(feature = "ssr")]
-pub use session::{clear_cookie, cookie_id, set_cookie, Session, Sessions, COOKIE};
+pub use session::{clear_cookie, cookie_id, cookie_value, set_cookie, Session, Sessions, COOKIE};

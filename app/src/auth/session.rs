@@ -72,15 +72,19 @@ fn valid_id(id: &str) -> bool {
 
 /// The session id in the request's `Cookie` headers, if any.
 pub fn cookie_id(headers: &http::HeaderMap) -> Option<String> {
+    cookie_value(headers, COOKIE).filter(|v| valid_id(v))
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers (the first one sent).
+pub fn cookie_value(headers: &http::HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(http::header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value.trim().to_string())
-        .filter(|v| valid_id(v))
 }
 
 /// The `Set-Cookie` value that hands out a session: never readable by scripts, never sent on

@@ -45,15 +45,7 @@ pub fn set(message: &str) {
 /// The message left by the last form post, once: the response that shows it clears it.
 pub fn take() -> Option<String> {
     let parts = leptos::prelude::use_context::<http::request::Parts>()?;
-    let raw = parts
-        .headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.trim().to_string())?;
+    let raw = crate::auth::cookie_value(&parts.headers, COOKIE)?;
     if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() {
         response.append_header(
             http::header::SET_COOKIE,
