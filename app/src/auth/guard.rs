@@ -65,3 +65,27 @@ pub fn request_is_https(parts: &Parts, trust_forwarded: bool) -> bool {
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|v| v.trim().eq_ignore_ascii_case("https")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::request_is_https;
+
+    fn parts(uri: &str, proto: Option<&str>) -> http::request::Parts {
+        let mut b = http::Request::builder().uri(uri);
+        if let Some(p) = proto {
+            b = b.header("x-forwarded-proto", p);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    /// `Secure` cookies over https: a request's own scheme, or a proxy's `X-Forwarded-Proto`
+    /// only when the operator trusts the proxy (anyone can send the header).
+    #[test]
+    fn https_is_the_scheme_or_a_trusted_proxy_header() {
+        assert!(request_is_https(&parts("https://h/admin", None), false));
+        assert!(!request_is_https(&parts("/admin", None), true));
+        assert!(!request_is_https(&parts("/admin", Some("https")), false));
+        assert!(request_is_https(&parts("/admin", Some(" HTTPS ")), true));
+        assert!(!request_is_https(&parts("/admin", Some("http")), true));
+    }
+}
