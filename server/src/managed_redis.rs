@@ -48,6 +48,8 @@ use tokio::{
 };
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use backon::{BackoffBuilder, ExponentialBuilder};
+
 /// The data directory's lock file (held for the life of the [`ManagedRedis`] and its child).
 pub const LOCK_FILE: &str = "repoll.lock";
 /// The child's configuration file (mode 0600: it holds the password).
@@ -375,7 +377,16 @@ async fn supervise(
     stop: CancellationToken,
     log: PathBuf,
 ) -> Option<Child> {
-    let mut backoff = BACKOFF_MIN;
+    // 100 ms doubling to 5 s between restarts, from the start again once a child has run
+    // for STABLE_AFTER.
+    let restart_delays = || {
+        ExponentialBuilder::default()
+            .with_min_delay(BACKOFF_MIN)
+            .with_max_delay(BACKOFF_MAX)
+            .without_max_times()
+            .build()
+    };
+    let mut backoff = restart_delays();
     let mut started = Instant::now();
     loop {
         let status = tokio::select! {
@@ -384,7 +395,7 @@ async fn supervise(
         };
         state.pid.store(0, Ordering::Relaxed);
         if started.elapsed() >= STABLE_AFTER {
-            backoff = BACKOFF_MIN;
+            backoff = restart_delays();
         }
         let status = match status {
             Ok(s) => s.to_string(),
@@ -392,17 +403,17 @@ async fn supervise(
         };
         // Restart until a child is running (a spawn can fail too, e.g. the binary was removed).
         child = loop {
+            let delay = backoff.next().unwrap_or(BACKOFF_MAX);
             tracing::warn!(
                 %status,
-                restart_in = ?backoff,
+                restart_in = ?delay,
                 log = %log.display(),
                 "managed redis-server is not running; restarting it"
             );
             tokio::select! {
                 _ = stop.cancelled() => return None,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
             match spawner.spawn() {
                 Ok(c) => break c,
                 Err(e) => {

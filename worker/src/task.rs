@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use queue::{Claimed, QueueError, Retry};
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
@@ -308,7 +309,12 @@ where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = queue::Result<(queue::Result<T>, Vec<Claimed>)>>,
 {
-    let mut pause = Duration::from_millis(50);
+    // 50 ms, then doubling, between tries (WRITE_TRIES in all).
+    let mut pauses = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .without_max_delay()
+        .with_max_times(WRITE_TRIES as usize)
+        .build();
     for attempt in 1..=WRITE_TRIES {
         let n = if attempt == 1 { want_next(ctx) } else { 0 };
         let (outcome, next) = match f(n).await {
@@ -328,8 +334,7 @@ where
             }
             Err(e) if attempt < WRITE_TRIES => {
                 tracing::warn!(id = %c.id, op, error = %e, "queue write failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+                tokio::time::sleep(pauses.next().unwrap_or(Duration::from_millis(50))).await;
             }
             Err(e) => {
                 tracing::error!(id = %c.id, op, error = %e, "queue write failed; the lease will expire and the task come back");
