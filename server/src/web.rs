@@ -50,10 +50,25 @@ pub fn leptos_options(site_root: &str) -> LeptosOptions {
         .build()
 }
 
+/// The app's routes, generated once per process.
+///
+/// Why once: generating them renders the app with resource loading suppressed through a
+/// *process-global* flag in leptos_server, and a resource first polled on any thread while
+/// that flag is up waits forever (leptos-rs/leptos#4773). `repoll serve` builds its router
+/// before it listens, but a process that builds routers while others serve pages (the test
+/// suites, one router per test on parallel threads) would hang a page now and then: CI saw
+/// an admin page time out after 30 s that way. A `OnceLock` makes every later router reuse
+/// the first list, so no render can overlap a generation.
+fn route_list() -> Vec<leptos_axum::AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<leptos_axum::AxumRouteListing>> =
+        std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 /// Builds the whole application router. `extra` is merged in before the layers, so extra
 /// routes (metrics) get the same tracing and limits.
 pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
-    let routes = generate_route_list(App);
+    let routes = route_list();
     let ctx = state.app.clone();
     // The query page's submit server function shares the API's per-client buckets.
     let gate = state.api.limiter.clone().map(|limiter| {

@@ -155,3 +155,49 @@ async fn a_panicking_handler_is_a_500_and_the_router_carries_on() {
     assert_eq!(get(&router, "/readyz").await.0, 200);
     redis.stop().await;
 }
+
+/// Pages render while other routers are being built in the same process. Building a router
+/// generates Leptos's route list, which suppresses resource loading through a process-global
+/// flag; a page whose resource was first polled meanwhile waited forever (leptos-rs/leptos
+/// #4773; CI saw an admin page time out that way). The router now generates the list once
+/// per process. Without that, some of these renders hang until the 5 s timeout (503).
+#[tokio::test]
+async fn pages_render_while_other_routers_are_built() {
+    use std::sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    };
+    let (redis, _dir) = start_redis().await;
+    let router = router_for(redis.url()).await;
+    let queue = connect_queue(redis.url(), "webtest").await;
+    let text = "rendered while routers are built";
+    queue.enqueue(text, "", &Default::default()).await.unwrap();
+    let id = model::TaskId::of_query(text);
+    let stop = Arc::new(AtomicBool::new(false));
+    let builder = {
+        let (url, stop) = (redis.url().to_string(), stop.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut built = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    drop(router_for(&url).await);
+                    built += 1;
+                }
+                built
+            })
+        })
+    };
+    for _ in 0..30 {
+        let (status, html) = get(&router, &format!("/q/{id}")).await;
+        assert_eq!(status, 200, "{html}");
+        assert!(html.contains("rendered while routers are built"), "{html}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let built = builder.join().unwrap();
+    assert!(built > 0, "no router was built alongside");
+    redis.stop().await;
+}
