@@ -13,14 +13,18 @@
 //!   history; stuck leases.
 //! - [`queue_state`]: queue-wide views: counts and throughput, workers, the pause flag, the
 //!   audit log, listing pages.
+//! - [`histogram`]: the log-scale buckets the scripts count time to result, polls per task and
+//!   upstream latency in, and the percentiles read from them.
 //! - [`notice`]: the Pub/Sub message every state change publishes (written by the Lua scripts,
 //!   decoded by the web process).
 
+pub mod histogram;
 pub mod id;
 pub mod notice;
 pub mod queue_state;
 pub mod task;
 
+pub use histogram::{Histogram, Percentiles};
 pub use id::{
     is_forbidden_char, normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId,
     FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,

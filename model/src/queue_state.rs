@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::histogram::Percentiles;
 use crate::task::{StoredResult, Task};
 
 /// Queue counts, each computed in O(log n).
@@ -41,6 +42,16 @@ pub struct ThroughputBucket {
     /// Sum of time-to-result (completion - creation) of tasks completed in this minute.
     pub ttr_sum_ms: u64,
     pub ttr_count: u64,
+    /// Time to result of the tasks completed (ms), from their histogram; None when none
+    /// completed (or in [`Stats::throughput`], which carries counts only).
+    #[serde(default)]
+    pub ttr: Option<Percentiles>,
+    /// Polls each completed task needed.
+    #[serde(default)]
+    pub polls: Option<Percentiles>,
+    /// Duration of the upstream calls that ended in this span (completions, polls, errors), ms.
+    #[serde(default)]
+    pub latency: Option<Percentiles>,
 }
 
 /// A worker's heartbeat record.

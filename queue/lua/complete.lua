@@ -8,7 +8,9 @@
 -- nothing is pushed there (except at the 'full' level); an existing history list expires with
 -- the result.
 -- Per completed task: HMGET, SET with PX, DEL (record + partial), PEXPIRE (history). Per call:
--- one ZADD (results index), one ZREM (lease), one XADD, the throughput counters and one
+-- one ZADD (results index), one ZREM (lease), one XADD, the throughput counters (completed,
+-- ttr_sum, and one HINCRBY per histogram bucket used: time to result 't', polls 'p', upstream
+-- latency 'l'; a first write of a field also ZADDs it to the minutes index) and one
 -- dashboard PUBLISH carrying every id; plus the claim when next_n > 0.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
@@ -55,6 +57,7 @@ local status = {}
 local ids = {}
 local index_args = {}
 local ttr = 0
+local hist_counts = {}
 local who1 = nil
 local one_worker = true
 for i = 1, n do
@@ -83,6 +86,9 @@ for i = 1, n do
     index_args[#index_args + 1] = now_s
     index_args[#index_args + 1] = id
     ttr = ttr + math.max(now - created, 0)
+    tally(hist_counts, 't', now - created)
+    tally(hist_counts, 'p', num(f[5], 0))
+    tally(hist_counts, 'l', latency)
     if who1 == nil then
       who1 = who
     elseif who ~= who1 then
@@ -103,7 +109,7 @@ if done > 0 then
   end
   bump(tp, tpmin, now, 'completed', done)
   bump(tp, tpmin, now, 'ttr_sum', ttr)
-  bump(tp, tpmin, now, 'ttr_count', done)
+  bump_tally(tp, tpmin, now, hist_counts)
   notify_dash_batch('completed', ids, now)
 end
 return { status, claim_apply(K, plan, worker, lease_ms, now) }

@@ -1,7 +1,8 @@
 -- fail.lua: the worker saw an error. Counts an attempt; the task goes back to due after the
 -- backoff, or dead when attempts or the whole-life deadline are exhausted (or on mode 'dead').
 -- Optionally leases the caller its next tasks in the same call. Errors are transitions: they
--- go to the history at the 'transitions' level.
+-- go to the history at the 'transitions' level. Counted per minute: 'failed', and the call's
+-- upstream latency in its histogram bucket 'l'.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
@@ -44,6 +45,9 @@ local attempts = num(f[3], 0) + 1
 local max_attempts = num(f[4], 0)
 local deadline = num(f[5], 0)
 bump(tp, tpmin, now, 'failed', 1)
+local lat = {}
+tally(lat, 'l', latency)
+bump_tally(tp, tpmin, now, lat)
 redis.call('ZREM', K.lease, id)
 local reason = nil
 if mode == 'dead' then

@@ -131,6 +131,44 @@ local function bump(tp, tpmin, now, field, by)
   end
 end
 
+-- Histogram bucket of a whole number v >= 0 (model/src/histogram.rs, bucket_of): v itself
+-- below 16, then each doubling cut in four (16-19, 20-23, 24-27, 28-31, 32-39, ...), capped at
+-- 2^50 - 1. Integer arithmetic only (exact in a double), so Lua and Rust agree at every edge.
+local function hbucket(v)
+  v = math.min(math.max(math.floor(tonumber(v) or 0), 0), 1125899906842623)
+  if v < 16 then return v end
+  local e, base = 4, 16
+  while v >= base * 2 do
+    base = base * 2
+    e = e + 1
+  end
+  return 16 + (e - 4) * 4 + math.floor((v - base) / (base / 4))
+end
+
+-- Counts per histogram bucket for one call: tally(t, prefix, value), then bump_tally. Kept in
+-- first-seen order (not pairs(), whose order is unspecified) so the writes are deterministic.
+local function tally(t, prefix, v)
+  local f = prefix .. hbucket(v)
+  if t[f] == nil then
+    t[f] = 0
+    t[#t + 1] = f
+  end
+  t[f] = t[f] + 1
+end
+
+-- One HINCRBY per bucket of the tally, in the minute's "<minute>:<prefix><bucket>" field; a
+-- field written for the first time is indexed in the minutes zset as that field's name (scored
+-- by its minute), so reap can delete it without knowing which buckets a minute used.
+local function bump_tally(tp, tpmin, now, t)
+  local minute = now - (now % 60000)
+  for _, f in ipairs(t) do
+    local field = fmt(minute) .. ':' .. f
+    if redis.call('HINCRBY', tp, field, t[f]) == t[f] then
+      redis.call('ZADD', tpmin, minute, field)
+    end
+  end
+end
+
 -- Move a task record to dead. Callers have already removed it from the due/lease/retry sets
 -- and ready lists.
 local function to_dead(tkey, hkey, ekey, deadz, id, now, reason, detail)

@@ -75,7 +75,13 @@ notify_dash_batch('reaped', all, now)
 -- housekeeping
 local old = redis.call('ZRANGEBYSCORE', tpmin, '-inf', now - retention, 'LIMIT', 0, 200)
 for _, m in ipairs(old) do
-  redis.call('HDEL', tp, m .. ':completed', m .. ':failed', m .. ':polled', m .. ':ttr_sum', m .. ':ttr_count')
+  if string.find(m, ':', 1, true) then
+    -- A histogram bucket's field, indexed by its own name (prelude.lua, bump_tally).
+    redis.call('HDEL', tp, m)
+  else
+    redis.call('HDEL', tp, m .. ':completed', m .. ':failed', m .. ':polled', m .. ':ttr_sum',
+      m .. ':ttr_count')
+  end
   redis.call('ZREM', tpmin, m)
 end
 local stale = redis.call('ZRANGEBYSCORE', resultsz, '-inf', now - ttl, 'LIMIT', 0, 200)

@@ -3,6 +3,7 @@
 -- poll beyond the whole-life deadline makes the task dead with reason 'deadline'. Partial data
 -- goes to its own string key (a long value in the record would turn the whole hash from the
 -- compact listpack encoding into a hashtable). Polls go to the history at the 'full' level only.
+-- Counted per minute: 'polled', and each call's upstream latency in its histogram bucket 'l'.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
@@ -48,6 +49,7 @@ local out = {}
 local moved = {}
 local dead = {}
 local woke = 0
+local lat = {}
 for i = 1, n do
   local f = recs[i]
   local id, token = ARGV[4 + 6 * i], ARGV[5 + 6 * i]
@@ -63,6 +65,7 @@ for i = 1, n do
     local attempts = num(f[4], 0)
     local deadline = num(f[5], 0)
     local due_at = now + delay
+    tally(lat, 'l', ARGV[9 + 6 * i])
     redis.call('ZREM', K.lease, id)
     if ARGV[7 + 6 * i] == '1' then redis.call('SET', pkey, ARGV[8 + 6 * i]) end
     if deadline > 0 and due_at > deadline then
@@ -85,6 +88,7 @@ for i = 1, n do
 end
 if #moved + #dead > 0 then
   bump(tp, tpmin, now, 'polled', #moved + #dead)
+  bump_tally(tp, tpmin, now, lat)
 end
 notify_dash_batch('rescheduled', moved, now)
 notify_dash_batch('dead', dead, now)

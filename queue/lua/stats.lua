@@ -57,13 +57,14 @@ for i = buckets - 1, 0, -1 do
   fields[#fields + 1] = m .. ':failed'
   fields[#fields + 1] = m .. ':polled'
   fields[#fields + 1] = m .. ':ttr_sum'
-  fields[#fields + 1] = m .. ':ttr_count'
 end
 local vals = {}
 if #fields > 0 then vals = redis.call('HMGET', tp, unpack(fields)) end
 for i = 0, buckets - 1 do
   local b = { minute - (buckets - 1 - i) * 60000 }
-  for j = 1, 5 do b[j + 1] = num(vals[i * 5 + j], 0) end
+  for j = 1, 4 do b[j + 1] = num(vals[i * 4 + j], 0) end
+  -- ttr_count: every completion counts its time to result (no separate counter is kept).
+  b[6] = b[2]
   out[#out + 1] = b
 end
 return out

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub use model::{
     AuditEntry, DeadReason, Event, HistoryEntry, LeaseInfo, ListState, Notice, Order, Page,
     PauseInfo, Priority, PurgeTarget, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState,
-    ThroughputBucket, WorkerInfo,
+    ThroughputBucket, WorkerInfo, Histogram, Percentiles,
 };
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.

@@ -6,6 +6,7 @@ use crate::error::{corrupt, Result};
 use crate::model::{
     Event, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, PauseInfo, Stats,
     StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
+    Histogram,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -57,6 +58,7 @@ impl Queue {
                 polled: n(p)?,
                 ttr_sum_ms: n(ts)?,
                 ttr_count: n(tc)?,
+                ..ThroughputBucket::default()
             });
         }
         Ok(Stats {
@@ -575,10 +577,12 @@ impl Queue {
 
     /// Throughput of the last `minutes` (at most a day: what reap keeps), oldest first, in
     /// points of `per` minutes aligned on the clock (quarter hours start at :00, :15, …): each
-    /// point sums its minutes. The per-minute counters are read with HMGET in chunks of 1,000
-    /// fields, so a day costs eight round trips and no scan.
+    /// point sums its minutes, and merges their histograms into the point's percentiles of
+    /// time to result, polls per task and upstream latency. The per-minute counters are read
+    /// with HMGET in chunks of 1,000 fields; the histogram fields a span used are found in the
+    /// minutes index (scored by minute), so a day costs a dozen round trips and no scan.
     pub async fn throughput(&self, minutes: usize, per: usize) -> Result<Vec<ThroughputBucket>> {
-        const FIELDS: [&str; 5] = ["completed", "failed", "polled", "ttr_sum", "ttr_count"];
+        const FIELDS: [&str; 4] = ["completed", "failed", "polled", "ttr_sum"];
         let keep = usize::try_from(crate::THROUGHPUT_RETENTION_MS / 60_000).unwrap_or(1440);
         let minutes = minutes.clamp(1, keep);
         let per = per.clamp(1, minutes) as i64;
@@ -586,7 +590,7 @@ impl Queue {
         let last = now - now.rem_euclid(60_000);
         let first = last - (minutes as i64 - 1) * 60_000;
         let step = per * 60_000;
-        let mut out: Vec<ThroughputBucket> = Vec::new();
+        let k = self.keys();
         let mut fields = Vec::with_capacity(minutes * FIELDS.len());
         let mut starts = Vec::with_capacity(minutes);
         for i in 0..minutes as i64 {
@@ -596,18 +600,32 @@ impl Queue {
                 fields.push(format!("{m}:{f}"));
             }
         }
-        let mut values: Vec<Option<u64>> = Vec::with_capacity(fields.len());
         let mut c = self.conn.clone();
+        // Histogram fields ("<minute>:<t|p|l><bucket>") indexed beside the minutes.
+        let indexed: Vec<String> = c.zrangebyscore(&k.tpmin, first, last).await?;
+        let hist_fields: Vec<String> = indexed.into_iter().filter(|m| m.contains(':')).collect();
+        let mut values: Vec<Option<u64>> = Vec::with_capacity(fields.len());
         for chunk in fields.chunks(1000) {
             let v: Vec<Option<u64>> = redis::cmd("HMGET")
-                .arg(&self.keys().tp)
+                .arg(&k.tp)
                 .arg(chunk)
                 .query_async(&mut c)
                 .await?;
             values.extend(v);
         }
+        let mut hist_values: Vec<Option<u64>> = Vec::with_capacity(hist_fields.len());
+        for chunk in hist_fields.chunks(1000) {
+            let v: Vec<Option<u64>> = redis::cmd("HMGET")
+                .arg(&k.tp)
+                .arg(chunk)
+                .query_async(&mut c)
+                .await?;
+            hist_values.extend(v);
+        }
+        let point_of = |m: i64| m - m.rem_euclid(step);
+        let mut out: Vec<ThroughputBucket> = Vec::new();
         for (i, m) in starts.into_iter().enumerate() {
-            let start = m - m.rem_euclid(step);
+            let start = point_of(m);
             if out.last().is_none_or(|b| b.minute_ms != start) {
                 out.push(ThroughputBucket {
                     minute_ms: start,
@@ -626,7 +644,24 @@ impl Queue {
             b.failed += v(1);
             b.polled += v(2);
             b.ttr_sum_ms += v(3);
-            b.ttr_count += v(4);
+            // Every completion counts its time to result.
+            b.ttr_count += v(0);
+        }
+        // Histograms per point: [time to result, polls, latency].
+        let mut hists: Vec<[Histogram; 3]> = vec![Default::default(); out.len()];
+        for (field, n) in hist_fields.iter().zip(hist_values) {
+            let Some((minute, kind, bucket)) = parse_hist_field(field) else {
+                continue;
+            };
+            let Ok(at) = out.binary_search_by_key(&point_of(minute), |b| b.minute_ms) else {
+                continue;
+            };
+            hists[at][kind].add(bucket, n.unwrap_or(0));
+        }
+        for (b, [ttr, polls, latency]) in out.iter_mut().zip(hists) {
+            b.ttr = ttr.percentiles();
+            b.polls = polls.percentiles();
+            b.latency = latency.percentiles();
         }
         Ok(out)
     }
@@ -708,6 +743,19 @@ impl ZPage {
     fn last_cursor(&self) -> Option<String> {
         self.rows.last().map(|(id, s)| format!("{s}:{id}"))
     }
+}
+
+/// A histogram field's minute, kind (0 time to result, 1 polls, 2 upstream latency) and
+/// bucket: "<minute_ms>:<t|p|l><bucket>" (prelude.lua, bump_tally).
+fn parse_hist_field(field: &str) -> Option<(i64, usize, u32)> {
+    let (minute, rest) = field.split_once(':')?;
+    let kind = match rest.as_bytes().first()? {
+        b't' => 0,
+        b'p' => 1,
+        b'l' => 2,
+        _ => return None,
+    };
+    Some((minute.parse().ok()?, kind, rest[1..].parse().ok()?))
 }
 
 fn bad_cursor(c: &str) -> crate::error::QueueError {

@@ -779,16 +779,27 @@ async fn reap_trims_throughput_minutes_older_than_a_day() {
             .zadd(format!("{{{name}}}:tpmin"), m.to_string(), m)
             .await
             .unwrap();
+        // A histogram bucket's field, indexed by its own name (as bump_tally writes it).
+        let _: () = c
+            .hset(format!("{{{name}}}:tp"), format!("{m}:l20"), 2)
+            .await
+            .unwrap();
+        let _: () = c
+            .zadd(format!("{{{name}}}:tpmin"), format!("{m}:l20"), m)
+            .await
+            .unwrap();
     }
     q.reap(10).await.unwrap();
-    let fields: Vec<String> = c.hkeys(format!("{{{name}}}:tp")).await.unwrap();
+    let mut fields: Vec<String> = c.hkeys(format!("{{{name}}}:tp")).await.unwrap();
+    fields.sort();
     assert_eq!(
         fields,
-        vec![format!("{recent}:completed")],
+        vec![format!("{recent}:completed"), format!("{recent}:l20")],
         "only the last day stays"
     );
-    let minutes: Vec<String> = c.zrange(format!("{{{name}}}:tpmin"), 0, -1).await.unwrap();
-    assert_eq!(minutes, vec![recent.to_string()]);
+    let mut minutes: Vec<String> = c.zrange(format!("{{{name}}}:tpmin"), 0, -1).await.unwrap();
+    minutes.sort();
+    assert_eq!(minutes, vec![recent.to_string(), format!("{recent}:l20")]);
 }
 
 /// The day's throughput rolled up into quarter hours sums exactly the minutes it covers, and
@@ -805,7 +816,6 @@ async fn throughput_of_a_day_rolls_up_the_minutes() {
         (0, "completed", 3),
         (20, "completed", 5),
         (20, "ttr_sum", 500),
-        (20, "ttr_count", 5),
         (300, "failed", 7),
         (1500, "completed", 100),
     ] {
@@ -827,7 +837,8 @@ async fn throughput_of_a_day_rolls_up_the_minutes() {
     let sum = |f: fn(&ThroughputBucket) -> u64| day.iter().map(f).sum::<u64>();
     assert_eq!(sum(|b| b.completed), 8);
     assert_eq!(sum(|b| b.failed), 7);
-    assert_eq!((sum(|b| b.ttr_sum_ms), sum(|b| b.ttr_count)), (500, 5));
+    // Every completion counts its time to result.
+    assert_eq!((sum(|b| b.ttr_sum_ms), sum(|b| b.ttr_count)), (500, 8));
     assert_eq!(
         day.last().unwrap().minute_ms,
         minute - minute % (15 * 60_000)
@@ -840,4 +851,116 @@ async fn throughput_of_a_day_rolls_up_the_minutes() {
     if stats.throughput.last().map(|b| b.minute_ms) == hour.last().map(|b| b.minute_ms) {
         assert_eq!(hour, stats.throughput);
     }
+}
+
+/// The scripts count time to result, polls per task and upstream latency in the buckets
+/// model::histogram defines (Lua and Rust agree at both edges of every bucket up to 2^31 ms),
+/// and `throughput` reads the percentiles back from them.
+#[tokio::test]
+async fn histograms_of_latency_polls_and_time_to_result() {
+    use std::collections::BTreeMap;
+    let name = "life_hist";
+    // A minute turning mid-test splits the counts over two points: try again in a new minute.
+    for round in 0..3 {
+        let q = queue(&format!("{name}{round}")).await;
+        let tp = format!("{{{name}{round}}}:tp");
+        let start = q.now_ms().await.unwrap();
+        // Latencies at both edges of every bucket up to 2^31, completed in batches.
+        let mut latencies: Vec<u64> = Vec::new();
+        for k in 0..=::model::histogram::bucket_of(1 << 31) {
+            let (low, high) = ::model::histogram::bucket_range(k);
+            latencies.push(low);
+            if high != low {
+                latencies.push(high);
+            }
+        }
+        let queries: Vec<String> = (0..latencies.len()).map(|i| format!("h-{i}")).collect();
+        let items: Vec<(&str, &str)> = queries.iter().map(|s| (s.as_str(), "")).collect();
+        // The first four are polled twice first (upstream latency 2000 ms each time).
+        q.enqueue_many(&items[..4], &Default::default()).await.unwrap();
+        for _ in 0..2 {
+            let batch = q.claim("w", 4, 60_000).await.unwrap();
+            assert_eq!(batch.len(), 4);
+            for c in batch {
+                q.reschedule(&c.id, c.token, 0, None, 2000).await.unwrap();
+            }
+        }
+        q.enqueue_many(&items[4..], &Default::default()).await.unwrap();
+        let mut claimed = Vec::new();
+        while claimed.len() < latencies.len() {
+            let batch = q.claim("w", 100, 60_000).await.unwrap();
+            assert!(!batch.is_empty(), "every task is claimable");
+            claimed.extend(batch);
+        }
+        let items: Vec<Completion> = claimed
+            .iter()
+            .zip(&latencies)
+            .map(|(c, l)| Completion {
+                id: c.id.clone(),
+                token: c.token,
+                result: "{}".into(),
+                latency_ms: *l,
+            })
+            .collect();
+        for chunk in items.chunks(50) {
+            for r in q.complete_many(chunk).await.unwrap() {
+                r.unwrap();
+            }
+        }
+        let polls_of: BTreeMap<String, u32> =
+            claimed.iter().map(|c| (c.id.to_string(), c.polls)).collect();
+        let end = q.now_ms().await.unwrap();
+        if start / 60_000 != end / 60_000 {
+            continue;
+        }
+        // The raw counters: exactly the buckets Rust computes for the same values.
+        let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+        let minute = start - start % 60_000;
+        for l in latencies.iter().copied().chain([2000; 8]) {
+            let b = ::model::histogram::bucket_of(l);
+            *expected.entry(format!("{minute}:l{b}")).or_default() += 1;
+        }
+        for p in polls_of.values() {
+            *expected.entry(format!("{minute}:p{p}")).or_default() += 1;
+        }
+        let mut c = raw().await;
+        let all: BTreeMap<String, i64> = redis::AsyncCommands::hgetall(&mut c, &tp).await.unwrap();
+        // Fields "<minute>:<kind><bucket>" (not the named counters such as ":polled").
+        let bucket_of_kind = |f: &str, kind: char| {
+            f.split_once(':').is_some_and(|(_, rest)| {
+                rest.strip_prefix(kind)
+                    .is_some_and(|b| !b.is_empty() && b.bytes().all(|c| c.is_ascii_digit()))
+            })
+        };
+        let got: BTreeMap<String, i64> = all
+            .iter()
+            .filter(|(f, _)| bucket_of_kind(f, 'l') || bucket_of_kind(f, 'p'))
+            .map(|(f, n)| (f.clone(), *n))
+            .collect();
+        assert_eq!(got, expected, "latency and polls buckets");
+        let ttr_total: i64 = all
+            .iter()
+            .filter(|(f, _)| bucket_of_kind(f, 't'))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(ttr_total, latencies.len() as i64, "one time to result each");
+        // Read back as percentiles: those of a histogram of the same values.
+        let hour = q.throughput(60, 60).await.unwrap();
+        let point = hour
+            .iter()
+            .find(|b| b.latency.is_some())
+            .expect("a point with latencies");
+        let mut h = Histogram::default();
+        for l in latencies.iter().copied().chain([2000; 8]) {
+            h.add(::model::histogram::bucket_of(l), 1);
+        }
+        assert_eq!(point.latency, h.percentiles());
+        let polls = point.polls.unwrap();
+        assert_eq!((polls.p50, polls.p99, polls.count), (0, 2, latencies.len() as u64));
+        let ttr = point.ttr.unwrap();
+        assert!(ttr.p50 <= ttr.p95 && ttr.p95 <= ttr.p99 && ttr.count == latencies.len() as u64);
+        assert!(ttr.p99 <= (end - start + 1000) as u64 * 5 / 4, "{ttr:?}");
+        return;
+    }
+    panic!("three minutes turned mid-test");
 }

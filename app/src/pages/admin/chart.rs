@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::ui::duration;
-use model::ThroughputBucket as Bucket;
+use model::{Percentiles, ThroughputBucket as Bucket};
 
 /// How much time the charts cover, and how wide each point is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,6 +131,9 @@ const COMPLETED: &str = "#2e9e44";
 const FAILED: &str = "#d33a2c";
 const POLLED: &str = "#3b6fd6";
 const TTR: &str = "#8a4fd1";
+const P50: &str = "#1d7fb8";
+const P95: &str = "#d9822b";
+const P99: &str = "#b8325a";
 const MARKER: &str = "#b07a00";
 
 /// Y axis ticks from 0: 3 to 5 multiples of a 1, 2 or 5 × 10ⁿ step, the last one ≥ `max`.
@@ -445,87 +448,251 @@ pub fn ThroughputChart(
     .into_any()
 }
 
-/// Average time to result of the tasks completed in each minute; minutes in which none
-/// completed are gaps.
+/// What a distribution chart shows: one of the three histograms the queue counts per minute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Measure {
+    /// Completion minus creation of the tasks completed (with their average).
+    #[default]
+    TimeToResult,
+    /// Polls each completed task needed.
+    Polls,
+    /// Duration of the upstream calls (completions, polls and errors).
+    Latency,
+}
+
+impl Measure {
+    /// The three, in the order the overview shows them.
+    pub const ALL: [Measure; 3] = [Measure::TimeToResult, Measure::Latency, Measure::Polls];
+
+    fn of(self, b: &Bucket) -> Option<Percentiles> {
+        match self {
+            Measure::TimeToResult => b.ttr,
+            Measure::Polls => b.polls,
+            Measure::Latency => b.latency,
+        }
+    }
+
+    fn test_id(self) -> &'static str {
+        match self {
+            Measure::TimeToResult => "ttr-chart",
+            Measure::Polls => "polls-chart",
+            Measure::Latency => "latency-chart",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Measure::TimeToResult => "Time to result",
+            Measure::Polls => "Polls per task",
+            Measure::Latency => "Upstream call latency",
+        }
+    }
+
+    fn axis_label(self) -> fn(u64) -> String {
+        match self {
+            Measure::Polls => count_label,
+            _ => ms_label,
+        }
+    }
+
+    fn value(self, v: f64) -> String {
+        match self {
+            Measure::Polls => one_decimal(v),
+            _ => duration(v.round() as i64),
+        }
+    }
+
+    /// What the values were taken from, for `n` of them.
+    fn over(self, n: u64) -> String {
+        match self {
+            Measure::Latency if n == 1 => "over 1 call".into(),
+            Measure::Latency => format!("over {n} calls"),
+            _ => format!("over {n} completed"),
+        }
+    }
+
+    fn nothing(self) -> &'static str {
+        match self {
+            Measure::Latency => "no upstream calls",
+            _ => "nothing completed",
+        }
+    }
+}
+
+/// One line of a distribution chart.
+struct Series {
+    class: &'static str,
+    name: &'static str,
+    colour: &'static str,
+    width: &'static str,
+    values: Vec<Option<f64>>,
+}
+
+/// p50, p95 and p99 of a [`Measure`] per point (each read from the point's merged histogram,
+/// within a bucket's width), plus the exact average for time to result; points with no value
+/// are gaps.
 #[component]
-pub fn TimeToResultChart(
+pub fn DistributionChart(
     buckets: Vec<Bucket>,
+    #[prop(optional)] measure: Measure,
     #[prop(optional)] window: Window,
     #[prop(optional)] markers: Vec<Marker>,
 ) -> AnyView {
-    let avg: Vec<Option<f64>> = buckets
+    let pick = |f: fn(&Percentiles) -> u64| -> Vec<Option<f64>> {
+        buckets
+            .iter()
+            .map(|b| measure.of(b).map(|p| f(&p) as f64))
+            .collect()
+    };
+    let mut series = vec![
+        Series {
+            class: "s-p50",
+            name: "p50",
+            colour: P50,
+            width: "2",
+            values: pick(|p| p.p50),
+        },
+        Series {
+            class: "s-p95",
+            name: "p95",
+            colour: P95,
+            width: "1.5",
+            values: pick(|p| p.p95),
+        },
+        Series {
+            class: "s-p99",
+            name: "p99",
+            colour: P99,
+            width: "1",
+            values: pick(|p| p.p99),
+        },
+    ];
+    if measure == Measure::TimeToResult {
+        series.push(Series {
+            class: "s-ttr",
+            name: "average",
+            colour: TTR,
+            width: "1.5",
+            values: buckets
+                .iter()
+                .map(|b| (b.ttr_count > 0).then(|| b.ttr_sum_ms as f64 / b.ttr_count as f64))
+                .collect(),
+        });
+    }
+    let max = series
         .iter()
-        .map(|b| (b.ttr_count > 0).then(|| b.ttr_sum_ms as f64 / b.ttr_count as f64))
-        .collect();
-    let max = avg.iter().flatten().copied().fold(0.0, f64::max);
+        .flat_map(|s| s.values.iter().flatten())
+        .copied()
+        .fold(0.0, f64::max);
     let ticks = nice_ticks(max.ceil() as u64);
     let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
     let at = |i: usize, v: f64| (frame.x(buckets[i].minute_ms), frame.y(v));
-    let lines = runs(&avg)
-        .into_iter()
-        .filter(|run| run.len() > 1)
-        .map(|run| {
-            let pts = points(run.into_iter().map(|(i, v)| at(i, v)));
-            view! { <polyline class="s-ttr" fill="none" stroke=TTR stroke-width="2" points=pts /> }
-        })
-        .collect_view();
-    let dots = avg
+    let lines = series
         .iter()
-        .enumerate()
-        .filter_map(|(i, v)| v.map(|v| at(i, v)))
-        .map(|(x, y)| view! { <circle class="s-ttr" cx=coord(x) cy=coord(y) r="2" fill=TTR /> })
+        .map(|s| {
+            let (class, colour, width) = (s.class, s.colour, s.width);
+            runs(&s.values)
+                .into_iter()
+                .map(|run| {
+                    if run.len() == 1 {
+                        let (x, y) = at(run[0].0, run[0].1);
+                        view! { <circle class=class cx=coord(x) cy=coord(y) r="2" fill=colour /> }
+                            .into_any()
+                    } else {
+                        let pts = points(run.into_iter().map(|(i, v)| at(i, v)));
+                        view! { <polyline class=class fill="none" stroke=colour stroke-width=width points=pts /> }
+                            .into_any()
+                    }
+                })
+                .collect_view()
+        })
         .collect_view();
     let tips = buckets
         .iter()
-        .zip(&avg)
-        .map(|(b, v)| {
-            let what = match v {
-                Some(v) => format!(
-                    "average time to result {} over {} completed",
-                    duration(v.round() as i64),
-                    b.ttr_count
-                ),
-                None => "nothing completed".into(),
+        .enumerate()
+        .map(|(i, b)| {
+            let p = measure.of(b);
+            let average = series.get(3).and_then(|s| s.values[i]);
+            let mut what = Vec::new();
+            if let Some(p) = p {
+                what.push(format!(
+                    "p50 {}, p95 {}, p99 {}",
+                    measure.value(p.p50 as f64),
+                    measure.value(p.p95 as f64),
+                    measure.value(p.p99 as f64)
+                ));
+            }
+            if let Some(a) = average {
+                what.push(format!("average {}", measure.value(a)));
+            }
+            let count = p.map(|p| p.count).unwrap_or(b.ttr_count);
+            let text = if what.is_empty() {
+                measure.nothing().to_string()
+            } else {
+                format!(
+                    "{} {} {}",
+                    measure.title().to_lowercase(),
+                    what.join(", "),
+                    measure.over(count)
+                )
             };
             (
                 b.minute_ms,
-                format!("{} UTC · {what}", window.span_label(b.minute_ms)),
+                format!("{} UTC · {text}", window.span_label(b.minute_ms)),
             )
         })
         .collect();
-    let latest = avg.iter().rev().flatten().next().copied();
-    let empty = latest.is_none().then(|| {
-        empty_note(match window {
-            Window::Hour => "nothing completed in the last hour",
-            Window::Day => "nothing completed in the last 24 hours",
-        })
+    let latest = |s: &Series| s.values.iter().rev().flatten().next().copied();
+    let any = series.iter().any(|s| latest(s).is_some());
+    let empty = (!any).then(|| {
+        let text = match (measure, window) {
+            (Measure::Latency, Window::Hour) => "no upstream calls in the last hour",
+            (Measure::Latency, Window::Day) => "no upstream calls in the last 24 hours",
+            (_, Window::Hour) => "nothing completed in the last hour",
+            (_, Window::Day) => "nothing completed in the last 24 hours",
+        };
+        empty_note(text)
     });
     let every = match window {
         Window::Hour => "per minute",
         Window::Day => "per quarter hour",
     };
-    let summary = match latest {
-        Some(latest) => format!(
-            " {every}, {} (times in UTC) · peak {}, latest {}",
+    let legend = series
+        .iter()
+        .map(|s| {
+            let text = match latest(s) {
+                Some(v) => format!(" {} {}", s.name, measure.value(v)),
+                None => format!(" {}", s.name),
+            };
+            view! { <span class=s.class style=format!("color:{}", s.colour)>{text}</span> }
+        })
+        .collect_view();
+    let peak = series
+        .iter()
+        .find(|s| s.name == "p99")
+        .and_then(|s| s.values.iter().flatten().copied().reduce(f64::max));
+    let summary = match peak {
+        Some(peak) => format!(
+            " · {every}, {} (times in UTC) · peak p99 {}",
             window.words(),
-            duration(max.round() as i64),
-            duration(latest.round() as i64),
+            measure.value(peak)
         ),
-        None => format!(" {every}, {} (times in UTC)", window.words()),
+        None => format!(" · {every}, {} (times in UTC)", window.words()),
     };
+    let label = format!("{}, {}", measure.title().to_lowercase(), window.words());
     view! {
-        <figure class="chart" data-testid="ttr-chart">
-            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=format!("time to result, {}", window.words())>
-                {y_axis(frame, &ticks, ms_label)}
+        <figure class="chart" data-testid=measure.test_id()>
+            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=label>
+                {y_axis(frame, &ticks, measure.axis_label())}
                 {x_axis(frame)}
                 {marker_lines(frame, &markers, window.per())}
                 {lines}
-                {dots}
                 {empty}
                 {hover_bands(frame, tips)}
             </svg>
             <figcaption>
-                <span class="s-ttr" style=format!("color:{TTR}")>"Average time to result"</span>
+                <strong>{measure.title()}</strong>
+                " (latest:" {legend} ")"
                 {summary}
             </figcaption>
         </figure>
@@ -709,7 +876,7 @@ mod tests {
             ..Bucket::default()
         });
         let tp = || html(view! { <ThroughputChart buckets=buckets.clone() /> });
-        let ttr = || html(view! { <TimeToResultChart buckets=buckets.clone() /> });
+        let ttr = || html(view! { <DistributionChart buckets=buckets.clone() /> });
         let (a, b) = (tp(), ttr());
         assert_eq!(a, tp());
         assert_eq!(b, ttr());
@@ -735,9 +902,59 @@ mod tests {
         assert!(b.contains("data-testid=\"ttr-chart\""));
         assert!(b.contains(">1.5s<"), "{b}");
         assert!(
-            b.contains("<title>14:02 UTC · average time to result 1.5 s over 1 completed</title>")
+            b.contains("<title>14:02 UTC · time to result average 1.5 s over 1 completed</title>"),
+            "{b}"
         );
         assert!(b.contains("<title>14:04 UTC · nothing completed</title>"));
+    }
+
+    #[test]
+    fn distribution_charts_draw_p50_p95_p99_and_say_them_on_hover() {
+        let p = |p50, p95, p99| {
+            Some(Percentiles {
+                p50,
+                p95,
+                p99,
+                count: 9,
+            })
+        };
+        let buckets = hour(at(15, 0), |i| Bucket {
+            latency: p(120, 900, 2500),
+            polls: if i >= 30 { p(1, 3, 7) } else { None },
+            ..Bucket::default()
+        });
+        let chart = |measure| {
+            html(view! { <DistributionChart buckets=buckets.clone() measure /> })
+        };
+        let latency = chart(Measure::Latency);
+        assert!(latency.contains("data-testid=\"latency-chart\""), "{latency}");
+        assert!(
+            latency.contains(
+                "<title>14:01 UTC · upstream call latency p50 120 ms, p95 900 ms, p99 2.5 s over 9 calls</title>"
+            ),
+            "{latency}"
+        );
+        for class in ["s-p50", "s-p95", "s-p99"] {
+            assert_eq!(
+                latency.matches(&format!("class=\"{class}\"></polyline>")).count(),
+                1,
+                "{class}: {latency}"
+            );
+        }
+        assert!(latency.contains(">3s<"), "the axis reaches p99: {latency}");
+        assert!(!latency.contains("s-ttr"), "no average but for time to result");
+        let polls = chart(Measure::Polls);
+        assert!(polls.contains("data-testid=\"polls-chart\""));
+        assert!(polls.contains("<title>14:01 UTC · nothing completed</title>"), "{polls}");
+        assert!(
+            polls.contains("<title>14:31 UTC · polls per task p50 1, p95 3, p99 7 over 9 completed</title>"),
+            "{polls}"
+        );
+        let ttr = chart(Measure::TimeToResult);
+        assert!(ttr.contains("nothing completed in the last hour"), "{ttr}");
+        for s in [&latency, &polls, &ttr] {
+            assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
+        }
     }
 
     #[test]
@@ -745,7 +962,7 @@ mod tests {
         let idle = hour(at(15, 0), |_| Bucket::default());
         for buckets in [Vec::new(), idle] {
             let a = html(view! { <ThroughputChart buckets=buckets.clone() /> });
-            let b = html(view! { <TimeToResultChart buckets=buckets.clone() /> });
+            let b = html(view! { <DistributionChart buckets=buckets.clone() /> });
             for s in [&a, &b] {
                 assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
             }

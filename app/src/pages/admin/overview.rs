@@ -9,7 +9,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::chart::{Marker, ThroughputChart, TimeToResultChart, Window};
+use super::chart::{DistributionChart, Marker, Measure, ThroughputChart, Window};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use model::{AuditEntry, PauseInfo, Stats, WorkerInfo};
@@ -387,7 +387,12 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         </nav>
         <div class="charts">
             <ThroughputChart buckets=s.throughput.clone() window=data.window markers=data.markers.clone() />
-            <TimeToResultChart buckets=s.throughput window=data.window markers=data.markers />
+            {Measure::ALL
+                .into_iter()
+                .map(|measure| view! {
+                    <DistributionChart buckets=s.throughput.clone() measure window=data.window markers=data.markers.clone() />
+                })
+                .collect_view()}
         </div>
         <h2>"Workers"</h2>
         {workers_empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
