@@ -4,14 +4,19 @@
 -- Expired leases go back to ready now, or to dead as 'poison' after max_lease_losses losses
 -- (or 'deadline' when the whole-life deadline has passed). A lost lease is a transition: it
 -- goes to the history, with the claim it ends.
--- Housekeeping: throughput buckets older than the retention and result-index members older
--- than the result TTL are removed, at most 200 of each per call.
+-- Housekeeping, at most 200 entries of each kind per call: per-minute throughput counters
+-- older than the retention (a day) are rolled up into per-hour counters (same field names,
+-- "<hour_ms>:<field>"; a minute's counts are in one place or the other, never both, so a reader
+-- summing both is exact) and removed; hourly counters older than the hourly retention (a week)
+-- are removed; result-index members older than the result TTL are removed.
 -- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
 -- KEYS[5] retry zset   KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash
--- KEYS[9] throughput minutes zset   KEYS[10] results index zset
--- KEYS[9+2i] task hash i   KEYS[10+2i] history i   (i = 1..n)   KEYS[11+2n] (last) wake-up list
+-- KEYS[9] throughput minutes zset   KEYS[10] results index zset   KEYS[11] hourly throughput hash
+-- KEYS[12] hourly throughput index zset
+-- KEYS[11+2i] task hash i   KEYS[12+2i] history i   (i = 1..n)   KEYS[13+2n] (last) wake-up list
 -- ARGV[1..6] common   ARGV[7] max_lease_losses (0 = never poison)   ARGV[8] throughput retention ms
--- ARGV[9] result_ttl_ms   ARGV[8+2i] id i   ARGV[9+2i] peeked deadline i
+-- ARGV[9] result_ttl_ms   ARGV[10] hourly throughput retention ms
+-- ARGV[9+2i] id i   ARGV[10+2i] peeked deadline i
 -- Returns {{requeued ids}, {dead ids}}
 local readyk = KEYS[1]
 local bgk = KEYS[2]
@@ -23,22 +28,25 @@ local ekey = KEYS[7]
 local tp = KEYS[8]
 local tpmin = KEYS[9]
 local resultsz = KEYS[10]
+local tph = KEYS[11]
+local tphix = KEYS[12]
 local max_losses = tonumber(ARGV[7])
 local retention = tonumber(ARGV[8])
 local ttl = tonumber(ARGV[9])
-local n = (#ARGV - 9) / 2
-if max_losses == nil or retention == nil or ttl == nil or n ~= math.floor(n) or n < 0
-  or #KEYS ~= 11 + 2 * n then
+local hour_retention = tonumber(ARGV[10])
+local n = (#ARGV - 10) / 2
+if max_losses == nil or retention == nil or ttl == nil or hour_retention == nil
+  or hour_retention < retention or n ~= math.floor(n) or n < 0 or #KEYS ~= 13 + 2 * n then
   return redis.error_reply('ERR repoll reap: bad arguments')
 end
 local now = now_ms()
 local requeued = {}
 local dead = {}
 for i = 1, n do
-  local id = ARGV[8 + 2 * i]
-  local seen = ARGV[9 + 2 * i]
-  local tkey = KEYS[9 + 2 * i]
-  local hkey = KEYS[10 + 2 * i]
+  local id = ARGV[9 + 2 * i]
+  local seen = ARGV[10 + 2 * i]
+  local tkey = KEYS[11 + 2 * i]
+  local hkey = KEYS[12 + 2 * i]
   local score = redis.call('ZSCORE', leasez, id)
   if score and tonumber(score) == tonumber(seen) and tonumber(score) <= now then
     local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u')
@@ -73,16 +81,50 @@ for _, id in ipairs(dead) do all[#all + 1] = id end
 notify_dash_batch('reaped', all, now)
 
 -- housekeeping
+local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum' }
 local old = redis.call('ZRANGEBYSCORE', tpmin, '-inf', now - retention, 'LIMIT', 0, 200)
 for _, m in ipairs(old) do
-  if string.find(m, ':', 1, true) then
+  local minute = tonumber(string.match(m, '^(%d+)'))
+  local hour = minute and (minute - (minute % 3600000))
+  local hour_s = hour and fmt(hour)
+  if minute == nil then
+    -- Not written by a script (no leading minute): nothing to roll up.
+    redis.call('HDEL', tp, m)
+  elseif string.find(m, ':', 1, true) then
     -- A histogram bucket's field, indexed by its own name (prelude.lua, bump_tally).
+    local v = tonumber(redis.call('HGET', tp, m))
+    if v and v > 0 then
+      local field = hour_s .. string.sub(m, #string.match(m, '^%d+') + 1)
+      redis.call('HINCRBY', tph, field, v)
+      redis.call('ZADD', tphix, hour, field)
+    end
     redis.call('HDEL', tp, m)
   else
+    local fields = {}
+    for j, c in ipairs(COUNTERS) do fields[j] = m .. ':' .. c end
+    local vals = redis.call('HMGET', tp, unpack(fields))
+    for j, c in ipairs(COUNTERS) do
+      local v = tonumber(vals[j])
+      if v and v > 0 then
+        redis.call('HINCRBY', tph, hour_s .. ':' .. c, v)
+        redis.call('ZADD', tphix, hour, hour_s)
+      end
+    end
+    -- ttr_count: written by older versions (every completion counts now).
     redis.call('HDEL', tp, m .. ':completed', m .. ':failed', m .. ':polled', m .. ':ttr_sum',
       m .. ':ttr_count')
   end
   redis.call('ZREM', tpmin, m)
+end
+local old_hours = redis.call('ZRANGEBYSCORE', tphix, '-inf', now - hour_retention, 'LIMIT', 0,
+  200)
+for _, h in ipairs(old_hours) do
+  if string.find(h, ':', 1, true) then
+    redis.call('HDEL', tph, h)
+  else
+    redis.call('HDEL', tph, h .. ':completed', h .. ':failed', h .. ':polled', h .. ':ttr_sum')
+  end
+  redis.call('ZREM', tphix, h)
 end
 local stale = redis.call('ZRANGEBYSCORE', resultsz, '-inf', now - ttl, 'LIMIT', 0, 200)
 if #stale > 0 then

@@ -26,6 +26,10 @@ pub(crate) struct Keys {
     pub token: String,
     pub tp: String,
     pub tpmin: String,
+    /// Per-hour throughput counters, rolled up from the minutes by reap after a day.
+    pub tphour: String,
+    /// Index of `tphour` (hours and histogram fields, scored by hour) for trimming after a week.
+    pub tphourix: String,
     pub workers: String,
     /// Rate limiter of upstream calls (GCRA arrival time), shared by all workers.
     pub upstream_rate: String,
@@ -55,6 +59,8 @@ impl Keys {
             token: k("token"),
             tp: k("tp"),
             tpmin: k("tpmin"),
+            tphour: k("tphour"),
+            tphourix: k("tphourix"),
             workers: k("workers"),
             upstream_rate: k("upstream_rate"),
             wakeups: k("wakeups"),

@@ -63,4 +63,4 @@ pub use read::{ServerInfo, MAX_PAGE, STATS_BUCKETS};
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};
 pub use wake::{Wakeups, WAKE_CAP};
-pub use worker_ops::{MAX_BATCH, THROUGHPUT_RETENTION_MS};
+pub use worker_ops::{MAX_BATCH, THROUGHPUT_HOURLY_RETENTION_MS, THROUGHPUT_RETENTION_MS};

@@ -575,88 +575,95 @@ impl Queue {
         Ok((found.into_iter().take(max).collect(), false))
     }
 
-    /// Throughput of the last `minutes` (at most a day: what reap keeps), oldest first, in
-    /// points of `per` minutes aligned on the clock (quarter hours start at :00, :15, …): each
-    /// point sums its minutes, and merges their histograms into the point's percentiles of
-    /// time to result, polls per task and upstream latency. The per-minute counters are read
-    /// with HMGET in chunks of 1,000 fields; the histogram fields a span used are found in the
-    /// minutes index (scored by minute), so a day costs a dozen round trips and no scan.
+    /// Throughput of the last `minutes` (up to a week), oldest first, in points of `per`
+    /// minutes aligned on the clock (quarter hours start at :00, :15, …; hours at :00): each
+    /// point sums its minutes' counters and merges their histograms into the point's
+    /// percentiles of time to result, polls per task and upstream latency.
+    ///
+    /// The last day is read from the per-minute counters; a longer window also reads the
+    /// hourly roll-up reap makes of older minutes (a minute is counted in one or the other,
+    /// never both, so the sum is exact). Which minutes and histogram buckets exist is read from
+    /// their index zsets (scored by time), then their fields with HMGET in chunks of 1,000: a
+    /// day costs a dozen round trips and no scan, a week a few more.
     pub async fn throughput(&self, minutes: usize, per: usize) -> Result<Vec<ThroughputBucket>> {
         const FIELDS: [&str; 4] = ["completed", "failed", "polled", "ttr_sum"];
-        let keep = usize::try_from(crate::THROUGHPUT_RETENTION_MS / 60_000).unwrap_or(1440);
-        let minutes = minutes.clamp(1, keep);
+        const HOUR: i64 = 3_600_000;
+        let day = crate::THROUGHPUT_RETENTION_MS / 60_000;
+        let week = (crate::THROUGHPUT_HOURLY_RETENTION_MS / 60_000).saturating_sub(60);
+        let minutes = minutes.clamp(1, usize::try_from(week).unwrap_or(10_080));
         let per = per.clamp(1, minutes) as i64;
         let now = self.now_ms().await?;
         let last = now - now.rem_euclid(60_000);
         let first = last - (minutes as i64 - 1) * 60_000;
         let step = per * 60_000;
-        let k = self.keys();
-        let mut fields = Vec::with_capacity(minutes * FIELDS.len());
-        let mut starts = Vec::with_capacity(minutes);
-        for i in 0..minutes as i64 {
-            let m = first + i * 60_000;
-            starts.push(m);
-            for f in FIELDS {
-                fields.push(format!("{m}:{f}"));
-            }
-        }
-        let mut c = self.conn.clone();
-        // Histogram fields ("<minute>:<t|p|l><bucket>") indexed beside the minutes.
-        let indexed: Vec<String> = c.zrangebyscore(&k.tpmin, first, last).await?;
-        let hist_fields: Vec<String> = indexed.into_iter().filter(|m| m.contains(':')).collect();
-        let mut values: Vec<Option<u64>> = Vec::with_capacity(fields.len());
-        for chunk in fields.chunks(1000) {
-            let v: Vec<Option<u64>> = redis::cmd("HMGET")
-                .arg(&k.tp)
-                .arg(chunk)
-                .query_async(&mut c)
-                .await?;
-            values.extend(v);
-        }
-        let mut hist_values: Vec<Option<u64>> = Vec::with_capacity(hist_fields.len());
-        for chunk in hist_fields.chunks(1000) {
-            let v: Vec<Option<u64>> = redis::cmd("HMGET")
-                .arg(&k.tp)
-                .arg(chunk)
-                .query_async(&mut c)
-                .await?;
-            hist_values.extend(v);
-        }
         let point_of = |m: i64| m - m.rem_euclid(step);
+        // Every point, zero-filled, so idle spans are drawn as zeros and gaps.
         let mut out: Vec<ThroughputBucket> = Vec::new();
-        for (i, m) in starts.into_iter().enumerate() {
-            let start = point_of(m);
-            if out.last().is_none_or(|b| b.minute_ms != start) {
-                out.push(ThroughputBucket {
-                    minute_ms: start,
-                    ..ThroughputBucket::default()
-                });
-            }
-            let b = out.last_mut().expect("pushed above");
-            let v = |j: usize| {
-                values
-                    .get(i * FIELDS.len() + j)
-                    .copied()
-                    .flatten()
-                    .unwrap_or(0)
-            };
-            b.completed += v(0);
-            b.failed += v(1);
-            b.polled += v(2);
-            b.ttr_sum_ms += v(3);
-            // Every completion counts its time to result.
-            b.ttr_count += v(0);
+        let mut t = point_of(first);
+        while t <= last {
+            out.push(ThroughputBucket {
+                minute_ms: t,
+                ..ThroughputBucket::default()
+            });
+            t += step;
         }
-        // Histograms per point: [time to result, polls, latency].
+        let k = self.keys();
+        let mut sources = vec![(&k.tp, &k.tpmin, first)];
+        if minutes as u64 > day {
+            sources.push((&k.tphour, &k.tphourix, first - first.rem_euclid(HOUR)));
+        }
+        // [time to result, polls, latency] per point.
         let mut hists: Vec<[Histogram; 3]> = vec![Default::default(); out.len()];
-        for (field, n) in hist_fields.iter().zip(hist_values) {
-            let Some((minute, kind, bucket)) = parse_hist_field(field) else {
-                continue;
-            };
-            let Ok(at) = out.binary_search_by_key(&point_of(minute), |b| b.minute_ms) else {
-                continue;
-            };
-            hists[at][kind].add(bucket, n.unwrap_or(0));
+        let mut c = self.conn.clone();
+        for (hash, index, from) in sources {
+            // Members: "<ms>" (a minute or hour with counters) and "<ms>:<t|p|l><bucket>"
+            // (a histogram field, named as in the hash).
+            let members: Vec<String> = c.zrangebyscore(index, from, last).await?;
+            // What each field read is, and the index of its point.
+            enum Field {
+                Counter(usize),
+                Bucket(usize, u32),
+            }
+            let mut fields: Vec<String> = Vec::new();
+            let mut what: Vec<(usize, Field)> = Vec::new();
+            for m in &members {
+                let at = |ms: i64| out.binary_search_by_key(&point_of(ms), |b| b.minute_ms).ok();
+                if let Some((ms, kind, bucket)) = parse_hist_field(m) {
+                    if let Some(i) = at(ms) {
+                        fields.push(m.clone());
+                        what.push((i, Field::Bucket(kind, bucket)));
+                    }
+                } else if let Some(i) = m.parse::<i64>().ok().and_then(at) {
+                    for (j, f) in FIELDS.iter().enumerate() {
+                        fields.push(format!("{m}:{f}"));
+                        what.push((i, Field::Counter(j)));
+                    }
+                }
+            }
+            let mut values: Vec<Option<u64>> = Vec::with_capacity(fields.len());
+            for chunk in fields.chunks(1000) {
+                let v: Vec<Option<u64>> = redis::cmd("HMGET")
+                    .arg(hash)
+                    .arg(chunk)
+                    .query_async(&mut c)
+                    .await?;
+                values.extend(v);
+            }
+            for ((i, w), v) in what.into_iter().zip(values) {
+                let v = v.unwrap_or(0);
+                let b = &mut out[i];
+                match w {
+                    Field::Counter(0) => {
+                        b.completed += v;
+                        // Every completion counts its time to result.
+                        b.ttr_count += v;
+                    }
+                    Field::Counter(1) => b.failed += v,
+                    Field::Counter(2) => b.polled += v,
+                    Field::Counter(_) => b.ttr_sum_ms += v,
+                    Field::Bucket(kind, bucket) => hists[i][kind].add(bucket, v),
+                }
+            }
         }
         for (b, [ttr, polls, latency]) in out.iter_mut().zip(hists) {
             b.ttr = ttr.percentiles();

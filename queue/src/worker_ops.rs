@@ -20,6 +20,9 @@ use redis::{ScriptInvocation, Value};
 pub const MAX_BATCH: usize = 1000;
 /// Throughput buckets are kept this long (reap trims older ones).
 pub const THROUGHPUT_RETENTION_MS: u64 = 24 * 3600 * 1000;
+/// How long reap keeps the hourly roll-up of older minutes: a week (plus the hour a week ago,
+/// so the week's first point is whole).
+pub const THROUGHPUT_HOURLY_RETENTION_MS: u64 = (7 * 24 + 1) * 3600 * 1000;
 
 fn stale_or(tag: &str, what: &str) -> QueueError {
     if tag == "stale" {
@@ -399,9 +402,12 @@ impl Queue {
             .key(&k.tp)
             .key(&k.tpmin)
             .key(&k.results)
+            .key(&k.tphour)
+            .key(&k.tphourix)
             .arg(cfg.max_lease_losses)
             .arg(THROUGHPUT_RETENTION_MS)
-            .arg(clamp_ms(cfg.result_ttl_ms));
+            .arg(clamp_ms(cfg.result_ttl_ms))
+            .arg(THROUGHPUT_HOURLY_RETENTION_MS);
         for pair in flat.chunks(2) {
             let id = string(&pair[0])?;
             let seen = string(&pair[1])?;

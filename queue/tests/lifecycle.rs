@@ -789,6 +789,16 @@ async fn reap_trims_throughput_minutes_older_than_a_day() {
             .await
             .unwrap();
     }
+    // An hour rolled up more than a week ago: trimmed.
+    let ancient = old - old.rem_euclid(3_600_000) - 7 * 86_400_000;
+    let _: () = c
+        .hset(format!("{{{name}}}:tphour"), format!("{ancient}:completed"), 9)
+        .await
+        .unwrap();
+    let _: () = c
+        .zadd(format!("{{{name}}}:tphourix"), ancient.to_string(), ancient)
+        .await
+        .unwrap();
     q.reap(10).await.unwrap();
     let mut fields: Vec<String> = c.hkeys(format!("{{{name}}}:tp")).await.unwrap();
     fields.sort();
@@ -800,6 +810,30 @@ async fn reap_trims_throughput_minutes_older_than_a_day() {
     let mut minutes: Vec<String> = c.zrange(format!("{{{name}}}:tpmin"), 0, -1).await.unwrap();
     minutes.sort();
     assert_eq!(minutes, vec![recent.to_string(), format!("{recent}:l20")]);
+    // The older minute is rolled up into its hour, counters and histogram alike.
+    let hour = old - old.rem_euclid(3_600_000);
+    let rolled: std::collections::BTreeMap<String, i64> =
+        c.hgetall(format!("{{{name}}}:tphour")).await.unwrap();
+    assert_eq!(
+        rolled,
+        [(format!("{hour}:completed"), 5), (format!("{hour}:l20"), 2)]
+            .into_iter()
+            .collect()
+    );
+    let mut hours: Vec<String> = c
+        .zrange(format!("{{{name}}}:tphourix"), 0, -1)
+        .await
+        .unwrap();
+    hours.sort();
+    assert_eq!(hours, vec![hour.to_string(), format!("{hour}:l20")]);
+    // The week's view counts both the rolled-up hour and the recent minute.
+    let week = q.throughput(7 * 1440, 60).await.unwrap();
+    // Hours aligned on the clock: 168, or 169 when the week starts inside an hour.
+    assert!(week.len() == 168 || week.len() == 169, "{} points", week.len());
+    assert_eq!(week.iter().map(|b| b.completed).sum::<u64>(), 10);
+    let at_hour = week.iter().find(|b| b.minute_ms == hour).unwrap();
+    assert_eq!(at_hour.completed, 5);
+    assert_eq!(at_hour.latency.map(|p| p.count), Some(2));
 }
 
 /// The day's throughput rolled up into quarter hours sums exactly the minutes it covers, and
@@ -824,6 +858,13 @@ async fn throughput_of_a_day_rolls_up_the_minutes() {
             .arg("{life_tp_day}:tp")
             .arg(format!("{m}:{field}"))
             .arg(n)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        let _: i64 = redis::cmd("ZADD")
+            .arg("{life_tp_day}:tpmin")
+            .arg(m)
+            .arg(m)
             .query_async(&mut c)
             .await
             .unwrap();

@@ -19,17 +19,20 @@ pub enum Window {
     Hour,
     /// 96 points of 15 minutes (the queue keeps a day of per-minute counters).
     Day,
+    /// 168 points of an hour (older days come from the queue's hourly roll-up).
+    Week,
 }
 
 impl Window {
-    /// Both windows, as the overview offers them.
-    pub const ALL: [Window; 2] = [Window::Hour, Window::Day];
+    /// Every window, as the overview offers them.
+    pub const ALL: [Window; 3] = [Window::Hour, Window::Day, Window::Week];
 
     /// Minutes covered.
     pub fn minutes(self) -> usize {
         match self {
             Window::Hour => 60,
             Window::Day => 1440,
+            Window::Week => 7 * 1440,
         }
     }
 
@@ -38,14 +41,16 @@ impl Window {
         match self {
             Window::Hour => 1,
             Window::Day => 15,
+            Window::Week => 60,
         }
     }
 
-    /// "last hour", "last 24 hours".
+    /// "last hour", "last 24 hours", "last 7 days".
     pub fn words(self) -> &'static str {
         match self {
             Window::Hour => "last hour",
             Window::Day => "last 24 hours",
+            Window::Week => "last 7 days",
         }
     }
 
@@ -54,22 +59,39 @@ impl Window {
         match self {
             Window::Hour => "1h",
             Window::Day => "24h",
+            Window::Week => "7d",
         }
     }
 
-    /// `window=24h` is the day; anything else the hour.
+    /// `window=24h` is the day, `7d` the week; anything else the hour.
     pub fn parse(s: &str) -> Window {
-        if s == "24h" {
-            Window::Day
-        } else {
-            Window::Hour
+        match s {
+            "24h" => Window::Day,
+            "7d" => Window::Week,
+            _ => Window::Hour,
         }
     }
 
-    /// The time a point covers: "14:05" for a minute, "14:00–14:15" for a quarter hour.
+    /// How often a point comes: "per minute", "per quarter hour", "per hour".
+    fn every(self) -> &'static str {
+        match self {
+            Window::Hour => "per minute",
+            Window::Day => "per quarter hour",
+            Window::Week => "per hour",
+        }
+    }
+
+    /// The time a point covers: "14:05" for a minute, "14:00–14:15" for a quarter hour,
+    /// "12-01 14:00–15:00" for an hour of the week.
     fn span_label(self, start_ms: i64) -> String {
         match self.per() {
             1 => utc_hhmm(start_ms),
+            60 => format!(
+                "{} {}–{}",
+                utc_month_day(start_ms),
+                utc_hhmm(start_ms),
+                utc_hhmm(start_ms + 60 * MINUTE_MS)
+            ),
             per => format!(
                 "{}–{}",
                 utc_hhmm(start_ms),
@@ -167,7 +189,7 @@ fn time_ticks(t0: i64, t1: i64) -> Vec<i64> {
         t1.div_euclid(every) - first + 1
     };
     let span_minutes = (i128::from(t1) - i128::from(t0)) / i128::from(MINUTE_MS);
-    let every = [1, 2, 5, 10, 15, 30, 60, 120, 180, 240, 360, 720]
+    let every = [1, 2, 5, 10, 15, 30, 60, 120, 180, 240, 360, 720, 1440, 2880]
         .iter()
         .map(|m| m * MINUTE_MS)
         .find(|every| count(*every) <= MAX_TIME_LABELS)
@@ -191,6 +213,20 @@ fn time_ticks(t0: i64, t1: i64) -> Vec<i64> {
         ticks.push(t0);
     }
     ticks
+}
+
+/// "MM-DD" of a time in UTC (the civil calendar from days since 1970, after Howard Hinnant's
+/// `civil_from_days`).
+fn utc_month_day(ms: i64) -> String {
+    let z = ms.div_euclid(DAY_MS) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    format!("{month:02}-{day:02}")
 }
 
 /// "HH:MM" of a time in UTC.
@@ -338,13 +374,16 @@ fn x_axis(frame: Frame) -> impl IntoView {
         .span
         .map(|(t0, t1)| time_ticks(t0, t1))
         .unwrap_or_default();
+    // Over more than two days the labels fall on midnights: dates say more than "00:00".
+    let days = frame.span.is_some_and(|(t0, t1)| t1 - t0 > 2 * DAY_MS);
     let labels = ticks
         .into_iter()
         .map(|t| {
             let x = coord(frame.x(t));
+            let label = if days { utc_month_day(t) } else { utc_hhmm(t) };
             view! {
                 <line x1=x.clone() y1=coord(BOTTOM) x2=x.clone() y2=coord(BOTTOM + 4.0) stroke=AXIS stroke-width="1" />
-                <text x=x y=coord(H - 6.0) text-anchor="middle" font-size="10" fill=LABEL>{utc_hhmm(t)}</text>
+                <text x=x y=coord(H - 6.0) text-anchor="middle" font-size="10" fill=LABEL>{label}</text>
             }
         })
         .collect_view();
@@ -422,6 +461,7 @@ pub fn ThroughputChart(
     let (label, now_words) = match window {
         Window::Hour => ("throughput per minute, last hour", "this minute"),
         Window::Day => ("throughput per minute, last 24 hours", "this quarter hour"),
+        Window::Week => ("throughput per minute, last 7 days", "this hour"),
     };
     view! {
         <figure class="chart" data-testid="throughput-chart">
@@ -648,15 +688,14 @@ pub fn DistributionChart(
         let text = match (measure, window) {
             (Measure::Latency, Window::Hour) => "no upstream calls in the last hour",
             (Measure::Latency, Window::Day) => "no upstream calls in the last 24 hours",
+            (Measure::Latency, Window::Week) => "no upstream calls in the last 7 days",
             (_, Window::Hour) => "nothing completed in the last hour",
             (_, Window::Day) => "nothing completed in the last 24 hours",
+            (_, Window::Week) => "nothing completed in the last 7 days",
         };
         empty_note(text)
     });
-    let every = match window {
-        Window::Hour => "per minute",
-        Window::Day => "per quarter hour",
-    };
+    let every = window.every();
     let legend = series
         .iter()
         .map(|s| {
@@ -955,6 +994,33 @@ mod tests {
         for s in [&latency, &polls, &ttr] {
             assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
         }
+    }
+
+    #[test]
+    fn a_week_is_labelled_by_date_and_hour() {
+        assert_eq!(utc_month_day(0), "01-01");
+        assert_eq!(utc_month_day(DAY + 5 * MINUTE_MS), utc_month_day(DAY));
+        // 2026-12-01 is day 20788 since 1970; 2024-02-29 is day 19782.
+        assert_eq!(utc_month_day(20_788 * DAY_MS), "12-01");
+        assert_eq!(utc_month_day(19_782 * DAY_MS + DAY_MS - 1), "02-29");
+        assert_eq!(Window::parse("7d"), Window::Week);
+        assert_eq!(Window::parse(Window::Week.param()), Window::Week);
+        let start = 20_788 * DAY_MS;
+        let week: Vec<Bucket> = (0..168)
+            .map(|i| Bucket {
+                minute_ms: start + i * 60 * MINUTE_MS,
+                completed: 60,
+                ..Bucket::default()
+            })
+            .collect();
+        let html = html(view! { <ThroughputChart buckets=week window=Window::Week /> });
+        assert!(html.contains(">12-03<") && html.contains(">12-07<"), "{html}");
+        assert!(!html.contains(">00:00<"), "{html}");
+        assert!(
+            html.contains("<title>12-01 05:00–06:00 UTC · 60 completed, 0 failed, 0 polled</title>"),
+            "{html}"
+        );
+        assert!(html.contains(">1/min<"), "per-minute rate of an hour's point: {html}");
     }
 
     #[test]
