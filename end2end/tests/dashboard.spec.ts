@@ -192,11 +192,13 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
   const deadQuery = `narrow-dead-${run}-${"z".repeat(120)} polls=1`;
   const deadError = `HTTP 503: ${"upstream-said-no-".repeat(12)}<b>not html</b>`;
   const died = Date.now();
+  // The call the worker names with its error (a long URL must wrap on a phone).
+  const firstCall = `GET https://reports.example/v1/jobs/narrow-dead-${run}-${"z".repeat(120)}%20polls%3D1`;
   // Its history as the queue writes it (newest first): two claims, each ended by an error.
   const hist = `{repoll}:h:${taskId(deadQuery)}`;
   redisPipe([
     ...deadTaskLines(deadQuery, deadError, died),
-    `RPUSH ${hist} ${quote(`${died}|dead|max_attempts: after 2 attempts`)} ${quote(`${died}|error|${deadError}`)} ${quote(`${died - 1_500}|claimed|by narrow-worker-2 token 9`)} ${quote(`${died - 20_000}|error|timeout after 3000 ms -> retry at ${died - 2_000} (attempt 1)`)} ${quote(`${died - 23_000}|claimed|by narrow-worker-1 token 8`)}`,
+    `RPUSH ${hist} ${quote(`${died}|dead|max_attempts: after 2 attempts`)} ${quote(`${died}|error|${deadError}`)} ${quote(`${died - 1_500}|claimed|by narrow-worker-2 token 9`)} ${quote(`${died - 20_000}|error|${firstCall}: timeout after 3000 ms -> retry at ${died - 2_000} (attempt 1)`)} ${quote(`${died - 23_000}|claimed|by narrow-worker-1 token 8`)}`,
   ]);
   const waitingQuery = `narrow-waiting-${run} polls=1`;
   const waitingId = taskId(waitingQuery);
@@ -233,6 +235,11 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
       await waitLive(page);
       await expect(page.getByTestId("ttr-chart")).toBeVisible();
     });
+    await noSidewaysScroll(page, "/admin?window=7d", async () => {
+      await waitLive(page);
+      await expect(page.getByTestId("latency-chart")).toBeVisible();
+      await expect(page.getByTestId("polls-chart")).toBeVisible();
+    });
     for (const state of ["ready", "waiting", "leased", "dead", "results"]) {
       await noSidewaysScroll(page, `/admin/tasks?state=${state}`, async () => {
         await waitLive(page);
@@ -257,6 +264,8 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
     await expect(attempts.nth(0)).toContainText("narrow-worker-2");
     await expect(attempts.nth(0)).toContainText("gave up");
     await expect(attempts.nth(1).getByTestId("attempt-error")).toHaveText("timeout after 3000 ms");
+    await expect(attempts.nth(1).getByTestId("attempt-call")).toHaveText(firstCall);
+    await expect(attempts.nth(0).getByTestId("attempt-call")).toHaveText("—");
     await expect(attempts.nth(1)).toContainText("narrow-worker-1");
     await expect(page.getByTestId("attempts").locator("b")).toHaveCount(0);
     await shot(page, "phone-task-attempts", true);
@@ -516,12 +525,11 @@ test("without JavaScript an admin action's result is shown after the reload, onc
     await page.getByTestId("resume").click();
     await expect(page.getByTestId("action-result")).toHaveText("resumed");
     expect(redis("EXISTS", "{repoll}:paused").trim()).toBe("0");
-    // The pause and the resume are marked on the charts, in both windows.
-    for (const window of ["1h", "24h"]) {
+    // The pause and the resume are marked on the charts, in every window.
+    const words: Record<string, string> = { "1h": "last hour", "24h": "last 24 hours", "7d": "last 7 days" };
+    for (const window of ["1h", "24h", "7d"]) {
       await page.goto(`/admin?window=${window}`);
-      await expect(page.getByTestId("chart-window").locator("[aria-current=page]")).toHaveText(
-        window === "1h" ? "last hour" : "last 24 hours",
-      );
+      await expect(page.getByTestId("chart-window").locator("[aria-current=page]")).toHaveText(words[window]);
       // A CSS locator: the markers are SVG groups.
       const labels = await page.locator("[data-testid=throughput-chart] [data-testid=chart-marker]").allTextContents();
       expect(labels.join(" ")).toContain("paused");
@@ -531,4 +539,30 @@ test("without JavaScript an admin action's result is shown after the reload, onc
     redis("DEL", "{repoll}:paused");
     await context.close();
   }
+});
+
+test("the overview charts p50/p95/p99 of real upstream calls, time to result and polls per task", async ({
+  page,
+  request,
+}) => {
+  const run = Date.now();
+  const id = await submit(request, `percentiles-${run} polls=2`);
+  await expect(async () => {
+    expect((await (await request.get(`/api/v1/queries/${id}`)).json()).status).toBe("done");
+  }).toPass({ timeout: 30_000 });
+  await signIn(page);
+  await page.goto("/admin");
+  await waitLive(page);
+  for (const [chart, words] of [
+    ["latency-chart", "upstream call latency p50"],
+    ["ttr-chart", "time to result p50"],
+    ["polls-chart", "polls per task p50"],
+  ]) {
+    // CSS locators: the lines and their tooltips are SVG elements.
+    await expect(page.locator(`[data-testid=${chart}] .s-p95`).first()).toBeAttached();
+    const tips = await page.locator(`[data-testid=${chart}] .tips title`).allTextContents();
+    expect(tips.some((t) => t.includes(words)), `${chart}: ${tips.slice(-3).join(" | ")}`).toBe(true);
+  }
+  // This task was polled twice before its answer: the polls chart's p99 is at least 2.
+  await expect(page.getByTestId("polls-chart").locator("figcaption")).toContainText("p99");
 });

@@ -135,7 +135,10 @@ mod tests {
             assert_eq!(bucket_of(low), k);
             assert_eq!(bucket_of(high), k);
             if low >= 16 {
-                assert!((high - low + 1) * 4 <= low, "bucket {k} is at most 25% wide");
+                assert!(
+                    (high - low + 1) * 4 <= low,
+                    "bucket {k} is at most 25% wide"
+                );
             }
             next = high + 1;
         }
@@ -153,7 +156,10 @@ mod tests {
         assert_eq!(p.count, 100);
         let near = |got: u64, exact: u64| {
             let (low, high) = bucket_range(bucket_of(exact));
-            assert!((low..=high).contains(&got), "{got} in the bucket of {exact}");
+            assert!(
+                (low..=high).contains(&got),
+                "{got} in the bucket of {exact}"
+            );
         };
         near(p.p50, 50);
         near(p.p95, 95);

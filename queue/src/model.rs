@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 // The types the browser shows too live in the shared `model` crate; the queue's own API types
 // (settings, call arguments and outcomes) stay here.
 pub use model::{
-    AuditEntry, DeadReason, Event, HistoryEntry, LeaseInfo, ListState, Notice, Order, Page,
-    PauseInfo, Priority, PurgeTarget, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState,
-    ThroughputBucket, WorkerInfo, Histogram, Percentiles,
+    AuditEntry, DeadReason, Event, Histogram, HistoryEntry, LeaseInfo, ListState, Notice, Order,
+    Page, PauseInfo, Percentiles, Priority, PurgeTarget, Stats, StoredResult, Task, TaskDetail,
+    TaskId, TaskState, ThroughputBucket, WorkerInfo,
 };
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.

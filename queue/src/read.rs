@@ -4,9 +4,8 @@
 use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
 use crate::model::{
-    Event, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, PauseInfo, Stats,
-    StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
-    Histogram,
+    Event, Histogram, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, PauseInfo,
+    Stats, StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -627,7 +626,10 @@ impl Queue {
             let mut fields: Vec<String> = Vec::new();
             let mut what: Vec<(usize, Field)> = Vec::new();
             for m in &members {
-                let at = |ms: i64| out.binary_search_by_key(&point_of(ms), |b| b.minute_ms).ok();
+                let at = |ms: i64| {
+                    out.binary_search_by_key(&point_of(ms), |b| b.minute_ms)
+                        .ok()
+                };
                 if let Some((ms, kind, bucket)) = parse_hist_field(m) {
                     if let Some(i) = at(ms) {
                         fields.push(m.clone());

@@ -792,7 +792,11 @@ async fn reap_trims_throughput_minutes_older_than_a_day() {
     // An hour rolled up more than a week ago: trimmed.
     let ancient = old - old.rem_euclid(3_600_000) - 7 * 86_400_000;
     let _: () = c
-        .hset(format!("{{{name}}}:tphour"), format!("{ancient}:completed"), 9)
+        .hset(
+            format!("{{{name}}}:tphour"),
+            format!("{ancient}:completed"),
+            9,
+        )
         .await
         .unwrap();
     let _: () = c
@@ -829,7 +833,11 @@ async fn reap_trims_throughput_minutes_older_than_a_day() {
     // The week's view counts both the rolled-up hour and the recent minute.
     let week = q.throughput(7 * 1440, 60).await.unwrap();
     // Hours aligned on the clock: 168, or 169 when the week starts inside an hour.
-    assert!(week.len() == 168 || week.len() == 169, "{} points", week.len());
+    assert!(
+        week.len() == 168 || week.len() == 169,
+        "{} points",
+        week.len()
+    );
     assert_eq!(week.iter().map(|b| b.completed).sum::<u64>(), 10);
     let at_hour = week.iter().find(|b| b.minute_ms == hour).unwrap();
     assert_eq!(at_hour.completed, 5);
@@ -918,7 +926,9 @@ async fn histograms_of_latency_polls_and_time_to_result() {
         let queries: Vec<String> = (0..latencies.len()).map(|i| format!("h-{i}")).collect();
         let items: Vec<(&str, &str)> = queries.iter().map(|s| (s.as_str(), "")).collect();
         // The first four are polled twice first (upstream latency 2000 ms each time).
-        q.enqueue_many(&items[..4], &Default::default()).await.unwrap();
+        q.enqueue_many(&items[..4], &Default::default())
+            .await
+            .unwrap();
         for _ in 0..2 {
             let batch = q.claim("w", 4, 60_000).await.unwrap();
             assert_eq!(batch.len(), 4);
@@ -926,7 +936,9 @@ async fn histograms_of_latency_polls_and_time_to_result() {
                 q.reschedule(&c.id, c.token, 0, None, 2000).await.unwrap();
             }
         }
-        q.enqueue_many(&items[4..], &Default::default()).await.unwrap();
+        q.enqueue_many(&items[4..], &Default::default())
+            .await
+            .unwrap();
         let mut claimed = Vec::new();
         while claimed.len() < latencies.len() {
             let batch = q.claim("w", 100, 60_000).await.unwrap();
@@ -948,8 +960,10 @@ async fn histograms_of_latency_polls_and_time_to_result() {
                 r.unwrap();
             }
         }
-        let polls_of: BTreeMap<String, u32> =
-            claimed.iter().map(|c| (c.id.to_string(), c.polls)).collect();
+        let polls_of: BTreeMap<String, u32> = claimed
+            .iter()
+            .map(|c| (c.id.to_string(), c.polls))
+            .collect();
         let end = q.now_ms().await.unwrap();
         if start / 60_000 != end / 60_000 {
             continue;
@@ -997,7 +1011,10 @@ async fn histograms_of_latency_polls_and_time_to_result() {
         }
         assert_eq!(point.latency, h.percentiles());
         let polls = point.polls.unwrap();
-        assert_eq!((polls.p50, polls.p99, polls.count), (0, 2, latencies.len() as u64));
+        assert_eq!(
+            (polls.p50, polls.p99, polls.count),
+            (0, 2, latencies.len() as u64)
+        );
         let ttr = point.ttr.unwrap();
         assert!(ttr.p50 <= ttr.p95 && ttr.p95 <= ttr.p99 && ttr.count == latencies.len() as u64);
         assert!(ttr.p99 <= (end - start + 1000) as u64 * 5 / 4, "{ttr:?}");

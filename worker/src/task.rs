@@ -158,7 +158,12 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
                 Next::Dead(_) => Retry::After(0),
                 Next::Again(d) => Retry::After(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             };
-            fail(ctx, c, &e.to_string(), e.kind(), retry, latency_ms).await
+            // The call goes with the error, so the task's attempts say which URL failed.
+            let reason = match ctx.upstream.shown_call(&c.query) {
+                Some(call) => format!("{call}: {e}"),
+                None => e.to_string(),
+            };
+            fail(ctx, c, &reason, e.kind(), retry, latency_ms).await
         }
     }
 }

@@ -497,6 +497,25 @@ impl Upstream {
         self.template.url_for(key)
     }
 
+    /// The call for `key` as an operator may see it in a task's history: the method and the
+    /// URL without its query string, fragment or user info (where templates carry credentials),
+    /// with configured header secrets masked, e.g. `GET http://api.example/v1/jobs/abc`. None
+    /// when no URL can be built for the key (the error then says why).
+    pub fn shown_call(&self, key: &str) -> Option<String> {
+        let mut url = self.url_for(key).ok()?;
+        url.set_query(None);
+        url.set_fragment(None);
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        let mut shown = format!("{} {url}", self.method);
+        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
+            if secret.len() >= 4 {
+                shown = shown.replace(secret, "***");
+            }
+        }
+        Some(truncate(&shown, SHOWN_CALL_MAX))
+    }
+
     /// Polls the upstream once for `key`.
     pub async fn query(&self, key: &str) -> Result<Answer, UpstreamError> {
         let url = self.url_for(key)?;
@@ -595,6 +614,9 @@ impl Upstream {
         UpstreamError::Connect(error_chain(&e.without_url()))
     }
 }
+
+/// Longest call shown in a history entry (a long query in the path is cut).
+const SHOWN_CALL_MAX: usize = 300;
 
 /// Stands in for `{key}` while the template itself is parsed (lowercase: hosts are lowercased).
 const KEY_MARK: &str = "repoll-key-0mark";
@@ -832,6 +854,30 @@ mod tests {
             ..UpstreamArgs::default()
         })
         .expect(url)
+    }
+
+    #[test]
+    fn the_shown_call_has_no_query_string_user_info_or_secret() {
+        let up = Upstream::new(&UpstreamArgs {
+            url:
+                "http://ops:hunter22@api.example:8080/v1/sekr3t-token/jobs/{key}?api_key=abc123&q=1"
+                    .into(),
+            api_key: Some(Secret::new("sekr3t-token")),
+            ..UpstreamArgs::default()
+        })
+        .unwrap();
+        assert_eq!(
+            up.shown_call("report 7").as_deref(),
+            Some("GET http://api.example:8080/v1/***/jobs/report%207")
+        );
+        let long = "x".repeat(1000);
+        let shown = up.shown_call(&long).unwrap();
+        assert!(shown.chars().count() <= SHOWN_CALL_MAX + 1 && shown.ends_with('…'));
+        let query_key = upstream("http://api.example/poll?q={key}");
+        assert_eq!(
+            query_key.shown_call("a&b").as_deref(),
+            Some("GET http://api.example/poll")
+        );
     }
 
     #[test]

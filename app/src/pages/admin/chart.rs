@@ -962,11 +962,12 @@ mod tests {
             polls: if i >= 30 { p(1, 3, 7) } else { None },
             ..Bucket::default()
         });
-        let chart = |measure| {
-            html(view! { <DistributionChart buckets=buckets.clone() measure /> })
-        };
+        let chart = |measure| html(view! { <DistributionChart buckets=buckets.clone() measure /> });
         let latency = chart(Measure::Latency);
-        assert!(latency.contains("data-testid=\"latency-chart\""), "{latency}");
+        assert!(
+            latency.contains("data-testid=\"latency-chart\""),
+            "{latency}"
+        );
         assert!(
             latency.contains(
                 "<title>14:01 UTC · upstream call latency p50 120 ms, p95 900 ms, p99 2.5 s over 9 calls</title>"
@@ -975,18 +976,28 @@ mod tests {
         );
         for class in ["s-p50", "s-p95", "s-p99"] {
             assert_eq!(
-                latency.matches(&format!("class=\"{class}\"></polyline>")).count(),
+                latency
+                    .matches(&format!("class=\"{class}\"></polyline>"))
+                    .count(),
                 1,
                 "{class}: {latency}"
             );
         }
         assert!(latency.contains(">3s<"), "the axis reaches p99: {latency}");
-        assert!(!latency.contains("s-ttr"), "no average but for time to result");
+        assert!(
+            !latency.contains("s-ttr"),
+            "no average but for time to result"
+        );
         let polls = chart(Measure::Polls);
         assert!(polls.contains("data-testid=\"polls-chart\""));
-        assert!(polls.contains("<title>14:01 UTC · nothing completed</title>"), "{polls}");
         assert!(
-            polls.contains("<title>14:31 UTC · polls per task p50 1, p95 3, p99 7 over 9 completed</title>"),
+            polls.contains("<title>14:01 UTC · nothing completed</title>"),
+            "{polls}"
+        );
+        assert!(
+            polls.contains(
+                "<title>14:31 UTC · polls per task p50 1, p95 3, p99 7 over 9 completed</title>"
+            ),
             "{polls}"
         );
         let ttr = chart(Measure::TimeToResult);
@@ -1014,13 +1025,21 @@ mod tests {
             })
             .collect();
         let html = html(view! { <ThroughputChart buckets=week window=Window::Week /> });
-        assert!(html.contains(">12-03<") && html.contains(">12-07<"), "{html}");
-        assert!(!html.contains(">00:00<"), "{html}");
         assert!(
-            html.contains("<title>12-01 05:00–06:00 UTC · 60 completed, 0 failed, 0 polled</title>"),
+            html.contains(">12-03<") && html.contains(">12-07<"),
             "{html}"
         );
-        assert!(html.contains(">1/min<"), "per-minute rate of an hour's point: {html}");
+        assert!(!html.contains(">00:00<"), "{html}");
+        assert!(
+            html.contains(
+                "<title>12-01 05:00–06:00 UTC · 60 completed, 0 failed, 0 polled</title>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains(">1/min<"),
+            "per-minute rate of an hour's point: {html}"
+        );
     }
 
     #[test]

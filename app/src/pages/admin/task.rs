@@ -174,6 +174,9 @@ struct AttemptRow {
     worker: Option<String>,
     /// From the claim to the error (the call, plus the round trips around it).
     took_ms: Option<i64>,
+    /// The call that failed ("GET http://api.example/v1/x"), when the worker recorded it (the
+    /// URL without its query string: the worker leaves out where credentials may be).
+    call: Option<String>,
     /// The error in full, as the worker recorded it.
     error: String,
     /// When the next try was due, when there was one.
@@ -197,6 +200,7 @@ fn attempt_rows(history: &[HistoryEntry]) -> Vec<AttemptRow> {
                     None => (h.detail.as_str(), None),
                 };
                 let retry_at = retry.and_then(|r| r.split_whitespace().next()?.parse().ok());
+                let (call, error) = split_call(error);
                 let number = retry
                     .and_then(|r| r.split("(attempt ").nth(1))
                     .and_then(|n| n.trim_end_matches(')').parse().ok())
@@ -210,6 +214,7 @@ fn attempt_rows(history: &[HistoryEntry]) -> Vec<AttemptRow> {
                     at_ms: h.at_ms,
                     worker,
                     took_ms: claim.map(|c| (h.at_ms - c.at_ms).max(0)),
+                    call: call.map(str::to_string),
                     error: error.to_string(),
                     retry_at,
                 });
@@ -224,6 +229,23 @@ fn attempt_rows(history: &[HistoryEntry]) -> Vec<AttemptRow> {
     rows
 }
 
+/// The worker's "METHOD URL: error" split into the call and the error; (None, all) for an
+/// error recorded without its call (older workers, a query that could not be put in a URL).
+fn split_call(error: &str) -> (Option<&str>, &str) {
+    let Some((method, rest)) = error.split_once(' ') else {
+        return (None, error);
+    };
+    let is_method = !method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase());
+    let is_url = rest.starts_with("http://") || rest.starts_with("https://");
+    // A URL has no spaces (the worker percent-encodes the query), so the first ": " ends it.
+    match rest.split_once(": ") {
+        Some((url, e)) if is_method && is_url && !url.contains(' ') => {
+            (Some(&error[..method.len() + 1 + url.len()]), e)
+        }
+        _ => (None, error),
+    }
+}
+
 /// The attempts table: one row per failed attempt, newest first.
 #[component]
 fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
@@ -233,7 +255,7 @@ fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
         <div class="table-scroll">
         <table class="cards" data-testid="attempts">
             <thead>
-                <tr><th>"#"</th><th>"when"</th><th>"worker"</th><th>"took"</th><th>"error"</th><th>"then"</th></tr>
+                <tr><th>"#"</th><th>"when"</th><th>"worker"</th><th>"call"</th><th>"took"</th><th>"error"</th><th>"then"</th></tr>
             </thead>
             <tbody>
                 {rows
@@ -249,6 +271,7 @@ fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
                                 <td data-label="#">{r.number}</td>
                                 <td data-label="when"><TimeAt now at=r.at_ms past=true /></td>
                                 <td data-label="worker">{or_dash(r.worker.unwrap_or_default())}</td>
+                                <td data-label="call" class="call-text" data-testid="attempt-call">{or_dash(r.call.unwrap_or_default())}</td>
                                 <td data-label="took">{r.took_ms.map(duration).unwrap_or_else(|| "—".into())}</td>
                                 <td data-label="error" class="error-text" data-testid="attempt-error">{r.error}</td>
                                 <td data-label="then">{then}</td>
@@ -440,6 +463,7 @@ mod tests {
                 at_ms: 5_000,
                 worker: Some("w1".into()),
                 took_ms: Some(3_000),
+                call: None,
                 error: "timeout after 3000 ms".into(),
                 retry_at: Some(7_000),
             }
@@ -449,6 +473,29 @@ mod tests {
         assert_eq!(rows[0].took_ms, Some(300));
         assert_eq!(rows[0].error, "HTTP 503: upstream says no");
         assert_eq!(rows[0].retry_at, None);
+    }
+
+    #[test]
+    fn the_call_is_split_from_the_error() {
+        let rows = attempt_rows(&[h(
+            5,
+            "error",
+            "GET http://api.example:8080/v1/a%20b: HTTP 503: no: not now -> retry at 9 (attempt 3)",
+        )]);
+        assert_eq!(
+            rows[0].call.as_deref(),
+            Some("GET http://api.example:8080/v1/a%20b")
+        );
+        assert_eq!(rows[0].error, "HTTP 503: no: not now");
+        assert_eq!((rows[0].number, rows[0].retry_at), (3, Some(9)));
+        for plain in [
+            "HTTP 503: upstream says no",
+            "GET is not a URL: boom",
+            "query '..' cannot be placed in the URL path",
+            "POST https://x/y",
+        ] {
+            assert_eq!(split_call(plain), (None, plain));
+        }
     }
 
     #[test]
