@@ -809,3 +809,17 @@ fn hash_password_makes_a_hash_that_signs_in() {
     assert!(secret.verify("correct horse"));
     assert!(!secret.verify("correct horse "));
 }
+
+/// A simulator flag out of range stops `repoll sim` at once with a message naming it, before
+/// anything listens (clap validates the range; `sim/src/lib.rs` unit tests cover each knob).
+#[test]
+fn a_simulator_flag_out_of_range_stops_the_start() {
+    for (flag, value) in [("--sim-max-keys", "0"), ("--sim-max-keys", "100001")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        cmd.args(["sim", "--addr", "127.0.0.1:0", flag, value]);
+        let out = output_within(cmd, Duration::from_secs(20));
+        assert!(!out.status.success(), "{flag} {value} started");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
+}

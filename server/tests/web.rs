@@ -201,3 +201,72 @@ async fn pages_render_while_other_routers_are_built() {
     assert!(built > 0, "no router was built alongside");
     redis.stop().await;
 }
+
+/// `REPOLL_REQUEST_TIMEOUT_MS`: a handler that has not answered in time is cut with a 503, but
+/// a response already under way (a live stream's body) is never cut by it.
+#[tokio::test]
+async fn the_request_timeout_cuts_slow_answers_not_streams() {
+    use axum::{body::Body, routing::get as route_get};
+    let (redis, _dir) = start_redis().await;
+    let extra = Router::new()
+        .route(
+            "/slow",
+            route_get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "too late"
+            }),
+        )
+        .route(
+            "/stream",
+            route_get(|| async {
+                // Ten chunks over a second: five times the timeout.
+                let chunks = futures::stream::unfold(0u32, |n| async move {
+                    if n == 10 {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Some((Ok::<_, std::io::Error>(format!("chunk {n}\n")), n + 1))
+                });
+                Body::from_stream(chunks)
+            }),
+        );
+    let queue = connect_queue(redis.url(), "webtest").await;
+    let state = WebState {
+        live: server::live_hub::Live::start(
+            redis::Client::open(redis.url()).unwrap(),
+            queue.channels().dashboard,
+            Default::default(),
+            Default::default(),
+        ),
+        api: Default::default(),
+        admin: Default::default(),
+        leptos_options: web::leptos_options("target/site"),
+        app: AppContext {
+            queue,
+            enqueue_policy: Default::default(),
+            admin: Default::default(),
+            first_answer: Duration::ZERO,
+        },
+    };
+    let router = web::router(
+        state,
+        Limits {
+            body_bytes: 1024,
+            timeout: Duration::from_millis(200),
+        },
+        extra,
+    );
+    let started = std::time::Instant::now();
+    let (status, _) = get(&router, "/slow").await;
+    assert_eq!(status, 503);
+    // A hang guard, not a speed check: the handler would take a minute.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "cut at the timeout, not when the handler finished"
+    );
+    let (status, body) = get(&router, "/stream").await;
+    assert_eq!(status, 200);
+    assert_eq!(body.lines().count(), 10, "{body}");
+    assert!(body.ends_with("chunk 9\n"), "{body}");
+    redis.stop().await;
+}
