@@ -182,6 +182,9 @@ async fn serve_with(
     )
     .await?;
     let metrics = worker::install_prometheus();
+    // The web side's own series, 0 until something happens (see install_prometheus).
+    metrics::counter!("repoll_connections_refused_total").increment(0);
+    metrics::gauge!("repoll_live_streams").increment(0.0);
     let fd_limit = http_server::raise_fd_limit();
 
     let mut background = tokio::task::JoinSet::new();

@@ -823,3 +823,105 @@ fn a_simulator_flag_out_of_range_stops_the_start() {
         assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
     }
 }
+
+/// `/metrics` of `repoll serve` (in-process workers and simulator) carries every metric the
+/// README names once a query has completed and one has failed: the counters that have not
+/// counted yet are there at 0.
+#[test]
+fn metrics_carry_every_named_series() {
+    let web_port = free_port();
+    let redis_port = free_port();
+    let sim_port = free_port();
+    let dir = std::env::temp_dir().join(format!("repoll-metrics-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
+        .arg("serve")
+        .env_remove("REDIS_URL")
+        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
+        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
+        .env("REPOLL_MANAGED_REDIS_DIR", &dir)
+        .env("REPOLL_SIM", "true")
+        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+        )
+        .env("REPOLL_POLL_INTERVAL_MS", "100")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn repoll");
+    let stop = |child: &mut std::process::Child| {
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        while child.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = std::fs::remove_dir_all(&dir);
+    };
+    if !wait_ready(web_port, Duration::from_secs(30)) {
+        stop(&mut child);
+        panic!("repoll serve became ready (30 s hang guard)");
+    }
+    let submit = |query: &str| -> String {
+        let body = format!(r#"{{"query":"{query}"}}"#);
+        let mut s = send(
+            web_port,
+            &format!(
+                "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+                 content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            ),
+        );
+        let answer = read_until(&mut s, "\"id\":\"");
+        answer
+            .split("\"id\":\"")
+            .nth(1)
+            .map(|rest| rest.chars().take(32).collect())
+            .unwrap()
+    };
+    let ids = [
+        submit("metrics done polls=1"),
+        submit("metrics failed status=failed"),
+    ];
+    let t0 = Instant::now();
+    let settled = |id: &str| {
+        http_get(web_port, &format!("/api/v1/queries/{id}"))
+            .is_ok_and(|r| r.contains("\"status\":\"done\"") || r.contains("\"status\":\"failed\""))
+    };
+    while !ids.iter().all(|id| settled(id)) {
+        if t0.elapsed() > Duration::from_secs(60) {
+            stop(&mut child);
+            panic!("the queries did not settle (60 s hang guard)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The gauges of queue depth are refreshed periodically: wait for them too.
+    let mut page = String::new();
+    let wanted = [
+        "repoll_claims_total",
+        "repoll_completions_total",
+        "repoll_polls_total",
+        "repoll_failures_total{",
+        "repoll_lease_expirations_total",
+        "repoll_upstream_latency_seconds_bucket{",
+        "repoll_in_flight",
+        "repoll_queue_depth{state=",
+        "repoll_live_streams",
+        "repoll_connections_refused_total",
+    ];
+    while t0.elapsed() < Duration::from_secs(90) {
+        page = http_get(web_port, "/metrics").unwrap_or_default();
+        if wanted.iter().all(|w| page.contains(w)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop(&mut child);
+    for w in wanted {
+        assert!(page.contains(w), "{w} missing from /metrics:\n{page}");
+    }
+    assert!(page.contains("repoll_completions_total 1"), "{page}");
+}

@@ -65,6 +65,21 @@ pub fn install_prometheus() -> PrometheusHandle {
             if let Err(e) = metrics::set_global_recorder(recorder) {
                 tracing::warn!(error = %e, "a metrics recorder is already installed");
             }
+            // Counters that have not counted yet are 0, not absent, so `rate()` and alerts
+            // work from the first scrape (labelled ones appear with their first label set).
+            for name in [
+                CLAIMS,
+                COMPLETIONS,
+                POLLS,
+                LEASE_EXPIRATIONS,
+                LEASE_RENEWALS,
+                STALE_TOKENS,
+                RELEASES,
+                RATE_LIMITED,
+            ] {
+                metrics::counter!(name).increment(0);
+            }
+            metrics::gauge!(IN_FLIGHT).increment(0.0);
             let upkeep = handle.clone();
             let spawned = std::thread::Builder::new()
                 .name("metrics-upkeep".into())
