@@ -270,3 +270,69 @@ async fn the_request_timeout_cuts_slow_answers_not_streams() {
     assert!(body.ends_with("chunk 9\n"), "{body}");
     redis.stop().await;
 }
+
+/// The live hub's Pub/Sub connection is cut (CLIENT KILL, as a Redis restart or a proxy
+/// would): the hub reconnects and bumps every watcher (`resync`), since whatever was
+/// published meanwhile is lost; and it hears new messages again afterwards.
+#[tokio::test]
+async fn a_pubsub_reconnect_bumps_every_watcher() {
+    use redis::AsyncCommands;
+    let (redis, _dir) = start_redis().await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let channel = "repoll-test:dash";
+    let live = server::live_hub::Live::start(
+        client.clone(),
+        channel.to_string(),
+        Default::default(),
+        Default::default(),
+    );
+    let subscribed = |mut c: redis::aio::MultiplexedConnection| async move {
+        for _ in 0..200 {
+            let n: Vec<(String, u64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            if n.first().is_some_and(|(_, n)| *n == 1) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    };
+    assert!(
+        subscribed(c.clone()).await,
+        "the hub subscribed (10 s hang guard)"
+    );
+    // Past the first connection's own resync.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut watch = live.watch_task("a-watched-task");
+    let quiet = tokio::time::timeout(Duration::from_millis(300), watch.changed()).await;
+    assert!(quiet.is_err(), "nothing changed yet");
+
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    let bumped = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
+    assert_eq!(bumped, Ok(true), "the reconnect bumped the watcher");
+
+    // Connected again: a notice for the task reaches its watcher.
+    assert!(subscribed(c.clone()).await, "the hub subscribed again");
+    let _: u64 = c
+        .publish(
+            channel,
+            r#"{"kind":"completed","id":"a-watched-task","at_ms":1}"#,
+        )
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
+    assert_eq!(heard, Ok(true));
+    redis.stop().await;
+}
