@@ -41,6 +41,37 @@ fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// `repoll serve` on `web_port` with a managed redis-server on `redis_port` keeping its data
+/// in `dir` (never a `REDIS_URL` from the environment).
+fn serve_managed_command(web_port: u16, redis_port: u16, dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("serve")
+        .env_remove("REDIS_URL")
+        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
+        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
+        .env("REPOLL_MANAGED_REDIS_DIR", dir);
+    cmd
+}
+
+/// Submits `query` (plain text, no quotes) to `POST /api/v1/queries`; its task id.
+fn submit_query(web_port: u16, query: &str) -> String {
+    let body = format!(r#"{{"query":"{query}"}}"#);
+    let mut s = send(
+        web_port,
+        &format!(
+            "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    let answer = read_until(&mut s, "\"id\":\"");
+    answer
+        .split("\"id\":\"")
+        .nth(1)
+        .map(|rest| rest.chars().take(32).collect())
+        .unwrap()
+}
+
 /// One request on its own connection; the connection, after the request is written.
 fn send(port: u16, request: &str) -> std::net::TcpStream {
     use std::io::Write;
@@ -99,12 +130,7 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
     let web_port = free_port();
     let redis_port = free_port();
     let dir = std::env::temp_dir().join(format!("repoll-proc-{}", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .arg("serve")
-        .env_remove("REDIS_URL")
-        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
-        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
-        .env("REPOLL_MANAGED_REDIS_DIR", &dir)
+    let mut child = serve_managed_command(web_port, redis_port, &dir)
         // No workers: the query stays processing, so its stream stays open.
         .env("REPOLL_WORKERS", "0")
         .env("REPOLL_SHUTDOWN_GRACE_MS", "1000")
@@ -123,21 +149,7 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
         "managed redis keeps an append-only file in its data dir"
     );
 
-    let body = r#"{"query":"sigterm stream"}"#;
-    let mut submit = send(
-        web_port,
-        &format!(
-            "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let answer = read_until(&mut submit, "\"id\":\"");
-    let id: String = answer
-        .split("\"id\":\"")
-        .nth(1)
-        .map(|rest| rest.chars().take(32).collect())
-        .unwrap();
+    let id = submit_query(web_port, "sigterm stream");
     let mut stream = send(
         web_port,
         &format!("GET /api/v1/queries/{id}/events HTTP/1.1\r\nhost: x\r\n\r\n"),
@@ -833,12 +845,7 @@ fn metrics_carry_every_named_series() {
     let redis_port = free_port();
     let sim_port = free_port();
     let dir = std::env::temp_dir().join(format!("repoll-metrics-{}", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .arg("serve")
-        .env_remove("REDIS_URL")
-        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
-        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
-        .env("REPOLL_MANAGED_REDIS_DIR", &dir)
+    let mut child = serve_managed_command(web_port, redis_port, &dir)
         .env("REPOLL_SIM", "true")
         .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
         .env(
@@ -865,26 +872,9 @@ fn metrics_carry_every_named_series() {
         stop(&mut child);
         panic!("repoll serve became ready (30 s hang guard)");
     }
-    let submit = |query: &str| -> String {
-        let body = format!(r#"{{"query":"{query}"}}"#);
-        let mut s = send(
-            web_port,
-            &format!(
-                "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
-                 content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            ),
-        );
-        let answer = read_until(&mut s, "\"id\":\"");
-        answer
-            .split("\"id\":\"")
-            .nth(1)
-            .map(|rest| rest.chars().take(32).collect())
-            .unwrap()
-    };
     let ids = [
-        submit("metrics done polls=1"),
-        submit("metrics failed status=failed"),
+        submit_query(web_port, "metrics done polls=1"),
+        submit_query(web_port, "metrics failed status=failed"),
     ];
     let t0 = Instant::now();
     let settled = |id: &str| {

@@ -22,6 +22,11 @@ async fn router_for(url: &str) -> Router {
 /// The router with `extra` routes merged in (as `repoll serve` merges `/metrics`), under
 /// every layer.
 async fn router_with(url: &str, extra: Router) -> Router {
+    router_with_timeout(url, extra, Duration::from_secs(5)).await
+}
+
+/// [`router_with`] with another request timeout (`REPOLL_REQUEST_TIMEOUT_MS`).
+async fn router_with_timeout(url: &str, extra: Router, timeout: Duration) -> Router {
     let queue = connect_queue(url, "webtest").await;
     let live = server::live_hub::Live::start(
         redis::Client::open(url).unwrap(),
@@ -45,7 +50,7 @@ async fn router_with(url: &str, extra: Router) -> Router {
         state,
         Limits {
             body_bytes: 1024,
-            timeout: Duration::from_secs(5),
+            timeout,
         },
         extra,
     )
@@ -230,32 +235,7 @@ async fn the_request_timeout_cuts_slow_answers_not_streams() {
                 Body::from_stream(chunks)
             }),
         );
-    let queue = connect_queue(redis.url(), "webtest").await;
-    let state = WebState {
-        live: server::live_hub::Live::start(
-            redis::Client::open(redis.url()).unwrap(),
-            queue.channels().dashboard,
-            Default::default(),
-            Default::default(),
-        ),
-        api: Default::default(),
-        admin: Default::default(),
-        leptos_options: web::leptos_options("target/site"),
-        app: AppContext {
-            queue,
-            enqueue_policy: Default::default(),
-            admin: Default::default(),
-            first_answer: Duration::ZERO,
-        },
-    };
-    let router = web::router(
-        state,
-        Limits {
-            body_bytes: 1024,
-            timeout: Duration::from_millis(200),
-        },
-        extra,
-    );
+    let router = router_with_timeout(redis.url(), extra, Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
     let (status, _) = get(&router, "/slow").await;
     assert_eq!(status, 503);
