@@ -57,6 +57,12 @@ impl HistoryLevel {
     }
 }
 
+impl std::fmt::Display for HistoryLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::str::FromStr for HistoryLevel {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {

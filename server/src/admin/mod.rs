@@ -41,11 +41,11 @@ pub struct AdminArgs {
     pub viewer_password: Option<String>,
 
     /// How long a sign-in lasts, in seconds.
-    #[arg(long, env = "REPOLL_SESSION_TTL_SECS", default_value_t = 12 * 3600)]
+    #[arg(long, env = "REPOLL_SESSION_TTL_SECS", default_value_t = app::auth::AuthSettings::default().session_ttl_s)]
     pub session_ttl_secs: u64,
 
     /// Failed sign-ins per client address per minute before further tries are refused.
-    #[arg(long, env = "REPOLL_LOGIN_MAX_FAILURES", default_value_t = 5)]
+    #[arg(long, env = "REPOLL_LOGIN_MAX_FAILURES", default_value_t = app::auth::AuthSettings::default().max_failures)]
     pub login_max_failures: u32,
 
     /// Always mark the session cookie Secure (set it when TLS ends at a proxy).
