@@ -16,6 +16,8 @@
 //! - `worker_ops`: claim, renew, complete, reschedule, fail (each able to claim the next tasks
 //!   in the same call), release, reap, heartbeats.
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per unit of work).
+//! - `callback`: a task completed at once by the upstream's callback (the token was checked
+//!   by the web process).
 //! - `operator_ops`: retry, cancel, pause/resume, purge (chunked): what an operator does.
 //! - [`bulk`]: bulk actions by filter (select, count, act in chunks in the background, stop).
 //! - `read`: stats, list (cursor pages), get, workers, stuck leases, events, the pause flag,
@@ -28,6 +30,7 @@
 
 mod audit;
 pub mod bulk;
+mod callback;
 mod conn;
 mod decode;
 mod enqueue;

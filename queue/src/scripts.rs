@@ -34,6 +34,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("heartbeat", include_str!("../lua/heartbeat.lua")),
     ("upstream_rate", include_str!("../lua/upstream_rate.lua")),
     ("migrate", include_str!("../lua/migrate.lua")),
+    ("callback", include_str!("../lua/callback.lua")),
 ];
 
 /// Compiled scripts, one field per file.
@@ -57,6 +58,7 @@ pub(crate) struct Scripts {
     pub heartbeat: Script,
     pub upstream_rate: Script,
     pub migrate: Script,
+    pub callback: Script,
 }
 
 fn build(name: &str) -> Script {
@@ -101,10 +103,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     heartbeat: build("heartbeat"),
     upstream_rate: build("upstream_rate"),
     migrate: build("migrate"),
+    callback: build("callback"),
 });
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 19] {
+    pub fn all(&self) -> [&Script; 20] {
         [
             &self.enqueue,
             &self.claim,
@@ -125,6 +128,7 @@ impl Scripts {
             &self.heartbeat,
             &self.upstream_rate,
             &self.migrate,
+            &self.callback,
         ]
     }
 }

@@ -6,6 +6,9 @@ use std::{net::SocketAddr, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
+/// Where the simulator listens unless told otherwise (`repoll sim` and `repoll serve --sim`).
+pub const DEFAULT_SIM_ADDR: &str = "127.0.0.1:9001";
+
 /// repoll — answers slow asynchronous APIs at once and polls them for you.
 #[derive(Debug, Parser)]
 #[command(name = "repoll", version, about, long_about = None)]
@@ -51,7 +54,7 @@ pub struct RedisArgs {
     pub redis_cluster: bool,
 
     /// Queue name. All of the queue's keys share the Redis hash tag `{<queue>}`.
-    #[arg(long, env = "REPOLL_QUEUE", default_value = "repoll")]
+    #[arg(long, env = "REPOLL_QUEUE", default_value_t = queue::QueueConfig::default().name)]
     pub queue: String,
 
     /// Port of the managed local Redis (only without REDIS_URL); 0 picks a free port.
@@ -73,17 +76,17 @@ pub struct RedisArgs {
     pub redis_server_bin: PathBuf,
 
     /// How long a final result is kept and served without asking the upstream again (ms).
-    #[arg(long, env = "REPOLL_RESULT_TTL_MS", default_value_t = 24 * 3600 * 1000)]
+    #[arg(long, env = "REPOLL_RESULT_TTL_MS", default_value_t = queue::QueueConfig::default().result_ttl_ms)]
     pub result_ttl_ms: u64,
 
     /// Lease expiries after which a task is dead as "poison" (0 = never).
-    #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = 3)]
+    #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = queue::QueueConfig::default().max_lease_losses)]
     pub max_lease_losses: u32,
 
     /// What task histories keep: `transitions` (errors, lost leases, deaths, admin actions),
     /// `full` (also every claim and poll: a write per poll), or `off`. The enqueue, a live
     /// lease and the completion are always shown, read from the task itself.
-    #[arg(long, env = "REPOLL_HISTORY", default_value = "transitions")]
+    #[arg(long, env = "REPOLL_HISTORY", default_value_t = queue::QueueConfig::default().history)]
     pub history: queue::HistoryLevel,
 }
 
@@ -146,6 +149,8 @@ pub struct WorkerCmdArgs {
     pub policy: worker::PolicyArgs,
     #[command(flatten)]
     pub worker: worker::WorkerArgs,
+    #[command(flatten)]
+    pub callback: worker::CallbackArgs,
     /// Serve Prometheus metrics at http://<addr>/metrics (off when unset).
     #[arg(long, env = "REPOLL_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
@@ -155,7 +160,7 @@ pub struct WorkerCmdArgs {
 #[derive(Debug, Clone, Args)]
 pub struct SimCmdArgs {
     /// Address the simulator listens on.
-    #[arg(long, env = "REPOLL_SIM_ADDR", default_value = "127.0.0.1:9001")]
+    #[arg(long, env = "REPOLL_SIM_ADDR", default_value = DEFAULT_SIM_ADDR)]
     pub addr: SocketAddr,
     #[command(flatten)]
     pub sim: sim::SimArgs,
@@ -196,12 +201,12 @@ pub struct ServeArgs {
     pub header_timeout_ms: u64,
 
     /// Live (SSE) streams open at once, in all; more get 503.
-    #[arg(long, env = "REPOLL_MAX_STREAMS", default_value_t = 1_000,
+    #[arg(long, env = "REPOLL_MAX_STREAMS", default_value_t = crate::live_hub::StreamCaps::default().total,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub max_streams: usize,
 
     /// Live (SSE) streams one client address may hold open at once; more get 429.
-    #[arg(long, env = "REPOLL_MAX_STREAMS_PER_CLIENT", default_value_t = 32,
+    #[arg(long, env = "REPOLL_MAX_STREAMS_PER_CLIENT", default_value_t = crate::live_hub::StreamCaps::default().per_client,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
     pub max_streams_per_client: usize,
 
@@ -231,7 +236,7 @@ pub struct ServeArgs {
     pub sim: bool,
 
     /// Where the embedded simulator listens (with --sim).
-    #[arg(long, env = "REPOLL_SIM_ADDR", default_value = "127.0.0.1:9001")]
+    #[arg(long, env = "REPOLL_SIM_ADDR", default_value = DEFAULT_SIM_ADDR)]
     pub sim_addr: SocketAddr,
 
     #[command(flatten)]
@@ -246,6 +251,8 @@ pub struct ServeArgs {
     pub policy: worker::PolicyArgs,
     #[command(flatten)]
     pub worker: worker::WorkerArgs,
+    #[command(flatten)]
+    pub callback: worker::CallbackArgs,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -265,6 +272,7 @@ impl std::fmt::Debug for ServeArgs {
             .field("upstream", &self.upstream)
             .field("policy", &self.policy)
             .field("worker", &self.worker)
+            .field("callback", &self.callback)
             .finish_non_exhaustive()
     }
 }

@@ -367,6 +367,11 @@ mod tests {
         assert_eq!(a.upstream.data_pointer, "");
         assert_eq!(a.policy.poll_interval_ms, 500);
         assert_eq!(a.policy.max_attempts, 5);
+        assert!(a.upstream.url.contains("{callback_url}"));
+        assert_eq!(
+            a.callback.base_url.as_deref(),
+            Some("https://repoll.example.com")
+        );
     }
 
     #[test]

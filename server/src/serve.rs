@@ -199,9 +199,12 @@ async fn serve_with(
                 .map_err(ServeError::from)
         });
     }
+    // Checked before anything listens: a bad upstream or callback setting stops the start.
+    let upstream = worker::Upstream::new(&args.upstream)?;
+    let callbacks = worker::Callbacks::new(&args.callback)?;
     let slots = args.workers.unwrap_or(args.worker.concurrency);
     if slots > 0 {
-        let upstream = worker::Upstream::new(&args.upstream)?;
+        let upstream = upstream.clone();
         let pubsub = pubsub_client(url)?;
         let mut wargs = args.worker.clone();
         wargs.concurrency = slots;
@@ -209,7 +212,8 @@ async fn serve_with(
         // workers get at most the web drain period; unfinished leases are released to due at
         // once and another worker picks them up.
         wargs.grace_ms = wargs.grace_ms.min(args.shutdown_grace_ms);
-        let w = worker::Worker::new(queue.clone(), pubsub, upstream, args.policy.clone(), wargs);
+        let w = worker::Worker::new(queue.clone(), pubsub, upstream, args.policy.clone(), wargs)
+            .with_callbacks(callbacks.clone());
         tracing::info!(worker = w.id(), slots, "embedded worker started");
         let stop = shutdown.clone();
         background.spawn(async move {
@@ -242,6 +246,11 @@ async fn serve_with(
         .map_err(ServeError::Config)?;
     let mut api = crate::api::ApiState::new(&args.api, trust_forwarded);
     api.metrics_token = args.metrics_token.clone().map(Into::into);
+    api.callbacks = callbacks.map(|callbacks| crate::api::CallbackReceiver {
+        callbacks,
+        reader: upstream.reader().clone(),
+        max_body: upstream.max_body(),
+    });
     let state = WebState {
         live,
         api,

@@ -31,7 +31,9 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
     }
     let upstream = worker::Upstream::new(&args.upstream)?;
     let pubsub = pubsub_client(&url)?;
-    let w = worker::Worker::new(queue, pubsub, upstream, args.policy, args.worker);
+    let callbacks = worker::Callbacks::new(&args.callback)?;
+    let w = worker::Worker::new(queue, pubsub, upstream, args.policy, args.worker)
+        .with_callbacks(callbacks);
     tracing::info!(worker = w.id(), "worker started");
     let report = w.run(stop.cancelled_owned()).await?;
     tracing::info!(?report, "worker stopped");

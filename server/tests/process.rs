@@ -915,3 +915,167 @@ fn metrics_carry_every_named_series() {
     }
     assert!(page.contains("repoll_completions_total 1"), "{page}");
 }
+
+/// `redis-cli -p port args...`: its output, trimmed.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// POSTs a JSON body; the whole answer.
+fn http_post_json(port: u16, path: &str, body: &str) -> String {
+    use std::io::Read;
+    let mut s = send(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Callbacks end the wait early: the simulator is done 1 s after the first call and calls
+/// back then, while the poll interval is 10 s. The task must be done after exactly one poll
+/// (the simulator counts its calls) and one callback, long before the second poll. Then every
+/// refused token — forged, replayed, another task's life, expired — is a 404 and leaves Redis
+/// as it was. The time from submit to done is printed (the closing note's figure); the
+/// deadline below is a hang guard under the 10 s poll, not a speed assertion.
+#[test]
+fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothing() {
+    const SECRET: &str = "callback-secret-of-this-test-0123456789";
+    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
+    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let url = format!("redis://127.0.0.1:{redis_port}");
+    let mut cmd = serve_command(&url, web_port);
+    cmd.env("REPOLL_QUEUE", "cbq")
+        .env("REPOLL_WORKERS", "4")
+        .env("REPOLL_SIM", "true")
+        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        .env("REPOLL_SIM_MS", "1000")
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}&callback={{callback_url}}"),
+        )
+        .env("REPOLL_POLL_INTERVAL_MS", "10000")
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env("REPOLL_CALLBACK_SECRET", SECRET)
+        .env(
+            "REPOLL_CALLBACK_BASE_URL",
+            format!("http://127.0.0.1:{web_port}"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    children.0.push(cmd.spawn().expect("spawn repoll"));
+    assert!(
+        wait_ready(web_port, Duration::from_secs(30)),
+        "serve not ready"
+    );
+
+    let t0 = Instant::now();
+    let id = submit_query(web_port, "callback-one");
+    let done = loop {
+        let body = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
+        if body.contains(r#""status":"done""#) {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(9),
+            "not done before the 2nd poll: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    println!(
+        "callback: submit to done in {} ms (upstream done after 1000 ms, poll interval 10 s)",
+        done.as_millis()
+    );
+    let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap();
+    assert!(sim.contains(r#""calls":1,"#), "one poll only: {sim}");
+    assert!(sim.contains(r#""callbacks":1"#), "one callback: {sim}");
+    let result_key = format!("{{cbq}}:r:{id}");
+    let result = redis_cli(redis_port, &["GET", &result_key]);
+    assert!(
+        result.contains("callback") && result.contains(r#""progress":1.0"#),
+        "{result}"
+    );
+
+    // The tokens, made with the deployment's own key (a test may know it; an attacker not).
+    let created: i64 = result.split(',').nth(1).unwrap().parse().unwrap();
+    let signer = worker::Callbacks::new(&worker::CallbackArgs {
+        base_url: None,
+        secret: Some(worker::Secret::from(SECRET)),
+    })
+    .unwrap()
+    .unwrap();
+    let final_body = r#"{"status":"done","data":{"forged":true}}"#;
+    let post =
+        |token: &str| http_post_json(web_port, &format!("/api/v1/callbacks/{token}"), final_body);
+    // A second task, still processing (done in an hour): the target of the refused tokens.
+    let other = submit_query(web_port, "callback-two ms=3600000");
+    let other_key = format!("{{cbq}}:t:{other}");
+    let t1 = Instant::now();
+    while redis_cli(redis_port, &["HGET", &other_key, "p"]) != "1" {
+        assert!(
+            t1.elapsed() < Duration::from_secs(9),
+            "the second task was not polled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let other_created: i64 = redis_cli(redis_port, &["HGET", &other_key, "c"])
+        .parse()
+        .unwrap();
+    let before = (
+        redis_cli(redis_port, &["HGETALL", &other_key]),
+        redis_cli(redis_port, &["GET", &result_key]),
+        redis_cli(redis_port, &["DBSIZE"]),
+    );
+    let refused = [
+        (
+            "forged",
+            format!("{other}.{other_created}.0.{}", "ab".repeat(32)),
+        ),
+        ("wrong key", {
+            let other_signer = worker::Callbacks::new(&worker::CallbackArgs {
+                base_url: None,
+                secret: Some(worker::Secret::from("x".repeat(40).as_str())),
+            })
+            .unwrap()
+            .unwrap();
+            other_signer.token(&other, other_created, 0)
+        }),
+        ("replayed", signer.token(&id, created, 0)),
+        ("another life", signer.token(&other, other_created - 1, 0)),
+        (
+            "expired",
+            signer.token(&other, other_created, other_created + 1),
+        ),
+        ("garbage", "not-a-token".to_string()),
+    ];
+    for (what, token) in &refused {
+        let answer = post(token);
+        assert!(answer.starts_with("HTTP/1.1 404"), "{what}: {answer}");
+    }
+    let after = (
+        redis_cli(redis_port, &["HGETALL", &other_key]),
+        redis_cli(redis_port, &["GET", &result_key]),
+        redis_cli(redis_port, &["DBSIZE"]),
+    );
+    assert_eq!(before, after, "a refused callback changed Redis");
+    // The right token for the live task: done at once, and a second use is refused.
+    let good = signer.token(&other, other_created, 0);
+    let answer = post(&good);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains(r#""completed":true"#),
+        "{answer}"
+    );
+    assert!(post(&good).starts_with("HTTP/1.1 404"), "a used token");
+    let stored = redis_cli(redis_port, &["GET", &format!("{{cbq}}:r:{other}")]);
+    assert!(stored.ends_with(r#"{"forged":true}"#), "{stored}");
+}

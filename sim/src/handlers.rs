@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::faults::Fault;
 use crate::limits::MAX_KEY_BYTES;
 use crate::overrides::Overrides;
-use crate::state::{Plan, SimState};
+use crate::state::{CallbackPlan, Plan, SimState};
 
 type Shared = State<Arc<SimState>>;
 
@@ -39,6 +39,12 @@ pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, Stri
         Err(e) => return bad_request(&e.to_string()),
     };
     let plan = sim.plan(key, &o);
+    if let (Plan::Answer(_), Some(url)) = (&plan, params.get("callback").filter(|u| !u.is_empty()))
+    {
+        if let Some(cb) = sim.plan_callback(key, &o, url) {
+            tokio::spawn(send_callback(sim.clone(), key.to_string(), cb));
+        }
+    }
     let latency = sim.latency(&o);
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -49,6 +55,19 @@ pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, Stri
             fault,
             retry_after_s,
         } => fault_response(fault, retry_after_s, sim.args.hang_ms).await,
+    }
+}
+
+/// Posts the final answer to the callback URL when the key is done (one try, 5 s at most:
+/// the poll is the safety net, as with a real upstream).
+async fn send_callback(sim: Arc<SimState>, key: String, cb: CallbackPlan) {
+    tokio::time::sleep(cb.after).await;
+    match sim.client.post(&cb.url).json(&cb.body).send().await {
+        Ok(r) => {
+            tracing::debug!(%key, status = %r.status(), "callback sent");
+            sim.callback_sent(&key);
+        }
+        Err(e) => tracing::debug!(%key, error = %e, "callback failed"),
     }
 }
 

@@ -6,6 +6,11 @@
 //! [`overrides`]); fault knobs inject the failures a real API shows (5xx, 429 + `Retry-After`,
 //! malformed JSON, wrong shapes, latency, hangs, connection resets).
 //!
+//! Callbacks: a request with `callback=<url>` in its query string (a repoll URL template's
+//! `&callback={callback_url}`) is answered as usual, and a key done by time (`ms`) also gets
+//! its final answer `POST`ed to that URL when it is done: once per key, loopback URLs only,
+//! one try of at most 5 s. `/_sim/key` counts the callbacks that reached their URL.
+//!
 //! `GET /_sim/stats` is the witness the tests read: `{"calls": n, "keys": {"<key>": {"calls": n,
 //! "done": d}}}` — how often each key was called and how often it answered `done`.
 //! `GET /_sim/key?q=<key>` adds the call times of one key (to measure gaps between polls) and

@@ -40,6 +40,18 @@ struct KeyState {
     answers: u32,
     first_call: Option<Instant>,
     call_ms: Vec<i64>,
+    /// A callback is scheduled (or sent) for this key: one per key.
+    callback_planned: bool,
+    /// Callbacks that reached their URL (any HTTP answer).
+    callbacks: u64,
+}
+
+/// A callback to send: when, where and what (see [`SimState::plan_callback`]).
+#[derive(Debug)]
+pub struct CallbackPlan {
+    pub after: Duration,
+    pub url: String,
+    pub body: Value,
 }
 
 #[derive(Debug)]
@@ -55,6 +67,8 @@ struct Inner {
 #[derive(Debug)]
 pub struct SimState {
     pub args: SimArgs,
+    /// Sends callbacks (loopback only, 5 s per try).
+    pub client: reqwest::Client,
     inner: Mutex<Inner>,
 }
 
@@ -79,6 +93,9 @@ pub struct KeyDetail {
     pub calls: u64,
     pub done: u64,
     pub call_ms: Vec<i64>,
+    /// Callbacks sent for the key that reached their URL.
+    #[serde(default)]
+    pub callbacks: u64,
 }
 
 impl SimState {
@@ -89,6 +106,10 @@ impl SimState {
         };
         SimState {
             args,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap_or_default(),
             inner: Mutex::new(Inner {
                 rng,
                 calls: 0,
@@ -205,12 +226,51 @@ impl SimState {
                 calls: s.calls,
                 done: s.done,
                 call_ms: s.call_ms.clone(),
+                callbacks: s.callbacks,
             },
             None => KeyDetail {
                 calls: 0,
                 done: 0,
                 call_ms: Vec::new(),
+                callbacks: 0,
             },
+        }
+    }
+
+    /// The callback of a key that a request offered a callback URL for: the final answer, sent
+    /// when the key is done by time (`ms`, flag or override; a key done by a number of polls
+    /// has no time to call back at). One per key; `None` when planned already, when the key
+    /// is done by polls, or when the URL is not a loopback http URL (the simulator calls
+    /// nothing beyond this machine).
+    pub fn plan_callback(&self, key: &str, o: &Overrides, url: &str) -> Option<CallbackPlan> {
+        if !is_loopback_http(url) {
+            return None;
+        }
+        let ms = o.ms.unwrap_or(self.args.ms);
+        if ms == 0 || o.failed {
+            return None;
+        }
+        let mut inner = self.lock();
+        let ks = inner.keys.get_mut(key)?;
+        if ks.callback_planned {
+            return None;
+        }
+        ks.callback_planned = true;
+        let first = ks.first_call?;
+        let after = (first + Duration::from_millis(ms)).saturating_duration_since(Instant::now());
+        let items = o.items.unwrap_or(self.args.items);
+        let data = data_for(key, items, 1.0, o.payload.as_deref());
+        Some(CallbackPlan {
+            after,
+            url: url.to_string(),
+            body: json!({"status": "done", "data": data}),
+        })
+    }
+
+    /// Counts a callback that reached its URL.
+    pub fn callback_sent(&self, key: &str) {
+        if let Some(ks) = self.lock().keys.get_mut(key) {
+            ks.callbacks += 1;
         }
     }
 
@@ -221,6 +281,21 @@ impl SimState {
         inner.keys.clear();
         inner.order.clear();
     }
+}
+
+/// An `http` URL whose host is `localhost` or a loopback address.
+fn is_loopback_http(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let host = u.host_str().unwrap_or("");
+    u.scheme() == "http"
+        && (host.eq_ignore_ascii_case("localhost")
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()))
 }
 
 fn epoch_ms() -> i64 {

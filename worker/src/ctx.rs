@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use queue::Queue;
 
+use crate::callback::Callbacks;
 use crate::policy::PolicyArgs;
 use crate::upstream::Upstream;
 
@@ -26,6 +27,8 @@ pub(crate) struct Counters {
 pub(crate) struct Ctx {
     pub queue: Queue,
     pub upstream: Upstream,
+    /// Signs each call's callback URL where the upstream's template asks for one.
+    pub callbacks: Option<Callbacks>,
     pub policy: PolicyArgs,
     pub id: String,
     pub lease_ms: u64,

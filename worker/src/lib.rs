@@ -16,6 +16,7 @@
 //! # let _ = report; Ok(()) }
 //! ```
 
+pub mod callback;
 mod ctx;
 pub mod policy;
 pub mod runtime;
@@ -25,14 +26,16 @@ mod upkeep;
 pub mod upstream;
 mod wake;
 
+pub use callback::{CallbackArgs, CallbackToken, Callbacks};
 pub use policy::{Next, PolicyArgs};
 pub use runtime::{default_worker_id, Worker, WorkerArgs, WorkerError, WorkerReport};
 pub use telemetry::install_prometheus;
 pub use upstream::{Answer, ConfigError, RateLimit, Secret, Upstream, UpstreamArgs, UpstreamError};
 
 /// A settings struct with every field at its flag's default, the environment ignored: what
-/// `Default` returns, so a default is written once, in the `#[arg]` attribute.
-pub(crate) fn clap_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
+/// `Default` returns, so a default is written once, in the `#[arg]` attribute. Public for the
+/// server's settings structs (one helper for every crate).
+pub fn clap_defaults<T: clap::Args + clap::FromArgMatches>() -> T {
     let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|a| a.env(None::<&str>));
     T::from_arg_matches(&cmd.get_matches_from(["defaults"])).expect("every flag has a default")
 }

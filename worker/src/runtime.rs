@@ -24,6 +24,7 @@ use rand::Rng;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use crate::callback::Callbacks;
 use crate::ctx::{local_ms, Counters, Ctx};
 use crate::policy::PolicyArgs;
 use crate::telemetry;
@@ -119,6 +120,7 @@ pub struct Worker {
     queue: Queue,
     pubsub: redis::Client,
     upstream: Upstream,
+    callbacks: Option<Callbacks>,
     policy: PolicyArgs,
     args: WorkerArgs,
     id: String,
@@ -139,10 +141,18 @@ impl Worker {
             queue,
             pubsub,
             upstream,
+            callbacks: None,
             policy,
             args,
             id,
         }
+    }
+
+    /// Signs callback URLs with `callbacks` (needed when the upstream's URL template holds
+    /// `{callback_url}`; see [`crate::callback`]).
+    pub fn with_callbacks(mut self, callbacks: Option<Callbacks>) -> Worker {
+        self.callbacks = callbacks;
+        self
     }
 
     /// This worker's id, as written to leases, history and the worker registry.
@@ -165,10 +175,20 @@ impl Worker {
             return Err(WorkerError::Config("the lease must be >= 3 ms".into()));
         }
         self.policy.validate().map_err(WorkerError::Config)?;
+        if self.upstream.wants_callback()
+            && !self.callbacks.as_ref().is_some_and(|c| c.can_sign_urls())
+        {
+            return Err(WorkerError::Config(
+                "the upstream URL template holds {callback_url}: set REPOLL_CALLBACK_SECRET and \
+                 REPOLL_CALLBACK_BASE_URL"
+                    .into(),
+            ));
+        }
         let clock_offset_ms = self.queue.now_ms().await? - local_ms();
         let ctx = Arc::new(Ctx {
             queue: self.queue.clone(),
             upstream: self.upstream,
+            callbacks: self.callbacks,
             policy: self.policy,
             id: self.id.clone(),
             lease_ms: args.lease_ms,

@@ -213,9 +213,16 @@ async fn reschedule(
 async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, UpstreamError>> {
     // Waiting for the rate limit happens inside the renewed section: a long wait keeps the
     // lease alive like a long call does.
+    // One callback URL per life of the task (its creation time), expiring with its deadline.
+    let callback = match &ctx.callbacks {
+        Some(cb) if ctx.upstream.wants_callback() => cb.url_for(&c.id, c.created_ms, c.deadline_ms),
+        _ => None,
+    };
     let call = async {
         rate_permit(ctx).await;
-        ctx.upstream.query(&c.query).await
+        ctx.upstream
+            .query_with_callback(&c.query, callback.as_deref())
+            .await
     };
     tokio::pin!(call);
     let every = Duration::from_millis((ctx.lease_ms / 3).max(1));

@@ -25,6 +25,8 @@ pub const LEASE_EXPIRATIONS: &str = "repoll_lease_expirations_total";
 pub const LEASE_RENEWALS: &str = "repoll_lease_renewals_total";
 /// Writes refused because another worker owns the task now (fencing token moved on).
 pub const STALE_TOKENS: &str = "repoll_stale_tokens_total";
+/// Tasks completed by an upstream's callback (counted by the web process that took it).
+pub const CALLBACKS: &str = "repoll_callbacks_total";
 /// Leases released on shutdown.
 pub const RELEASES: &str = "repoll_releases_total";
 /// Times a call waited for the queue-wide upstream rate limit (one per refusal).
@@ -76,6 +78,7 @@ pub fn install_prometheus() -> PrometheusHandle {
                 STALE_TOKENS,
                 RELEASES,
                 RATE_LIMITED,
+                CALLBACKS,
             ] {
                 metrics::counter!(name).increment(0);
             }

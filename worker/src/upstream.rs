@@ -494,7 +494,22 @@ impl Upstream {
     /// would change the URL's shape: a dot segment where `{key}` is in the path, or anything
     /// that leaves the built URL with another origin or other fixed path segments.
     pub fn url_for(&self, key: &str) -> Result<Url, UpstreamError> {
-        self.template.url_for(key)
+        self.template.url_for(key, None)
+    }
+
+    /// How answers are read: a callback's body is read the same way as a poll's.
+    pub fn reader(&self) -> &AnswerReader {
+        &self.reader
+    }
+
+    /// Largest answer body accepted, in bytes (polls and callbacks alike).
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    /// Whether the URL template asks for a callback URL (`{callback_url}`).
+    pub fn wants_callback(&self) -> bool {
+        self.template.callback
     }
 
     /// The call for `key` as an operator may see it in a task's history: the method and the
@@ -518,7 +533,16 @@ impl Upstream {
 
     /// Polls the upstream once for `key`.
     pub async fn query(&self, key: &str) -> Result<Answer, UpstreamError> {
-        let url = self.url_for(key)?;
+        self.query_with_callback(key, None).await
+    }
+
+    /// Polls the upstream once for `key`, offering `callback` where the template asks for it.
+    pub async fn query_with_callback(
+        &self,
+        key: &str,
+        callback: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
+        let url = self.template.url_for(key, callback)?;
         let resp = self
             .client
             .request(self.method.clone(), url)
@@ -620,6 +644,10 @@ const SHOWN_CALL_MAX: usize = 300;
 
 /// Stands in for `{key}` while the template itself is parsed (lowercase: hosts are lowercased).
 const KEY_MARK: &str = "repoll-key-0mark";
+/// Stands for `{callback_url}` while the template is parsed.
+const CALLBACK_MARK: &str = "repoll-callback-0mark";
+/// The callback placeholder (see [`crate::callback`]).
+pub const CALLBACK_PLACEHOLDER: &str = "{callback_url}";
 
 /// The URL template, with where `{key}` sits in it.
 #[derive(Clone, Debug)]
@@ -631,6 +659,8 @@ struct Template {
     segments: Vec<Option<String>>,
     /// Scheme, host and port, which no key may change.
     origin: String,
+    /// `{callback_url}` stands in the query string: each call carries its task's callback URL.
+    callback: bool,
 }
 
 impl Template {
@@ -642,8 +672,18 @@ impl Template {
                 "the URL template has no {{key}}: {raw}"
             )));
         }
-        let url = Url::parse(&raw.replace("{key}", KEY_MARK))
-            .map_err(|e| ConfigError(format!("bad URL template: {e}")))?;
+        let callbacks = raw.matches(CALLBACK_PLACEHOLDER).count();
+        let url = Url::parse(
+            &raw.replace("{key}", KEY_MARK)
+                .replace(CALLBACK_PLACEHOLDER, CALLBACK_MARK),
+        )
+        .map_err(|e| ConfigError(format!("bad URL template: {e}")))?;
+        if callbacks > 0 && url.query().map_or(0, |q| q.matches(CALLBACK_MARK).count()) != callbacks
+        {
+            return Err(ConfigError(
+                "{callback_url} may stand in the URL's query string only".into(),
+            ));
+        }
         let count = |part: Option<&str>| part.map_or(0, |p| p.matches(KEY_MARK).count());
         if count(url.host_str()) + count(Some(url.username())) + count(url.password()) > 0 {
             return Err(ConfigError(
@@ -672,10 +712,13 @@ impl Template {
             in_path: in_path > 0,
             segments,
             origin: url.origin().ascii_serialization(),
+            callback: callbacks > 0,
         })
     }
 
-    fn url_for(&self, key: &str) -> Result<Url, UpstreamError> {
+    /// `callback`: the task's callback URL, put where `{callback_url}` stands (percent-encoded;
+    /// empty when the task has none).
+    fn url_for(&self, key: &str, callback: Option<&str>) -> Result<Url, UpstreamError> {
         // Encodes all but `A-Z a-z 0-9 - _ . ~`: `/ ? # % \` and spaces cannot split anything.
         let encoded = urlencoding::encode(key);
         let refuse = || {
@@ -687,7 +730,15 @@ impl Template {
         if self.in_path && is_dot_segment(&encoded) {
             return Err(refuse());
         }
-        let url = Url::parse(&self.raw.replace("{key}", &encoded)).map_err(|e| {
+        let raw = if self.callback {
+            self.raw.replace(
+                CALLBACK_PLACEHOLDER,
+                &urlencoding::encode(callback.unwrap_or("")),
+            )
+        } else {
+            self.raw.clone()
+        };
+        let url = Url::parse(&raw.replace("{key}", &encoded)).map_err(|e| {
             UpstreamError::BadKey(format!(
                 "query '{}' does not make a valid URL: {e}",
                 truncate(key, 80)
@@ -935,6 +986,44 @@ mod tests {
         let up = upstream("https://api.example.com/v2/id-{key}.json");
         assert!(up.url_for("..").is_err());
         assert_eq!(up.url_for("a/b").expect("url").path(), "/v2/id-a%2Fb.json");
+    }
+
+    #[test]
+    fn a_callback_url_goes_into_the_query_string_encoded() {
+        let up = upstream("https://api.example.com/v2/reports?q={key}&notify={callback_url}");
+        assert!(up.wants_callback());
+        let url = up
+            .template
+            .url_for(
+                "a b",
+                Some("http://repoll.test/api/v1/callbacks/ab.1.2.ff?x=1&y"),
+            )
+            .expect("url");
+        let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+        assert_eq!(
+            pairs,
+            [
+                ("q".to_string(), "a b".to_string()),
+                (
+                    "notify".to_string(),
+                    "http://repoll.test/api/v1/callbacks/ab.1.2.ff?x=1&y".to_string()
+                )
+            ]
+        );
+        // Shown calls never carry it (the query string is cut), and a plain template has none.
+        assert!(!up.shown_call("k").unwrap().contains("notify"));
+        assert!(!upstream("https://api.example.com/r?q={key}").wants_callback());
+        // Anywhere but the query string is refused at start.
+        for bad in [
+            "https://api.example.com/{callback_url}/r?q={key}",
+            "https://api.example.com/r?q={key}#{callback_url}",
+        ] {
+            let args = UpstreamArgs {
+                url: bad.into(),
+                ..UpstreamArgs::default()
+            };
+            assert!(Upstream::new(&args).is_err(), "{bad}");
+        }
     }
 
     #[test]

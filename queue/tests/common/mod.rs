@@ -179,6 +179,10 @@ pub async fn exercise_every_operation(q: &Queue) {
     assert!(q.retry_all_dead("a").await.unwrap() >= 1);
     q.cancel(&c[2].id, "a").await.unwrap();
     q.release(&c[4].id, None, "a").await.unwrap();
+    assert!(q
+        .complete_by_callback(&c[4].id, c[4].created_ms, 0, "cb")
+        .await
+        .unwrap());
     q.pause("a").await.unwrap();
     q.resume("a").await.unwrap();
     q.is_paused().await.unwrap();

@@ -4,10 +4,12 @@
 //! - `events`: the per-query Server-Sent-Events stream.
 //! - `rate`: the per-client rate limit of submits.
 //! - `error`: the one error shape and the JSON extractor that uses it.
+//! - `callbacks`: an upstream's answer posted to a task's callback URL.
 //! - `openapi`: the OpenAPI document describing all of it.
 //!
 //! Every answer to a client mistake is a 4xx in the shape `{"error": {"code", "message"}}`.
 
+mod callbacks;
 mod error;
 mod events;
 mod openapi;
@@ -23,6 +25,7 @@ use axum::{
 };
 use clap::Args;
 
+pub use callbacks::CallbackReceiver;
 pub use error::{ApiError, ApiJson, ErrorBody, ErrorCode};
 pub use rate::Limiter;
 
@@ -55,15 +58,9 @@ pub struct ApiArgs {
 }
 
 impl Default for ApiArgs {
-    /// The flags' defaults, without reading the environment.
+    /// The flags' defaults, without reading the environment (one source: the attributes).
     fn default() -> Self {
-        ApiArgs {
-            first_answer_ms: 300,
-            rate_per_min: 60,
-            rate_burst: 20,
-            trust_forwarded_for: false,
-            sse_keepalive_ms: 15_000,
-        }
+        worker::clap_defaults()
     }
 }
 
@@ -77,6 +74,8 @@ pub struct ApiState {
     pub metrics_token: Option<std::sync::Arc<str>>,
     /// `REPOLL_TRUST_FORWARDED` (the rule is `app::client`'s).
     pub trust_forwarded: bool,
+    /// Callbacks from the upstream (`None`: off, every callback is a 404).
+    pub callbacks: Option<CallbackReceiver>,
 }
 
 impl Default for ApiState {
@@ -93,6 +92,7 @@ impl ApiState {
             keep_alive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
             metrics_token: None,
             trust_forwarded,
+            callbacks: None,
         }
     }
 }
@@ -104,6 +104,11 @@ pub fn router() -> Router<WebState> {
         .route("/api/v1/queries/{id}", get(queries::get))
         .route("/api/v1/queries/{id}/events", get(events::events))
         .route("/api/v1/openapi.json", get(openapi::document))
+        // Its own body limit (the upstream's answer limit), checked after the token.
+        .route(
+            "/api/v1/callbacks/{token}",
+            post(callbacks::receive).layer(DefaultBodyLimit::disable()),
+        )
         // Unknown API paths answer JSON, not the HTML 404 page.
         .route("/api/v1", any(not_found))
         .route("/api/v1/{*rest}", any(not_found))

@@ -23,6 +23,7 @@ use utoipa::OpenApi;
         super::queries::submit,
         super::queries::get,
         super::events::events,
+        super::callbacks::receive,
         document
     ),
     components(schemas(super::ErrorCode))

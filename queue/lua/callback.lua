@@ -1,0 +1,72 @@
+-- callback.lua: the upstream called back with its final answer: store the result and end the
+-- task at once, whatever it was doing (waiting due, waiting in a ready list, or leased to a
+-- worker whose call is still out). The callback names one life of the task (its creation
+-- time), so a token of an earlier life, or one replayed after this completion, finds nothing;
+-- a token past its expiry (Redis time) changes nothing either. A worker still holding the
+-- lease loses it here: its own write later finds no record (NotFound) and writes nothing, the
+-- same fence as for a cancel. The result has complete.lua's format; its worker is "callback"
+-- and its token the lease token the task had (0 if it was not leased).
+-- Validates every argument and reads the record before any write.
+-- KEYS[1] task hash   KEYS[2] history   KEYS[3] result   KEYS[4] partial   KEYS[5] ready list
+-- KEYS[6] background ready list   KEYS[7] due zset   KEYS[8] lease zset   KEYS[9] retry zset
+-- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
+-- KEYS[13] events stream
+-- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
+-- (0 = never)   ARGV[10] result data   ARGV[11] result_ttl_ms
+-- Returns 1 if the task was completed, 0 if no live task of that life exists (or it expired).
+local tkey = KEYS[1]
+local hkey = KEYS[2]
+local rkey = KEYS[3]
+local pkey = KEYS[4]
+local readyk = KEYS[5]
+local bgk = KEYS[6]
+local duez = KEYS[7]
+local leasez = KEYS[8]
+local retryz = KEYS[9]
+local resultsz = KEYS[10]
+local tp = KEYS[11]
+local tpmin = KEYS[12]
+local ekey = KEYS[13]
+local id = ARGV[7]
+local created = tonumber(ARGV[8])
+local expires = tonumber(ARGV[9])
+local data = ARGV[10]
+local ttl = tonumber(ARGV[11])
+if #KEYS ~= 13 or id == nil or id == '' or created == nil or expires == nil or data == nil
+  or ttl == nil or ttl < 1 then
+  return redis.error_reply('ERR repoll callback: bad arguments')
+end
+local now = now_ms()
+if expires > 0 and now > expires then
+  return 0
+end
+local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p')
+local state = f[1]
+if (state ~= 'due' and state ~= 'leased') or num(f[2], -1) ~= created then
+  return 0
+end
+local token = f[4] or '0'
+if state == 'due' then
+  unqueue(readyk, bgk, duez, retryz, id, f[3])
+  token = '0'
+else
+  redis.call('ZREM', leasez, id)
+end
+local who = 'callback'
+local query = f[5] or ''
+local polls = num(f[6], 0)
+redis.call('SET', rkey, string.format('%d,%d,%d,%s,%d,%d,%d\n', now, created, polls, token, 0,
+  #who, #query) .. who .. query .. data, 'PX', ttl)
+redis.call('DEL', tkey, pkey)
+hist_routine(hkey, now, 'completed', 'by callback (was ' .. state .. ')')
+redis.call('PEXPIRE', hkey, ttl)
+redis.call('ZADD', resultsz, now, id)
+event(ekey, now, 'completed', id, 'by callback')
+bump(tp, tpmin, now, 'completed', 1)
+bump(tp, tpmin, now, 'ttr_sum', math.max(now - created, 0))
+local counts = {}
+tally(counts, 't', now - created)
+tally(counts, 'p', polls)
+bump_tally(tp, tpmin, now, counts)
+notify_dash('completed', id, now)
+return 1

@@ -1,0 +1,137 @@
+//! `POST /api/v1/callbacks/{token}`: an upstream that was handed a callback URL (its URL
+//! template holds `{callback_url}`, see `worker::callback`) posts its answer here, and a final
+//! one completes the task at once instead of at the next poll.
+//!
+//! Order of checks, so a stranger learns nothing and changes nothing: the token's signature
+//! (HMAC, constant time) before the body is read; then the body through the upstream's own
+//! pointers and size limit; then the queue, which completes only the live task of the token's
+//! life before its expiry (Redis time). Every refusal of the token is the same 404. Polling
+//! continues as the safety net, so an answer that is not final yet is accepted (202) and
+//! stored nowhere: the next poll reads it.
+
+use axum::{
+    body::Body,
+    extract::{Path, State},
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    Json,
+};
+use serde::Serialize;
+use worker::upstream::AnswerReader;
+use worker::{Answer, Callbacks};
+
+use super::error::{ApiError, ErrorBody, ErrorCode};
+use crate::web::WebState;
+
+/// What the web process needs to take callbacks: the key that checks tokens and how the
+/// upstream's answers are read.
+#[derive(Clone, Debug)]
+pub struct CallbackReceiver {
+    pub callbacks: Callbacks,
+    pub reader: AnswerReader,
+    /// Largest answer body, as for polls (`REPOLL_UPSTREAM_MAX_BODY`; `REPOLL_BODY_LIMIT`
+    /// applies to every request too).
+    pub max_body: usize,
+}
+
+/// The answer to a callback.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CallbackAck {
+    /// True when this callback completed the task; false when the answer was not final (the
+    /// task goes on polling).
+    pub completed: bool,
+}
+
+fn no_such_callback() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "no such callback (unknown, used or expired)",
+    )
+}
+
+/// The upstream's answer for one task, by its callback token.
+#[utoipa::path(
+    post,
+    path = "/api/v1/callbacks/{token}",
+    operation_id = "receiveCallback",
+    summary = "The upstream's answer for one task (callbacks)",
+    params(("token" = String, Path, description = "The token of the callback URL the upstream was given.")),
+    request_body(content = serde_json::Value, description = "The upstream's answer, read with the same status / data pointers as a poll's."),
+    responses(
+        (status = 200, body = CallbackAck, description = "Final: the task is complete (completed true)."),
+        (status = 202, body = CallbackAck, description = "Not final (processing or failed): nothing stored, polling goes on (completed false)."),
+        (status = 400, body = ErrorBody, description = "The body is not JSON (code malformed_json)."),
+        (status = 404, body = ErrorBody, description = "Unknown, forged, used or expired token, or callbacks are off (code not_found). Nothing changed."),
+        (status = 413, body = ErrorBody, description = "Body larger than the upstream's answer limit (code payload_too_large)."),
+        (status = 422, body = ErrorBody, description = "The body has no status the upstream settings know (code invalid_body)."),
+        (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
+    )
+)]
+pub async fn receive(
+    State(state): State<WebState>,
+    Path(token): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Some(rx) = state.api.callbacks.as_ref() else {
+        return Err(no_such_callback());
+    };
+    let Some(claim) = rx.callbacks.verify(&token) else {
+        return Err(no_such_callback());
+    };
+    let bytes = axum::body::to_bytes(body, rx.max_body).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::PayloadTooLarge,
+            format!("the body is larger than {} bytes", rx.max_body),
+        )
+    })?;
+    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::MalformedJson,
+            "the body is not JSON",
+        )
+    })?;
+    let data = match rx.reader.read(&value, None) {
+        Ok(Answer::Done { data }) => data,
+        Ok(_) => {
+            return Ok(
+                (StatusCode::ACCEPTED, Json(CallbackAck { completed: false })).into_response(),
+            )
+        }
+        Err(e) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidBody,
+                e.to_string(),
+            ))
+        }
+    };
+    let completed = state
+        .app
+        .queue
+        .complete_by_callback(
+            &claim.id,
+            claim.created_ms,
+            claim.expires_ms,
+            &data.to_string(),
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "a callback could not be written");
+            ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::Unavailable,
+                    "the queue is unavailable; try again shortly",
+                )
+            }
+        })?;
+    if !completed {
+        return Err(no_such_callback());
+    }
+    metrics::counter!(worker::telemetry::CALLBACKS).increment(1);
+    Ok((StatusCode::OK, Json(CallbackAck { completed: true })).into_response())
+}
