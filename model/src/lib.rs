@@ -31,7 +31,8 @@ pub use id::{
 };
 pub use notice::Notice;
 pub use queue_state::{
-    AuditEntry, ListState, Order, Page, PauseInfo, PurgeTarget, Stats, ThroughputBucket, WorkerInfo,
+    AuditEntry, BreakerInfo, BreakerState, ListState, Order, Page, PauseInfo, PurgeTarget, Stats,
+    ThroughputBucket, WorkerInfo,
 };
 pub use task::{
     DeadReason, Event, HistoryEntry, LeaseInfo, Priority, StoredResult, Task, TaskDetail,

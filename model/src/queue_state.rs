@@ -85,6 +85,31 @@ pub struct PauseInfo {
     pub who: String,
 }
 
+/// The upstream's circuit breaker when it is not closed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerInfo {
+    /// `open` (claims wait) or `half_open` (one probe is out).
+    pub state: BreakerState,
+    /// When it opened.
+    pub since_ms: i64,
+    /// Open: when the cool-down ends and a probe may go. Half-open: the probe's lease deadline.
+    pub until_ms: i64,
+    /// The error that opened it (or "opened by hand").
+    pub reason: String,
+    /// `auto`, or the admin who opened it.
+    pub by: String,
+    /// Half-open: the task that is the probe.
+    pub probe: Option<String>,
+}
+
+/// A breaker that is not closed (closed is the absence of [`BreakerInfo`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    Open,
+    HalfOpen,
+}
+
 /// One audit log entry: who did what, when, to how many.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {

@@ -1,24 +1,27 @@
 -- claim.lua: lease up to max_n ready tasks to a worker in one call (see claim_read in the
 -- prelude for the order and the background share). Each claimed task gets a fresh fencing
--- token from the INCRBY counter. Empty while paused.
+-- token from the INCRBY counter. Empty while paused, or while the breaker is open (after its
+-- cool-down: one task, the probe; see the prelude).
 -- Undeclared keys (derived from ARGV[6], same hash tag): the task hashes {q}:t:<id> of the ids
 -- it finds in the ready lists and the due zset ('full' history level: also {q}:h:<id>, created
 -- last). All reads happen before the first write.
 -- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] retry zset
 -- KEYS[5] lease zset   KEYS[6] token counter   KEYS[7] paused flag   KEYS[8] share counter
--- KEYS[9] events stream   KEYS[10] wake-up list (the last key of every claiming script)
+-- KEYS[9] events stream   KEYS[10] breaker hash (the last key but one of every claiming
+-- script)   KEYS[11] wake-up list (the last key of every claiming script)
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] max_n   ARGV[9] lease_ms
 -- ARGV[10] woken: 1 if the caller's BLPOP took a wake-up entry for this claim, else 0
 -- Returns {{id, query, payload, token, attempts, polls, max_attempts, created, deadline,
 --           lease_deadline}, ...}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9], wake = KEYS[10] }
+  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9], breaker = KEYS[10],
+  wake = KEYS[11] }
 local worker = ARGV[7]
 local max_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
 local woken = tonumber(ARGV[10])
 if worker == nil or worker == '' or max_n == nil or max_n < 1 or lease_ms == nil
-  or lease_ms < 1 or (woken ~= 0 and woken ~= 1) or #KEYS ~= 10 then
+  or lease_ms < 1 or (woken ~= 0 and woken ~= 1) or #KEYS ~= 11 then
   return redis.error_reply('ERR repoll claim: bad arguments')
 end
 local now = now_ms()

@@ -16,14 +16,15 @@
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
 -- KEYS[9+4i] task hash i   KEYS[10+4i] history i   KEYS[11+4i] result i   KEYS[12+4i] partial i
--- KEYS[13+4n] (last) wake-up list
+-- KEYS[13+4n] breaker hash   KEYS[14+4n] (last) wake-up list. A success of the breaker's probe
+-- closes the breaker (prelude.lua); the breaker is read with the claim, or alone when next_n = 0.
 -- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
 -- ARGV[7+4i] id i   ARGV[8+4i] token i   ARGV[9+4i] result data i   ARGV[10+4i] latency_ms i
 -- Returns {{status_1, ..., status_n}, {claimed rows as claim.lua}}: status 1 = completed,
 -- 0 = stale token (nothing written).
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  wake = KEYS[#KEYS] }
+  breaker = KEYS[#KEYS - 1], wake = KEYS[#KEYS] }
 local resultsz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -34,7 +35,7 @@ local lease_ms = tonumber(ARGV[10])
 local n = (#ARGV - 10) / 4
 if ttl == nil or ttl < 1 or worker == nil or next_n == nil or next_n < 0 or lease_ms == nil
   or lease_ms < 1 or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n)
-  or #KEYS ~= 13 + 4 * n or n + next_n < 1 then
+  or #KEYS ~= 14 + 4 * n or n + next_n < 1 then
   return redis.error_reply('ERR repoll complete: bad arguments')
 end
 for i = 1, n do
@@ -49,8 +50,12 @@ local recs = {}
 for i = 1, n do
   recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w')
 end
-local plan = nil
-if next_n > 0 then plan = claim_read(K, next_n, now) end
+local plan, br = nil, nil
+if next_n > 0 then
+  plan, br = claim_read(K, next_n, now)
+else
+  br = breaker_read(K)
+end
 
 local now_s = fmt(now)
 local status = {}
@@ -112,4 +117,5 @@ if done > 0 then
   bump_tally(tp, tpmin, now, hist_counts)
   notify_dash_batch('completed', ids, now)
 end
+breaker_succeeded(K, br, ids, now)
 return { status, claim_apply(K, plan, worker, lease_ms, now) }

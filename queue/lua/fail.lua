@@ -3,17 +3,26 @@
 -- Optionally leases the caller its next tasks in the same call. Errors are transitions: they
 -- go to the history at the 'transitions' level. Counted per minute: 'failed', and the call's
 -- upstream latency in its histogram bucket 'l'.
+-- The circuit breaker (prelude.lua): an error of mode 'after' is the upstream's (a timeout, a
+-- refused connection, a 5xx, a 429, a bad body; 'dead' is the task's own: a permanent 4xx or
+-- the upstream's "failed"). While the breaker is open or half-open such an error is not the
+-- task's fault: no attempt is counted and the task waits ready for the breaker to close (a
+-- failed probe opens it again for a cool-down). While it is closed the error is counted per
+-- minute ('uerr'), and when the errors of the last minute (this one plus the previous one
+-- weighted by what is left of it) reach ARGV[16] and ARGV[17] of the calls, it opens for
+-- ARGV[18] ms.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] task hash   KEYS[14] history list   KEYS[15] wake-up list
+-- KEYS[13] task hash   KEYS[14] history list   KEYS[15] breaker hash   KEYS[16] wake-up list
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
 -- ARGV[11] token   ARGV[12] error   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
--- ARGV[15] latency_ms
+-- ARGV[15] latency_ms   ARGV[16] breaker: errors a minute that open it (0 = never by itself)
+-- ARGV[17] breaker: least error rate that opens it (0..1)   ARGV[18] breaker cool-down ms
 -- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows}}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  wake = KEYS[#KEYS] }
+  breaker = KEYS[#KEYS - 1], wake = KEYS[#KEYS] }
 local deadz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -28,23 +37,75 @@ local err = ARGV[12]
 local mode = ARGV[13]
 local delay = tonumber(ARGV[14])
 local latency = tonumber(ARGV[15])
+local b_fail = tonumber(ARGV[16])
+local b_rate = tonumber(ARGV[17])
+local b_cool = tonumber(ARGV[18])
+if b_fail == nil or b_fail < 0 or b_rate == nil or b_rate < 0 or b_rate > 1 or b_cool == nil
+  or b_cool < 1 then
+  return redis.error_reply('ERR repoll fail: bad breaker arguments')
+end
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or #KEYS ~= 15 or id == nil or id == ''
+  or (next_n > 0 and worker == '') or #KEYS ~= 16 or id == nil or id == ''
   or tonumber(token) == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
   or delay == nil or delay < 0 or latency == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
 end
 local now = now_ms()
 local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u')
-local plan = nil
-if next_n > 0 then plan = claim_read(K, next_n, now) end
+local plan, br = nil, nil
+if next_n > 0 then
+  plan, br = claim_read(K, next_n, now)
+else
+  br = breaker_read(K)
+end
 if f[1] ~= 'leased' or f[2] ~= token then
   return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
+end
+if mode == 'after' and br then
+  -- The breaker is open or half-open: a call made before it opened, or the probe.
+  if br.st == 'half' and br.probe == id then
+    local to = now + b_cool
+    redis.call('HSET', K.breaker, 'st', 'open', 'since', fmt(now), 'to', fmt(to), 'probe', '',
+      'pd', '0', 'why', err, 'by', 'auto')
+    event(K.events, now, 'breaker', id, 'probe failed: open until ' .. fmt(to))
+    breaker_notice('breaker_open', now)
+  end
+  redis.call('ZREM', K.lease, id)
+  bump(tp, tpmin, now, 'failed', 1)
+  hist_claim(hkey, num(f[8], now), 'by ' .. (f[7] or '?') .. ' token ' .. token)
+  -- Ready again (claimed when the breaker lets calls through), its attempts unchanged.
+  local attempts = num(f[3], 0)
+  to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], now, attempts, now,
+    { 'e', err })
+  hist(hkey, now, 'error', err .. ' -> breaker open: not counted, waits for the breaker')
+  event(K.events, now, 'failed', id, err)
+  notify_dash('failed', id, now)
+  return { { 'retry', now, attempts }, claim_apply(K, plan, worker, lease_ms, now) }
 end
 local attempts = num(f[3], 0) + 1
 local max_attempts = num(f[4], 0)
 local deadline = num(f[5], 0)
 bump(tp, tpmin, now, 'failed', 1)
+if mode == 'after' and b_fail > 0 then
+  -- The breaker is closed: count the upstream's error and open it past the threshold.
+  bump(tp, tpmin, now, 'uerr', 1)
+  local minute = now - (now % 60000)
+  local cur, prev = fmt(minute), fmt(minute - 60000)
+  local w = 1 - (now - minute) / 60000
+  local v = redis.call('HMGET', tp, cur .. ':uerr', cur .. ':completed', cur .. ':polled',
+    cur .. ':failed', prev .. ':uerr', prev .. ':completed', prev .. ':polled', prev .. ':failed')
+  local errs = num(v[1], 0) + w * num(v[5], 0)
+  local calls = num(v[2], 0) + num(v[3], 0) + num(v[4], 0)
+    + w * (num(v[6], 0) + num(v[7], 0) + num(v[8], 0))
+  if errs >= b_fail and errs >= b_rate * calls then
+    local to = now + b_cool
+    redis.call('HSET', K.breaker, 'st', 'open', 'since', fmt(now), 'to', fmt(to), 'why', err,
+      'by', 'auto')
+    event(K.events, now, 'breaker', id, string.format('open: %d of %d calls failed in the last '
+      .. 'minute; until %s', math.floor(errs + 0.5), math.floor(calls + 0.5), fmt(to)))
+    breaker_notice('breaker_open', now)
+  end
+end
 local lat = {}
 tally(lat, 'l', latency)
 bump_tally(tp, tpmin, now, lat)

@@ -229,17 +229,73 @@ end
 local SHARE = 10
 local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl' }
 
--- K: {ready, bg, due, retry, lease, token, paused, share, events, wake}
+-- ---------------------------------------------------------------------------------------------
+-- The circuit breaker of the upstream (ARCHITECTURE.md, "Circuit breaker"): a hash at
+-- K.breaker, absent while closed (so a closed breaker costs no command: claim_read asks
+-- EXISTS of the pause flag and the breaker in one call). Fields: st ('open' | 'half'),
+-- since (opened at), to (open: end of the cool-down), probe (half: the task id of the one
+-- probe), pd (half: the probe's lease deadline), why (the error that opened it), by ('auto' or
+-- the admin who opened it by hand). Opened by fail.lua (an error rate over the last minute),
+-- half-open by the first claim after the cool-down (that claim takes one task, the probe),
+-- closed by the probe's success (complete / reschedule) or by hand; a failed probe reopens it.
+local function breaker_read(K)
+  local b = redis.call('HMGET', K.breaker, 'st', 'to', 'probe', 'pd')
+  if not b[1] then return nil end
+  return { st = b[1], to = num(b[2], 0), probe = b[3] or '', pd = num(b[4], 0) }
+end
+
+local function breaker_notice(kind, at)
+  redis.call('PUBLISH', CH_DASH, '{"kind":"' .. kind .. '","id":"","at_ms":' .. fmt(at) .. '}')
+end
+
+-- Closes the breaker and wakes a worker per task ready now (they waited for it).
+local function breaker_close(K, now, why)
+  redis.call('DEL', K.breaker)
+  event(K.events, now, 'breaker', '', 'closed: ' .. why)
+  breaker_notice('breaker_closed', now)
+  wake_workers(K.wake, redis.call('LLEN', K.ready) + redis.call('LLEN', K.bg)
+    + redis.call('ZCOUNT', K.due, '-inf', now))
+end
+
+-- Closes the breaker if `br` (as read before this script's writes) is half-open and the probe
+-- is among `ids`, the tasks this call saw succeed (a final answer or a poll).
+local function breaker_succeeded(K, br, ids, now)
+  if br == nil or br.st ~= 'half' then return end
+  for _, id in ipairs(ids) do
+    if id == br.probe then
+      breaker_close(K, now, 'probe ' .. id .. ' succeeded')
+      return
+    end
+  end
+end
+
+-- K: {ready, bg, due, retry, lease, token, paused, share, events, breaker, wake}
+-- Returns the plan (nil: nothing to claim) and the breaker as read (nil: closed).
 local function claim_read(K, max_n, now)
-  if max_n < 1 or redis.call('EXISTS', K.paused) == 1 then return nil end
+  if max_n < 1 then return nil, nil end
+  local br = nil
+  if redis.call('EXISTS', K.paused, K.breaker) > 0 then
+    br = breaker_read(K)
+    if redis.call('EXISTS', K.paused) == 1 then return nil, br end
+  end
+  local probe = false
+  if br then
+    -- Open and cooling down, or half-open with its probe still leased: nothing is claimed.
+    if br.st == 'open' and now < br.to then return nil, br end
+    if br.st == 'half' and now < br.pd then return nil, br end
+    -- The cool-down is over (or the last probe's lease ran out): one task goes, the probe.
+    max_n = 1
+    probe = true
+  end
   local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0, max_n)
   local ilen = redis.call('LLEN', K.ready)
   local blen = redis.call('LLEN', K.bg)
-  if #zs == 0 and ilen == 0 and blen == 0 then return nil end
+  if #zs == 0 and ilen == 0 and blen == 0 then return nil, br end
   local function rd(id)
     return redis.call('HMGET', PREFIX .. 't:' .. id, unpack(CLAIM_FIELDS))
   end
-  local plan = { take = {}, zrem = {}, retry_rem = {}, pop_i = 0, pop_b = 0, share = nil }
+  local plan = { take = {}, zrem = {}, retry_rem = {}, pop_i = 0, pop_b = 0, share = nil,
+    probe = probe }
   local seen = {}
   local zi, zb = {}, {}
   for _, id in ipairs(zs) do
@@ -305,7 +361,7 @@ local function claim_read(K, max_n, now)
   if bg_waits then plan.share = turn end
   plan.pop_i = src_i.popped
   plan.pop_b = src_b.popped
-  return plan
+  return plan, br
 end
 
 -- Leases the planned tasks to `worker`; returns the claimed rows
@@ -346,6 +402,13 @@ local function claim_apply(K, plan, worker, lease_ms, now, woken)
       num(f[6], 0), num(f[7], 0), deadline }
   end
   redis.call('ZADD', K.lease, unpack(lease_args))
+  if plan.probe then
+    -- Half-open: this one task is the probe; no other claim until its outcome or its lease
+    -- deadline (a crashed prober's lease runs out and the next claim probes again).
+    redis.call('HSET', K.breaker, 'st', 'half', 'probe', ids[1], 'pd', deadline_s)
+    event(K.events, now, 'breaker', ids[1], 'half-open: probe by ' .. worker)
+    breaker_notice('breaker_half_open', now)
+  end
   event(K.events, now, 'claimed', ids[1], fmt(n) .. ' by ' .. worker)
   notify_dash_batch('claimed', ids, now)
   -- 'full' history only, and last: these may create undeclared keys (see the top).

@@ -81,7 +81,7 @@ for _, id in ipairs(dead) do all[#all + 1] = id end
 notify_dash_batch('reaped', all, now)
 
 -- housekeeping
-local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum' }
+local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum', 'uerr' }
 local old = redis.call('ZRANGEBYSCORE', tpmin, '-inf', now - retention, 'LIMIT', 0, 200)
 for _, m in ipairs(old) do
   local minute = tonumber(string.match(m, '^(%d+)'))
@@ -112,7 +112,7 @@ for _, m in ipairs(old) do
     end
     -- ttr_count: written by older versions (every completion counts now).
     redis.call('HDEL', tp, m .. ':completed', m .. ':failed', m .. ':polled', m .. ':ttr_sum',
-      m .. ':ttr_count')
+      m .. ':ttr_count', m .. ':uerr')
   end
   redis.call('ZREM', tpmin, m)
 end
@@ -122,7 +122,8 @@ for _, h in ipairs(old_hours) do
   if string.find(h, ':', 1, true) then
     redis.call('HDEL', tph, h)
   else
-    redis.call('HDEL', tph, h .. ':completed', h .. ':failed', h .. ':polled', h .. ':ttr_sum')
+    redis.call('HDEL', tph, h .. ':completed', h .. ':failed', h .. ':polled', h .. ':ttr_sum',
+      h .. ':uerr')
   end
   redis.call('ZREM', tphix, h)
 end

@@ -8,7 +8,8 @@
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
 -- KEYS[10+3i] task hash i   KEYS[11+3i] history i   KEYS[12+3i] partial i   (i = 1..n)
--- KEYS[13+3n] (last) wake-up list
+-- KEYS[13+3n] breaker hash   KEYS[14+3n] (last) wake-up list. A poll of the breaker's probe is a
+-- success: it closes the breaker (prelude.lua).
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
 -- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
 -- ARGV[8+6i] partial i   ARGV[9+6i] latency_ms i
@@ -16,7 +17,7 @@
 -- is 'ok'/due_at | 'dead'/'deadline' | 'stale'/0.
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  wake = KEYS[#KEYS] }
+  breaker = KEYS[#KEYS - 1], wake = KEYS[#KEYS] }
 local deadz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -25,7 +26,7 @@ local next_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
 local n = (#ARGV - 9) / 6
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 13 + 3 * n
+  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 14 + 3 * n
   or n + next_n < 1 then
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
@@ -42,12 +43,17 @@ local recs = {}
 for i = 1, n do
   recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w')
 end
-local plan = nil
-if next_n > 0 then plan = claim_read(K, next_n, now) end
+local plan, br = nil, nil
+if next_n > 0 then
+  plan, br = claim_read(K, next_n, now)
+else
+  br = breaker_read(K)
+end
 
 local out = {}
 local moved = {}
 local dead = {}
+local seen = {}
 local woke = 0
 local lat = {}
 for i = 1, n do
@@ -66,6 +72,7 @@ for i = 1, n do
     local deadline = num(f[5], 0)
     local due_at = now + delay
     tally(lat, 'l', ARGV[9 + 6 * i])
+    seen[#seen + 1] = id
     redis.call('ZREM', K.lease, id)
     if ARGV[7 + 6 * i] == '1' then redis.call('SET', pkey, ARGV[8 + 6 * i]) end
     if deadline > 0 and due_at > deadline then
@@ -93,4 +100,5 @@ end
 notify_dash_batch('rescheduled', moved, now)
 notify_dash_batch('dead', dead, now)
 wake_workers(K.wake, woke)
+breaker_succeeded(K, br, seen, now)
 return { out, claim_apply(K, plan, worker, lease_ms, now) }

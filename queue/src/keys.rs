@@ -31,6 +31,8 @@ pub(crate) struct Keys {
     /// Index of `tphour` (hours and histogram fields, scored by hour) for trimming after a week.
     pub tphourix: String,
     pub workers: String,
+    /// The upstream's circuit breaker (a hash; absent = closed): prelude.lua.
+    pub breaker: String,
     /// Rate limiter of upstream calls (GCRA arrival time), shared by all workers.
     pub upstream_rate: String,
     /// Wake-up list: one entry per task made ready now; idle worker processes block on it
@@ -62,6 +64,7 @@ impl Keys {
             tphour: k("tphour"),
             tphourix: k("tphourix"),
             workers: k("workers"),
+            breaker: k("breaker"),
             upstream_rate: k("upstream_rate"),
             wakeups: k("wakeups"),
             audit: k("audit"),

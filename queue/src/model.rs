@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 // The types the browser shows too live in the shared `model` crate; the queue's own API types
 // (settings, call arguments and outcomes) stay here.
 pub use model::{
-    AuditEntry, DeadReason, Event, Histogram, HistoryEntry, LeaseInfo, ListState, Notice, Order,
-    Page, PauseInfo, Percentiles, Priority, PurgeTarget, Stats, StoredResult, Task, TaskDetail,
-    TaskId, TaskState, ThroughputBucket, WorkerInfo,
+    AuditEntry, BreakerInfo, BreakerState, DeadReason, Event, Histogram, HistoryEntry, LeaseInfo,
+    ListState, Notice, Order, Page, PauseInfo, Percentiles, Priority, PurgeTarget, Stats,
+    StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
 };
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.
@@ -28,6 +28,37 @@ pub struct QueueConfig {
     /// What goes into per-task histories (`REPOLL_HISTORY`).
     #[serde(default)]
     pub history: HistoryLevel,
+    /// When the upstream's circuit breaker opens by itself, and for how long.
+    #[serde(default)]
+    pub breaker: BreakerConfig,
+}
+
+/// The upstream's circuit breaker (ARCHITECTURE.md, "Circuit breaker"): it opens when, over the
+/// last minute, the upstream's errors (timeouts, refused connections, 5xx, 429, bad bodies —
+/// not a permanent 4xx, not an answer "failed") number at least `failures` and are at least
+/// `error_percent` of the calls. While open, claims take nothing and an error of a call still
+/// out costs its task no attempt; after `cooldown_ms` one task goes as the probe: its success
+/// closes the breaker, its error opens it again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerConfig {
+    /// Errors within a minute that open the breaker; 0 = it never opens by itself (an admin
+    /// may still open it).
+    pub failures: u32,
+    /// Least share of the minute's calls, in percent, that must have failed (0..=100).
+    pub error_percent: u32,
+    /// How long it stays open before a probe, in ms.
+    pub cooldown_ms: u64,
+}
+
+impl Default for BreakerConfig {
+    /// Off by itself; 50 % and 30 s once `failures` is set.
+    fn default() -> Self {
+        BreakerConfig {
+            failures: 0,
+            error_percent: 50,
+            cooldown_ms: 30_000,
+        }
+    }
 }
 
 /// How much of a task's life is written to its history list. Whatever the level, the enqueue,
@@ -86,6 +117,7 @@ impl Default for QueueConfig {
             events_cap: 10_000,
             max_lease_losses: 3,
             history: HistoryLevel::Transitions,
+            breaker: BreakerConfig::default(),
         }
     }
 }

@@ -80,6 +80,32 @@ impl Queue {
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 
+    /// Opens the upstream's circuit breaker by hand for `for_ms` (then a probe goes, as after
+    /// an automatic opening): claims take nothing, leases in flight carry on.
+    pub async fn open_breaker(&self, who: &str, for_ms: u64) -> Result<()> {
+        self.breaker_action("open", who, for_ms).await.map(|_| ())
+    }
+
+    /// Closes the breaker at once and wakes a worker per ready task. Ok(false): it was closed.
+    pub async fn close_breaker(&self, who: &str) -> Result<bool> {
+        self.breaker_action("close", who, 1).await
+    }
+
+    async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.breaker);
+        inv.key(&k.breaker)
+            .key(&k.events)
+            .key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
+            .key(&k.wakeups)
+            .arg(mode)
+            .arg(who)
+            .arg(clamp_ms(for_ms).max(1));
+        Ok(int(&self.run(&inv).await?)? == 1)
+    }
+
     /// Stops claims (they return nothing) until resume. Leases in flight carry on.
     pub async fn pause(&self, who: &str) -> Result<()> {
         self.set_paused("pause", who).await

@@ -4,8 +4,9 @@
 use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
 use crate::model::{
-    Event, Histogram, HistoryEntry, HistoryLevel, LeaseInfo, ListState, Order, Page, PauseInfo,
-    Stats, StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
+    BreakerInfo, BreakerState, Event, Histogram, HistoryEntry, HistoryLevel, LeaseInfo, ListState,
+    Order, Page, PauseInfo, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState,
+    ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -682,6 +683,34 @@ impl Queue {
         let mut c = self.conn.clone();
         let flag: Option<String> = c.get(&self.keys().paused).await?;
         Ok(flag.map(|f| parse_pause_flag(&f)))
+    }
+
+    /// The upstream's circuit breaker, or None while it is closed. One `HGETALL`.
+    pub async fn breaker(&self) -> Result<Option<BreakerInfo>> {
+        let mut c = self.conn.clone();
+        let h: std::collections::HashMap<String, String> = c.hgetall(&self.keys().breaker).await?;
+        let Some(st) = h.get("st") else {
+            return Ok(None);
+        };
+        let n = |f: &str| h.get(f).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let text = |f: &str| h.get(f).cloned().unwrap_or_default();
+        let state = if st == "half" {
+            BreakerState::HalfOpen
+        } else {
+            BreakerState::Open
+        };
+        Ok(Some(BreakerInfo {
+            state,
+            since_ms: n("since"),
+            until_ms: if state == BreakerState::HalfOpen {
+                n("pd")
+            } else {
+                n("to")
+            },
+            reason: text("why"),
+            by: text("by"),
+            probe: h.get("probe").filter(|p| !p.is_empty()).cloned(),
+        }))
     }
 
     /// Which Redis this is: its version, key count and clock (the dashboard's Redis panel).

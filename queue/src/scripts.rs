@@ -35,6 +35,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("upstream_rate", include_str!("../lua/upstream_rate.lua")),
     ("migrate", include_str!("../lua/migrate.lua")),
     ("callback", include_str!("../lua/callback.lua")),
+    ("breaker", include_str!("../lua/breaker.lua")),
 ];
 
 /// Compiled scripts, one field per file.
@@ -59,6 +60,7 @@ pub(crate) struct Scripts {
     pub upstream_rate: Script,
     pub migrate: Script,
     pub callback: Script,
+    pub breaker: Script,
 }
 
 fn build(name: &str) -> Script {
@@ -104,10 +106,11 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     upstream_rate: build("upstream_rate"),
     migrate: build("migrate"),
     callback: build("callback"),
+    breaker: build("breaker"),
 });
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 20] {
+    pub fn all(&self) -> [&Script; 21] {
         [
             &self.enqueue,
             &self.claim,
@@ -129,6 +132,7 @@ impl Scripts {
             &self.upstream_rate,
             &self.migrate,
             &self.callback,
+            &self.breaker,
         ]
     }
 }

@@ -32,8 +32,8 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
     }
 }
 
-/// The nine KEYS every claiming script starts with (claim.lua's header); its last key, the
-/// wake-up list, is added after the script's own keys.
+/// The nine KEYS every claiming script starts with (claim.lua's header); its last two keys,
+/// the breaker and the wake-up list, are added after the script's own keys.
 fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
     inv.key(&k.ready)
         .key(&k.ready_bg)
@@ -102,7 +102,8 @@ impl Queue {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.claim);
         claim_keys(&mut inv, k);
-        inv.key(&k.wakeups)
+        inv.key(&k.breaker)
+            .key(&k.wakeups)
             .arg(worker)
             .arg(max_n.min(MAX_BATCH))
             .arg(clamp_ms(lease_ms).max(1))
@@ -185,7 +186,7 @@ impl Queue {
                     .arg(&c.result)
                     .arg(clamp_ms(c.latency_ms));
             }
-            inv.key(&k.wakeups);
+            inv.key(&k.breaker).key(&k.wakeups);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flags = array(parts.next().unwrap_or(Value::Nil))?;
             if flags.len() != chunk.len() {
@@ -262,7 +263,7 @@ impl Queue {
                     .arg(r.partial.as_deref().unwrap_or(""))
                     .arg(clamp_ms(r.latency_ms));
             }
-            inv.key(&k.wakeups);
+            inv.key(&k.breaker).key(&k.wakeups);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flat = array(parts.next().unwrap_or(Value::Nil))?;
             if flat.len() != 2 * chunk.len() {
@@ -315,6 +316,7 @@ impl Queue {
             Retry::After(d) => ("after", clamp_ms(d)),
             Retry::Dead => ("dead", 0),
         };
+        let cfg = self.config();
         let mut inv = self.invocation(&SCRIPTS.fail);
         claim_keys(&mut inv, k);
         inv.key(&k.dead)
@@ -331,6 +333,13 @@ impl Queue {
             .arg(mode)
             .arg(delay)
             .arg(clamp_ms(latency_ms))
+            .arg(cfg.breaker.failures)
+            .arg(format!(
+                "{:.4}",
+                f64::from(cfg.breaker.error_percent.min(100)) / 100.0
+            ))
+            .arg(clamp_ms(cfg.breaker.cooldown_ms).max(1))
+            .key(&k.breaker)
             .key(&k.wakeups);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         let (tag, rest) = status(parts.next().unwrap_or(Value::Nil))?;

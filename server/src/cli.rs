@@ -88,6 +88,27 @@ pub struct RedisArgs {
     /// lease and the completion are always shown, read from the task itself.
     #[arg(long, env = "REPOLL_HISTORY", default_value_t = queue::QueueConfig::default().history)]
     pub history: queue::HistoryLevel,
+
+    /// Circuit breaker of the upstream: errors of the upstream (timeouts, refused connections,
+    /// 5xx, 429, bad bodies) within a minute that open it, if they are also at least
+    /// --breaker-error-percent of the calls; 0 = it never opens by itself. While open, claims
+    /// wait and errors of calls still out cost no attempt; after the cool-down one probe goes.
+    #[arg(long, env = "REPOLL_BREAKER_FAILURES",
+          default_value_t = queue::BreakerConfig::default().failures,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub breaker_failures: u32,
+
+    /// Least share of the last minute's calls, in percent, that must have failed to open it.
+    #[arg(long, env = "REPOLL_BREAKER_ERROR_PERCENT",
+          default_value_t = queue::BreakerConfig::default().error_percent,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub breaker_error_percent: u32,
+
+    /// How long the breaker stays open before one probe call, in ms.
+    #[arg(long, env = "REPOLL_BREAKER_COOLDOWN_MS",
+          default_value_t = queue::BreakerConfig::default().cooldown_ms,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub breaker_cooldown_ms: u64,
 }
 
 impl std::fmt::Debug for RedisArgs {
@@ -133,6 +154,11 @@ impl RedisArgs {
             result_ttl_ms: self.result_ttl_ms,
             max_lease_losses: self.max_lease_losses,
             history: self.history,
+            breaker: queue::BreakerConfig {
+                failures: self.breaker_failures,
+                error_percent: self.breaker_error_percent,
+                cooldown_ms: self.breaker_cooldown_ms,
+            },
             ..queue::QueueConfig::default()
         }
     }

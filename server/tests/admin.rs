@@ -315,6 +315,7 @@ fn all_actions<'a>(dead: &'a str, leased: &'a str) -> Vec<Vec<(&'static str, &'a
         vec![("op", "purge"), ("id", "results"), ("confirm", "results")],
         vec![("op", "purge"), ("id", "history"), ("confirm", "history")],
         vec![("op", "pause")],
+        vec![("op", "open_breaker")],
     ]
 }
 
@@ -324,6 +325,10 @@ async fn unchanged(q: &queue::Queue, dead: &str, leased: &str) {
     assert_eq!(s.dead, 1, "the dead task stays dead");
     assert_eq!(s.leased, 1, "the lease stays");
     assert!(!s.paused, "the queue is not paused");
+    assert!(
+        q.breaker().await.unwrap().is_none(),
+        "the breaker stays closed"
+    );
     let d = q.get(dead).await.unwrap().expect("dead task still there");
     assert_eq!(d.task.unwrap().state, queue::TaskState::Dead);
     assert!(!d.history.is_empty(), "history kept");
@@ -1344,5 +1349,58 @@ async fn the_dashboard_counts_and_marks_background_work() {
     let at = page.body.find("field-priority").expect("a priority field");
     let field: String = page.body[at..].chars().take(200).collect();
     assert!(field.contains("background"), "{field}");
+    env.redis.stop().await;
+}
+
+/// The overview shows an open breaker with its cause and offers to close it; an admin opens
+/// it for a planned maintenance and closes it again, both audited; the banner goes with it.
+#[tokio::test]
+async fn the_breaker_banner_and_its_actions() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let ip = [10, 0, 0, 13];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().expect("signed in");
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("breaker-banner"), "closed: no banner");
+    assert!(page.body.contains("data-testid=\"open-breaker\""));
+
+    let reply = call::<Act>(r, &[("op", "open_breaker")], Some(&cookie), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("breaker open"), "{}", reply.body);
+    let b = q.breaker().await.unwrap().expect("open");
+    assert_eq!(b.state, queue::BreakerState::Open);
+    assert_eq!(b.by, "admin");
+    let minutes = (b.until_ms - b.since_ms) / 60_000;
+    assert_eq!(minutes, 15, "{b:?}");
+    // Claims take nothing while it is open.
+    q.enqueue("waits for the breaker", "", &Default::default())
+        .await
+        .unwrap();
+    assert!(q.claim("w", 1, 10_000).await.unwrap().is_empty());
+
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert!(
+        page.body.contains("data-testid=\"breaker-banner\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Upstream circuit breaker open"));
+    assert!(page.body.contains("opened by hand"));
+    assert!(page.body.contains("data-testid=\"close-breaker\""));
+
+    let reply = call::<Act>(r, &[("op", "close_breaker")], Some(&cookie), &[]).await;
+    assert_eq!(reply.body, "\"breaker closed: claims resume\"");
+    assert!(q.breaker().await.unwrap().is_none());
+    assert_eq!(q.claim("w", 1, 10_000).await.unwrap().len(), 1);
+    let reply = call::<Act>(r, &[("op", "close_breaker")], Some(&cookie), &[]).await;
+    assert_eq!(reply.body, "\"the breaker was already closed\"");
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert!(!page.body.contains("breaker-banner"));
+
+    let audit = q.audit_log(10).await.unwrap();
+    let actions: Vec<&str> = audit.iter().map(|a| a.action.as_str()).collect();
+    assert!(actions.contains(&"open_breaker"), "{actions:?}");
+    assert!(actions.contains(&"close_breaker"), "{actions:?}");
     env.redis.stop().await;
 }

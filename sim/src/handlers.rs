@@ -135,6 +135,22 @@ pub async fn key_detail(
     Json(sim.key_detail(key)).into_response()
 }
 
+/// `POST /_sim/outage?ms=N`: every call answers 503 for the next N ms (0 ends it; at most an
+/// hour). Answers the outage left, `{"outage_ms": N}`.
+pub async fn outage(State(sim): Shared, Query(params): Query<HashMap<String, String>>) -> Response {
+    let ms = match params.get("ms").map(|v| v.parse::<u64>()) {
+        Some(Ok(ms)) if ms <= crate::state::MAX_OUTAGE_MS => ms,
+        _ => {
+            return bad_request(&format!(
+                "ms: a number of milliseconds in 0..={} is required",
+                crate::state::MAX_OUTAGE_MS
+            ))
+        }
+    };
+    sim.set_outage(ms);
+    Json(json!({"outage_ms": sim.outage_left_ms()})).into_response()
+}
+
 /// `POST /_sim/reset`.
 pub async fn reset(State(sim): Shared) -> StatusCode {
     sim.reset();

@@ -204,7 +204,7 @@ impl SimArgs {
 }
 
 /// The simulator's routes, with fresh in-memory state. Mount it anywhere (it uses absolute paths
-/// `/api/query`, `/_sim/stats`, `/_sim/key`, `/_sim/reset`).
+/// `/api/query`, `/_sim/stats`, `/_sim/key`, `/_sim/reset`, `/_sim/outage`).
 ///
 /// Its guards, outermost first: a panic in a handler becomes a 500 for that request; at most
 /// `max_concurrency` requests run at once (503 + `Retry-After: 1` beyond, at once); a request
@@ -218,6 +218,7 @@ pub fn router(args: SimArgs) -> axum::Router {
         .route("/_sim/stats", get(handlers::stats))
         .route("/_sim/key", get(handlers::key_detail))
         .route("/_sim/reset", post(handlers::reset))
+        .route("/_sim/outage", post(handlers::outage))
         .with_state(state)
         .layer(TimeoutLayer::with_status_code(
             StatusCode::GATEWAY_TIMEOUT,

@@ -23,6 +23,9 @@ use crate::SimArgs;
 /// Call times kept per key for `/_sim/key` (the oldest are dropped past this).
 const CALL_TIMES_CAP: usize = 1024;
 
+/// Longest outage `POST /_sim/outage` sets: an hour.
+pub const MAX_OUTAGE_MS: u64 = 3_600_000;
+
 /// What one request will answer, decided under the lock and carried out after it.
 #[derive(Debug)]
 pub enum Plan {
@@ -61,6 +64,9 @@ struct Inner {
     keys: HashMap<String, KeyState>,
     /// The keys of `keys`, oldest first: who is forgotten when a new key needs room.
     order: VecDeque<String>,
+    /// Until when every call answers 503 (`POST /_sim/outage`): a whole upstream down, as a
+    /// circuit breaker sees it, rather than the per-call faults rolled from the rates.
+    outage_until: Option<Instant>,
 }
 
 /// Shared state of one simulator instance.
@@ -115,6 +121,7 @@ impl SimState {
                 calls: 0,
                 keys: HashMap::new(),
                 order: VecDeque::new(),
+                outage_until: None,
             }),
         }
     }
@@ -161,6 +168,12 @@ impl SimState {
         }
         ks.call_ms.push(epoch_ms());
 
+        if inner.outage_until.is_some_and(|t| now < t) {
+            return Plan::Fault {
+                fault: Fault::Unavailable,
+                retry_after_s: 0,
+            };
+        }
         let forced = match (o.fail, o.fail_times) {
             (Some(f), Some(n)) if ks.calls <= u64::from(n) => Some(f),
             (Some(f), None) => Some(f),
@@ -280,6 +293,22 @@ impl SimState {
         inner.calls = 0;
         inner.keys.clear();
         inner.order.clear();
+        inner.outage_until = None;
+    }
+
+    /// Every call answers 503 for the next `ms` (0 ends an outage now); the calls are still
+    /// counted. Capped at [`MAX_OUTAGE_MS`].
+    pub fn set_outage(&self, ms: u64) {
+        let ms = ms.min(MAX_OUTAGE_MS);
+        self.lock().outage_until = (ms > 0).then(|| Instant::now() + Duration::from_millis(ms));
+    }
+
+    /// Milliseconds of outage left (0: none).
+    pub fn outage_left_ms(&self) -> u64 {
+        self.lock().outage_until.map_or(0, |t| {
+            u64::try_from(t.saturating_duration_since(Instant::now()).as_millis())
+                .unwrap_or(u64::MAX)
+        })
     }
 }
 

@@ -331,3 +331,34 @@ async fn requests_beyond_the_concurrency_limit_are_503_at_once() {
     // The slots are free again.
     assert_eq!(get(&sim, "fourth polls=1").await.status(), 200);
 }
+
+/// `POST /_sim/outage?ms=N`: every call is a 503 (still counted) until it ends or is ended;
+/// a bad or too long duration is a 400.
+#[tokio::test]
+async fn an_outage_answers_503_until_it_ends() {
+    let sim = start(SimArgs::default()).await;
+    let query = format!("{}/api/query?q=down", sim.base);
+    let outage = |ms: &str| {
+        client()
+            .post(format!("{}/_sim/outage?ms={ms}", sim.base))
+            .send()
+    };
+    let r = outage("60000").await.expect("outage");
+    assert!(r.status().is_success());
+    let left: Value = r.json().await.expect("json");
+    assert!(left["outage_ms"].as_u64().unwrap() > 59_000, "{left}");
+    for _ in 0..3 {
+        let r = client().get(&query).send().await.expect("query");
+        assert_eq!(r.status().as_u16(), 503);
+    }
+    assert_eq!(stats(&sim).await.calls, 3, "calls in an outage are counted");
+    for bad in ["", "x", "-1", "3600001"] {
+        let r = outage(bad).await.expect("bad outage");
+        assert_eq!(r.status().as_u16(), 400, "ms={bad}");
+    }
+    let r = outage("0").await.expect("end");
+    let left: Value = r.json().await.expect("json");
+    assert_eq!(left["outage_ms"], 0);
+    let r = client().get(&query).send().await.expect("query");
+    assert_eq!(r.status().as_u16(), 200);
+}

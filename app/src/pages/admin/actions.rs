@@ -132,6 +132,25 @@ pub async fn act(
             q.resume(who).await.map_err(failed)?;
             ("queue".into(), 1, "resumed".into())
         }
+        "open_breaker" => {
+            // For a planned upstream maintenance: claims stop at once; a probe goes after
+            // 15 minutes unless an admin closes it first.
+            q.open_breaker(who, 15 * 60_000).await.map_err(failed)?;
+            (
+                "breaker".into(),
+                1,
+                "breaker open: workers claim nothing for 15 min, then one probe goes".into(),
+            )
+        }
+        "close_breaker" => {
+            let n = u64::from(q.close_breaker(who).await.map_err(failed)?);
+            let msg = if n == 1 {
+                "breaker closed: claims resume".into()
+            } else {
+                "the breaker was already closed".into()
+            };
+            ("breaker".into(), n, msg)
+        }
         _ => return Err(bad("unknown action")),
     };
     record_audit(q, who, &op, &target, count).await;

@@ -12,7 +12,7 @@ use super::actions::{Act, ActButton, ActionResult};
 use super::chart::{DistributionChart, Marker, Measure, ThroughputChart, Window};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use model::{AuditEntry, PauseInfo, Stats, WorkerInfo};
+use model::{AuditEntry, BreakerInfo, BreakerState, PauseInfo, Stats, WorkerInfo};
 
 /// A worker as the workers table shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +38,8 @@ pub struct OverviewData {
     pub audit: Vec<AuditEntry>,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
+    /// The upstream's circuit breaker, unless closed.
+    pub breaker: Option<BreakerInfo>,
     /// What the charts cover; their points are `stats.throughput`.
     pub window: Window,
     /// Pauses, resumes and process starts inside the window.
@@ -87,7 +89,7 @@ pub async fn overview(window: Option<String>) -> Result<OverviewData, ServerFnEr
         )
     };
     let window = Window::parse(window.as_deref().unwrap_or_default());
-    let (stats, workers, audit, paused) = futures_join(q).await;
+    let (stats, workers, audit, paused, breaker) = futures_join(q).await;
     let mut stats = stats.map_err(|e| unavailable("stats", e.to_string()))?;
     // The counts' own last hour has no histograms: the charts read theirs, whatever the window.
     stats.throughput = q
@@ -101,6 +103,7 @@ pub async fn overview(window: Option<String>) -> Result<OverviewData, ServerFnEr
         .map_err(|e| unavailable("pause", e.to_string()))?
         .filter(|_| stats.paused)
         .or_else(|| stats.paused.then(PauseInfo::default));
+    let breaker = breaker.map_err(|e| unavailable("breaker", e.to_string()))?;
     let gone_after = ctx.admin.settings().gone_after_ms;
     let now = stats.now_ms;
     let workers: Vec<WorkerRow> = workers
@@ -116,6 +119,7 @@ pub async fn overview(window: Option<String>) -> Result<OverviewData, ServerFnEr
         stats,
         audit,
         paused,
+        breaker,
         window,
     })
 }
@@ -128,12 +132,14 @@ async fn futures_join(
     queue::Result<Vec<queue::WorkerInfo>>,
     queue::Result<Vec<AuditEntry>>,
     queue::Result<Option<PauseInfo>>,
+    queue::Result<Option<BreakerInfo>>,
 ) {
     tokio::join!(
         q.stats(),
         q.workers(),
         q.audit_log(AUDIT_SHOWN),
-        q.pause_info()
+        q.pause_info(),
+        q.breaker()
     )
 }
 
@@ -175,7 +181,11 @@ fn OverviewBody(
     data: Resource<Result<OverviewData, ServerFnError>>,
     action: ServerAction<Act>,
 ) -> impl IntoView {
-    let stats = move || data.get().and_then(Result::ok).map(|d| d.stats);
+    let stats = move || {
+        data.get()
+            .and_then(Result::ok)
+            .map(|d| (d.stats, d.breaker.is_some()))
+    };
     view! {
         <section class="panel">
             <h1>"Overview"</h1>
@@ -195,7 +205,7 @@ fn OverviewBody(
             // "retry all" with its count. The purge forms below stay put, so a live update
             // never wipes what is being typed.
             <Transition fallback=|| view! { <p>"…"</p> }>
-                {move || stats().map(|s| {
+                {move || stats().map(|(s, breaker_open)| {
                     let dead = s.dead;
                     view! {
                         <div class="row">
@@ -203,6 +213,13 @@ fn OverviewBody(
                                 view! { <ActButton action op="resume" label="Resume queue" testid="resume" /> }.into_any()
                             } else {
                                 view! { <ActButton action op="pause" label="Pause queue" testid="pause" /> }.into_any()
+                            }}
+                            // For a planned upstream maintenance: claims stop; after 15 min a
+                            // probe goes unless it was closed before.
+                            {if breaker_open {
+                                view! { <ActButton action op="close_breaker" label="Close breaker" testid="close-breaker" /> }.into_any()
+                            } else {
+                                view! { <ActButton action op="open_breaker" label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
                             }}
                             <ConfirmAction
                                 action
@@ -359,6 +376,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
     view! {
         <div class="view">
         <PausedBanner paused=data.paused now />
+        <BreakerBanner breaker=data.breaker now />
         <div class="counts" data-testid="counts">
             {card("ready", "ready now", s.ready, false)}
             {card("waiting", "waiting for next poll", s.waiting, false)}
@@ -514,4 +532,39 @@ mod tests {
             ]
         );
     }
+}
+
+/// The banner of an open or half-open circuit breaker: why, since when, until when.
+#[component]
+fn BreakerBanner(breaker: Option<BreakerInfo>, now: i64) -> impl IntoView {
+    breaker.map(|b| {
+        let by = if b.by == "auto" {
+            String::new()
+        } else {
+            format!(" by {}", b.by)
+        };
+        let (title, rest) = match b.state {
+            BreakerState::Open => (
+                "Upstream circuit breaker open",
+                format!("{by}: claims wait; errors of calls still out cost no attempt. A probe call goes"),
+            ),
+            BreakerState::HalfOpen => (
+                "Upstream circuit breaker half-open",
+                format!(
+                    "{by}: one probe call is out (task {}); its success closes the breaker. Its lease ends",
+                    b.probe.as_deref().map(super::ui::short).unwrap_or_default()
+                ),
+            ),
+        };
+        view! {
+            <div class="banner paused" role="status" data-testid="breaker-banner">
+                <strong>{title}</strong>
+                <span>
+                    " since " <TimeAt now at=b.since_ms past=true /> {rest} " "
+                    <TimeAt now at=b.until_ms past=false /> ". "
+                </span>
+                <span class="muted" data-testid="breaker-reason">{format!("Cause: {}", b.reason)}</span>
+            </div>
+        }
+    })
 }

@@ -1,0 +1,125 @@
+//! The circuit breaker seen from a real worker and a real HTTP upstream that goes down and
+//! comes back: during the outage the breaker opens, the upstream stops being hammered (a probe
+//! per cool-down instead of every task's retries), no task is dead-lettered for the outage,
+//! and once the upstream is back one probe closes the breaker and every task completes.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::any;
+use axum::{Json, Router};
+use common::*;
+use queue::{BreakerConfig, Queue, QueueConfig};
+
+/// An upstream with a switch: down answers 503, up answers `done`. It counts its calls.
+#[derive(Default)]
+struct Switch {
+    down: AtomicBool,
+    calls: AtomicU64,
+}
+
+async fn answer(State(s): State<Arc<Switch>>) -> (StatusCode, Json<serde_json::Value>) {
+    s.calls.fetch_add(1, Ordering::SeqCst);
+    if s.down.load(Ordering::SeqCst) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({"error": "down"})),
+        )
+    } else {
+        (
+            StatusCode::OK,
+            Json(serde_json::json!({"status": "done", "data": "ok"})),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
+    init_tracing();
+    let switch = Arc::new(Switch::default());
+    switch.down.store(true, Ordering::SeqCst);
+    let base = serve_upstream(
+        Router::new()
+            .route("/api/query", any(answer))
+            .with_state(switch.clone()),
+    )
+    .await;
+    let cfg = QueueConfig {
+        name: "breaker-outage".into(),
+        breaker: BreakerConfig {
+            failures: 5,
+            error_percent: 50,
+            cooldown_ms: 400,
+        },
+        ..QueueConfig::default()
+    };
+    let q = Queue::connect(&redis_url(), cfg).await.expect("queue");
+    // Three attempts each: without the breaker the outage below would kill every task.
+    let policy = worker::PolicyArgs {
+        max_attempts: 3,
+        ..fast_policy()
+    };
+    let n = 40u64;
+    for i in 0..n {
+        q.enqueue(&format!("outage {i}"), "", &policy.enqueue_policy())
+            .await
+            .expect("enqueue");
+    }
+    let up = worker::UpstreamArgs {
+        url: format!("{base}/api/query?q={{key}}"),
+        timeout_ms: 2_000,
+        ..worker::UpstreamArgs::default()
+    };
+    let w = spawn(worker(&q, &up, policy, fast_worker_args(8)));
+
+    // The breaker opens within the first few errors.
+    let t0 = Instant::now();
+    let opened = loop {
+        if let Some(b) = q.breaker().await.expect("breaker") {
+            break b;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(opened.by, "auto", "{opened:?}");
+    assert!(opened.reason.contains("503"), "{opened:?}");
+    // Two seconds of outage: five cool-downs. Calls: those before it opened (at most the
+    // threshold plus what was in flight), then one probe per cool-down.
+    let at_open = switch.calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = switch.calls.load(Ordering::SeqCst) - at_open;
+    println!("breaker: {at_open} calls before it opened, {during} in 2 s while open");
+    assert!(at_open <= 5 + 8 + 8, "{at_open} calls before it opened");
+    assert!(during <= 8, "{during} calls in 2 s with a 400 ms cool-down");
+    let s = q.stats().await.expect("stats");
+    assert_eq!(s.dead, 0, "the outage killed no task: {s:?}");
+
+    // The upstream is back: the next probe closes the breaker and everything completes.
+    switch.down.store(false, Ordering::SeqCst);
+    let back = Instant::now();
+    let s = wait_settled(&q, n, Duration::from_secs(30)).await;
+    println!(
+        "breaker: all {n} done {} ms after the upstream came back",
+        back.elapsed().as_millis()
+    );
+    w.stop().await;
+    assert_eq!((s.results, s.dead), (n, 0), "{s:?}");
+    assert!(q.breaker().await.expect("breaker").is_none(), "closed");
+    // Total calls: each task's one success plus the bounded failures above.
+    let total = switch.calls.load(Ordering::SeqCst);
+    assert!(total <= n + at_open + during + 8, "{total} calls");
+    // Every task has its stored result (none was lost while claims waited).
+    for i in 0..n {
+        let d = q
+            .get(&id_of(&format!("outage {i}")))
+            .await
+            .expect("get")
+            .expect("known");
+        assert!(d.result.is_some(), "outage {i} has its result");
+    }
+}
