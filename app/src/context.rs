@@ -9,8 +9,12 @@ use leptos::prelude::*;
 /// Shared, cheap-to-clone handles the web process owns.
 #[derive(Clone)]
 pub struct AppContext {
-    /// The queue (holds a multiplexed Redis connection that reconnects by itself).
+    /// The default upstream's queue (holds a multiplexed Redis connection that reconnects by
+    /// itself); the admin dashboard shows this one.
     pub queue: queue::Queue,
+    /// The named upstreams (`[upstreams.<name>]` in the config file), each with a queue of its
+    /// own; empty when the deployment talks to one upstream.
+    pub named: NamedUpstreams,
     /// Deadline and attempt limits stamped on every task this process creates.
     pub enqueue_policy: queue::EnqueuePolicy,
     /// Admin passwords, session and sign-in settings (see [`crate::auth`]).
@@ -18,6 +22,62 @@ pub struct AppContext {
     /// How long a submit waits for the workers' first poll so the first answer carries
     /// partial data (see `crate::query_view::submit`); zero answers at once.
     pub first_answer: std::time::Duration,
+}
+
+/// One named upstream as the web process sees it: where its tasks go and how they are run.
+#[derive(Clone)]
+pub struct NamedUpstream {
+    pub name: String,
+    pub queue: queue::Queue,
+    pub enqueue_policy: queue::EnqueuePolicy,
+}
+
+/// The named upstreams, in configuration order. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct NamedUpstreams(pub std::sync::Arc<Vec<NamedUpstream>>);
+
+/// No upstream of that name; the message lists the known ones (safe to show).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown upstream {name:?}; known: {}", known.join(", "))]
+pub struct UnknownUpstream {
+    pub name: String,
+    pub known: Vec<String>,
+}
+
+impl AppContext {
+    /// Every upstream's name, the default one first.
+    pub fn upstream_names(&self) -> Vec<String> {
+        std::iter::once(queue::DEFAULT_UPSTREAM.to_string())
+            .chain(self.named.0.iter().map(|u| u.name.clone()))
+            .collect()
+    }
+
+    /// The queue and task policy of `upstream` (`None` or "default": the default upstream).
+    pub fn upstream(
+        &self,
+        upstream: Option<&str>,
+    ) -> Result<(&queue::Queue, &queue::EnqueuePolicy), UnknownUpstream> {
+        match upstream.map(str::trim) {
+            None | Some("") => Ok((&self.queue, &self.enqueue_policy)),
+            Some(n) if n == queue::DEFAULT_UPSTREAM => Ok((&self.queue, &self.enqueue_policy)),
+            Some(n) => self
+                .named
+                .0
+                .iter()
+                .find(|u| u.name == n)
+                .map(|u| (&u.queue, &u.enqueue_policy))
+                .ok_or_else(|| UnknownUpstream {
+                    name: n.chars().take(64).collect(),
+                    known: self.upstream_names(),
+                }),
+        }
+    }
+
+    /// Every upstream's queue with its name, the default one first.
+    pub fn queues(&self) -> impl Iterator<Item = (&str, &queue::Queue)> {
+        std::iter::once((queue::DEFAULT_UPSTREAM, &self.queue))
+            .chain(self.named.0.iter().map(|u| (u.name.as_str(), &u.queue)))
+    }
 }
 
 /// The request's [`AppContext`], or a generic error if the server forgot to provide it.

@@ -50,6 +50,8 @@ pub struct QueryView {
     pub id: TaskId,
     /// The normalised query text.
     pub query: String,
+    /// The upstream API the query is sent to (`default` unless the deployment names several).
+    pub upstream: String,
     pub status: QueryStatus,
     /// The upstream's latest partial data while processing (JSON when it is JSON, else text).
     #[cfg_attr(feature = "ssr", schema(required = true))]
@@ -127,6 +129,9 @@ mod ssr {
         /// The user's text breaks the input rules (message is safe to show).
         #[error("{0}")]
         Invalid(String),
+        /// No upstream of that name (message lists the known ones, safe to show).
+        #[error("{0}")]
+        UnknownUpstream(#[from] crate::context::UnknownUpstream),
         /// Redis is unreachable: try again later.
         #[error("the queue is unavailable")]
         Unavailable,
@@ -163,24 +168,33 @@ mod ssr {
     /// polls is the only one, however many users ask. Returns the view and whether a new task
     /// was created.
     pub async fn submit(ctx: &AppContext, text: &str) -> Result<(QueryView, bool), QueryError> {
-        submit_with(ctx, text, queue::Priority::Interactive).await
+        submit_with(ctx, text, queue::Priority::Interactive, None).await
     }
 
-    /// [`submit`] with a priority. Background work is claimed after interactive work (with a
-    /// share, so it never starves) and answers at once: nobody waits for its first poll.
+    /// [`submit`] with a priority and an upstream (`None`: the default one). Background work
+    /// is claimed after interactive work (with a share, so it never starves) and answers at
+    /// once: nobody waits for its first poll.
     pub async fn submit_with(
         ctx: &AppContext,
         text: &str,
         priority: queue::Priority,
+        upstream: Option<&str>,
     ) -> Result<(QueryView, bool), QueryError> {
         let normalised = queue::normalise_query(text)?;
+        let (q, policy) = ctx.upstream(upstream)?;
+        let up = q.config().upstream.as_str();
+        let up = if up.is_empty() {
+            queue::DEFAULT_UPSTREAM
+        } else {
+            up
+        };
         let policy = queue::EnqueuePolicy {
             priority,
-            ..ctx.enqueue_policy.clone()
+            ..policy.clone()
         };
-        let enqueued = ctx.queue.enqueue(&normalised, "", &policy).await?;
+        let enqueued = q.enqueue(&normalised, "", &policy).await?;
         let (task, created) = match enqueued {
-            Enqueued::Stored(r) => return Ok((from_result(&r), false)),
+            Enqueued::Stored(r) => return Ok((from_result(up, &r), false)),
             Enqueued::Created(t) => (t, true),
             Enqueued::Joined(t) => (t, false),
         };
@@ -188,13 +202,13 @@ mod ssr {
             || ctx.first_answer.is_zero()
             || priority == queue::Priority::Background
         {
-            return Ok((from_task(&task), created));
+            return Ok((from_task(up, &task), created));
         }
         let deadline = Instant::now() + ctx.first_answer;
-        let mut latest = from_task(&task);
+        let mut latest = from_task(up, &task);
         while Instant::now() < deadline {
             tokio::time::sleep(FIRST_ANSWER_STEP.min(deadline - Instant::now())).await;
-            match read(ctx, &task.id).await? {
+            match read_in(q, up, &task.id).await? {
                 Some(v) => {
                     let settled = v.partial.is_some() || v.status.is_final();
                     latest = v;
@@ -211,8 +225,25 @@ mod ssr {
 
     /// The current view of `id`, or `None` when the id is unknown. (A malformed id cannot
     /// get here: [`TaskId`] is checked where it is parsed, so it is a 404 without asking Redis.)
+    ///
+    /// An id names one upstream's task (ids cover the upstream), so the upstreams are asked in
+    /// turn until one knows it: one read with a single upstream, at most one per upstream.
     pub async fn read(ctx: &AppContext, id: &TaskId) -> Result<Option<QueryView>, QueryError> {
-        Ok(ctx.queue.get(id).await?.map(|d| from_detail(id, &d)))
+        for (name, q) in ctx.queues() {
+            if let Some(v) = read_in(q, name, id).await? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The view of `id` in one upstream's queue.
+    async fn read_in(
+        q: &queue::Queue,
+        upstream: &str,
+        id: &TaskId,
+    ) -> Result<Option<QueryView>, QueryError> {
+        Ok(q.get(id).await?.map(|d| from_detail(upstream, id, &d)))
     }
 
     use queue::local_ms as now_ms;
@@ -222,19 +253,20 @@ mod ssr {
         serde_json::from_str(text).unwrap_or_else(|_| serde_json::Value::String(text.into()))
     }
 
-    fn from_detail(id: &TaskId, d: &TaskDetail) -> QueryView {
+    fn from_detail(upstream: &str, id: &TaskId, d: &TaskDetail) -> QueryView {
         // A fresh result wins over a task record: it is the answer users are waiting for.
         if let Some(r) = &d.result {
-            return from_result(r);
+            return from_result(upstream, r);
         }
         if let Some(t) = &d.task {
-            return from_task(t);
+            return from_task(upstream, t);
         }
         // Only history is left: the task was cancelled or purged and its result expired.
         let at = d.history.first().map_or(0, |h| h.at_ms);
         QueryView {
             id: id.clone(),
             query: String::new(),
+            upstream: upstream.to_string(),
             status: QueryStatus::Failed,
             partial: None,
             result: None,
@@ -250,10 +282,11 @@ mod ssr {
         }
     }
 
-    fn from_result(r: &StoredResult) -> QueryView {
+    fn from_result(upstream: &str, r: &StoredResult) -> QueryView {
         QueryView {
             id: r.id.clone(),
             query: r.query.clone(),
+            upstream: upstream.to_string(),
             status: QueryStatus::Done,
             partial: None,
             result: Some(data(&r.data)),
@@ -267,7 +300,7 @@ mod ssr {
         }
     }
 
-    fn from_task(t: &Task) -> QueryView {
+    fn from_task(upstream: &str, t: &Task) -> QueryView {
         let (status, error) = match t.state {
             TaskState::Due | TaskState::Leased => (QueryStatus::Processing, None),
             TaskState::Dead | TaskState::Done => (QueryStatus::Failed, Some(failure_reason(t))),
@@ -275,6 +308,7 @@ mod ssr {
         QueryView {
             id: t.id.clone(),
             query: t.query.clone(),
+            upstream: upstream.to_string(),
             status,
             partial: t.partial.as_deref().map(data),
             result: None,

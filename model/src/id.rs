@@ -17,6 +17,19 @@ use sha2::{Digest, Sha256};
 #[serde(try_from = "String", into = "String")]
 pub struct TaskId(String);
 
+/// The name of the upstream configured by the top-level settings (`REPOLL_UPSTREAM_*`).
+pub const DEFAULT_UPSTREAM: &str = "default";
+
+/// Whether `name` can name an upstream: 1 to 32 of `a-z 0-9 _ -`, starting with a letter or
+/// digit. It becomes part of a queue name (a Redis hash tag) and of URLs, so it is kept plain.
+pub fn is_valid_upstream_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name.bytes().enumerate().all(|(i, b)| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || (i > 0 && (b == b'_' || b == b'-'))
+        })
+}
+
 /// The text given is not a task id.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("not a task id (32 lowercase hex characters)")]
@@ -27,6 +40,21 @@ impl TaskId {
     pub fn of_query(normalised: &str) -> TaskId {
         let digest = Sha256::digest(normalised.as_bytes());
         TaskId(hex::encode(&digest[..16]))
+    }
+
+    /// The id of a normalised query sent to the named upstream `upstream` (issue 13: the same
+    /// text for two APIs is two tasks). The default upstream (`""` or `"default"`) keeps
+    /// [`TaskId::of_query`], so ids from before named upstreams stay valid. The separator is a
+    /// control character, which neither a normalised query nor an upstream name can hold.
+    pub fn of_upstream_query(upstream: &str, normalised: &str) -> TaskId {
+        if upstream.is_empty() || upstream == DEFAULT_UPSTREAM {
+            return Self::of_query(normalised);
+        }
+        let mut h = Sha256::new();
+        h.update(upstream.as_bytes());
+        h.update([0x1f]);
+        h.update(normalised.as_bytes());
+        TaskId(hex::encode(&h.finalize()[..16]))
     }
 
     /// Checks the shape: 32 lowercase hex characters.
@@ -273,6 +301,26 @@ mod tests {
 
     #[test]
     fn id_is_32_hex() {
+        assert_eq!(
+            TaskId::of_upstream_query("default", "a b"),
+            TaskId::of_query("a b")
+        );
+        assert_eq!(
+            TaskId::of_upstream_query("", "a b"),
+            TaskId::of_query("a b")
+        );
+        assert_ne!(
+            TaskId::of_upstream_query("reports", "a b"),
+            TaskId::of_query("a b")
+        );
+        assert_ne!(
+            TaskId::of_upstream_query("reports", "a b"),
+            TaskId::of_upstream_query("search", "a b")
+        );
+        assert!(is_valid_upstream_name("reports") && is_valid_upstream_name("v2-search_eu"));
+        for bad in ["", "-x", "Reports", "a.b", "a{b}", &"x".repeat(33)] {
+            assert!(!is_valid_upstream_name(bad), "{bad}");
+        }
         let id = TaskId::of_query("a b");
         assert_eq!(id.len(), 32);
         assert!(id.chars().all(|c| c.is_ascii_hexdigit()));

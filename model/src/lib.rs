@@ -26,8 +26,8 @@ pub mod task;
 
 pub use histogram::{Histogram, Percentiles};
 pub use id::{
-    is_forbidden_char, normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId,
-    FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
+    is_forbidden_char, is_valid_upstream_name, normalise_query, query_pattern, InvalidQuery,
+    InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
 };
 pub use notice::Notice;
 pub use queue_state::{

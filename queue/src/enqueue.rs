@@ -5,10 +5,10 @@
 use crate::decode::{self, status, string};
 use crate::error::{corrupt, Result};
 use crate::model::{EnqueuePolicy, Enqueued, Priority};
+use crate::normalise_query;
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::worker_ops::{opt_string, MAX_BATCH};
-use crate::{normalise_query, TaskId};
 use redis::{ScriptInvocation, Value};
 
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored.
@@ -50,7 +50,7 @@ impl Queue {
         policy: &EnqueuePolicy,
     ) -> Result<Enqueued> {
         let q = normalise_query(query)?;
-        let id = TaskId::of_query(&q);
+        let id = self.task_id(&q);
         let inv = self.enqueue_invocation(&id, &q, payload, policy);
         decode_enqueued(&id, self.run(&inv).await?)
     }
@@ -69,7 +69,7 @@ impl Queue {
         for (i, (query, payload)) in items.iter().enumerate() {
             match normalise_query(query) {
                 Ok(q) => {
-                    valid.push((i, TaskId::of_query(&q), q, *payload));
+                    valid.push((i, self.task_id(&q), q, *payload));
                     out.push(None);
                 }
                 Err(e) => out.push(Some(Err(e.into()))),

@@ -3,6 +3,6 @@
 //! this module is where the queue takes them from.
 
 pub use model::id::{
-    is_forbidden_char, normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId,
-    FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
+    is_forbidden_char, is_valid_upstream_name, normalise_query, query_pattern, InvalidQuery,
+    InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
 };

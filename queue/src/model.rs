@@ -31,6 +31,12 @@ pub struct QueueConfig {
     /// When the upstream's circuit breaker opens by itself, and for how long.
     #[serde(default)]
     pub breaker: BreakerConfig,
+    /// The named upstream this queue serves ("" = the default one). Each upstream has a queue
+    /// of its own (its own hash tag, breaker and rate limit); the name goes into the task ids
+    /// (`TaskId::of_upstream_query`), so one query text sent to two APIs is two tasks with
+    /// two ids, and an id names its upstream's task only.
+    #[serde(default)]
+    pub upstream: String,
 }
 
 /// The upstream's circuit breaker (ARCHITECTURE.md, "Circuit breaker"): it opens when, over the
@@ -118,6 +124,7 @@ impl Default for QueueConfig {
             max_lease_losses: 3,
             history: HistoryLevel::Transitions,
             breaker: BreakerConfig::default(),
+            upstream: String::new(),
         }
     }
 }

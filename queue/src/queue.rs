@@ -5,7 +5,7 @@
 use crate::conn::RedisConn;
 use crate::error::{corrupt, Result};
 use crate::keys::Keys;
-use crate::model::{Channels, QueueConfig};
+use crate::model::{Channels, QueueConfig, TaskId};
 use crate::scripts::SCRIPTS;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
@@ -119,6 +119,12 @@ impl Queue {
 
     pub fn config(&self) -> &QueueConfig {
         &self.inner.cfg
+    }
+
+    /// The id of a normalised query in this queue: it covers the queue's upstream
+    /// ([`QueueConfig::upstream`]), so the same text for two upstreams is two tasks.
+    pub fn task_id(&self, normalised: &str) -> TaskId {
+        TaskId::of_upstream_query(&self.inner.cfg.upstream, normalised)
     }
 
     /// A clone of the connection (for ad-hoc reads and writes by the app).

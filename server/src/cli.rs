@@ -89,26 +89,8 @@ pub struct RedisArgs {
     #[arg(long, env = "REPOLL_HISTORY", default_value_t = queue::QueueConfig::default().history)]
     pub history: queue::HistoryLevel,
 
-    /// Circuit breaker of the upstream: errors of the upstream (timeouts, refused connections,
-    /// 5xx, 429, bad bodies) within a minute that open it, if they are also at least
-    /// --breaker-error-percent of the calls; 0 = it never opens by itself. While open, claims
-    /// wait and errors of calls still out cost no attempt; after the cool-down one probe goes.
-    #[arg(long, env = "REPOLL_BREAKER_FAILURES",
-          default_value_t = queue::BreakerConfig::default().failures,
-          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
-    pub breaker_failures: u32,
-
-    /// Least share of the last minute's calls, in percent, that must have failed to open it.
-    #[arg(long, env = "REPOLL_BREAKER_ERROR_PERCENT",
-          default_value_t = queue::BreakerConfig::default().error_percent,
-          value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub breaker_error_percent: u32,
-
-    /// How long the breaker stays open before one probe call, in ms.
-    #[arg(long, env = "REPOLL_BREAKER_COOLDOWN_MS",
-          default_value_t = queue::BreakerConfig::default().cooldown_ms,
-          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
-    pub breaker_cooldown_ms: u64,
+    #[command(flatten)]
+    pub breaker: BreakerArgs,
 }
 
 impl std::fmt::Debug for RedisArgs {
@@ -154,12 +136,43 @@ impl RedisArgs {
             result_ttl_ms: self.result_ttl_ms,
             max_lease_losses: self.max_lease_losses,
             history: self.history,
-            breaker: queue::BreakerConfig {
-                failures: self.breaker_failures,
-                error_percent: self.breaker_error_percent,
-                cooldown_ms: self.breaker_cooldown_ms,
-            },
+            breaker: self.breaker.config(),
             ..queue::QueueConfig::default()
+        }
+    }
+}
+
+/// The upstream's circuit breaker (one per upstream; see `queue::BreakerConfig`).
+#[derive(Clone, Copy, Debug, Args)]
+pub struct BreakerArgs {
+    /// Circuit breaker of the upstream: errors of the upstream (timeouts, refused connections,
+    /// 5xx, 429, bad bodies) within a minute that open it, if they are also at least
+    /// --breaker-error-percent of the calls; 0 = it never opens by itself. While open, claims
+    /// wait and errors of calls still out cost no attempt; after the cool-down one probe goes.
+    #[arg(long = "breaker-failures", env = "REPOLL_BREAKER_FAILURES",
+          default_value_t = queue::BreakerConfig::default().failures,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub failures: u32,
+
+    /// Least share of the last minute's calls, in percent, that must have failed to open it.
+    #[arg(long = "breaker-error-percent", env = "REPOLL_BREAKER_ERROR_PERCENT",
+          default_value_t = queue::BreakerConfig::default().error_percent,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub error_percent: u32,
+
+    /// How long the breaker stays open before one probe call, in ms.
+    #[arg(long = "breaker-cooldown-ms", env = "REPOLL_BREAKER_COOLDOWN_MS",
+          default_value_t = queue::BreakerConfig::default().cooldown_ms,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub cooldown_ms: u64,
+}
+
+impl BreakerArgs {
+    pub fn config(&self) -> queue::BreakerConfig {
+        queue::BreakerConfig {
+            failures: self.failures,
+            error_percent: self.error_percent,
+            cooldown_ms: self.cooldown_ms,
         }
     }
 }
@@ -177,6 +190,18 @@ pub struct WorkerCmdArgs {
     pub worker: worker::WorkerArgs,
     #[command(flatten)]
     pub callback: worker::CallbackArgs,
+    /// Serve only these upstreams (names from the config file's `[upstreams.<name>]`
+    /// sections, and `default`), comma-separated; unset: every upstream.
+    #[arg(
+        long = "upstream",
+        env = "REPOLL_WORKER_UPSTREAMS",
+        value_delimiter = ','
+    )]
+    pub only_upstreams: Vec<String>,
+    /// The named upstreams of the config file (`[upstreams.<name>]`), filled by
+    /// `config_file::parse_cli`; empty without a file or sections.
+    #[arg(skip)]
+    pub upstreams: Vec<crate::upstreams::UpstreamSection>,
     /// Serve Prometheus metrics at http://<addr>/metrics (off when unset).
     #[arg(long, env = "REPOLL_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
@@ -279,6 +304,10 @@ pub struct ServeArgs {
     pub worker: worker::WorkerArgs,
     #[command(flatten)]
     pub callback: worker::CallbackArgs,
+    /// The named upstreams of the config file (`[upstreams.<name>]`), filled by
+    /// `config_file::parse_cli`; empty without a file or sections.
+    #[arg(skip)]
+    pub upstreams: Vec<crate::upstreams::UpstreamSection>,
 }
 
 impl std::fmt::Debug for ServeArgs {

@@ -61,12 +61,38 @@ pub enum ConfigError {
 pub fn parse_cli() -> Result<Cli, ConfigError> {
     let args: Vec<OsString> = std::env::args_os().collect();
     let path = config_path(&args).or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
-    let cmd = match path {
-        Some(p) => with_file_defaults(Cli::command(), &p)?,
+    let cmd = match &path {
+        Some(p) => with_file_defaults(Cli::command(), p)?,
         None => Cli::command(),
     };
     let matches = cmd.get_matches_from(args);
-    Ok(from_matches(&matches))
+    let mut cli = from_matches(&matches);
+    if let Some(p) = path {
+        let sections = crate::upstreams::sections_from_table(&p, &read_table(&p)?)?;
+        match &mut cli.command {
+            crate::cli::Command::Serve(a) => a.upstreams = sections,
+            crate::cli::Command::Worker(a) => a.upstreams = sections,
+            _ => {}
+        }
+    }
+    Ok(cli)
+}
+
+/// The file's TOML table.
+fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse_table(path, &text)
+}
+
+fn parse_table(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
+    text.parse()
+        .map_err(|e: toml::de::Error| ConfigError::Syntax {
+            path: path.to_owned(),
+            message: e.message().to_string(),
+        })
 }
 
 /// `Cli` from matches; clap's own error exit when they do not fit (cannot happen for
@@ -109,12 +135,9 @@ pub fn with_defaults_from_str(
     path: &Path,
     text: &str,
 ) -> Result<Command, ConfigError> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Syntax {
-            path: path.to_owned(),
-            message: e.message().to_string(),
-        })?;
+    let mut table = parse_table(path, text)?;
+    // `[upstreams.<name>]` sections are read by `upstreams::sections_from_table`.
+    table.remove("upstreams");
     let mut flat = BTreeMap::new();
     flatten("", &table, &mut flat);
 
@@ -138,7 +161,7 @@ pub fn with_defaults_from_str(
 }
 
 /// Nested tables become `outer_inner` keys.
-fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, toml::Value>) {
+pub(crate) fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, toml::Value>) {
     for (k, v) in table {
         let key = if prefix.is_empty() {
             k.clone()
@@ -156,7 +179,7 @@ fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, toml::V
 
 /// Every environment variable any (sub)command reads, and whether its argument takes many
 /// values.
-fn known_envs(cmd: &Command) -> BTreeMap<String, bool> {
+pub(crate) fn known_envs(cmd: &Command) -> BTreeMap<String, bool> {
     let mut out = BTreeMap::new();
     for a in cmd.get_arguments() {
         if let Some(env) = a.get_env().filter(|e| *e != CONFIG_ENV) {
@@ -218,7 +241,7 @@ fn hint(key: &str, known: &BTreeMap<String, bool>) -> String {
 }
 
 /// A TOML value as clap argument text; arrays only where the argument takes many values.
-fn to_strings(v: &toml::Value, multiple: bool) -> Result<Vec<String>, String> {
+pub(crate) fn to_strings(v: &toml::Value, multiple: bool) -> Result<Vec<String>, String> {
     let one = |v: &toml::Value| -> Result<String, String> {
         Ok(match v {
             toml::Value::String(s) => s.clone(),
@@ -239,7 +262,7 @@ fn to_strings(v: &toml::Value, multiple: bool) -> Result<Vec<String>, String> {
 }
 
 /// Sets the defaults on every argument (in every subcommand) reading one of the variables.
-fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command {
+pub(crate) fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command {
     let ids: Vec<(clap::Id, Vec<String>)> = cmd
         .get_arguments()
         .filter_map(|a| {

@@ -6,6 +6,7 @@
 //! - [`admin`]: sign-in, sessions, cross-site protection, the dashboard's live stream.
 //! - [`cli`]: the command line (clap) — every setting is a flag and an environment variable.
 //! - [`config_file`]: `--config <file>` — the same settings from a TOML file.
+//! - [`upstreams`]: named upstreams (`[upstreams.<name>]` sections), a queue each.
 //! - [`managed_redis`]: with no `REDIS_URL`, `repoll serve` runs its own `redis-server` child
 //!   (append-only file under `./data/redis`) and stops it on exit.
 //! - [`metrics`]: `GET /metrics` from the worker's Prometheus recorder.
@@ -35,5 +36,6 @@ pub mod security;
 pub mod serve;
 pub mod shutdown;
 pub mod simulate;
+pub mod upstreams;
 pub mod web;
 pub mod work;

@@ -99,6 +99,17 @@ impl Live {
         caps: StreamCaps,
         stop: CancellationToken,
     ) -> Live {
+        Live::start_many(client, vec![channel], caps, stop)
+    }
+
+    /// [`Live::start`] on several channels at once (one per upstream's queue) over one
+    /// connection: ids cover their upstream, so the routing by id stays exact.
+    pub fn start_many(
+        client: redis::Client,
+        channels: Vec<String>,
+        caps: StreamCaps,
+        stop: CancellationToken,
+    ) -> Live {
         let hub = Live::new(caps);
         let feed = hub.clone();
         tokio::spawn(async move {
@@ -111,7 +122,7 @@ impl Live {
                 .without_max_times()
                 .build();
             while !stop.is_cancelled() {
-                match subscribe(&client, &channel, &feed, &stop).await {
+                match subscribe(&client, &channels, &feed, &stop).await {
                     Ok(()) => break,
                     Err(e) => {
                         let delay = delays.next().unwrap_or(Duration::from_secs(5));
@@ -268,12 +279,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 async fn subscribe(
     client: &redis::Client,
-    channel: &str,
+    channels: &[String],
     hub: &Live,
     stop: &CancellationToken,
 ) -> Result<(), redis::RedisError> {
     let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(channel).await?;
+    pubsub.subscribe(channels).await?;
     // Anything published while we were disconnected is gone: tell streams to re-read.
     hub.publish(LiveEvent::Resync);
     let mut messages = pubsub.on_message();

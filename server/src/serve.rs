@@ -157,6 +157,24 @@ pub async fn open_queue_with_timeout(
     })
 }
 
+/// The queue of one named upstream on `base`'s connection (one Redis connection serves every
+/// upstream's queue: they differ in hash tag, not in server).
+pub async fn upstream_queue(
+    base: &queue::Queue,
+    plan: &crate::upstreams::UpstreamPlan,
+    url: &str,
+) -> Result<queue::Queue, ServeError> {
+    if plan.is_default() {
+        return Ok(base.clone());
+    }
+    queue::Queue::with_connection(base.connection(), plan.queue.clone())
+        .await
+        .map_err(|source| ServeError::Redis {
+            url: redact(url),
+            source,
+        })
+}
+
 /// A Pub/Sub client for `url` (a cluster's first seed).
 pub fn pubsub_client(url: &str) -> Result<redis::Client, ServeError> {
     let url = RedisArgs::pubsub_url(url);
@@ -200,11 +218,23 @@ async fn serve_with(
         });
     }
     // Checked before anything listens: a bad upstream or callback setting stops the start.
-    let upstream = worker::Upstream::new(&args.upstream)?;
+    let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
     let callbacks = worker::Callbacks::new(&args.callback)?;
     let slots = args.workers.unwrap_or(args.worker.concurrency);
-    if slots > 0 {
-        let upstream = upstream.clone();
+    // Per upstream: its queue for workers and for requests, its caller, its callback signer.
+    let mut served = Vec::with_capacity(plans.len());
+    for plan in &plans {
+        let upstream = worker::Upstream::new(&plan.upstream)?;
+        let wq = upstream_queue(&queue, plan, url).await?;
+        let webq = upstream_queue(&web_queue, plan, url).await?;
+        let cb = callbacks.as_ref().map(|c| c.for_upstream(&plan.name));
+        served.push((plan, upstream, wq, webq, cb));
+    }
+    for (plan, upstream, wq, _, cb) in &served {
+        let slots = plan.concurrency.unwrap_or(slots);
+        if slots == 0 {
+            continue;
+        }
         let pubsub = pubsub_client(url)?;
         let mut wargs = args.worker.clone();
         wargs.concurrency = slots;
@@ -212,9 +242,15 @@ async fn serve_with(
         // workers get at most the web drain period; unfinished leases are released to due at
         // once and another worker picks them up.
         wargs.grace_ms = wargs.grace_ms.min(args.shutdown_grace_ms);
-        let w = worker::Worker::new(queue.clone(), pubsub, upstream, args.policy.clone(), wargs)
-            .with_callbacks(callbacks.clone());
-        tracing::info!(worker = w.id(), slots, "embedded worker started");
+        let w = worker::Worker::new(
+            wq.clone(),
+            pubsub,
+            upstream.clone(),
+            plan.policy.clone(),
+            wargs,
+        )
+        .with_callbacks(cb.clone());
+        tracing::info!(worker = w.id(), slots, upstream = %plan.name, "embedded worker started");
         let stop = shutdown.clone();
         background.spawn(async move {
             w.run(stop.cancelled_owned()).await?;
@@ -227,9 +263,12 @@ async fn serve_with(
         per_client: args.max_streams_per_client,
         total: args.max_streams,
     };
-    let live = Live::start(
+    let live = Live::start_many(
         live_client,
-        queue.channels().dashboard,
+        served
+            .iter()
+            .map(|(_, _, q, _, _)| q.channels().dashboard)
+            .collect(),
         caps,
         shutdown.clone(),
     );
@@ -248,9 +287,33 @@ async fn serve_with(
     api.metrics_token = args.metrics_token.clone().map(Into::into);
     api.callbacks = callbacks.map(|callbacks| crate::api::CallbackReceiver {
         callbacks,
-        reader: upstream.reader().clone(),
-        max_body: upstream.max_body(),
+        upstreams: served
+            .iter()
+            .map(
+                |(plan, upstream, _, webq, _)| crate::api::CallbackUpstream {
+                    name: if plan.is_default() {
+                        String::new()
+                    } else {
+                        plan.name.clone()
+                    },
+                    queue: webq.clone(),
+                    reader: upstream.reader().clone(),
+                    max_body: upstream.max_body(),
+                },
+            )
+            .collect(),
     });
+    let named = app::context::NamedUpstreams(std::sync::Arc::new(
+        served
+            .iter()
+            .filter(|(plan, ..)| !plan.is_default())
+            .map(|(plan, _, _, webq, _)| app::context::NamedUpstream {
+                name: plan.name.clone(),
+                queue: webq.clone(),
+                enqueue_policy: plan.policy.enqueue_policy(),
+            })
+            .collect(),
+    ));
     let state = WebState {
         live,
         api,
@@ -258,6 +321,7 @@ async fn serve_with(
         leptos_options: web::leptos_options(&args.site_root),
         app: AppContext {
             queue: web_queue,
+            named,
             enqueue_policy: args.policy.enqueue_policy(),
             admin: admin.auth.clone(),
             first_answer: Duration::from_millis(args.api.first_answer_ms),

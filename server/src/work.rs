@@ -4,7 +4,7 @@
 
 use crate::{
     cli::WorkerCmdArgs,
-    serve::{open_queue, pubsub_client, ServeError},
+    serve::{open_queue, pubsub_client, upstream_queue, ServeError},
     shutdown,
 };
 
@@ -29,13 +29,47 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
             }
         });
     }
-    let upstream = worker::Upstream::new(&args.upstream)?;
-    let pubsub = pubsub_client(&url)?;
     let callbacks = worker::Callbacks::new(&args.callback)?;
-    let w = worker::Worker::new(queue, pubsub, upstream, args.policy, args.worker)
-        .with_callbacks(callbacks);
-    tracing::info!(worker = w.id(), "worker started");
-    let report = w.run(stop.cancelled_owned()).await?;
-    tracing::info!(?report, "worker stopped");
-    Ok(())
+    let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
+    let plans =
+        crate::upstreams::select(plans, &args.only_upstreams).map_err(ServeError::Config)?;
+    // One worker per upstream served, each with its own slots, sharing the stop signal. Every
+    // setting is checked before the first one starts.
+    let mut workers = Vec::with_capacity(plans.len());
+    for plan in &plans {
+        let upstream = worker::Upstream::new(&plan.upstream)?;
+        let q = upstream_queue(&queue, plan, &url).await?;
+        let mut wargs = args.worker.clone();
+        wargs.concurrency = plan.concurrency.unwrap_or(wargs.concurrency);
+        let w = worker::Worker::new(
+            q,
+            pubsub_client(&url)?,
+            upstream,
+            plan.policy.clone(),
+            wargs,
+        )
+        .with_callbacks(callbacks.as_ref().map(|c| c.for_upstream(&plan.name)));
+        tracing::info!(worker = w.id(), upstream = %plan.name, "worker started");
+        workers.push(w);
+    }
+    let mut running = tokio::task::JoinSet::new();
+    for w in workers {
+        let stop = stop.clone();
+        running.spawn(async move { w.run(stop.cancelled_owned()).await });
+    }
+    let mut first_error = None;
+    while let Some(joined) = running.join_next().await {
+        match joined {
+            Ok(Ok(report)) => tracing::info!(?report, "worker stopped"),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "worker failed");
+                // One upstream's worker failing stops the process: a supervisor restarts it
+                // whole, rather than it running on with some upstreams unserved.
+                stop.cancel();
+                first_error.get_or_insert(e);
+            }
+            Err(e) => tracing::error!(error = %e, "worker task panicked"),
+        }
+    }
+    first_error.map_or(Ok(()), |e| Err(e.into()))
 }

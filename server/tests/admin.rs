@@ -104,6 +104,7 @@ async fn start_custom(
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
             queue: queue.clone(),
+            named: Default::default(),
             enqueue_policy: Default::default(),
             admin: auth.clone(),
             first_answer: Duration::ZERO,

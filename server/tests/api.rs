@@ -107,6 +107,7 @@ impl Env {
             leptos_options: web::leptos_options("target/site"),
             app: AppContext {
                 queue: queue.clone(),
+                named: Default::default(),
                 enqueue_policy: Default::default(),
                 admin: Default::default(),
                 first_answer: Duration::from_millis(opts.api.first_answer_ms),
@@ -503,6 +504,7 @@ async fn concurrent_submits_of_the_same_query_share_one_task() {
     // The shared code says which request created the task and which joined it.
     let ctx = AppContext {
         queue: env.queue.clone(),
+        named: Default::default(),
         enqueue_policy: Default::default(),
         admin: Default::default(),
         first_answer: Duration::ZERO,

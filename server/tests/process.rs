@@ -1079,3 +1079,141 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     let stored = redis_cli(redis_port, &["GET", &format!("{{cbq}}:r:{other}")]);
     assert!(stored.ends_with(r#"{"forged":true}"#), "{stored}");
 }
+
+/// Named upstreams (`[upstreams.<name>]` in the config file): one `repoll serve` runs a worker
+/// per upstream; the same text sent to two upstreams is two tasks with two ids, each finished
+/// by its own upstream and stored under its own queue's hash tag; an unknown upstream is a 422
+/// naming the known ones; a named upstream's callback completes its task (the token names the
+/// upstream); the query page offers the choice; `repoll worker --upstream` refuses a name that
+/// does not exist.
+#[test]
+fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
+    const SECRET: &str = "callback-secret-of-the-upstreams-test-0123";
+    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
+    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let url = format!("redis://127.0.0.1:{redis_port}");
+    let dir = std::env::temp_dir().join(format!("repoll-upstreams-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("upstreams.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[upstreams.search]\n\
+             url = \"http://127.0.0.1:{sim_port}/api/query?q=s:{{key}}&polls=1&callback={{callback_url}}\"\n\
+             poll_interval_ms = 10000\n\
+             concurrency = 2\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = serve_command(&url, web_port);
+    cmd.arg("--config")
+        .arg(&config)
+        .env("REPOLL_QUEUE", "nq")
+        .env("REPOLL_WORKERS", "4")
+        .env("REPOLL_SIM", "true")
+        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+        )
+        .env("REPOLL_POLL_INTERVAL_MS", "50")
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env("REPOLL_CALLBACK_SECRET", SECRET)
+        .env(
+            "REPOLL_CALLBACK_BASE_URL",
+            format!("http://127.0.0.1:{web_port}"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    children.0.push(cmd.spawn().expect("spawn repoll"));
+    assert!(
+        wait_ready(web_port, Duration::from_secs(30)),
+        "serve not ready"
+    );
+
+    let id_of = |answer: &str| -> String {
+        answer
+            .split("\"id\":\"")
+            .nth(1)
+            .map(|rest| rest.chars().take(32).collect())
+            .unwrap_or_else(|| panic!("no id in {answer}"))
+    };
+    let post = |body: &str| http_post_json(web_port, "/api/v1/queries", body);
+    let a = id_of(&post(r#"{"query":"same text"}"#));
+    let b = id_of(&post(r#"{"query":"same text","upstream":"search"}"#));
+    assert_ne!(a, b, "one text, two upstreams: two tasks");
+    let unknown = post(r#"{"query":"x","upstream":"nope"}"#);
+    assert!(unknown.starts_with("HTTP/1.1 422"), "{unknown}");
+    assert!(unknown.contains("unknown_upstream"), "{unknown}");
+    assert!(unknown.contains("known: default, search"), "{unknown}");
+
+    let done = |id: &str| {
+        let t0 = Instant::now();
+        loop {
+            let body = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
+            if body.contains(r#""status":"done""#) {
+                return body;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "not done: {body}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert!(done(&a).contains(r#""upstream":"default""#));
+    let t0 = Instant::now();
+    let c = id_of(&post(r#"{"query":"find-x ms=800","upstream":"search"}"#));
+    assert!(done(&b).contains(r#""upstream":"search""#));
+    let body_c = done(&c);
+    let c_done = t0.elapsed();
+    println!(
+        "named upstream callback: done {} ms after the submit (poll interval 10 s)",
+        c_done.as_millis()
+    );
+    assert!(body_c.contains(r#""upstream":"search""#), "{body_c}");
+    assert!(
+        c_done < Duration::from_secs(9),
+        "done by the callback, not a poll"
+    );
+
+    // Each result under its own queue's hash tag; the sim saw each upstream's own key.
+    assert_eq!(
+        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{a}")]),
+        "1"
+    );
+    assert_eq!(
+        redis_cli(redis_port, &["EXISTS", &format!("{{nq.search}}:r:{b}")]),
+        "1"
+    );
+    assert_eq!(
+        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{b}")]),
+        "0"
+    );
+    let sim = http_get(sim_port, "/_sim/stats").unwrap();
+    assert!(sim.contains(r#""same text":{"calls":"#), "{sim}");
+    assert!(sim.contains(r#""s:same text":{"calls":"#), "{sim}");
+    let cb = http_get(sim_port, "/_sim/key?q=s%3Afind-x%20ms%3D800").unwrap();
+    assert!(cb.contains(r#""callbacks":1"#), "{cb}");
+    assert!(
+        cb.contains(r#""calls":1,"#),
+        "one poll, then the callback: {cb}"
+    );
+
+    // The query page offers both upstreams.
+    let page = http_get(web_port, "/").unwrap();
+    assert!(page.contains(r#"data-testid="query-upstream""#), "{page}");
+    assert!(page.contains(r#"<option value="search""#), "{page}");
+
+    // A worker process for an upstream that does not exist does not start.
+    let mut w = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    w.args(["worker", "--upstream", "nope", "--config"])
+        .arg(&config)
+        .env("REDIS_URL", &url)
+        .env("REPOLL_QUEUE", "nq");
+    let out = output_within(w, Duration::from_secs(20));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no such upstream") && stderr.contains("default, search"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

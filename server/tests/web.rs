@@ -41,6 +41,7 @@ async fn router_with_timeout(url: &str, extra: Router, timeout: Duration) -> Rou
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
             queue,
+            named: Default::default(),
             enqueue_policy: Default::default(),
             admin: Default::default(),
             first_answer: Duration::ZERO,

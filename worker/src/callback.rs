@@ -62,6 +62,8 @@ pub struct CallbackToken {
     pub created_ms: i64,
     /// 0 = the task has no deadline.
     pub expires_ms: i64,
+    /// The named upstream whose queue holds the task ("" = the default one).
+    pub upstream: String,
 }
 
 /// Signs and checks callback tokens. Cheap to clone.
@@ -69,12 +71,15 @@ pub struct CallbackToken {
 pub struct Callbacks {
     key: Secret,
     base_url: Option<String>,
+    /// The named upstream the tokens signed here belong to ("" = the default one).
+    upstream: String,
 }
 
 impl fmt::Debug for Callbacks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Callbacks")
             .field("base_url", &self.base_url)
+            .field("upstream", &self.upstream)
             .finish_non_exhaustive()
     }
 }
@@ -104,7 +109,26 @@ impl Callbacks {
                 Some(b.trim_end_matches('/').to_string())
             }
         };
-        Ok(Some(Callbacks { key, base_url }))
+        Ok(Some(Callbacks {
+            key,
+            base_url,
+            upstream: String::new(),
+        }))
+    }
+
+    /// The same key and base URL, signing tokens of a named upstream's tasks: the name is
+    /// part of the signed token, so the receiver knows which upstream's queue (and answer
+    /// pointers) a callback is for, and a token of one upstream cannot name another's task.
+    pub fn for_upstream(&self, upstream: &str) -> Callbacks {
+        let upstream = if upstream == queue::DEFAULT_UPSTREAM {
+            ""
+        } else {
+            upstream
+        };
+        Callbacks {
+            upstream: upstream.to_string(),
+            ..self.clone()
+        }
     }
 
     /// Whether workers can build callback URLs (a base URL is set).
@@ -123,7 +147,11 @@ impl Callbacks {
 
     /// The token of one life of a task.
     pub fn token(&self, id: &str, created_ms: i64, expires_ms: i64) -> String {
-        let body = format!("{id}.{created_ms}.{expires_ms}");
+        let mut body = format!("{id}.{created_ms}.{expires_ms}");
+        if !self.upstream.is_empty() {
+            body.push('.');
+            body.push_str(&self.upstream);
+        }
         let sig = hex::encode(self.mac(&body).finalize().into_bytes());
         format!("{body}.{sig}")
     }
@@ -141,6 +169,13 @@ impl Callbacks {
         let id = TaskId::parse(parts.next()?).ok()?;
         let created_ms = parts.next()?.parse().ok()?;
         let expires_ms = parts.next()?.parse().ok()?;
+        let upstream = match parts.next() {
+            None => String::new(),
+            Some(u) if queue::is_valid_upstream_name(u) && u != queue::DEFAULT_UPSTREAM => {
+                u.to_string()
+            }
+            Some(_) => return None,
+        };
         if parts.next().is_some() {
             return None;
         }
@@ -148,6 +183,7 @@ impl Callbacks {
             id,
             created_ms,
             expires_ms,
+            upstream,
         })
     }
 
@@ -184,6 +220,16 @@ mod tests {
         assert_eq!(v.id.as_str(), ID);
         assert_eq!(v.created_ms, 1_700_000_000_000);
         assert_eq!(v.expires_ms, 1_700_000_600_000);
+        assert_eq!(v.upstream, "");
+        // A named upstream's token names it, under the signature: it cannot be moved to the
+        // default upstream (or another) by editing the text.
+        let r = c.for_upstream("reports");
+        let tr = r.token(ID, 1, 2);
+        assert!(tr.contains(".reports."), "{tr}");
+        assert_eq!(c.verify(&tr).unwrap().upstream, "reports");
+        assert!(c.verify(&tr.replace(".reports.", ".search.")).is_none());
+        assert!(c.verify(&tr.replace(".reports.", ".")).is_none());
+        assert_eq!(c.for_upstream("default").token(ID, 1, 2), c.token(ID, 1, 2));
         assert_eq!(
             c.url_for(ID, 1, 2).unwrap(),
             format!(

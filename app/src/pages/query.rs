@@ -17,7 +17,10 @@ const FOLD_CHARS: usize = 4000;
 /// follows the redirect in place; without it the form post gets a plain 302. Shares the
 /// public API's per-client rate limit (429 with Retry-After when over it).
 #[server]
-pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
+pub async fn submit_query(
+    query: String,
+    upstream: Option<String>,
+) -> Result<String, ServerFnError> {
     use crate::query_view::QueryError;
     let ctx = crate::context::app_context()?;
     if let Err(wait) = crate::context::SubmitGate::admit_current().await {
@@ -28,7 +31,14 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
             "Too many queries from your address; try again in {wait} s."
         )));
     }
-    match crate::query_view::submit(&ctx, &query).await {
+    let submitted = crate::query_view::submit_with(
+        &ctx,
+        &query,
+        queue::Priority::Interactive,
+        upstream.as_deref(),
+    )
+    .await;
+    match submitted {
         Ok((view, _created)) => {
             leptos_axum::redirect(&format!("/q/{}", view.id));
             Ok(view.id.into())
@@ -36,7 +46,8 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
         // The user's mistake: a 4xx with the reason (a bare server-function error is a 500).
         // A plain form post (no JavaScript, `Accept: text/html`) keeps Leptos's redirect back
         // to the form, which shows the reason; a status would stop the browser there.
-        Err(QueryError::Invalid(msg)) => {
+        Err(e @ (QueryError::Invalid(_) | QueryError::UnknownUpstream(_))) => {
+            let msg = e.to_string();
             let accepts_html = use_context::<http::request::Parts>().is_some_and(|p| {
                 p.headers
                     .get(http::header::ACCEPT)
@@ -53,6 +64,12 @@ pub async fn submit_query(query: String) -> Result<String, ServerFnError> {
         // Generic words only; the cause is in the server log.
         Err(e) => Err(ServerFnError::new(e.to_string())),
     }
+}
+
+/// The upstreams a query can be sent to, the default one first (one name: nothing to choose).
+#[server]
+pub async fn upstream_names() -> Result<Vec<String>, ServerFnError> {
+    Ok(crate::context::app_context()?.upstream_names())
 }
 
 /// The current view of one query; `None` for an unknown id.
@@ -102,6 +119,25 @@ pub fn QueryPage() -> impl IntoView {
     // wait for it before clicking; without JavaScript the form works as a plain post).
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
+    let upstreams = Resource::new(|| (), |_| upstream_names());
+    // A choice only where there is one: a deployment with named upstreams.
+    let choose =
+        move || {
+            upstreams.get().and_then(Result::ok).filter(|u| u.len() > 1).map(|names| {
+            view! {
+                " "
+                <select name="upstream" aria-label="Upstream API" data-testid="query-upstream">
+                    {names
+                        .into_iter()
+                        .map(|n| {
+                            let label = n.clone();
+                            view! { <option value=n>{label}</option> }
+                        })
+                        .collect_view()}
+                </select>
+            }
+        })
+        };
     view! {
         <section
             class="panel"
@@ -122,6 +158,7 @@ pub fn QueryPage() -> impl IntoView {
                     aria-label="Query"
                     data-testid="query-input"
                 />
+                <Suspense fallback=|| ()>{choose}</Suspense>
                 " "
                 <button type="submit" class="primary" data-testid="query-submit">
                     "Ask"
@@ -296,6 +333,11 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
         <section class="panel query-state" data-testid="query-state">
             <h1>
                 "Query " <code data-testid="query-text">{move || state.with(|v| v.query.clone())}</code>
+                {move || {
+                    let up = state.with(|v| v.upstream.clone());
+                    (up != "default" && !up.is_empty())
+                        .then(|| view! { " " <small data-testid="query-upstream-name">{format!("via {up}")}</small> })
+                }}
             </h1>
             <p>
                 <strong class=badge_class data-testid="query-status">

@@ -23,11 +23,21 @@ use worker::{Answer, Callbacks};
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use crate::web::WebState;
 
-/// What the web process needs to take callbacks: the key that checks tokens and how the
-/// upstream's answers are read.
+/// What the web process needs to take callbacks: the key that checks tokens, and per upstream
+/// its queue and how its answers are read.
 #[derive(Clone, Debug)]
 pub struct CallbackReceiver {
     pub callbacks: Callbacks,
+    pub upstreams: Vec<CallbackUpstream>,
+}
+
+/// One upstream as the callback receiver sees it. The token names its upstream (signed), so
+/// the body is read with that upstream's pointers and completes a task of its queue only.
+#[derive(Clone, Debug)]
+pub struct CallbackUpstream {
+    /// "" for the default upstream (as in the tokens).
+    pub name: String,
+    pub queue: queue::Queue,
     pub reader: AnswerReader,
     /// Largest answer body, as for polls (`REPOLL_UPSTREAM_MAX_BODY`; `REPOLL_BODY_LIMIT`
     /// applies to every request too).
@@ -79,6 +89,11 @@ pub async fn receive(
     let Some(claim) = rx.callbacks.verify(&token) else {
         return Err(no_such_callback());
     };
+    // A signed token of an upstream this process no longer has (a config change): refused
+    // like any other.
+    let Some(rx) = rx.upstreams.iter().find(|u| u.name == claim.upstream) else {
+        return Err(no_such_callback());
+    };
     let bytes = axum::body::to_bytes(body, rx.max_body).await.map_err(|_| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -108,8 +123,7 @@ pub async fn receive(
             ))
         }
     };
-    let completed = state
-        .app
+    let completed = rx
         .queue
         .complete_by_callback(
             &claim.id,

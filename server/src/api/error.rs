@@ -25,6 +25,9 @@ pub enum ErrorCode {
     InvalidBody,
     /// The query breaks the input rules (422).
     InvalidQuery,
+    /// The body names an upstream this deployment does not have; the message lists the known
+    /// ones (422).
+    UnknownUpstream,
     /// The content type is not `application/json` (415).
     UnsupportedMediaType,
     /// The body is larger than the limit (413).
@@ -57,6 +60,7 @@ impl ErrorCode {
         ErrorCode::MalformedJson,
         ErrorCode::InvalidBody,
         ErrorCode::InvalidQuery,
+        ErrorCode::UnknownUpstream,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::PayloadTooLarge,
         ErrorCode::BadRequest,
@@ -77,6 +81,7 @@ impl ErrorCode {
             ErrorCode::MalformedJson => "malformed_json",
             ErrorCode::InvalidBody => "invalid_body",
             ErrorCode::InvalidQuery => "invalid_query",
+            ErrorCode::UnknownUpstream => "unknown_upstream",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::BadRequest => "bad_request",
@@ -200,6 +205,11 @@ impl From<QueryError> for ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorCode::InvalidQuery,
                 msg,
+            ),
+            QueryError::UnknownUpstream(e) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::UnknownUpstream,
+                e.to_string(),
             ),
             QueryError::Unavailable => ApiError {
                 retry_after: Some(1),

@@ -25,7 +25,7 @@ use axum::{
 };
 use clap::Args;
 
-pub use callbacks::CallbackReceiver;
+pub use callbacks::{CallbackReceiver, CallbackUpstream};
 pub use error::{ApiError, ApiJson, ErrorBody, ErrorCode};
 pub use rate::Limiter;
 

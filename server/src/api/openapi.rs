@@ -80,6 +80,7 @@ mod tests {
         let view = app::query_view::QueryView {
             id: model::TaskId::of_query("x"),
             query: "x".into(),
+            upstream: "default".into(),
             status: app::query_view::QueryStatus::Processing,
             partial: None,
             result: None,

@@ -27,6 +27,10 @@ pub struct SubmitBody {
     /// `interactive` (default: a person is waiting) or `background`.
     #[serde(default)]
     pub priority: queue::Priority,
+    /// The upstream API to ask (`default` when absent). A deployment with several upstreams
+    /// names them in its config file; the same query for two upstreams is two tasks.
+    #[serde(default)]
+    pub upstream: Option<String>,
 }
 
 /// 202 while processing (a task was created or joined), 200 once final (a fresh stored
@@ -45,7 +49,7 @@ pub struct SubmitBody {
         (status = 400, body = ErrorBody, description = "Malformed JSON (code malformed_json)."),
         (status = 413, body = ErrorBody, description = "Body larger than 4 KiB (code payload_too_large)."),
         (status = 415, body = ErrorBody, description = "Content type is not application/json (code unsupported_media_type)."),
-        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), or the body has no string `query` (code invalid_body)."),
+        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), the body has no string `query` (code invalid_body), or names an unknown upstream (code unknown_upstream, the message lists the known ones)."),
         (status = 429, body = ErrorBody, description = "Rate limit of this client reached (code rate_limited).",
             headers(("Retry-After" = u64, description = "Seconds to wait."))),
         (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
@@ -56,8 +60,13 @@ pub async fn submit(
     _limit: RateLimited,
     ApiJson(body): ApiJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
-    let (view, created) =
-        app::query_view::submit_with(&state.app, &body.query, body.priority).await?;
+    let (view, created) = app::query_view::submit_with(
+        &state.app,
+        &body.query,
+        body.priority,
+        body.upstream.as_deref(),
+    )
+    .await?;
     tracing::debug!(id = %view.id, created, status = view.status.as_str(), "api: query submitted");
     let status = if view.status.is_final() {
         StatusCode::OK

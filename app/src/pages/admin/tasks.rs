@@ -304,7 +304,7 @@ mod ssr {
         note: &mut Option<String>,
     ) -> queue::Result<()> {
         if let Ok(norm) = queue::normalise_query(text) {
-            ids.push(queue::TaskId::of_query(&norm));
+            ids.push(q.task_id(&norm));
         }
         let lower = text.to_ascii_lowercase();
         if !lower.is_empty() && lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
