@@ -1,7 +1,8 @@
-//! The circuit breaker seen from a real worker and a real HTTP upstream that goes down and
-//! comes back: during the outage the breaker opens, the upstream stops being hammered (a probe
-//! per cool-down instead of every task's retries), no task is dead-lettered for the outage,
-//! and once the upstream is back one probe closes the breaker and every task completes.
+//! The circuit breaker seen from real workers and real HTTP upstreams, one of which goes down
+//! and comes back: during the outage its breaker opens, it stops being hammered (a probe per
+//! cool-down instead of every task's retries), none of its tasks is dead-lettered for the
+//! outage, and the other upstream (its own queue, as named upstreams are) keeps flowing; once
+//! the failing one is back, one probe closes its breaker and every task completes.
 
 mod common;
 
@@ -49,16 +50,36 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
             .with_state(switch.clone()),
     )
     .await;
+    let healthy = Arc::new(Switch::default());
+    let healthy_base = serve_upstream(
+        Router::new()
+            .route("/api/query", any(answer))
+            .with_state(healthy.clone()),
+    )
+    .await;
+    let breaker = BreakerConfig {
+        failures: 5,
+        error_percent: 50,
+        cooldown_ms: 400,
+    };
     let cfg = QueueConfig {
         name: "breaker-outage".into(),
-        breaker: BreakerConfig {
-            failures: 5,
-            error_percent: 50,
-            cooldown_ms: 400,
-        },
+        breaker,
+        upstream: "failing".into(),
         ..QueueConfig::default()
     };
     let q = Queue::connect(&redis_url(), cfg).await.expect("queue");
+    let other = Queue::connect(
+        &redis_url(),
+        QueueConfig {
+            name: "breaker-outage.healthy".into(),
+            breaker,
+            upstream: "healthy".into(),
+            ..QueueConfig::default()
+        },
+    )
+    .await
+    .expect("queue");
     // Three attempts each: without the breaker the outage below would kill every task.
     let policy = worker::PolicyArgs {
         max_attempts: 3,
@@ -75,7 +96,7 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
         timeout_ms: 2_000,
         ..worker::UpstreamArgs::default()
     };
-    let w = spawn(worker(&q, &up, policy, fast_worker_args(8)));
+    let w = spawn(worker(&q, &up, policy.clone(), fast_worker_args(8)));
 
     // The breaker opens within the first few errors.
     let t0 = Instant::now();
@@ -99,6 +120,37 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
     let s = q.stats().await.expect("stats");
     assert_eq!(s.dead, 0, "the outage killed no task: {s:?}");
 
+    // The other upstream flows while this one's breaker is open: its 40 tasks complete at the
+    // pace of a healthy upstream, each in one call.
+    for i in 0..n {
+        other
+            .enqueue(&format!("healthy {i}"), "", &policy.enqueue_policy())
+            .await
+            .expect("enqueue");
+    }
+    let other_up = worker::UpstreamArgs {
+        url: format!("{healthy_base}/api/query?q={{key}}"),
+        timeout_ms: 2_000,
+        ..worker::UpstreamArgs::default()
+    };
+    let t_other = Instant::now();
+    let w2 = spawn(worker(
+        &other,
+        &other_up,
+        policy.clone(),
+        fast_worker_args(8),
+    ));
+    let s2 = wait_settled(&other, n, Duration::from_secs(20)).await;
+    println!(
+        "breaker: the healthy upstream's {n} tasks done in {} ms while the other's breaker was open",
+        t_other.elapsed().as_millis()
+    );
+    w2.stop().await;
+    assert_eq!((s2.results, s2.dead), (n, 0), "{s2:?}");
+    assert_eq!(healthy.calls.load(Ordering::SeqCst), n, "one call each");
+    assert!(other.breaker().await.expect("breaker").is_none());
+    assert!(q.breaker().await.expect("breaker").is_some(), "still open");
+
     // The upstream is back: the next probe closes the breaker and everything completes.
     switch.down.store(false, Ordering::SeqCst);
     let back = Instant::now();
@@ -116,7 +168,7 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
     // Every task has its stored result (none was lost while claims waited).
     for i in 0..n {
         let d = q
-            .get(&id_of(&format!("outage {i}")))
+            .get(&q.task_id(&format!("outage {i}")))
             .await
             .expect("get")
             .expect("known");
