@@ -30,11 +30,23 @@ pub struct NamedUpstream {
     pub name: String,
     pub queue: queue::Queue,
     pub enqueue_policy: queue::EnqueuePolicy,
+    pub rate: RateLimit,
 }
 
-/// The named upstreams, in configuration order. Cheap to clone.
+/// An upstream's configured call rate (shown on the Upstreams page; the workers enforce it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Calls per second across every worker; 0 = no limit.
+    pub per_sec: u32,
+    pub burst: u32,
+}
+
+/// The named upstreams, by name, and the default upstream's rate. Cheap to clone.
 #[derive(Clone, Default)]
-pub struct NamedUpstreams(pub std::sync::Arc<Vec<NamedUpstream>>);
+pub struct NamedUpstreams {
+    pub list: std::sync::Arc<Vec<NamedUpstream>>,
+    pub default_rate: RateLimit,
+}
 
 /// No upstream of that name; the message lists the known ones (safe to show).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +60,7 @@ impl AppContext {
     /// Every upstream's name, the default one first.
     pub fn upstream_names(&self) -> Vec<String> {
         std::iter::once(queue::DEFAULT_UPSTREAM.to_string())
-            .chain(self.named.0.iter().map(|u| u.name.clone()))
+            .chain(self.named.list.iter().map(|u| u.name.clone()))
             .collect()
     }
 
@@ -62,7 +74,7 @@ impl AppContext {
             Some(n) if n == queue::DEFAULT_UPSTREAM => Ok((&self.queue, &self.enqueue_policy)),
             Some(n) => self
                 .named
-                .0
+                .list
                 .iter()
                 .find(|u| u.name == n)
                 .map(|u| (&u.queue, &u.enqueue_policy))
@@ -76,7 +88,23 @@ impl AppContext {
     /// Every upstream's queue with its name, the default one first.
     pub fn queues(&self) -> impl Iterator<Item = (&str, &queue::Queue)> {
         std::iter::once((queue::DEFAULT_UPSTREAM, &self.queue))
-            .chain(self.named.0.iter().map(|u| (u.name.as_str(), &u.queue)))
+            .chain(self.named.list.iter().map(|u| (u.name.as_str(), &u.queue)))
+    }
+
+    /// Every upstream's queue, name and configured rate, the default one first.
+    pub fn upstreams_with_rates(&self) -> Vec<(&str, &queue::Queue, RateLimit)> {
+        std::iter::once((
+            queue::DEFAULT_UPSTREAM,
+            &self.queue,
+            self.named.default_rate,
+        ))
+        .chain(
+            self.named
+                .list
+                .iter()
+                .map(|u| (u.name.as_str(), &u.queue, u.rate)),
+        )
+        .collect()
     }
 }
 

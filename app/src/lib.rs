@@ -78,6 +78,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/admin/tasks") view=pages::TasksPage ssr=SsrMode::Async />
                     <Route path=path!("/admin/tasks/:id") view=pages::TaskPage ssr=SsrMode::Async />
                     <Route path=path!("/admin/leases") view=pages::LeasesPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/upstreams") view=pages::UpstreamsPage ssr=SsrMode::Async />
                     <Route path=path!("/admin/bulk") view=pages::BulkPage ssr=SsrMode::Async />
                 </Routes>
             </main>

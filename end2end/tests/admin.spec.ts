@@ -259,6 +259,34 @@ test("pause stops claims, resume restarts them", async ({ page, request }) => {
   expect(errors).toEqual([]);
 });
 
+test("the upstreams page opens and closes the circuit breaker; the overview shows it", async ({ page, request }) => {
+  const errors = watchErrors(page);
+  await signIn(page);
+  try {
+    await page.getByTestId("admin-nav").getByRole("link", { name: "Upstreams" }).click();
+    const row = page.getByTestId("upstream-default");
+    await expect(row.getByTestId("upstream-breaker")).toContainText("closed");
+    await row.getByTestId("open-breaker").click();
+    await expect(row.getByTestId("upstream-breaker")).toContainText("open");
+    await expect(row.getByTestId("upstream-breaker")).toContainText("opened by hand");
+    expect(redis("EXISTS", "{repoll}:breaker")).toBe("1");
+    // A task submitted now waits: claims take nothing while the breaker is open.
+    const id = await submit(request, `admin-breaker-${run} polls=1`);
+    expect((await apiStatus(request, id)).status).toBe("processing");
+    await page.getByTestId("admin-nav").getByRole("link", { name: "Overview" }).click();
+    await expect(page.getByTestId("breaker-banner")).toContainText("circuit breaker open");
+    await page.getByTestId("admin-nav").getByRole("link", { name: "Upstreams" }).click();
+    await page.getByTestId("upstream-default").getByTestId("close-breaker").click();
+    await expect(page.getByTestId("upstream-default").getByTestId("upstream-breaker")).toContainText("closed");
+    await expect(async () => {
+      expect((await apiStatus(request, id)).status).toBe("done");
+    }).toPass({ timeout: 15_000 });
+  } finally {
+    redis("DEL", "{repoll}:breaker");
+  }
+  expect(errors).toEqual([]);
+});
+
 /** The pid of the `repoll serve` under test: the parent of its managed redis-server (a
  * direct child, which dies with it), checked by its command line. */
 function webServerPid(): number {

@@ -303,17 +303,25 @@ async fn serve_with(
             )
             .collect(),
     });
-    let named = app::context::NamedUpstreams(std::sync::Arc::new(
-        served
-            .iter()
-            .filter(|(plan, ..)| !plan.is_default())
-            .map(|(plan, _, _, webq, _)| app::context::NamedUpstream {
-                name: plan.name.clone(),
-                queue: webq.clone(),
-                enqueue_policy: plan.policy.enqueue_policy(),
-            })
-            .collect(),
-    ));
+    let rate = |u: &worker::UpstreamArgs| app::context::RateLimit {
+        per_sec: u.upstream_rate_per_sec,
+        burst: u.upstream_rate_burst,
+    };
+    let named = app::context::NamedUpstreams {
+        list: std::sync::Arc::new(
+            served
+                .iter()
+                .filter(|(plan, ..)| !plan.is_default())
+                .map(|(plan, _, _, webq, _)| app::context::NamedUpstream {
+                    name: plan.name.clone(),
+                    queue: webq.clone(),
+                    enqueue_policy: plan.policy.enqueue_policy(),
+                    rate: rate(&plan.upstream),
+                })
+                .collect(),
+        ),
+        default_rate: rate(&args.upstream),
+    };
     let state = WebState {
         live,
         api,

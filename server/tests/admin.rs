@@ -50,6 +50,8 @@ struct Env {
     _dir: tempdir::Dir,
     router: Router,
     queue: queue::Queue,
+    /// The named upstream `search` (its own queue), beside the default one.
+    search: queue::Queue,
     /// The router's credentials and password-check slots.
     auth: AuthConfig,
 }
@@ -79,6 +81,16 @@ async fn start_custom(
     let (redis, dir) = start_redis().await;
     let url = redis.url().to_string();
     let queue = connect_queue(&url, "admintest").await;
+    let search = queue::Queue::with_connection(
+        queue.connection(),
+        queue::QueueConfig {
+            name: "admintest.search".into(),
+            upstream: "search".into(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let mut settings = AuthSettings {
         admin: Credential::from_settings(None, Some(ADMIN_PW)).unwrap(),
         viewer: Credential::from_settings(None, Some(VIEWER_PW)).unwrap(),
@@ -88,9 +100,9 @@ async fn start_custom(
     };
     tweak(&mut settings);
     let auth = AuthConfig::new(settings);
-    let live = server::live_hub::Live::start(
+    let live = server::live_hub::Live::start_many(
         redis::Client::open(url.as_str()).unwrap(),
-        queue.channels().dashboard,
+        vec![queue.channels().dashboard, search.channels().dashboard],
         Default::default(),
         Default::default(),
     );
@@ -104,7 +116,18 @@ async fn start_custom(
         leptos_options: web::leptos_options("target/site"),
         app: AppContext {
             queue: queue.clone(),
-            named: Default::default(),
+            named: app::context::NamedUpstreams {
+                list: std::sync::Arc::new(vec![app::context::NamedUpstream {
+                    name: "search".into(),
+                    queue: search.clone(),
+                    enqueue_policy: Default::default(),
+                    rate: app::context::RateLimit {
+                        per_sec: 20,
+                        burst: 5,
+                    },
+                }]),
+                default_rate: Default::default(),
+            },
             enqueue_policy: Default::default(),
             admin: auth.clone(),
             first_answer: Duration::ZERO,
@@ -127,6 +150,7 @@ async fn start_custom(
         _dir: dir,
         router,
         queue,
+        search,
         auth,
     }
 }
@@ -390,6 +414,7 @@ async fn unauthenticated_requests_are_refused_and_change_nothing() {
         "/admin",
         "/admin/tasks",
         "/admin/leases",
+        "/admin/upstreams",
         &format!("/admin/tasks/{dead}"),
     ] {
         let html = get_page(r, page, None, [10, 0, 0, 1]).await;
@@ -544,6 +569,7 @@ async fn anonymous_admin_pages_are_a_303_to_the_sign_in_page() {
         "/admin/tasks",
         "/admin/tasks?state=ready",
         "/admin/leases",
+        "/admin/upstreams",
     ] {
         let r = get_page(&env.router, path, None, [10, 0, 0, 20]).await;
         assert_eq!(r.status, 303, "{path}: {}", r.body);
@@ -1130,6 +1156,7 @@ async fn every_admin_server_function_needs_a_session() {
             vec![("op", "retry"), ("filter[state]", "dead")],
         ),
         (CheckRedis::PATH, vec![]),
+        (app::pages::admin::upstreams::Upstreams::PATH, vec![]),
     ];
     // Open on purpose: whoami answers null without a session; sign-in and sign-out are how a
     // session starts and ends.
@@ -1273,6 +1300,7 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
         "/admin/tasks?state=results".to_string(),
         "/admin/tasks?search=img".to_string(),
         "/admin/leases".to_string(),
+        "/admin/upstreams".to_string(),
         // The filter's own text is echoed as text too.
         "/admin/bulk?state=dead&error=%3Cimg%20src%3Dx%20onerror%3Dalert(5)%3E".to_string(),
         format!("/admin/tasks/{waiting}"),
@@ -1403,5 +1431,82 @@ async fn the_breaker_banner_and_its_actions() {
     let actions: Vec<&str> = audit.iter().map(|a| a.action.as_str()).collect();
     assert!(actions.contains(&"open_breaker"), "{actions:?}");
     assert!(actions.contains(&"close_breaker"), "{actions:?}");
+    env.redis.stop().await;
+}
+
+/// The Upstreams page lists the default upstream and the named one, each with its own
+/// breaker; opening one upstream's breaker leaves the other closed, is audited with the
+/// upstream's name, and an unknown upstream is refused.
+#[tokio::test]
+async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
+    let env = start().await;
+    let (r, q, search) = (&env.router, &env.queue, &env.search);
+    let ip = [10, 0, 0, 14];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().expect("signed in");
+    search
+        .enqueue("find things", "", &Default::default())
+        .await
+        .unwrap();
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("data-testid=\"upstream-default\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("data-testid=\"upstream-search\""));
+    assert!(page.body.contains("admintest.search"));
+    assert!(page.body.contains("20/s (burst 5)"), "{}", page.body);
+
+    let reply = call::<Act>(
+        r,
+        &[("op", "open_breaker"), ("id", "search")],
+        Some(&cookie),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(search.breaker().await.unwrap().is_some(), "search is open");
+    assert!(q.breaker().await.unwrap().is_none(), "default stays closed");
+    assert!(search.claim("w", 1, 10_000).await.unwrap().is_empty());
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    let row = page
+        .body
+        .split("data-testid=\"upstream-search\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        row.contains("open") && row.contains("opened by hand"),
+        "{row}"
+    );
+    let audit = q.audit_log(5).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.action == "open_breaker" && a.target == "breaker:search"),
+        "{audit:?}"
+    );
+    let unknown = call::<Act>(
+        r,
+        &[("op", "open_breaker"), ("id", "nope")],
+        Some(&cookie),
+        &[],
+    )
+    .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("known: default, search"),
+        "{}",
+        unknown.body
+    );
+    let reply = call::<Act>(
+        r,
+        &[("op", "close_breaker"), ("id", "search")],
+        Some(&cookie),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.body, "\"breaker closed: claims resume\"");
+    assert_eq!(search.claim("w", 1, 10_000).await.unwrap().len(), 1);
     env.redis.stop().await;
 }

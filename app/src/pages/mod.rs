@@ -6,6 +6,8 @@ mod not_found;
 mod query;
 mod widgets;
 
-pub use admin::{BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage};
+pub use admin::{
+    BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
+};
 pub use not_found::NotFound;
 pub use query::{QueryPage, QueryResultPage, ServicePaused, SubmitQuery};

@@ -134,28 +134,46 @@ pub async fn act(
         }
         "open_breaker" => {
             // For a planned upstream maintenance: claims stop at once; a probe goes after
-            // 15 minutes unless an admin closes it first.
-            q.open_breaker(who, 15 * 60_000).await.map_err(failed)?;
+            // 15 minutes unless an admin closes it first. `id` names the upstream (empty:
+            // the default one).
+            let (uq, _) = ctx
+                .upstream(Some(id.as_str()))
+                .map_err(|e| bad(&e.to_string()))?;
+            uq.open_breaker(who, 15 * 60_000).await.map_err(failed)?;
             (
-                "breaker".into(),
+                breaker_target(&id),
                 1,
                 "breaker open: workers claim nothing for 15 min, then one probe goes".into(),
             )
         }
         "close_breaker" => {
-            let n = u64::from(q.close_breaker(who).await.map_err(failed)?);
+            let (uq, _) = ctx
+                .upstream(Some(id.as_str()))
+                .map_err(|e| bad(&e.to_string()))?;
+            let n = u64::from(uq.close_breaker(who).await.map_err(failed)?);
             let msg = if n == 1 {
                 "breaker closed: claims resume".into()
             } else {
                 "the breaker was already closed".into()
             };
-            ("breaker".into(), n, msg)
+            (breaker_target(&id), n, msg)
         }
         _ => return Err(bad("unknown action")),
     };
     record_audit(q, who, &op, &target, count).await;
     super::flash::set(&message);
     Ok(message)
+}
+
+/// The audit target of a breaker action: `breaker` for the default upstream, else
+/// `breaker:<upstream>`.
+#[cfg(feature = "ssr")]
+fn breaker_target(upstream: &str) -> String {
+    if upstream.is_empty() || upstream == queue::DEFAULT_UPSTREAM {
+        "breaker".into()
+    } else {
+        format!("breaker:{upstream}")
+    }
 }
 
 /// The sentence the last action answered (or its error), for `data-testid="action-result"`.

@@ -52,6 +52,7 @@ pub fn AdminFrame(
                                 <A href="/admin" exact=true>"Overview"</A>
                                 <A href="/admin/tasks">"Tasks"</A>
                                 <A href="/admin/leases">"Leases"</A>
+                                <A href="/admin/upstreams">"Upstreams"</A>
                                 <LiveIndicator />
                                 <span class="muted" data-testid="signed-in-as">
                                     {signed_in_as(&me)}

@@ -4,7 +4,8 @@
 //! - [`login`]: sign in / out, "who am I".
 //! - `frame`: what every signed-in page shares (session check, navigation, live indicator).
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
-//! - [`overview`], [`tasks`], [`task`], [`leases`]: the pages and their read functions.
+//! - [`overview`], [`tasks`], [`task`], [`leases`], [`upstreams`]: the pages and their read
+//!   functions.
 //! - [`actions`]: every state-changing admin action, through one server function.
 //! - `flash` (server only): an action's result after a form post without JavaScript.
 //! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
@@ -33,6 +34,7 @@ pub mod search;
 pub mod task;
 pub mod tasks;
 mod ui;
+pub mod upstreams;
 
 pub use bulk::BulkPage;
 pub use leases::LeasesPage;
@@ -40,3 +42,4 @@ pub use login::LoginPage;
 pub use overview::OverviewPage;
 pub use task::TaskPage;
 pub use tasks::TasksPage;
+pub use upstreams::UpstreamsPage;

@@ -1,0 +1,247 @@
+//! The Upstreams page: every upstream API this deployment talks to (the default one and the
+//! config file's named ones), each a queue of its own — its circuit breaker and since when,
+//! its calls, error rate and latency over the last 15 minutes, its rate limit (configured and
+//! used), its work by state — and the breaker's actions per upstream.
+//!
+//! Why a page of its own: with several APIs the first question in an incident is "which one
+//! is failing", and the overview shows one queue.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::actions::{Act, ActButton, ActionResult};
+use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::live::provide_live;
+use super::ui::{error_text, or_dash};
+use crate::pages::widgets::TimeAt;
+use model::{BreakerInfo, BreakerState, ThroughputBucket};
+
+/// Minutes the recent figures (calls, errors, latency) cover.
+pub const RECENT_MINUTES: usize = 15;
+
+/// One upstream's row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamRow {
+    /// `default` or the config file's name.
+    pub name: String,
+    /// Its queue (the hash tag of its keys).
+    pub queue: String,
+    pub ready: u64,
+    pub waiting: u64,
+    pub retrying: u64,
+    /// Tasks leased now: the upstream calls in flight (or about to be).
+    pub leased: u64,
+    pub dead: u64,
+    pub results: u64,
+    pub paused: bool,
+    pub breaker: Option<BreakerInfo>,
+    /// The last [`RECENT_MINUTES`] merged: completions, polls, errors and call latency.
+    pub recent: Option<ThroughputBucket>,
+    /// Configured calls per second (0 = no limit) and burst.
+    pub rate_per_sec: u32,
+    pub rate_burst: u32,
+}
+
+impl UpstreamRow {
+    /// Calls to the upstream in the recent window (each completion, poll and error is one).
+    pub fn calls(&self) -> u64 {
+        self.recent
+            .as_ref()
+            .map_or(0, |b| b.completed + b.polled + b.failed)
+    }
+}
+
+/// What the page shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamsData {
+    pub rows: Vec<UpstreamRow>,
+    pub now_ms: i64,
+}
+
+/// Every upstream's state.
+#[server(prefix = "/admin/fn")]
+pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
+    use crate::auth::{refuse, require, Role};
+    require(Role::Viewer).await?;
+    let ctx = crate::context::app_context()?;
+    let failed = |e: queue::QueueError| {
+        tracing::warn!(error = %e, "upstreams read failed");
+        refuse(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "Redis is unreachable",
+        )
+    };
+    // One upstream after another (at most 17), each with its three reads together.
+    let mut rows = Vec::new();
+    for (name, q, rate) in ctx.upstreams_with_rates() {
+        let (stats, breaker, recent) = tokio::join!(
+            q.stats(),
+            q.breaker(),
+            q.throughput(RECENT_MINUTES, RECENT_MINUTES)
+        );
+        rows.push(UpstreamRow {
+            name: name.to_string(),
+            queue: q.config().name.clone(),
+            breaker: breaker.map_err(failed)?,
+            recent: recent.map_err(failed)?.into_iter().last(),
+            rate_per_sec: rate.per_sec,
+            rate_burst: rate.burst,
+            ..from_stats(stats.map_err(failed)?)
+        });
+    }
+    let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
+    Ok(UpstreamsData { rows, now_ms })
+}
+
+#[cfg(feature = "ssr")]
+fn from_stats(s: model::Stats) -> UpstreamRow {
+    UpstreamRow {
+        name: String::new(),
+        queue: String::new(),
+        ready: s.ready,
+        waiting: s.waiting,
+        retrying: s.retrying,
+        leased: s.leased,
+        dead: s.dead,
+        results: s.results,
+        paused: s.paused,
+        breaker: None,
+        recent: None,
+        rate_per_sec: 0,
+        rate_burst: 0,
+    }
+}
+
+/// `/admin/upstreams`.
+#[component]
+pub fn UpstreamsPage() -> impl IntoView {
+    // Resources are created here, before the frame, so their order (which hydration
+    // matches by) never depends on when the session check resolves.
+    let live = provide_live();
+    let me = session();
+    let action = ServerAction::<Act>::new();
+    let data = Resource::new(
+        move || (live.tick.get(), action.version().get()),
+        move |_| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            upstreams().await
+        },
+    );
+    view! {
+        <AdminFrame me>
+            <section class="panel">
+                <h1>"Upstreams"</h1>
+                <p class="muted">
+                    {format!(
+                        "Each upstream API has a queue of its own: its circuit breaker, rate limit and workers. \
+                         Calls, errors and latency cover the last {RECENT_MINUTES} minutes."
+                    )}
+                </p>
+                <ActionResult action />
+                <div class="data">
+                    <Transition fallback=|| view! { <p>"Reading…"</p> }>
+                        {move || data.get().map(|r| match r {
+                            Ok(d) => view! { <UpstreamTable data=d action /> }.into_any(),
+                            Err(e) => view! { <p class="err" data-testid="upstreams-error">{error_text(&e)}</p> }.into_any(),
+                        })}
+                    </Transition>
+                </div>
+            </section>
+        </AdminFrame>
+    }
+}
+
+#[component]
+fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoView {
+    let now = data.now_ms;
+    let rows = data
+        .rows
+        .into_iter()
+        .map(|r| {
+            let calls = r.calls();
+            let errors = r.recent.as_ref().map_or(0, |b| b.failed);
+            let error_rate = if calls > 0 {
+                format!("{:.1} %", errors as f64 * 100.0 / calls as f64)
+            } else {
+                "—".into()
+            };
+            let latency = r
+                .recent
+                .as_ref()
+                .and_then(|b| b.latency)
+                .map(|p| format!("{} / {} ms", p.p50, p.p95));
+            let per_min = calls as f64 / RECENT_MINUTES as f64;
+            let rate = if r.rate_per_sec == 0 {
+                format!("no limit · {per_min:.1} calls/min")
+            } else {
+                format!(
+                    "{}/s (burst {}) · used {:.1} %",
+                    r.rate_per_sec,
+                    r.rate_burst,
+                    per_min / 60.0 * 100.0 / f64::from(r.rate_per_sec)
+                )
+            };
+            let breaker = match &r.breaker {
+                None => view! { <span class="badge ok">"closed"</span> }.into_any(),
+                Some(b) => {
+                    let word = match b.state {
+                        BreakerState::Open => "open",
+                        BreakerState::HalfOpen => "half-open",
+                    };
+                    view! {
+                        <span class="badge err">{word}</span>
+                        " since " <TimeAt now at=b.since_ms past=true />
+                        <br />
+                        <small class="muted">{b.reason.clone()}</small>
+                    }
+                    .into_any()
+                }
+            };
+            let action_button = if r.breaker.is_some() {
+                view! { <ActButton action op="close_breaker" id=r.name.clone() label="Close breaker" testid="close-breaker" /> }.into_any()
+            } else {
+                view! { <ActButton action op="open_breaker" id=r.name.clone() label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
+            };
+            let testid = format!("upstream-{}", r.name);
+            view! {
+                <tr data-testid=testid>
+                    <td><strong>{r.name.clone()}</strong><br /><small class="muted">{r.queue.clone()}</small></td>
+                    <td data-testid="upstream-breaker">{breaker}</td>
+                    <td class="num">{calls}</td>
+                    <td class="num" data-testid="upstream-error-rate">{error_rate}</td>
+                    <td class="num">{or_dash(latency.unwrap_or_default())}</td>
+                    <td>{rate}</td>
+                    <td class="num">{r.leased}</td>
+                    <td class="num">{format!("{} / {} / {}", r.ready, r.waiting, r.retrying)}</td>
+                    <td class="num">{r.dead}</td>
+                    <td class="num">{r.results}</td>
+                    <td>{action_button}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <div class="table-scroll">
+            <table data-testid="upstreams-table">
+                <thead>
+                    <tr>
+                        <th>"Upstream"</th>
+                        <th>"Breaker"</th>
+                        <th>"Calls"</th>
+                        <th>"Errors"</th>
+                        <th>"Latency p50 / p95"</th>
+                        <th>"Rate limit"</th>
+                        <th>"In flight"</th>
+                        <th>"Ready / waiting / retrying"</th>
+                        <th>"Dead"</th>
+                        <th>"Results"</th>
+                        <th></th>
+                    </tr>
+                </thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+    }
+}
