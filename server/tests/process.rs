@@ -1099,7 +1099,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
         &config,
         format!(
             "[upstreams.search]\n\
-             url = \"http://127.0.0.1:{sim_port}/api/query?q=s:{{key}}&polls=1&callback={{callback_url}}\"\n\
+             url = \"http://127.0.0.1:{sim_port}/search/api/query?q={{key}}&polls=1&callback={{callback_url}}\"\n\
              poll_interval_ms = 10000\n\
              concurrency = 2\n"
         ),
@@ -1112,6 +1112,8 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
         .env("REPOLL_WORKERS", "4")
         .env("REPOLL_SIM", "true")
         .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        // The simulator's second upstream, `search`, under /search with its own state.
+        .env("REPOLL_SIM_UPSTREAMS", "search")
         .env(
             "REPOLL_UPSTREAM_URL",
             format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
@@ -1189,8 +1191,13 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     );
     let sim = http_get(sim_port, "/_sim/stats").unwrap();
     assert!(sim.contains(r#""same text":{"calls":"#), "{sim}");
-    assert!(sim.contains(r#""s:same text":{"calls":"#), "{sim}");
-    let cb = http_get(sim_port, "/_sim/key?q=s%3Afind-x%20ms%3D800").unwrap();
+    assert!(!sim.contains("find-x"), "{sim}");
+    let search = http_get(sim_port, "/search/_sim/stats").unwrap();
+    assert!(
+        search.contains(r#""same text":{"calls":1,"done":1}"#),
+        "{search}"
+    );
+    let cb = http_get(sim_port, "/search/_sim/key?q=find-x%20ms%3D800").unwrap();
     assert!(cb.contains(r#""callbacks":1"#), "{cb}");
     assert!(
         cb.contains(r#""calls":1,"#),

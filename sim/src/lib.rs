@@ -162,6 +162,37 @@ pub struct SimArgs {
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_MAX_CONCURRENCY as u64)
     )]
     pub max_concurrency: usize,
+    /// More simulated upstreams in the same process, each under its own path prefix with its
+    /// own state and the same settings: `search` serves `/search/api/query`,
+    /// `/search/_sim/stats`, ... (comma-separated; at most 16; names of `a-z 0-9 _ -`).
+    #[arg(
+        long = "sim-upstreams",
+        env = "REPOLL_SIM_UPSTREAMS",
+        value_delimiter = ',',
+        value_parser = parse_prefix
+    )]
+    pub upstreams: Vec<String>,
+}
+
+/// Most extra simulated upstreams.
+pub const MAX_SIM_UPSTREAMS: usize = 16;
+
+/// A path prefix for `--sim-upstreams`: 1 to 32 of `a-z 0-9 _ -`, not `api` or `_sim` (the
+/// main upstream's own paths).
+fn parse_prefix(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let ok = !s.is_empty()
+        && s.len() <= 32
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && !matches!(s, "api" | "_sim");
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?}: 1 to 32 of a-z, 0-9, _ and - (not api or _sim)"
+        ))
+    }
 }
 
 impl Default for SimArgs {
@@ -199,18 +230,47 @@ impl SimArgs {
             seed: self.seed,
             max_keys: self.max_keys.clamp(1, MAX_MAX_KEYS),
             max_concurrency: self.max_concurrency.clamp(1, MAX_MAX_CONCURRENCY),
+            upstreams: self
+                .upstreams
+                .into_iter()
+                .filter_map(|u| parse_prefix(&u).ok())
+                .take(MAX_SIM_UPSTREAMS)
+                .collect(),
         }
     }
 }
 
 /// The simulator's routes, with fresh in-memory state. Mount it anywhere (it uses absolute paths
-/// `/api/query`, `/_sim/stats`, `/_sim/key`, `/_sim/reset`, `/_sim/outage`).
+/// `/api/query`, `/_sim/stats`, `/_sim/key`, `/_sim/reset`, `/_sim/outage`), and the same under
+/// `/<name>` for each of `--sim-upstreams` (each with its own state: several APIs at once).
 ///
 /// Its guards, outermost first: a panic in a handler becomes a 500 for that request; at most
 /// `max_concurrency` requests run at once (503 + `Retry-After: 1` beyond, at once); a request
 /// running longer than [`REQUEST_TIMEOUT`] is answered 504.
 pub fn router(args: SimArgs) -> axum::Router {
     let args = args.clamped();
+    // Each extra upstream is the same simulator with its own state, under its prefix.
+    let mut app = one_router(SimArgs {
+        upstreams: Vec::new(),
+        ..args.clone()
+    });
+    let mut seen = std::collections::HashSet::new();
+    for name in &args.upstreams {
+        if seen.insert(name.clone()) {
+            app = app.nest(
+                &format!("/{name}"),
+                one_router(SimArgs {
+                    upstreams: Vec::new(),
+                    ..args.clone()
+                }),
+            );
+        }
+    }
+    app
+}
+
+/// One simulated upstream: its routes, fresh state and guards.
+fn one_router(args: SimArgs) -> axum::Router {
     let slots = Arc::new(Semaphore::new(args.max_concurrency));
     let state = Arc::new(state::SimState::new(args));
     axum::Router::new()

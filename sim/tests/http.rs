@@ -362,3 +362,56 @@ async fn an_outage_answers_503_until_it_ends() {
     let r = client().get(&query).send().await.expect("query");
     assert_eq!(r.status().as_u16(), 200);
 }
+
+/// `--sim-upstreams search`: a second simulated upstream under `/search`, with its own state
+/// (its calls are not the main one's, its outage neither); a bad prefix is refused by the flag.
+#[tokio::test]
+async fn extra_upstreams_live_under_their_prefix_with_their_own_state() {
+    let sim = start(SimArgs {
+        upstreams: vec!["search".into()],
+        ..SimArgs::default()
+    })
+    .await;
+    let get = |path: String| client().get(path).send();
+    let r = get(format!("{}/search/api/query?q=k&polls=1", sim.base))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], "done");
+    let search: Value = get(format!("{}/search/_sim/stats", sim.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(search["calls"], 1);
+    assert_eq!(stats(&sim).await.calls, 0, "the main upstream saw nothing");
+    // An outage of the prefixed one leaves the main one answering.
+    client()
+        .post(format!("{}/search/_sim/outage?ms=60000", sim.base))
+        .send()
+        .await
+        .unwrap();
+    let down = get(format!("{}/search/api/query?q=k", sim.base))
+        .await
+        .unwrap();
+    assert_eq!(down.status().as_u16(), 503);
+    let up = get(format!("{}/api/query?q=k", sim.base)).await.unwrap();
+    assert_eq!(up.status().as_u16(), 200);
+
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+    let ok = Cli::try_parse_from(["t", "--sim-upstreams", "search,reports"]).unwrap();
+    assert_eq!(ok.sim.upstreams, vec!["search", "reports"]);
+    for bad in ["Search", "a/b", "api", "_sim", ""] {
+        assert!(
+            Cli::try_parse_from(["t", "--sim-upstreams", bad]).is_err(),
+            "{bad:?}"
+        );
+    }
+}
