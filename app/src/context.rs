@@ -91,6 +91,30 @@ impl AppContext {
             .chain(self.named.list.iter().map(|u| (u.name.as_str(), &u.queue)))
     }
 
+    /// The upstream whose queue knows task `id` (its task, result or history), with what it
+    /// knows; `None` when no upstream does. Ids cover their upstream, so at most one knows it;
+    /// the default upstream is asked first (one read with a single upstream).
+    pub async fn find_task(
+        &self,
+        id: &queue::TaskId,
+    ) -> queue::Result<Option<(&str, &queue::Queue, queue::TaskDetail)>> {
+        for (name, q) in self.queues() {
+            if let Some(d) = q.get(id).await? {
+                return Ok(Some((name, q, d)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The queue an action on task `id` goes to: the upstream that knows it, else the default
+    /// one (whose script then finds nothing and says so).
+    pub async fn queue_of_task(&self, id: &queue::TaskId) -> queue::Result<&queue::Queue> {
+        if self.named.list.is_empty() {
+            return Ok(&self.queue);
+        }
+        Ok(self.find_task(id).await?.map_or(&self.queue, |(_, q, _)| q))
+    }
+
     /// Every upstream's queue, name and configured rate, the default one first.
     pub fn upstreams_with_rates(&self) -> Vec<(&str, &queue::Queue, RateLimit)> {
         std::iter::once((

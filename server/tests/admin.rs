@@ -1510,3 +1510,85 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
     assert_eq!(search.claim("w", 1, 10_000).await.unwrap().len(), 1);
     env.redis.stop().await;
 }
+
+/// With a named upstream, the task list shows one upstream at a time with the others one click
+/// away, keeps it in its links, and a task page and its actions find the task in its own
+/// upstream's queue.
+#[tokio::test]
+async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
+    let env = start().await;
+    let (r, q, search) = (&env.router, &env.queue, &env.search);
+    let ip = [10, 0, 0, 15];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().expect("signed in");
+    let id = match search
+        .enqueue("needle in search", "", &Default::default())
+        .await
+        .unwrap()
+    {
+        queue::Enqueued::Created(t) => t.id,
+        other => panic!("{other:?}"),
+    };
+    q.enqueue("hay in default", "", &Default::default())
+        .await
+        .unwrap();
+
+    let default_list = get_page(r, "/admin/tasks?state=ready", Some(&cookie), ip).await;
+    assert_eq!(default_list.status, 200);
+    assert!(
+        !default_list.body.contains(id.as_str()),
+        "not in the default list"
+    );
+    assert!(default_list.body.contains("data-testid=\"upstream-tabs\""));
+    let list = get_page(
+        r,
+        "/admin/tasks?state=ready&upstream=search",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains(&id.as_str()[..12]), "{}", list.body);
+    assert!(
+        list.body.contains("state=dead&amp;upstream=search"),
+        "tabs keep the upstream: {}",
+        list.body
+    );
+    let unknown = call::<ListTasks>(
+        r,
+        &[("state", "ready"), ("upstream", "nope")],
+        Some(&cookie),
+        &[],
+    )
+    .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+
+    let page = get_page(r, &format!("/admin/tasks/{id}"), Some(&cookie), ip).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("needle in search"), "{}", page.body);
+    let field = page
+        .body
+        .split("data-testid=\"field-upstream\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        field.starts_with(">search<"),
+        "{}",
+        &field[..40.min(field.len())]
+    );
+
+    let reply = call::<Act>(
+        r,
+        &[("op", "cancel"), ("id", id.as_str())],
+        Some(&cookie),
+        &[],
+    )
+    .await;
+    assert!(reply.body.contains("cancelled task"), "{}", reply.body);
+    assert_eq!(search.stats().await.unwrap().ready, 0);
+    assert_eq!(
+        q.stats().await.unwrap().ready,
+        1,
+        "the default upstream's task stays"
+    );
+    env.redis.stop().await;
+}

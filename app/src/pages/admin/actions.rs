@@ -47,6 +47,7 @@ pub async fn act(
     let (target, count, message) = match op.as_str() {
         "retry" => {
             let id = task_id()?;
+            let q = ctx.queue_of_task(&id).await.map_err(failed)?;
             let n = u64::from(q.retry(&id, who).await.map_err(failed)?);
             let msg = if n == 1 {
                 format!("retried task {id}")
@@ -65,6 +66,7 @@ pub async fn act(
         }
         "cancel" => {
             let id = task_id()?;
+            let q = ctx.queue_of_task(&id).await.map_err(failed)?;
             let n = u64::from(q.cancel(&id, who).await.map_err(failed)?);
             let msg = if n == 1 {
                 format!("cancelled task {id}")
@@ -79,6 +81,7 @@ pub async fn act(
             // reclaimed meanwhile, the new holder keeps it.
             let token = token.as_deref().and_then(|t| t.trim().parse::<u64>().ok());
             let by = format!("admin {who}");
+            let q = ctx.queue_of_task(&id).await.map_err(failed)?;
             let n = match q.release(&id, token, &by).await {
                 Ok(released) => u64::from(released),
                 Err(queue::QueueError::StaleToken) => 0,

@@ -18,6 +18,8 @@ use model::{DeadReason, HistoryEntry, PauseInfo, StoredResult, Task, TaskState};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskView {
     pub id: model::TaskId,
+    /// The upstream whose queue holds it (`default` unless the deployment names several).
+    pub upstream: String,
     pub task: Option<Task>,
     pub result: Option<StoredResult>,
     /// Newest first.
@@ -42,11 +44,13 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     };
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
-    let (detail, paused) = tokio::join!(ctx.queue.get(&id), ctx.queue.pause_info());
-    let detail = detail.map_err(failed)?;
-    let paused = paused.map_err(failed)?;
-    Ok(detail.map(|d| TaskView {
+    let Some((upstream, q, d)) = ctx.find_task(&id).await.map_err(failed)? else {
+        return Ok(None);
+    };
+    let paused = q.pause_info().await.map_err(failed)?;
+    Ok(Some(TaskView {
         id,
+        upstream: upstream.to_string(),
         task: d.task,
         result: d.result,
         history: d.history,
@@ -306,6 +310,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
             </div>
         }
     });
+    let upstream = view.upstream.clone();
     let task = view.task.map(|t| {
         let (leased, dead) = (t.state == TaskState::Leased, t.state == TaskState::Dead);
         let retryable = matches!(t.state, TaskState::Dead | TaskState::Due);
@@ -317,6 +322,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         let mut fields: Vec<AnyView> = vec![
             field("state", text(state_word)).into_any(),
             field("query", text(t.query.clone())).into_any(),
+            field("upstream", text(upstream.clone())).into_any(),
         ];
         if !t.payload.is_empty() {
             fields.push(field("payload", text(t.payload.clone())).into_any());

@@ -109,6 +109,10 @@ pub struct Listing {
     pub paused: Option<PauseInfo>,
     /// This page started at a cursor (it is not the first page).
     pub paged: bool,
+    /// The upstream whose tasks these are ("" = the default one).
+    pub upstream: String,
+    /// Every upstream's name (more than one: the page offers the choice).
+    pub upstreams: Vec<String>,
 }
 
 /// A page of `state` in `order` ("oldest", the default, or "newest") after `cursor`, or the
@@ -119,12 +123,20 @@ pub async fn list_tasks(
     cursor: Option<String>,
     search: Option<String>,
     order: Option<String>,
+    upstream: Option<String>,
 ) -> Result<Listing, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     use http::StatusCode;
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let q = &ctx.queue;
+    let (q, _) = ctx
+        .upstream(upstream.as_deref())
+        .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
+    let upstream = match q.config().upstream.as_str() {
+        "" => String::new(),
+        u => u.to_string(),
+    };
+    let upstreams = ctx.upstream_names();
     let failed = |e: queue::QueueError| {
         tracing::warn!(error = %e, "task list failed");
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
@@ -151,6 +163,8 @@ pub async fn list_tasks(
         hits.now_ms = now_ms;
         hits.counts = counts;
         hits.paused = paused;
+        hits.upstream = upstream;
+        hits.upstreams = upstreams;
         return Ok(hits);
     }
     let list_state = match state.as_str() {
@@ -193,6 +207,8 @@ pub async fn list_tasks(
         counts,
         paused,
         paged,
+        upstream,
+        upstreams,
     })
 }
 
@@ -343,15 +359,16 @@ pub fn TasksPage() -> impl IntoView {
                 m.get("cursor"),
                 m.get("q"),
                 m.get("order"),
+                m.get("upstream"),
                 live.tick.get(),
                 action.version().get(),
             )
         },
-        move |(state, cursor, search, order, _, _)| async move {
+        move |(state, cursor, search, order, upstream, _, _)| async move {
             if !signed_in(me).await {
                 return signed_out();
             }
-            list_tasks(state, cursor, search, order).await
+            list_tasks(state, cursor, search, order, upstream).await
         },
     );
     view! {
@@ -393,6 +410,12 @@ fn TasksBody(
                     <option value="after:1h"></option>
                     <option value="after:24h"></option>
                 </datalist>
+                // A search stays in the upstream being looked at.
+                {move || {
+                    query.get().get("upstream").filter(|u| !u.is_empty()).map(|u| {
+                        view! { <input type="hidden" name="upstream" value=u /> }
+                    })
+                }}
                 <button type="submit" data-testid="search-submit">"Search"</button>
                 <p id="search-help" class="hint">
                     "Qualifiers: " <code>"state:dead"</code> " (waiting, ready, leased), "
@@ -409,7 +432,7 @@ fn TasksBody(
                         Ok(l) => view! { <ListingView listing=l action /> }.into_any(),
                         Err(e) => view! {
                             <div class="view">
-                                <Tabs counts=None current=None order=String::new() />
+                                <Tabs counts=None current=None order=String::new() upstream=String::new() />
                                 <p class="err" data-testid="tasks-error">{error_text(&e)}</p>
                             </div>
                         }.into_any(),
@@ -424,7 +447,12 @@ fn TasksBody(
 /// its count (dead and stuck in red when above 0). Tabs keep the chosen order (no cursor: a
 /// new state starts at its first page). A search has no current tab.
 #[component]
-fn Tabs(counts: Option<TabCounts>, current: Option<String>, order: String) -> impl IntoView {
+fn Tabs(
+    counts: Option<TabCounts>,
+    current: Option<String>,
+    order: String,
+    upstream: String,
+) -> impl IntoView {
     view! {
         <nav class="tabs" aria-label="Task states" data-testid="state-tabs">
             {STATES
@@ -446,7 +474,7 @@ fn Tabs(counts: Option<TabCounts>, current: Option<String>, order: String) -> im
                         .then(|| format!("{} past the deadline", plural(stuck, "lease", "leases")));
                     view! {
                         <a
-                            href=tasks_href(name, &order, None)
+                            href=tasks_href(name, &order, None, &upstream)
                             class=class
                             aria-current=here.then_some("page")
                             title=title
@@ -463,9 +491,13 @@ fn Tabs(counts: Option<TabCounts>, current: Option<String>, order: String) -> im
 }
 
 /// The link to a page of the task list. Oldest-first is the default and stays out of the
-/// URL; a cursor only ever travels with the order it came from.
-fn tasks_href(state: &str, order: &str, cursor: Option<&str>) -> String {
+/// URL; a cursor only ever travels with the order it came from; a named upstream is kept.
+fn tasks_href(state: &str, order: &str, cursor: Option<&str>, upstream: &str) -> String {
     let mut href = format!("/admin/tasks?state={state}");
+    if !upstream.is_empty() && upstream != "default" {
+        href.push_str("&upstream=");
+        href.push_str(&encode_component(upstream));
+    }
     if order == "newest" {
         href.push_str("&order=newest");
     }
@@ -486,7 +518,12 @@ fn list_href(q: &leptos_router::params::ParamsMap) -> String {
         .filter(|s| STATES.iter().any(|(n, _)| n == s));
     let order = q.get_str("order").unwrap_or_default();
     match state {
-        Some(state) => tasks_href(state, order, q.get_str("cursor")),
+        Some(state) => tasks_href(
+            state,
+            order,
+            q.get_str("cursor"),
+            q.get_str("upstream").unwrap_or_default(),
+        ),
         None if order == "newest" => "/admin/tasks?order=newest".into(),
         None => "/admin/tasks".into(),
     }
@@ -526,13 +563,33 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
         ),
     };
     let (state, order) = (listing.state.clone(), listing.order.clone());
+    let up = listing.upstream.clone();
+    // With several upstreams: which one's tasks these are, and the others one click away.
+    let choose = (listing.upstreams.len() > 1).then(|| {
+        let links = listing
+            .upstreams
+            .iter()
+            .map(|u| {
+                let here = (u == "default" && up.is_empty()) || *u == up;
+                let href = tasks_href(&state, &order, None, u);
+                let testid = format!("upstream-tab-{u}");
+                view! {
+                    " "
+                    <a href=href class=if here { "tab active" } else { "tab" } aria-current=here.then_some("page") data-testid=testid>
+                        {u.clone()}
+                    </a>
+                }
+            })
+            .collect_view();
+        view! { <p class="row" data-testid="upstream-tabs">"Upstream:" {links}</p> }
+    });
     let next = listing.next_cursor.as_deref().map(|c| {
-        let href = tasks_href(&state, &order, Some(c));
+        let href = tasks_href(&state, &order, Some(c), &up);
         view! { <A href=href attr:data-testid="next-page">"Next page →"</A> }
     });
     // Only past the first page: on the first page (or the only one) it would go nowhere.
     let first = (!searching && listing.paged).then(|| {
-        view! { <A href=tasks_href(&state, &order, None) attr:data-testid="first-page">"← First page"</A> }
+        view! { <A href=tasks_href(&state, &order, None, &up) attr:data-testid="first-page">"← First page"</A> }
     });
     // The other order, from its first page.
     let flip = (!searching && listing.total > 1).then(|| {
@@ -541,7 +598,7 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
         } else {
             ("newest", "Newest first")
         };
-        view! { <A href=tasks_href(&state, other, None) attr:data-testid="order-toggle">{label}</A> }
+        view! { <A href=tasks_href(&state, other, None, &up) attr:data-testid="order-toggle">{label}</A> }
     });
     let dead = if !searching && listing.state == "dead" {
         listing.total
@@ -555,14 +612,16 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     };
     let current = (!searching).then(|| state.clone());
     // The same state, narrowed by error, query and age, for a retry / cancel / purge of many.
-    let bulk = (!searching && state != "results").then(|| {
+    // Bulk actions work on the default upstream's queue.
+    let bulk = (!searching && state != "results" && up.is_empty()).then(|| {
         let href = format!("/admin/bulk?state={state}");
         view! { <A href=href attr:data-testid="bulk-link">"Bulk action by filter…"</A> }
     });
     view! {
         <div class="view">
         <PausedBanner paused=listing.paused now />
-        <Tabs counts=Some(listing.counts) current order=order.clone() />
+        {choose}
+        <Tabs counts=Some(listing.counts) current order=order.clone() upstream=listing.upstream.clone() />
         <p class="row"><span data-testid="listing-total">{heading}</span><span>{flip}</span></p>
         // Optional parts each sit in their own element: bare empty placeholders next to each
         // other are what hydration is most likely to mis-assign.
