@@ -899,6 +899,7 @@ fn metrics_carry_every_named_series() {
         "repoll_upstream_latency_seconds_bucket{",
         "repoll_in_flight",
         "repoll_queue_depth{state=",
+        "repoll_breaker_open{upstream=\"default\"} 0",
         "repoll_live_streams",
         "repoll_connections_refused_total",
     ];
@@ -913,7 +914,11 @@ fn metrics_carry_every_named_series() {
     for w in wanted {
         assert!(page.contains(w), "{w} missing from /metrics:\n{page}");
     }
-    assert!(page.contains("repoll_completions_total 1"), "{page}");
+    // A worker's series carry its upstream (a process runs one worker per upstream).
+    assert!(
+        page.contains("repoll_completions_total{upstream=\"default\"} 1"),
+        "{page}"
+    );
 }
 
 /// `redis-cli -p port args...`: its output, trimmed.

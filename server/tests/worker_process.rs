@@ -332,7 +332,14 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     wait_for(
         "A to find both its leases lost",
         Duration::from_secs(30),
-        async || counter(metrics_port, "repoll_stale_tokens_total").await == Some(2.0),
+        async || {
+            counter(
+                metrics_port,
+                "repoll_stale_tokens_total{upstream=\"default\"}",
+            )
+            .await
+                == Some(2.0)
+        },
     )
     .await;
 

@@ -26,6 +26,9 @@ pub(crate) struct Counters {
 /// What the claim loop, the tasks and the upkeep loops share.
 pub(crate) struct Ctx {
     pub queue: Queue,
+    /// The `upstream` label of this worker's metrics: its queue's upstream, or `default`. A
+    /// process runs a worker per upstream, and their series must not mix.
+    pub label: String,
     pub upstream: Upstream,
     /// Signs each call's callback URL where the upstream's template asks for one.
     pub callbacks: Option<Callbacks>,

@@ -185,7 +185,13 @@ impl Worker {
             ));
         }
         let clock_offset_ms = self.queue.now_ms().await? - local_ms();
+        let label = match self.queue.config().upstream.as_str() {
+            "" => queue::DEFAULT_UPSTREAM.to_string(),
+            u => u.to_string(),
+        };
+        telemetry::register_upstream(&label);
         let ctx = Arc::new(Ctx {
+            label,
             queue: self.queue.clone(),
             upstream: self.upstream,
             callbacks: self.callbacks,
@@ -324,7 +330,7 @@ async fn claim_batch(
     };
     let n = batch.len();
     if n > 0 {
-        metrics::counter!(telemetry::CLAIMS).increment(n as u64);
+        metrics::counter!(telemetry::CLAIMS, "upstream" => ctx.label.clone()).increment(n as u64);
         ctx.counters.claimed.fetch_add(n as u64, Ordering::Relaxed);
     }
     for c in batch {
@@ -432,7 +438,7 @@ fn report(ctx: &Ctx, released: u64) -> WorkerReport {
 async fn release(ctx: &Ctx, id: &str, token: u64) -> bool {
     match ctx.queue.release(id, Some(token), &ctx.id).await {
         Ok(true) => {
-            metrics::counter!(telemetry::RELEASES).increment(1);
+            metrics::counter!(telemetry::RELEASES, "upstream" => ctx.label.clone()).increment(1);
             true
         }
         Ok(false) | Err(QueueError::StaleToken) | Err(QueueError::NotFound) => false,

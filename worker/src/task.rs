@@ -27,18 +27,19 @@ use crate::upstream::{Answer, UpstreamError};
 const WRITE_TRIES: u32 = 3;
 
 /// Keeps the in-flight gauge right even when the task is aborted mid-call.
-struct InFlightGauge;
+struct InFlightGauge(metrics::Gauge);
 
 impl InFlightGauge {
-    fn new() -> InFlightGauge {
-        metrics::gauge!(telemetry::IN_FLIGHT).increment(1.0);
-        InFlightGauge
+    fn new(label: &str) -> InFlightGauge {
+        let g = metrics::gauge!(telemetry::IN_FLIGHT, "upstream" => label.to_string());
+        g.increment(1.0);
+        InFlightGauge(g)
     }
 }
 
 impl Drop for InFlightGauge {
     fn drop(&mut self) {
-        metrics::gauge!(telemetry::IN_FLIGHT).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }
 
@@ -47,7 +48,7 @@ impl Drop for InFlightGauge {
 /// lease registry only when it finished: an aborted one stays there so shutdown can release
 /// its lease.
 pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit) {
-    let _gauge = InFlightGauge::new();
+    let _gauge = InFlightGauge::new(&ctx.label);
     let mut current = c;
     loop {
         let next = process(&ctx, &current).await;
@@ -62,7 +63,7 @@ pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit)
                 .await;
         }
         ctx.hold(&n.id, n.token);
-        metrics::counter!(telemetry::CLAIMS).increment(1);
+        metrics::counter!(telemetry::CLAIMS, "upstream" => ctx.label.clone()).increment(1);
         ctx.counters.claimed.fetch_add(1, Ordering::Relaxed);
         current = n;
     }
@@ -95,7 +96,7 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
         Ok(Answer::Failed { .. }) => "failed",
         Err(_) => "error",
     };
-    metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome)
+    metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome, "upstream" => ctx.label.clone())
         .record(latency.as_secs_f64());
 
     let now = ctx.now_ms();
@@ -117,7 +118,8 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             })
             .await;
             if r.is_some() {
-                metrics::counter!(telemetry::COMPLETIONS).increment(1);
+                metrics::counter!(telemetry::COMPLETIONS, "upstream" => ctx.label.clone())
+                    .increment(1);
                 ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
             }
             next
@@ -195,12 +197,12 @@ async fn reschedule(
     .await;
     match r {
         Some(0) => {
-            metrics::counter!(telemetry::FAILURES, "kind" => "deadline", "outcome" => "dead")
+            metrics::counter!(telemetry::FAILURES, "kind" => "deadline", "outcome" => "dead", "upstream" => ctx.label.clone())
                 .increment(1);
             ctx.counters.dead.fetch_add(1, Ordering::Relaxed);
         }
         Some(_) => {
-            metrics::counter!(telemetry::POLLS).increment(1);
+            metrics::counter!(telemetry::POLLS, "upstream" => ctx.label.clone()).increment(1);
             ctx.counters.rescheduled.fetch_add(1, Ordering::Relaxed);
         }
         None => {}
@@ -232,11 +234,11 @@ async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, Upst
             r = &mut call => return Some(r),
             _ = tick.tick() => match ctx.queue.renew(&c.id, c.token, ctx.lease_ms).await {
                 Ok(_) => {
-                    metrics::counter!(telemetry::LEASE_RENEWALS).increment(1);
+                    metrics::counter!(telemetry::LEASE_RENEWALS, "upstream" => ctx.label.clone()).increment(1);
                     ctx.counters.renewed.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(QueueError::StaleToken) | Err(QueueError::NotFound) => {
-                    stale(c, "renew");
+                    stale(ctx, c, "renew");
                     return None;
                 }
                 // Redis trouble: keep calling; the next tick tries again before the lease ends.
@@ -258,7 +260,8 @@ async fn rate_permit(ctx: &Ctx) {
         match ctx.queue.upstream_permit(limit.per_sec, limit.burst).await {
             Ok(0) => return,
             Ok(wait_ms) => {
-                metrics::counter!(telemetry::RATE_LIMITED).increment(1);
+                metrics::counter!(telemetry::RATE_LIMITED, "upstream" => ctx.label.clone())
+                    .increment(1);
                 let jitter = (wait_ms as f64 * 0.25 * random_fraction()) as u64;
                 tokio::time::sleep(Duration::from_millis(wait_ms + jitter)).await;
             }
@@ -294,7 +297,7 @@ async fn fail(
     if let Some(f) = written {
         let dead = matches!(f, queue::Failed::Dead { .. });
         let outcome = if dead { "dead" } else { "retry" };
-        metrics::counter!(telemetry::FAILURES, "kind" => kind.to_string(), "outcome" => outcome)
+        metrics::counter!(telemetry::FAILURES, "kind" => kind.to_string(), "outcome" => outcome, "upstream" => ctx.label.clone())
             .increment(1);
         let counter = if dead {
             &ctx.counters.dead
@@ -306,8 +309,8 @@ async fn fail(
     next
 }
 
-fn stale(c: &Claimed, op: &str) {
-    metrics::counter!(telemetry::STALE_TOKENS).increment(1);
+fn stale(ctx: &Ctx, c: &Claimed, op: &str) {
+    metrics::counter!(telemetry::STALE_TOKENS, "upstream" => ctx.label.clone()).increment(1);
     tracing::info!(id = %c.id, token = c.token, op, "lease lost: another worker owns the task; dropping the outcome");
 }
 
@@ -337,7 +340,7 @@ where
             Ok(v) => return (Some(v), next),
             Err(QueueError::StaleToken) => {
                 ctx.counters.stale.fetch_add(1, Ordering::Relaxed);
-                stale(c, op);
+                stale(ctx, c, op);
                 return (None, next);
             }
             Err(QueueError::NotFound) => {

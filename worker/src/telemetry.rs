@@ -38,6 +38,27 @@ pub const IN_FLIGHT: &str = "repoll_in_flight";
 /// Queue depth by `state` (ready, waiting, retrying, leased, stuck, dead, results), refreshed
 /// from `Queue::stats` periodically.
 pub const QUEUE_DEPTH: &str = "repoll_queue_depth";
+/// 1 while the upstream's circuit breaker is open or half-open, else 0 (label `upstream`).
+pub const BREAKER_OPEN: &str = "repoll_breaker_open";
+
+/// Makes a worker's counters 0, not absent, from its start, labelled with its upstream, so
+/// `rate()` and alerts work from the first scrape (labelled-by-outcome ones appear with their
+/// first label set).
+pub fn register_upstream(upstream: &str) {
+    for name in [
+        CLAIMS,
+        COMPLETIONS,
+        POLLS,
+        LEASE_EXPIRATIONS,
+        LEASE_RENEWALS,
+        STALE_TOKENS,
+        RELEASES,
+        RATE_LIMITED,
+    ] {
+        metrics::counter!(name, "upstream" => upstream.to_string()).increment(0);
+    }
+    metrics::gauge!(IN_FLIGHT, "upstream" => upstream.to_string()).increment(0.0);
+}
 
 /// Latency buckets in seconds: an API poll is usually 10 ms..several s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -69,20 +90,8 @@ pub fn install_prometheus() -> PrometheusHandle {
             }
             // Counters that have not counted yet are 0, not absent, so `rate()` and alerts
             // work from the first scrape (labelled ones appear with their first label set).
-            for name in [
-                CLAIMS,
-                COMPLETIONS,
-                POLLS,
-                LEASE_EXPIRATIONS,
-                LEASE_RENEWALS,
-                STALE_TOKENS,
-                RELEASES,
-                RATE_LIMITED,
-                CALLBACKS,
-            ] {
-                metrics::counter!(name).increment(0);
-            }
-            metrics::gauge!(IN_FLIGHT).increment(0.0);
+            // (A worker's own series carry its upstream: `register_upstream` at its start.)
+            metrics::counter!(CALLBACKS).increment(0);
             let upkeep = handle.clone();
             let spawned = std::thread::Builder::new()
                 .name("metrics-upkeep".into())

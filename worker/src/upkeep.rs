@@ -58,7 +58,8 @@ pub(crate) async fn reaper(
                 Ok(r) => {
                     let n = r.requeued.len() + r.dead.len();
                     if n > 0 {
-                        metrics::counter!(telemetry::LEASE_EXPIRATIONS).increment(n as u64);
+                        metrics::counter!(telemetry::LEASE_EXPIRATIONS, "upstream" => ctx.label.clone())
+                            .increment(n as u64);
                         tracing::info!(
                             requeued = r.requeued.len(),
                             dead = r.dead.len(),
@@ -97,10 +98,16 @@ pub(crate) async fn queue_depth(ctx: Arc<Ctx>, every_ms: u64) {
                     ("dead", s.dead),
                     ("results", s.results),
                 ] {
-                    metrics::gauge!(telemetry::QUEUE_DEPTH, "state" => state).set(n as f64);
+                    metrics::gauge!(telemetry::QUEUE_DEPTH, "state" => state, "upstream" => ctx.label.clone())
+                        .set(n as f64);
                 }
             }
             Err(e) => tracing::debug!(error = %e, "stats for gauges failed"),
+        }
+        match ctx.queue.breaker().await {
+            Ok(b) => metrics::gauge!(telemetry::BREAKER_OPEN, "upstream" => ctx.label.clone())
+                .set(if b.is_some() { 1.0 } else { 0.0 }),
+            Err(e) => tracing::debug!(error = %e, "breaker for gauges failed"),
         }
     }
 }

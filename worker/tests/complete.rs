@@ -78,21 +78,30 @@ async fn thousand_keys_complete_exactly_once() {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .map_or(0.0, |v| v.trim().parse().expect("a number"))
     };
-    assert_eq!(value("repoll_completions_total"), n as f64, "{page}");
+    // Every series carries its worker's upstream.
     assert_eq!(
-        value("repoll_claims_total"),
-        (ra.claimed + rb.claimed) as f64,
-        "{page}"
-    );
-    assert_eq!(value("repoll_stale_tokens_total"), 0.0, "{page}");
-    // One latency observation per upstream call.
-    assert_eq!(
-        value("repoll_upstream_latency_seconds_count{outcome=\"done\"}"),
+        value("repoll_completions_total{upstream=\"default\"}"),
         n as f64,
         "{page}"
     );
     assert_eq!(
-        value("repoll_upstream_latency_seconds_count{outcome=\"processing\"}"),
+        value("repoll_claims_total{upstream=\"default\"}"),
+        (ra.claimed + rb.claimed) as f64,
+        "{page}"
+    );
+    assert_eq!(
+        value("repoll_stale_tokens_total{upstream=\"default\"}"),
+        0.0,
+        "{page}"
+    );
+    // One latency observation per upstream call.
+    assert_eq!(
+        value("repoll_upstream_latency_seconds_count{outcome=\"done\",upstream=\"default\"}"),
+        n as f64,
+        "{page}"
+    );
+    assert_eq!(
+        value("repoll_upstream_latency_seconds_count{outcome=\"processing\",upstream=\"default\"}"),
         (total_polls - n) as f64,
         "{page}"
     );
