@@ -1168,9 +1168,22 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     assert!(done(&a).contains(r#""upstream":"default""#));
     let t0 = Instant::now();
     let c = id_of(&post(r#"{"query":"find-x ms=800","upstream":"search"}"#));
+    // Its live stream (Pub/Sub of the named upstream's queue) brings the final state.
+    let mut events = send(
+        web_port,
+        &format!(
+            "GET /api/v1/queries/{c}/events HTTP/1.1\r\nhost: x\r\n\
+             accept: text/event-stream\r\n\r\n"
+        ),
+    );
+    let streamed = read_until(&mut events, r#""status":"done""#);
+    assert!(streamed.contains(r#""upstream":"search""#), "{streamed}");
     assert!(done(&b).contains(r#""upstream":"search""#));
     let body_c = done(&c);
     let c_done = t0.elapsed();
+    // Its page names the upstream.
+    let page = http_get(web_port, &format!("/q/{c}")).unwrap();
+    assert!(page.contains("via search"), "{page}");
     println!(
         "named upstream callback: done {} ms after the submit (poll interval 10 s)",
         c_done.as_millis()
