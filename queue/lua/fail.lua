@@ -52,12 +52,7 @@ if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms <
 end
 local now = now_ms()
 local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u')
-local plan, br = nil, nil
-if next_n > 0 then
-  plan, br = claim_read(K, next_n, now)
-else
-  br = breaker_read(K)
-end
+local plan, br = claim_next_read(K, next_n, now)
 if f[1] ~= 'leased' or f[2] ~= token then
   return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
 end

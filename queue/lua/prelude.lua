@@ -364,6 +364,13 @@ local function claim_read(K, max_n, now)
   return plan, br
 end
 
+-- The read of a script that ends a task and may lease its caller the next ones: the claim plan
+-- when `next_n` > 0, and the breaker either way (its probe's outcome may close or reopen it).
+local function claim_next_read(K, next_n, now)
+  if next_n > 0 then return claim_read(K, next_n, now) end
+  return nil, breaker_read(K)
+end
+
 -- Leases the planned tasks to `worker`; returns the claimed rows
 -- {id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease_deadline}.
 -- `woken` is 1 when the caller's own BLPOP already took one wake-up entry for this claim: it

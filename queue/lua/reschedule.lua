@@ -43,12 +43,7 @@ local recs = {}
 for i = 1, n do
   recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w')
 end
-local plan, br = nil, nil
-if next_n > 0 then
-  plan, br = claim_read(K, next_n, now)
-else
-  br = breaker_read(K)
-end
+local plan, br = claim_next_read(K, next_n, now)
 
 local out = {}
 local moved = {}

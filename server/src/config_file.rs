@@ -206,18 +206,32 @@ fn resolve(key: &str, known: &BTreeMap<String, bool>) -> Option<String> {
 
 /// ", did you mean `x`?" for the known keys sharing the most words with `key`.
 fn hint(key: &str, known: &BTreeMap<String, bool>) -> String {
+    let names = known.keys().map(|env| {
+        env.strip_prefix("REPOLL_")
+            .unwrap_or(env)
+            .to_ascii_lowercase()
+    });
+    hint_among(
+        key,
+        names,
+        " (keys are the settings' environment variable names; see `repoll <command> --help`)",
+    )
+}
+
+/// ", did you mean ..." naming up to three of `names` sharing the most words with `key`, or
+/// `otherwise` when none shares a word.
+pub(crate) fn hint_among(
+    key: &str,
+    names: impl Iterator<Item = String>,
+    otherwise: &str,
+) -> String {
     let words: Vec<String> = key
         .to_ascii_lowercase()
         .split(['_', '-', '.'])
         .map(str::to_owned)
         .collect();
-    let mut best: Vec<(usize, String)> = known
-        .keys()
-        .map(|env| {
-            let name = env
-                .strip_prefix("REPOLL_")
-                .unwrap_or(env)
-                .to_ascii_lowercase();
+    let mut best: Vec<(usize, String)> = names
+        .map(|name| {
             let score = name
                 .split('_')
                 .filter(|w| words.iter().any(|k| k == w))
@@ -233,8 +247,7 @@ fn hint(key: &str, known: &BTreeMap<String, bool>) -> String {
         .map(|(_, n)| format!("`{n}`"))
         .collect();
     if names.is_empty() {
-        " (keys are the settings' environment variable names; see `repoll <command> --help`)"
-            .to_string()
+        otherwise.to_string()
     } else {
         format!(", did you mean {}?", names.join(" or "))
     }

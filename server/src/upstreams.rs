@@ -198,38 +198,17 @@ fn first_line(s: &str) -> String {
 
 /// ", did you mean ..." among a section's keys.
 fn section_hint(key: &str, known: &BTreeMap<String, bool>) -> String {
-    let words: Vec<String> = key
-        .to_ascii_lowercase()
-        .split(['_', '-', '.'])
-        .map(str::to_owned)
-        .collect();
-    let mut best: Vec<(usize, String)> = known
-        .keys()
-        .map(|env| {
-            let name = env
-                .strip_prefix("REPOLL_UPSTREAM_")
-                .or_else(|| env.strip_prefix("REPOLL_"))
-                .unwrap_or(env)
-                .to_ascii_lowercase();
-            let score = name
-                .split('_')
-                .filter(|w| words.iter().any(|k| k == w))
-                .count();
-            (score, name)
-        })
-        .filter(|(s, _)| *s > 0)
-        .collect();
-    best.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    let names: Vec<String> = best
-        .into_iter()
-        .take(3)
-        .map(|(_, n)| format!("`{n}`"))
-        .collect();
-    if names.is_empty() {
-        " (a section takes the upstream, poll, error-policy and breaker settings)".into()
-    } else {
-        format!(", did you mean {}?", names.join(" or "))
-    }
+    let names = known.keys().map(|env| {
+        env.strip_prefix("REPOLL_UPSTREAM_")
+            .or_else(|| env.strip_prefix("REPOLL_"))
+            .unwrap_or(env)
+            .to_ascii_lowercase()
+    });
+    config_file::hint_among(
+        key,
+        names,
+        " (a section takes the upstream, poll, error-policy and breaker settings)",
+    )
 }
 
 /// Everything a process needs to run one upstream: its queue settings, how to call it, how to

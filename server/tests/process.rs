@@ -947,6 +947,31 @@ fn http_post_json(port: u16, path: &str, body: &str) -> String {
     out
 }
 
+/// `repoll serve` on `url` with queue `queue`, 4 embedded worker slots, the simulator on
+/// `sim_port`, no first-answer wait, and callbacks signed with `secret` to this web port.
+fn serve_with_sim_and_callbacks(
+    url: &str,
+    queue: &str,
+    web_port: u16,
+    sim_port: u16,
+    secret: &str,
+) -> Command {
+    let mut cmd = serve_command(url, web_port);
+    cmd.env("REPOLL_QUEUE", queue)
+        .env("REPOLL_WORKERS", "4")
+        .env("REPOLL_SIM", "true")
+        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env("REPOLL_CALLBACK_SECRET", secret)
+        .env(
+            "REPOLL_CALLBACK_BASE_URL",
+            format!("http://127.0.0.1:{web_port}"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
 /// Callbacks end the wait early: the simulator is done 1 s after the first call and calls
 /// back then, while the poll interval is 10 s. The task must be done after exactly one poll
 /// (the simulator counts its calls) and one callback, long before the second poll. Then every
@@ -959,25 +984,13 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
     let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
     let url = format!("redis://127.0.0.1:{redis_port}");
-    let mut cmd = serve_command(&url, web_port);
-    cmd.env("REPOLL_QUEUE", "cbq")
-        .env("REPOLL_WORKERS", "4")
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env("REPOLL_SIM_MS", "1000")
+    let mut cmd = serve_with_sim_and_callbacks(&url, "cbq", web_port, sim_port, SECRET);
+    cmd.env("REPOLL_SIM_MS", "1000")
         .env(
             "REPOLL_UPSTREAM_URL",
             format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}&callback={{callback_url}}"),
         )
-        .env("REPOLL_POLL_INTERVAL_MS", "10000")
-        .env("REPOLL_FIRST_ANSWER_MS", "0")
-        .env("REPOLL_CALLBACK_SECRET", SECRET)
-        .env(
-            "REPOLL_CALLBACK_BASE_URL",
-            format!("http://127.0.0.1:{web_port}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .env("REPOLL_POLL_INTERVAL_MS", "10000");
     children.0.push(cmd.spawn().expect("spawn repoll"));
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
@@ -1110,28 +1123,16 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
         ),
     )
     .unwrap();
-    let mut cmd = serve_command(&url, web_port);
+    let mut cmd = serve_with_sim_and_callbacks(&url, "nq", web_port, sim_port, SECRET);
     cmd.arg("--config")
         .arg(&config)
-        .env("REPOLL_QUEUE", "nq")
-        .env("REPOLL_WORKERS", "4")
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
         // The simulator's second upstream, `search`, under /search with its own state.
         .env("REPOLL_SIM_UPSTREAMS", "search")
         .env(
             "REPOLL_UPSTREAM_URL",
             format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
         )
-        .env("REPOLL_POLL_INTERVAL_MS", "50")
-        .env("REPOLL_FIRST_ANSWER_MS", "0")
-        .env("REPOLL_CALLBACK_SECRET", SECRET)
-        .env(
-            "REPOLL_CALLBACK_BASE_URL",
-            format!("http://127.0.0.1:{web_port}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .env("REPOLL_POLL_INTERVAL_MS", "50");
     children.0.push(cmd.spawn().expect("spawn repoll"));
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
