@@ -1508,6 +1508,34 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
     .await;
     assert_eq!(reply.body, "\"breaker closed: claims resume\"");
     assert_eq!(search.claim("w", 1, 10_000).await.unwrap().len(), 1);
+
+    // One API paused while the other flows.
+    let reply = call::<Act>(r, &[("op", "pause"), ("id", "search")], Some(&cookie), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(search.stats().await.unwrap().paused);
+    assert!(
+        !q.stats().await.unwrap().paused,
+        "the default upstream flows"
+    );
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    let row = page
+        .body
+        .split("data-testid=\"upstream-search\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        row.contains("upstream-paused") && row.contains("resume-upstream"),
+        "{row}"
+    );
+    call::<Act>(r, &[("op", "resume"), ("id", "search")], Some(&cookie), &[]).await;
+    assert!(!search.stats().await.unwrap().paused);
+    let audit = q.audit_log(10).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.action == "pause" && a.target == "queue:search"),
+        "{audit:?}"
+    );
     env.redis.stop().await;
 }
 

@@ -123,17 +123,24 @@ pub async fn act(
             let n = q.purge(target, who).await.map_err(failed)?;
             (id.clone(), n, format!("purged {n} ({id})"))
         }
+        // `id` may name an upstream (the Upstreams page pauses one API); empty: the default.
         "pause" => {
-            q.pause(who).await.map_err(failed)?;
+            let (uq, _) = ctx
+                .upstream(Some(id.as_str()))
+                .map_err(|e| bad(&e.to_string()))?;
+            uq.pause(who).await.map_err(failed)?;
             (
-                "queue".into(),
+                queue_target(&id),
                 1,
                 "paused: workers claim nothing until resumed".into(),
             )
         }
         "resume" => {
-            q.resume(who).await.map_err(failed)?;
-            ("queue".into(), 1, "resumed".into())
+            let (uq, _) = ctx
+                .upstream(Some(id.as_str()))
+                .map_err(|e| bad(&e.to_string()))?;
+            uq.resume(who).await.map_err(failed)?;
+            (queue_target(&id), 1, "resumed".into())
         }
         "open_breaker" => {
             // For a planned upstream maintenance: claims stop at once; a probe goes after
@@ -176,6 +183,16 @@ fn breaker_target(upstream: &str) -> String {
         "breaker".into()
     } else {
         format!("breaker:{upstream}")
+    }
+}
+
+/// The audit target of a pause or resume: `queue`, or `queue:<upstream>` for a named one.
+#[cfg(feature = "ssr")]
+fn queue_target(upstream: &str) -> String {
+    if upstream.is_empty() || upstream == queue::DEFAULT_UPSTREAM {
+        "queue".into()
+    } else {
+        format!("queue:{upstream}")
     }
 }
 

@@ -1,7 +1,8 @@
 //! The Upstreams page: every upstream API this deployment talks to (the default one and the
 //! config file's named ones), each a queue of its own — its circuit breaker and since when,
 //! its calls, error rate and latency over the last 15 minutes, its rate limit (configured and
-//! used), its work by state — and the breaker's actions per upstream.
+//! used), its work by state — and, per upstream, its breaker's actions and pause / resume (one
+//! API paused while the others flow).
 //!
 //! Why a page of its own: with several APIs the first question in an incident is "which one
 //! is failing", and the overview shows one queue.
@@ -204,10 +205,16 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
             } else {
                 view! { <ActButton action op="open_breaker" id=r.name.clone() label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
             };
+            let pause_button = if r.paused {
+                view! { <ActButton action op="resume" id=r.name.clone() label="Resume" testid="resume-upstream" /> }.into_any()
+            } else {
+                view! { <ActButton action op="pause" id=r.name.clone() label="Pause" testid="pause-upstream" /> }.into_any()
+            };
+            let paused_badge = r.paused.then(|| view! { " " <span class="badge warn" data-testid="upstream-paused">"paused"</span> });
             let testid = format!("upstream-{}", r.name);
             view! {
                 <tr data-testid=testid>
-                    <td><strong>{r.name.clone()}</strong><br /><small class="muted">{r.queue.clone()}</small></td>
+                    <td><strong>{r.name.clone()}</strong>{paused_badge}<br /><small class="muted">{r.queue.clone()}</small></td>
                     <td data-testid="upstream-breaker">{breaker}</td>
                     <td class="num">{calls}</td>
                     <td class="num" data-testid="upstream-error-rate">{error_rate}</td>
@@ -217,7 +224,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                     <td class="num">{format!("{} / {} / {}", r.ready, r.waiting, r.retrying)}</td>
                     <td class="num">{r.dead}</td>
                     <td class="num">{r.results}</td>
-                    <td>{action_button}</td>
+                    <td>{action_button} {pause_button}</td>
                 </tr>
             }
         })
