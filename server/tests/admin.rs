@@ -1604,6 +1604,18 @@ async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
         &field[..40.min(field.len())]
     );
 
+    // A query page asks whether its own upstream is paused.
+    search.pause("ops").await.unwrap();
+    let hay = q.task_id("hay in default");
+    let asks = |task: String| async move {
+        call::<app::pages::ServicePaused>(r, &[("id", task.as_str())], None, &[])
+            .await
+            .body
+    };
+    assert_eq!(asks(id.to_string()).await, "true");
+    assert_eq!(asks(hay.to_string()).await, "false");
+    search.resume("ops").await.unwrap();
+
     let reply = call::<Act>(
         r,
         &[("op", "cancel"), ("id", id.as_str())],

@@ -85,15 +85,22 @@ pub async fn read_query(id: String) -> Result<Option<QueryView>, ServerFnError> 
         .map_err(|e| ServerFnError::new(e.to_string()))
 }
 
-/// Whether the service is paused (an operator stopped the workers): a query then waits, and
-/// its page says so instead of "next poll due now" forever. Only the fact, nothing more.
+/// Whether the service of query `id` is paused (an operator stopped the workers of its
+/// upstream): a query then waits, and its page says so instead of "next poll due now"
+/// forever. Only the fact, nothing more.
 #[server]
-pub async fn service_paused() -> Result<bool, ServerFnError> {
+pub async fn service_paused(id: String) -> Result<bool, ServerFnError> {
     let ctx = crate::context::app_context()?;
-    ctx.queue.is_paused().await.map_err(|e| {
+    let unavailable = |e: queue::QueueError| {
         tracing::warn!(error = %e, "pause check failed");
         ServerFnError::new("the queue is unavailable")
-    })
+    };
+    // Not an id: the default upstream's answer (nothing else to go by).
+    let q = match id.parse::<crate::query_view::TaskId>() {
+        Ok(id) => ctx.queue_of_task(&id).await.map_err(unavailable)?,
+        Err(_) => &ctx.queue,
+    };
+    q.is_paused().await.map_err(unavailable)
 }
 
 /// The words of a server function error, without Leptos' prefix.
@@ -179,7 +186,10 @@ pub fn QueryResultPage() -> impl IntoView {
     let id = move || params.read().get("id").unwrap_or_default();
     let initial = Resource::new(id, read_query);
     // Not worth failing the page over: unknown counts as running.
-    let paused = Resource::new(id, |_| async { service_paused().await.unwrap_or(false) });
+    let paused = Resource::new(
+        id,
+        |id| async move { service_paused(id).await.unwrap_or(false) },
+    );
     view! {
         <Suspense fallback=|| {
             view! {
@@ -421,8 +431,9 @@ mod live {
                 if state.with_untracked(|v| v.status.is_final()) {
                     return;
                 }
+                let id = state.with_untracked(|v| v.id.to_string());
                 leptos::task::spawn_local(async move {
-                    if let Ok(p) = super::service_paused().await {
+                    if let Ok(p) = super::service_paused(id).await {
                         paused.set(p);
                     }
                 });
