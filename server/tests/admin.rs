@@ -1632,3 +1632,45 @@ async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
     );
     env.redis.stop().await;
 }
+
+/// The overview shows one upstream at a time: a named one's counts and workers, without the
+/// default upstream's queue-wide actions (its own are on the Upstreams page).
+#[tokio::test]
+async fn the_overview_of_a_named_upstream_shows_its_own_counts() {
+    let env = start().await;
+    let (r, search) = (&env.router, &env.search);
+    let ip = [10, 0, 0, 16];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().expect("signed in");
+    for i in 0..3 {
+        search
+            .enqueue(&format!("search {i}"), "", &Default::default())
+            .await
+            .unwrap();
+    }
+    let default = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert_eq!(default.status, 200);
+    assert!(default.body.contains("data-testid=\"overview-upstreams\""));
+    assert!(default.body.contains("data-testid=\"queue-actions\""));
+    let named = get_page(r, "/admin?upstream=search", Some(&cookie), ip).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    assert!(
+        !named.body.contains("data-testid=\"queue-actions\""),
+        "{}",
+        named.body
+    );
+    let ready = named
+        .body
+        .split("data-testid=\"count-ready\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        ready[..60.min(ready.len())].contains(r#"class="n">3</span>"#),
+        "{}",
+        &ready[..60.min(ready.len())]
+    );
+    assert!(
+        named.body.contains("window=24h&amp;upstream=search"),
+        "window links keep it"
+    );
+    env.redis.stop().await;
+}

@@ -44,6 +44,11 @@ pub struct OverviewData {
     pub window: Window,
     /// Pauses, resumes and process starts inside the window.
     pub markers: Vec<Marker>,
+    /// The upstream shown ("" = the default one; its queue-wide actions are on this page,
+    /// a named one's on the Upstreams page).
+    pub upstream: String,
+    /// Every upstream's name (more than one: the page offers the choice).
+    pub upstreams: Vec<String>,
 }
 
 /// The charts' markers: pauses and resumes from the audit log, and the start of every worker
@@ -76,11 +81,18 @@ fn markers(audit: &[AuditEntry], workers: &[WorkerRow]) -> Vec<Marker> {
 /// Reads counts, workers and the audit log (in parallel), and the day's throughput when the
 /// charts cover the last 24 hours.
 #[server(prefix = "/admin/fn")]
-pub async fn overview(window: Option<String>) -> Result<OverviewData, ServerFnError> {
+pub async fn overview(
+    window: Option<String>,
+    upstream: Option<String>,
+) -> Result<OverviewData, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let q = &ctx.queue;
+    let (q, _) = ctx
+        .upstream(upstream.as_deref())
+        .map_err(|e| refuse(http::StatusCode::BAD_REQUEST, &e.to_string()))?;
+    let upstream = q.config().upstream.clone();
+    let upstreams = ctx.upstream_names();
     let unavailable = |what: &str, e: String| {
         tracing::warn!(error = %e, what, "overview read failed");
         refuse(
@@ -121,6 +133,8 @@ pub async fn overview(window: Option<String>) -> Result<OverviewData, ServerFnEr
         paused,
         breaker,
         window,
+        upstream,
+        upstreams,
     })
 }
 
@@ -143,6 +157,16 @@ async fn futures_join(
     )
 }
 
+/// The overview of `upstream` ("" = the default one) over chart window `window`.
+fn overview_href(window: &str, upstream: &str) -> String {
+    let mut href = format!("/admin?window={window}");
+    if !upstream.is_empty() && upstream != "default" {
+        href.push_str("&upstream=");
+        href.push_str(upstream);
+    }
+    href
+}
+
 /// `/admin`.
 #[component]
 pub fn OverviewPage() -> impl IntoView {
@@ -159,13 +183,14 @@ pub fn OverviewPage() -> impl IntoView {
                 live.tick.get(),
                 action.version().get(),
                 query.get().get("window"),
+                query.get().get("upstream"),
             )
         },
-        move |(_, _, window)| async move {
+        move |(_, _, window, upstream)| async move {
             if !signed_in(me).await {
                 return signed_out();
             }
-            overview(window).await
+            overview(window, upstream).await
         },
     );
     view! {
@@ -181,9 +206,19 @@ fn OverviewBody(
     data: Resource<Result<OverviewData, ServerFnError>>,
     action: ServerAction<Act>,
 ) -> impl IntoView {
+    // Queue-wide actions here are the default upstream's; a named one's are on the Upstreams
+    // page (its pause and breaker), so they are not offered while it is shown.
+    let query = leptos_router::hooks::use_query_map();
+    let named = move || {
+        query.with(|q| {
+            q.get_str("upstream")
+                .is_some_and(|u| !u.is_empty() && u != "default")
+        })
+    };
     let stats = move || {
         data.get()
             .and_then(Result::ok)
+            .filter(|d| d.upstream.is_empty())
             .map(|d| (d.stats, d.breaker.is_some()))
     };
     view! {
@@ -198,6 +233,9 @@ fn OverviewBody(
             </Transition>
             </div>
         </section>
+        // Only for the default upstream (the URL decides, so live updates never rebuild the
+        // forms being typed in); a named upstream's actions are on the Upstreams page.
+        {move || (!named()).then(|| view! {
         <section class="panel" id="queue-actions" data-testid="queue-actions">
             <h2>"Actions"</h2>
             <ActionResult action />
@@ -254,6 +292,7 @@ fn OverviewBody(
             </table>
             </div>
         </section>
+        })}
     }
 }
 
@@ -375,6 +414,20 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
     let audit_empty = data.audit.is_empty();
     view! {
         <div class="view">
+        {(data.upstreams.len() > 1).then(|| {
+            let here = if data.upstream.is_empty() { "default".to_string() } else { data.upstream.clone() };
+            let links = data
+                .upstreams
+                .iter()
+                .map(|u| {
+                    let current = (*u == here).then_some("page");
+                    let href = overview_href(data.window.param(), u);
+                    let testid = format!("overview-upstream-{u}");
+                    view! { " " <a href=href class="tab" aria-current=current data-testid=testid>{u.clone()}</a> }
+                })
+                .collect_view();
+            view! { <p class="row" data-testid="overview-upstreams">"Upstream:" {links}</p> }
+        })}
         <PausedBanner paused=data.paused now />
         <BreakerBanner breaker=data.breaker now />
         <div class="counts" data-testid="counts">
@@ -397,7 +450,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                 .iter()
                 .map(|w| {
                     let current = (*w == data.window).then_some("page");
-                    let href = format!("/admin?window={}", w.param());
+                    let href = overview_href(w.param(), &data.upstream);
                     view! { <a href=href aria-current=current>{w.words()}</a> }
                 })
                 .collect_view()}
