@@ -1434,6 +1434,11 @@ async fn the_breaker_banner_and_its_actions() {
     env.redis.stop().await;
 }
 
+/// Runs admin action `fields` with the session `cookie`.
+async fn act_as(r: &Router, cookie: &str, fields: &[(&str, &str)]) -> Reply {
+    call::<Act>(r, fields, Some(cookie), &[]).await
+}
+
 /// The Upstreams page lists the default upstream and the named one, each with its own
 /// breaker; opening one upstream's breaker leaves the other closed, is audited with the
 /// upstream's name, and an unknown upstream is refused.
@@ -1458,13 +1463,7 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
     assert!(page.body.contains("admintest.search"));
     assert!(page.body.contains("20/s (burst 5)"), "{}", page.body);
 
-    let reply = call::<Act>(
-        r,
-        &[("op", "open_breaker"), ("id", "search")],
-        Some(&cookie),
-        &[],
-    )
-    .await;
+    let reply = act_as(r, &cookie, &[("op", "open_breaker"), ("id", "search")]).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(search.breaker().await.unwrap().is_some(), "search is open");
     assert!(q.breaker().await.unwrap().is_none(), "default stays closed");
@@ -1486,31 +1485,19 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
             .any(|a| a.action == "open_breaker" && a.target == "breaker:search"),
         "{audit:?}"
     );
-    let unknown = call::<Act>(
-        r,
-        &[("op", "open_breaker"), ("id", "nope")],
-        Some(&cookie),
-        &[],
-    )
-    .await;
+    let unknown = act_as(r, &cookie, &[("op", "open_breaker"), ("id", "nope")]).await;
     assert_eq!(unknown.status, 400, "{}", unknown.body);
     assert!(
         unknown.body.contains("known: default, search"),
         "{}",
         unknown.body
     );
-    let reply = call::<Act>(
-        r,
-        &[("op", "close_breaker"), ("id", "search")],
-        Some(&cookie),
-        &[],
-    )
-    .await;
+    let reply = act_as(r, &cookie, &[("op", "close_breaker"), ("id", "search")]).await;
     assert_eq!(reply.body, "\"breaker closed: claims resume\"");
     assert_eq!(search.claim("w", 1, 10_000).await.unwrap().len(), 1);
 
     // One API paused while the other flows.
-    let reply = call::<Act>(r, &[("op", "pause"), ("id", "search")], Some(&cookie), &[]).await;
+    let reply = act_as(r, &cookie, &[("op", "pause"), ("id", "search")]).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(search.stats().await.unwrap().paused);
     assert!(
@@ -1527,7 +1514,7 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
         row.contains("upstream-paused") && row.contains("resume-upstream"),
         "{row}"
     );
-    call::<Act>(r, &[("op", "resume"), ("id", "search")], Some(&cookie), &[]).await;
+    act_as(r, &cookie, &[("op", "resume"), ("id", "search")]).await;
     assert!(!search.stats().await.unwrap().paused);
     let audit = q.audit_log(10).await.unwrap();
     assert!(
@@ -1616,13 +1603,7 @@ async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
     assert_eq!(asks(hay.to_string()).await, "false");
     search.resume("ops").await.unwrap();
 
-    let reply = call::<Act>(
-        r,
-        &[("op", "cancel"), ("id", id.as_str())],
-        Some(&cookie),
-        &[],
-    )
-    .await;
+    let reply = act_as(r, &cookie, &[("op", "cancel"), ("id", id.as_str())]).await;
     assert!(reply.body.contains("cancelled task"), "{}", reply.body);
     assert_eq!(search.stats().await.unwrap().ready, 0);
     assert_eq!(

@@ -29,6 +29,12 @@ pub async fn act(
     let id = id.unwrap_or_default().trim().to_string();
     let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
     let task_id = || id.parse::<queue::TaskId>().map_err(|_| bad("bad task id"));
+    // The queue of the upstream `id` names (pause, resume and the breaker; empty: default).
+    let named_queue = || {
+        ctx.upstream(Some(id.as_str()))
+            .map(|(q, _)| q)
+            .map_err(|e| bad(&e.to_string()))
+    };
     let failed = |e: queue::QueueError| {
         tracing::error!(error = %e, op = %op, "admin action failed");
         refuse(
@@ -125,48 +131,40 @@ pub async fn act(
         }
         // `id` may name an upstream (the Upstreams page pauses one API); empty: the default.
         "pause" => {
-            let (uq, _) = ctx
-                .upstream(Some(id.as_str()))
-                .map_err(|e| bad(&e.to_string()))?;
+            let uq = named_queue()?;
             uq.pause(who).await.map_err(failed)?;
             (
-                queue_target(&id),
+                target_of("queue", &id),
                 1,
                 "paused: workers claim nothing until resumed".into(),
             )
         }
         "resume" => {
-            let (uq, _) = ctx
-                .upstream(Some(id.as_str()))
-                .map_err(|e| bad(&e.to_string()))?;
+            let uq = named_queue()?;
             uq.resume(who).await.map_err(failed)?;
-            (queue_target(&id), 1, "resumed".into())
+            (target_of("queue", &id), 1, "resumed".into())
         }
         "open_breaker" => {
             // For a planned upstream maintenance: claims stop at once; a probe goes after
             // 15 minutes unless an admin closes it first. `id` names the upstream (empty:
             // the default one).
-            let (uq, _) = ctx
-                .upstream(Some(id.as_str()))
-                .map_err(|e| bad(&e.to_string()))?;
+            let uq = named_queue()?;
             uq.open_breaker(who, 15 * 60_000).await.map_err(failed)?;
             (
-                breaker_target(&id),
+                target_of("breaker", &id),
                 1,
                 "breaker open: workers claim nothing for 15 min, then one probe goes".into(),
             )
         }
         "close_breaker" => {
-            let (uq, _) = ctx
-                .upstream(Some(id.as_str()))
-                .map_err(|e| bad(&e.to_string()))?;
+            let uq = named_queue()?;
             let n = u64::from(uq.close_breaker(who).await.map_err(failed)?);
             let msg = if n == 1 {
                 "breaker closed: claims resume".into()
             } else {
                 "the breaker was already closed".into()
             };
-            (breaker_target(&id), n, msg)
+            (target_of("breaker", &id), n, msg)
         }
         _ => return Err(bad("unknown action")),
     };
@@ -175,24 +173,14 @@ pub async fn act(
     Ok(message)
 }
 
-/// The audit target of a breaker action: `breaker` for the default upstream, else
-/// `breaker:<upstream>`.
+/// The audit target of a queue-wide action on an upstream: `kind` (`queue`, `breaker`) for the
+/// default upstream, else `kind:<upstream>`.
 #[cfg(feature = "ssr")]
-fn breaker_target(upstream: &str) -> String {
+fn target_of(kind: &str, upstream: &str) -> String {
     if upstream.is_empty() || upstream == queue::DEFAULT_UPSTREAM {
-        "breaker".into()
+        kind.to_string()
     } else {
-        format!("breaker:{upstream}")
-    }
-}
-
-/// The audit target of a pause or resume: `queue`, or `queue:<upstream>` for a named one.
-#[cfg(feature = "ssr")]
-fn queue_target(upstream: &str) -> String {
-    if upstream.is_empty() || upstream == queue::DEFAULT_UPSTREAM {
-        "queue".into()
-    } else {
-        format!("queue:{upstream}")
+        format!("{kind}:{upstream}")
     }
 }
 
