@@ -30,6 +30,19 @@ pub fn is_valid_upstream_name(name: &str) -> bool {
         })
 }
 
+/// Longest tenant name, in bytes.
+pub const MAX_TENANT_LEN: usize = 64;
+
+/// A tenant name is 1..=64 bytes of letters, digits and `._:@-` (so it fits a key member, a
+/// URL and a log line unescaped, and never holds the `|` the fair zset uses as a separator).
+pub fn is_valid_tenant(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= MAX_TENANT_LEN
+        && t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
+}
+
 /// The text given is not a task id.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("not a task id (32 lowercase hex characters)")]

@@ -85,6 +85,17 @@ pub struct PauseInfo {
     pub who: String,
 }
 
+/// One tenant's share of a queue right now (the Upstreams page's busiest tenants).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantCount {
+    /// The tenant's name ("" = the tasks of no tenant are not counted here).
+    pub tenant: String,
+    /// Its interactive tasks ready now, waiting their fair turn.
+    pub ready: u64,
+    /// Leases it holds (calls in flight), which its concurrency cap bounds.
+    pub leased: u64,
+}
+
 /// The upstream's circuit breaker when it is not closed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BreakerInfo {

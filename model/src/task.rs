@@ -140,6 +140,9 @@ pub struct Task {
     pub lease_deadline_ms: Option<i64>,
     /// Why it gave up (state Dead only).
     pub dead_reason: Option<DeadReason>,
+    /// Who asked first ("" = no tenant): its fair share and per-tenant limits apply.
+    #[serde(default)]
+    pub tenant: String,
 }
 
 /// A final result, kept for the queue's result TTL.

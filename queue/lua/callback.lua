@@ -10,7 +10,8 @@
 -- KEYS[1] task hash   KEYS[2] history   KEYS[3] result   KEYS[4] partial   KEYS[5] ready list
 -- KEYS[6] background ready list   KEYS[7] due zset   KEYS[8] lease zset   KEYS[9] retry zset
 -- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] events stream
+-- KEYS[13] events stream   KEYS[14] fair zset   KEYS[15] leases held per tenant (prelude.lua,
+-- "Fair shares")
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
 -- (0 = never)   ARGV[10] result data   ARGV[11] result_ttl_ms
 -- Returns 1 if the task was completed, 0 if no live task of that life exists (or it expired).
@@ -27,12 +28,14 @@ local resultsz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
 local ekey = KEYS[13]
+local fairz = KEYS[14]
+local fairc = KEYS[15]
 local id = ARGV[7]
 local created = tonumber(ARGV[8])
 local expires = tonumber(ARGV[9])
 local data = ARGV[10]
 local ttl = tonumber(ARGV[11])
-if #KEYS ~= 13 or id == nil or id == '' or created == nil or expires == nil or data == nil
+if #KEYS ~= 15 or id == nil or id == '' or created == nil or expires == nil or data == nil
   or ttl == nil or ttl < 1 then
   return redis.error_reply('ERR repoll callback: bad arguments')
 end
@@ -40,17 +43,18 @@ local now = now_ms()
 if expires > 0 and now > expires then
   return 0
 end
-local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p')
+local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn')
 local state = f[1]
 if (state ~= 'due' and state ~= 'leased') or num(f[2], -1) ~= created then
   return 0
 end
 local token = f[4] or '0'
 if state == 'due' then
-  unqueue(readyk, bgk, duez, retryz, id, f[3])
+  unqueue(readyk, bgk, duez, retryz, id, f[3], fairz, f[7])
   token = '0'
 else
   redis.call('ZREM', leasez, id)
+  fair_release(fairc, f[7])
 end
 local who = 'callback'
 local query = f[5] or ''

@@ -16,15 +16,22 @@
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
 -- KEYS[9+4i] task hash i   KEYS[10+4i] history i   KEYS[11+4i] result i   KEYS[12+4i] partial i
--- KEYS[13+4n] breaker hash   KEYS[14+4n] (last) wake-up list. A success of the breaker's probe
--- closes the breaker (prelude.lua); the breaker is read with the claim, or alone when next_n = 0.
+-- KEYS[13+4n .. 17+4n] the fair-share keys (claim.lua)   KEYS[18+4n] breaker hash
+-- KEYS[19+4n] (last) wake-up list. A success of the breaker's probe closes the breaker
+-- (prelude.lua); the breaker is read with the claim, or alone when next_n = 0. A tenant's
+-- completed task gives back its lease (fair_release).
 -- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
 -- ARGV[7+4i] id i   ARGV[8+4i] token i   ARGV[9+4i] result data i   ARGV[10+4i] latency_ms i
+-- ARGV[11+4n .. 13+4n] the per-tenant limits (claim.lua)
 -- Returns {{status_1, ..., status_n}, {claimed rows as claim.lua}}: status 1 = completed,
 -- 0 = stale token (nothing written).
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  breaker = KEYS[#KEYS - 1], wake = KEYS[#KEYS] }
+  fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
+  fairc = KEYS[#KEYS - 3], fairr = KEYS[#KEYS - 2], breaker = KEYS[#KEYS - 1],
+  wake = KEYS[#KEYS] }
+local FP = fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+if FP == nil then return redis.error_reply('ERR repoll: bad per-tenant limits') end
 local resultsz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -32,10 +39,10 @@ local ttl = tonumber(ARGV[7])
 local worker = ARGV[8]
 local next_n = tonumber(ARGV[9])
 local lease_ms = tonumber(ARGV[10])
-local n = (#ARGV - 10) / 4
+local n = (#ARGV - 13) / 4
 if ttl == nil or ttl < 1 or worker == nil or next_n == nil or next_n < 0 or lease_ms == nil
   or lease_ms < 1 or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n)
-  or #KEYS ~= 14 + 4 * n or n + next_n < 1 then
+  or #KEYS ~= 19 + 4 * n or n + next_n < 1 then
   return redis.error_reply('ERR repoll complete: bad arguments')
 end
 for i = 1, n do
@@ -48,9 +55,9 @@ local now = now_ms()
 -- Reads: every item's record, then the claim.
 local recs = {}
 for i = 1, n do
-  recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w')
+  recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w', 'tn')
 end
-local plan, br = claim_next_read(K, next_n, now)
+local plan, br = claim_next_read(K, FP, next_n, now)
 
 local now_s = fmt(now)
 local status = {}
@@ -78,6 +85,7 @@ for i = 1, n do
     redis.call('SET', rkey, string.format('%d,%d,%d,%s,%s,%d,%d\n', now, created, num(f[5], 0),
       token, latency, #who, #query) .. who .. query .. ARGV[9 + 4 * i], 'PX', ttl)
     redis.call('DEL', tkey, pkey)
+    fair_release(K.fairc, f[7])
     hist_routine(hkey, now, 'completed', 'by ' .. who .. ' token ' .. token .. ' in ' .. latency
       .. ' ms')
     -- History of a finished task lives as long as its result.

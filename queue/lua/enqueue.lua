@@ -7,9 +7,13 @@
 -- KEYS[1] task hash   KEYS[2] result string   KEYS[3] partial string   KEYS[4] history list
 -- KEYS[5] ready list   KEYS[6] background ready list   KEYS[7] dead zset   KEYS[8] due zset
 -- KEYS[9] wake-up list (prelude: one entry per task made ready)
+-- KEYS[10] fair zset   KEYS[11] tenants' last tags zset   KEYS[12] V string (prelude.lua, "Fair
+-- shares": a tenant's new interactive task waits in the fair zset, not the ready list)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
--- ARGV[12] priority ('interactive' | 'bg')
+-- ARGV[12] priority ('interactive' | 'bg')   ARGV[13] tenant ('' = none; at most 64 bytes, no
+-- '|'). A join keeps the task's own tenant: a query asked by two tenants is one task, counted
+-- once, for the one who asked first.
 -- Returns {'joined', fields, partial|false, due_score|false}
 --       | {'stored', packed result}
 --       | {'created', fields, false, false}     where fields is the record's HGETALL.
@@ -22,25 +26,35 @@ local bgk = KEYS[6]
 local deadz = KEYS[7]
 local duez = KEYS[8]
 local wakek = KEYS[9]
+local fairz = KEYS[10]
+local fairt = KEYS[11]
+local fairv = KEYS[12]
 local id = ARGV[7]
 local query = ARGV[8]
 local payload = ARGV[9]
 local deadline_ms = tonumber(ARGV[10])
 local max_attempts = tonumber(ARGV[11])
 local pr = ARGV[12]
+local tn = ARGV[13]
 if id == nil or id == '' or query == nil or query == '' or payload == nil
   or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
-  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 9 then
+  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 12 or tn == nil or #tn > 64
+  or string.find(tn, '|', 1, true) then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
 end
 
-local f = redis.call('HMGET', tkey, 's', 'pr')
+local f = redis.call('HMGET', tkey, 's', 'pr', 'tn')
 local state = f[1]
 if state == 'due' or state == 'leased' then
   if pr == 'interactive' and f[2] == 'bg' then
     redis.call('HDEL', tkey, 'pr')
     if state == 'due' and redis.call('LREM', bgk, 1, id) > 0 then
-      redis.call('RPUSH', readyk, id)
+      if f[3] then
+        -- A tenant's task: due now, the next claim gives it its fair place.
+        redis.call('ZADD', duez, now_ms(), id)
+      else
+        redis.call('RPUSH', readyk, id)
+      end
     end
   end
   return { 'joined', redis.call('HGETALL', tkey), redis.call('GET', pkey),
@@ -63,8 +77,16 @@ if max_attempts > 0 then rec[#rec + 1] = 'm'; rec[#rec + 1] = fmt(max_attempts) 
 if deadline_ms > 0 then rec[#rec + 1] = 'dl'; rec[#rec + 1] = fmt(now + deadline_ms) end
 if pr == 'bg' then rec[#rec + 1] = 'pr'; rec[#rec + 1] = 'bg' end
 if payload ~= '' then rec[#rec + 1] = 'pl'; rec[#rec + 1] = payload end
+if tn ~= '' then rec[#rec + 1] = 'tn'; rec[#rec + 1] = tn end
+local tag = nil
+if tn ~= '' and pr ~= 'bg' then tag = fair_tag(fairt, fairv, tn) end
 redis.call('HSET', tkey, unpack(rec))
-redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
+if tag then
+  redis.call('ZADD', fairt, tag, tn)
+  redis.call('ZADD', fairz, tag, fair_member(tn, id))
+else
+  redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
+end
 -- A cancelled or finished earlier life's history has a TTL: it belongs to this life now.
 redis.call('PERSIST', hkey)
 notify_dash('enqueued', id, now)

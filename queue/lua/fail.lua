@@ -14,15 +14,21 @@
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] task hash   KEYS[14] history list   KEYS[15] breaker hash   KEYS[16] wake-up list
+-- KEYS[13] task hash   KEYS[14] history list   KEYS[15..19] the fair-share keys (claim.lua)
+-- KEYS[20] breaker hash   KEYS[21] wake-up list. A tenant's failed task gives back its lease.
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
 -- ARGV[11] token   ARGV[12] error   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
 -- ARGV[15] latency_ms   ARGV[16] breaker: errors a minute that open it (0 = never by itself)
 -- ARGV[17] breaker: least error rate that opens it (0..1)   ARGV[18] breaker cool-down ms
+-- ARGV[19..21] the per-tenant limits (claim.lua)
 -- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows}}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  breaker = KEYS[#KEYS - 1], wake = KEYS[#KEYS] }
+  fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
+  fairc = KEYS[#KEYS - 3], fairr = KEYS[#KEYS - 2], breaker = KEYS[#KEYS - 1],
+  wake = KEYS[#KEYS] }
+local FP = fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+if FP == nil then return redis.error_reply('ERR repoll: bad per-tenant limits') end
 local deadz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
@@ -45,14 +51,14 @@ if b_fail == nil or b_fail < 0 or b_rate == nil or b_rate < 0 or b_rate > 1 or b
   return redis.error_reply('ERR repoll fail: bad breaker arguments')
 end
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or #KEYS ~= 16 or id == nil or id == ''
+  or (next_n > 0 and worker == '') or #KEYS ~= 21 or #ARGV ~= 21 or id == nil or id == ''
   or tonumber(token) == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
   or delay == nil or delay < 0 or latency == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
 end
 local now = now_ms()
-local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u')
-local plan, br = claim_next_read(K, next_n, now)
+local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u', 'tn')
+local plan, br = claim_next_read(K, FP, next_n, now)
 if f[1] ~= 'leased' or f[2] ~= token then
   return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
 end
@@ -66,6 +72,7 @@ if mode == 'after' and br then
     breaker_notice('breaker_open', now)
   end
   redis.call('ZREM', K.lease, id)
+  fair_release(K.fairc, f[9])
   bump(tp, tpmin, now, 'failed', 1)
   hist_claim(hkey, num(f[8], now), 'by ' .. (f[7] or '?') .. ' token ' .. token)
   -- Ready again (claimed when the breaker lets calls through), its attempts unchanged.
@@ -105,6 +112,7 @@ local lat = {}
 tally(lat, 'l', latency)
 bump_tally(tp, tpmin, now, lat)
 redis.call('ZREM', K.lease, id)
+fair_release(K.fairc, f[9])
 local reason = nil
 if mode == 'dead' then
   reason = 'fatal'

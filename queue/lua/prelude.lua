@@ -19,7 +19,8 @@
 --   q query   s state (due | leased | dead)   c created   u last state change (omitted = c)
 --   pr priority ('bg'; omitted = interactive)   a attempts   p polls   m max_attempts
 --   dl whole-life deadline   tk token   w worker   ld lease deadline   e last error
---   dr dead reason   ll lease losses   pl payload        (omitted numbers are 0, strings empty)
+--   dr dead reason   ll lease losses   pl payload   tn tenant (who asked; omitted = none)
+--   (omitted numbers are 0, strings empty)
 local HIST_CAP = tonumber(ARGV[1])
 local EVENTS_CAP = tonumber(ARGV[2])
 local CH_DASH = ARGV[3]
@@ -188,9 +189,13 @@ end
 -- Make a task due: now (the tail of its ready list) or later (the due zset). The retry zset
 -- mirrors due-later members that have failed at least once, so stats count "retrying" with one
 -- ZCOUNT. Callers have removed it from wherever it was. `extra`: more fields for the same HSET.
+-- A tenant's interactive task made ready now goes to the due zset at `now` instead: the next
+-- claim gives it its fair-share place ("Fair shares" below), which needs the claim's keys.
 local function to_due(tkey, readyk, bgk, duez, retryz, id, pr, at, attempts, now, extra)
-  if at <= now then
+  if at <= now and (pr == 'bg' or redis.call('HEXISTS', tkey, 'tn') == 0) then
     redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
+  elseif at <= now then
+    redis.call('ZADD', duez, now, id)
   else
     redis.call('ZADD', duez, at, id)
     if attempts > 0 then redis.call('ZADD', retryz, at, id) end
@@ -205,11 +210,13 @@ end
 
 -- Take a due task out of wherever it waits (the due zset, or its ready list: LREM is O(n) in
 -- the list's length, so it is only used by rare admin actions, never by workers).
-local function unqueue(readyk, bgk, duez, retryz, id, pr)
+-- A tenant's task may instead wait in the fair zset, as "<tenant>|<id>".
+local function unqueue(readyk, bgk, duez, retryz, id, pr, fairz, tn)
   if redis.call('ZREM', duez, id) == 1 then
     redis.call('ZREM', retryz, id)
     return
   end
+  if tn and tn ~= '' and redis.call('ZREM', fairz, tn .. '|' .. id) == 1 then return end
   if redis.call('LREM', ready_list(pr, readyk, bgk), 1, id) == 0 then
     -- Its priority changed while it waited (a join) or it sits in the other list.
     redis.call('LREM', ready_list(pr == 'bg' and '' or 'bg', readyk, bgk), 1, id)
@@ -225,9 +232,73 @@ end
 -- interactive ready list, then the background list; but while background work waits, every
 -- SHARE-th claim goes to it (the counter in KEYS share), so background never starves.
 -- Background members of the due zset are skipped over (left in place) while interactive work
--- fills the slots. At most `max_n` members of each source are read.
+-- fills the slots. At most `max_n` members of each source are read. Interactive work of
+-- tenants takes its turn with the untenanted work by fair shares (below).
 local SHARE = 10
-local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl' }
+local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl', 'tn' }
+
+-- ---------------------------------------------------------------------------------------------
+-- Fair shares between tenants (ARCHITECTURE.md, "Fair shares"). An interactive task that
+-- carries a tenant (record field `tn`: who asked) waits ready in the fair zset K.fair, not in
+-- the ready list, as member "<tenant>|<id>" scored by a start tag (start-time fair queuing): an
+-- arrival of tenant T gets max(V, last[T]) + 1, where V (K.fairv) is the largest tag claimed so
+-- far and last[T] (K.fairt, a zset tenant -> tag) is T's latest tag. A tenant with 5,000 tasks
+-- holds tags V+1 .. V+5000; one arriving later with 20 gets V'+1 .. V'+20, interleaved with
+-- them; claims go in tag order, so they alternate between the tenants with ready work however
+-- long one tenant's backlog is. The untenanted interactive work (due zset, then ready list) is
+-- one more lane, tenant '' in K.fairt, that takes its turn the same way; it costs nothing while
+-- no tenant has ready work. K.fairt forgets tenants whose last tag V has passed (for them
+-- max(V, last) = V anyway), so it holds only tenants with a backlog.
+-- A tenant's task made ready again (a retry, a poll due now, a lost lease) passes through the
+-- due zset (to_due): a claim moves the due-now tenant members it reads into the fair zset
+-- ("promotes" them) with a fresh tag; while the fair zset is in use a claim reads FAIR_PROMOTE
+-- more due-now members than it claims, so promotion outruns claims and a poll's place is fair.
+-- Per-tenant limits of the queue (one upstream), the claiming script's last three ARGV: at most
+-- `cap` leases at once (K.fairc: tenant -> leases held, counted by claims and lease ends,
+-- recounted from the lease zset by fair_sync.lua), at most `rate` claims a second with a
+-- `burst` (K.fairr: tenant -> GCRA theoretical arrival time). A tenant over a limit is skipped
+-- and its tasks keep their places. A claim reads the fair zset's head (tags below V: tenants
+-- that were skipped at a limit) and its front (tags from V), FAIR_WINDOW + max_n of each.
+local FAIR_PROMOTE = 64
+local FAIR_WINDOW = 32
+
+-- The per-tenant limits from a claiming script's last three ARGV (cap: leases at once, 0 = no
+-- cap; rate: claims a second, 0 = none; burst >= 1). nil when malformed.
+local function fair_policy(cap, rate, burst)
+  cap = tonumber(cap)
+  rate = tonumber(rate)
+  burst = tonumber(burst)
+  if cap == nil or cap < 0 or rate == nil or rate < 0 or burst == nil or burst < 1 then
+    return nil
+  end
+  local interval = 0
+  if rate > 0 then interval = 1000 / rate end
+  return { cap = cap, interval = interval, burst = burst }
+end
+
+-- The fair zset member of a tenant's task, and back (tenant names never hold '|').
+local function fair_member(tn, id)
+  return tn .. '|' .. id
+end
+
+local function fair_split(m)
+  local bar = string.find(m, '|', 1, true)
+  if not bar then return '', m end
+  return string.sub(m, 1, bar - 1), string.sub(m, bar + 1)
+end
+
+-- The start tag of a new arrival of tenant `tn` (reads only; the caller ZADDs it to fairt).
+local function fair_tag(fairt, fairv, tn)
+  local v = num(redis.call('GET', fairv), 0)
+  return math.max(v, num(redis.call('ZSCORE', fairt, tn), 0)) + 1
+end
+
+-- A tenant's lease ended (completed, polled, failed, expired, released, cancelled).
+local function fair_release(fairc, tn)
+  if tn and tn ~= '' and redis.call('HINCRBY', fairc, tn, -1) <= 0 then
+    redis.call('HDEL', fairc, tn)
+  end
+end
 
 -- ---------------------------------------------------------------------------------------------
 -- The circuit breaker of the upstream (ARCHITECTURE.md, "Circuit breaker"): a hash at
@@ -269,9 +340,10 @@ local function breaker_succeeded(K, br, ids, now)
   end
 end
 
--- K: {ready, bg, due, retry, lease, token, paused, share, events, breaker, wake}
+-- K: {ready, bg, due, retry, lease, token, paused, share, events, fair, fairt, fairv, fairc,
+-- fairr, breaker, wake}; FP: fair_policy().
 -- Returns the plan (nil: nothing to claim) and the breaker as read (nil: closed).
-local function claim_read(K, max_n, now)
+local function claim_read(K, FP, max_n, now)
   if max_n < 1 then return nil, nil end
   local br = nil
   if redis.call('EXISTS', K.paused, K.breaker) > 0 then
@@ -287,22 +359,60 @@ local function claim_read(K, max_n, now)
     max_n = 1
     probe = true
   end
-  local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0, max_n)
+  local fair_on = redis.call('EXISTS', K.fair) == 1
+  local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0,
+    max_n + (fair_on and FAIR_PROMOTE or 0))
   local ilen = redis.call('LLEN', K.ready)
   local blen = redis.call('LLEN', K.bg)
-  if #zs == 0 and ilen == 0 and blen == 0 then return nil, br end
+  if #zs == 0 and ilen == 0 and blen == 0 and not fair_on then return nil, br end
   local function rd(id)
     return redis.call('HMGET', PREFIX .. 't:' .. id, unpack(CLAIM_FIELDS))
   end
   local plan = { take = {}, zrem = {}, retry_rem = {}, pop_i = 0, pop_b = 0, share = nil,
-    probe = probe }
+    probe = probe, fair = nil, promote = {}, fair_rem = {} }
+  -- The fair-share state, read the first time it is needed: V, the tenants' last tags (and
+  -- which changed, in first-changed order), leases held, rate arrival times.
+  local F = nil
+  local function fair_state()
+    if F == nil then
+      local v = num(redis.call('GET', K.fairv), 0)
+      F = { v = v, v0 = v, last = {}, moved = {}, held = {}, tat = {}, tat_moved = {} }
+      plan.fair = F
+    end
+    return F
+  end
+  local function last_of(tn)
+    local st = fair_state()
+    if st.last[tn] == nil then st.last[tn] = num(redis.call('ZSCORE', K.fairt, tn), 0) end
+    return st.last[tn]
+  end
+  local function set_last(tn, tag)
+    local st = fair_state()
+    if st.moved[tn] == nil then
+      st.moved[tn] = true
+      st.moved[#st.moved + 1] = tn
+    end
+    st.last[tn] = tag
+  end
   local seen = {}
   local zi, zb = {}, {}
   for _, id in ipairs(zs) do
     local f = rd(id)
     if f[1] == 'due' and not seen[id] then
       seen[id] = true
-      if f[8] == 'bg' then zb[#zb + 1] = { id, f, true } else zi[#zi + 1] = { id, f, true } end
+      if f[8] == 'bg' then
+        zb[#zb + 1] = { id, f, true }
+      elseif f[10] and f[10] ~= '' then
+        -- A tenant's task due now: promoted into the fair zset with a fresh tag.
+        local tag = math.max(fair_state().v, last_of(f[10])) + 1
+        set_last(f[10], tag)
+        plan.promote[#plan.promote + 1] = { member = fair_member(f[10], id), tag = tag,
+          tn = f[10], id = id, f = f }
+        plan.zrem[#plan.zrem + 1] = id
+        if num(f[3], 0) > 0 then plan.retry_rem[#plan.retry_rem + 1] = id end
+      else
+        zi[#zi + 1] = { id, f, true }
+      end
     else
       -- A member without a due record can never be claimed: drop it so it stops shadowing
       -- real work at the head of the set.
@@ -310,14 +420,100 @@ local function claim_read(K, max_n, now)
       plan.retry_rem[#plan.retry_rem + 1] = id
     end
   end
+  -- The fair candidates in tag order: the promoted tasks, the zset's head and its front.
+  local fc = {}
+  if fair_on or #plan.promote > 0 then
+    local st = fair_state()
+    local have = {}
+    local function add(m, tag, p)
+      if have[m] then return end
+      have[m] = true
+      local tn, id = fair_split(m)
+      fc[#fc + 1] = { member = m, tag = tag, tn = tn, id = id, p = p }
+    end
+    for _, p in ipairs(plan.promote) do add(p.member, p.tag, p) end
+    if fair_on then
+      local w = max_n + FAIR_WINDOW
+      local head = redis.call('ZRANGE', K.fair, 0, w - 1, 'WITHSCORES')
+      for i = 1, #head, 2 do add(head[i], tonumber(head[i + 1]), nil) end
+      local front = redis.call('ZRANGEBYSCORE', K.fair, fmt(st.v), '+inf', 'WITHSCORES',
+        'LIMIT', 0, w)
+      for i = 1, #front, 2 do add(front[i], tonumber(front[i + 1]), nil) end
+    end
+    table.sort(fc, function(a, b)
+      if a.tag ~= b.tag then return a.tag < b.tag end
+      return a.member < b.member
+    end)
+  end
+  local function held(tn)
+    local st = fair_state()
+    if st.held[tn] == nil then st.held[tn] = num(redis.call('HGET', K.fairc, tn), 0) end
+    return st.held[tn]
+  end
+  local function tat_of(tn)
+    local st = fair_state()
+    if st.tat[tn] == nil then st.tat[tn] = num(redis.call('ZSCORE', K.fairr, tn), 0) end
+    return st.tat[tn]
+  end
+  local function within_limits(tn)
+    if FP.cap > 0 and held(tn) >= FP.cap then return false end
+    if FP.interval > 0 and math.max(tat_of(tn), now) - now > (FP.burst - 1) * FP.interval then
+      return false
+    end
+    return true
+  end
+  local function charge(tn)
+    local st = fair_state()
+    st.held[tn] = held(tn) + 1
+    if FP.interval > 0 then
+      st.tat[tn] = math.max(tat_of(tn), now) + FP.interval
+      if not st.tat_moved[tn] then
+        st.tat_moved[tn] = true
+        st.tat_moved[#st.tat_moved + 1] = tn
+      end
+    end
+  end
+  local fc_at = 1
+  local fbuf = nil
+  -- The next fair candidate within its tenant's limits whose record is still due (others
+  -- stay where they are; stale members are dropped), without taking it.
+  local function peek_fair()
+    if fbuf then return fbuf end
+    while fc_at <= #fc do
+      local c = fc[fc_at]
+      fc_at = fc_at + 1
+      if within_limits(c.tn) then
+        local f = c.p and c.p.f
+        if not f and not seen[c.id] then
+          local r = rd(c.id)
+          if r[1] == 'due' and r[10] == c.tn and r[8] ~= 'bg' then
+            f = r
+          else
+            plan.fair_rem[#plan.fair_rem + 1] = c.member
+          end
+        end
+        if f then
+          seen[c.id] = true
+          fbuf = { c.id, f, false, c }
+          return fbuf
+        end
+      end
+    end
+    return nil
+  end
   local li = ilen > 0 and redis.call('LRANGE', K.ready, 0, max_n - 1) or {}
   local lb = blen > 0 and redis.call('LRANGE', K.bg, 0, max_n - 1) or {}
   -- One source per priority: its due zset members first, then its list, whose consumed head
   -- entries are popped even when stale (a list entry whose record is not due any more is a
   -- leftover of a join that moved the task, or of a cancel). `popped` counts list entries.
-  local src_i = { z = zi, z_at = 1, list = li, popped = 0 }
-  local src_b = { z = zb, z_at = 1, list = lb, popped = 0 }
+  local src_i = { z = zi, z_at = 1, list = li, popped = 0, buf = nil }
+  local src_b = { z = zb, z_at = 1, list = lb, popped = 0, buf = nil }
   local function next_of(src)
+    if src.buf then
+      local c = src.buf
+      src.buf = nil
+      return c
+    end
     if src.z_at <= #src.z then
       src.z_at = src.z_at + 1
       return src.z[src.z_at - 1]
@@ -332,7 +528,27 @@ local function claim_read(K, max_n, now)
     end
     return nil
   end
-  local function next_i() return next_of(src_i) end
+  -- The next interactive task: the untenanted lane or the fair zset, by start tag.
+  local function next_i()
+    local fcand = peek_fair()
+    if fcand == nil then return next_of(src_i) end
+    if src_i.buf == nil then src_i.buf = next_of(src_i) end
+    local st = fair_state()
+    local c = fcand[4]
+    if src_i.buf then
+      local ltag = math.max(st.v, last_of('')) + 1
+      if ltag <= c.tag then
+        set_last('', ltag)
+        st.v = math.max(st.v, ltag)
+        return next_of(src_i)
+      end
+    end
+    fbuf = nil
+    st.v = math.max(st.v, c.tag)
+    charge(c.tn)
+    if c.p then c.p.taken = true else plan.fair_rem[#plan.fair_rem + 1] = c.member end
+    return fcand
+  end
   local function next_b() return next_of(src_b) end
   local bg_waits = #zb > 0 or blen > 0
   local turn = 0
@@ -358,6 +574,8 @@ local function claim_read(K, max_n, now)
       if num(c[2][3], 0) > 0 then plan.retry_rem[#plan.retry_rem + 1] = c[1] end
     end
   end
+  -- A list entry read for a lane comparison but not taken stays in its list.
+  if src_i.buf and not src_i.buf[3] then src_i.popped = src_i.popped - 1 end
   if bg_waits then plan.share = turn end
   plan.pop_i = src_i.popped
   plan.pop_b = src_b.popped
@@ -366,9 +584,60 @@ end
 
 -- The read of a script that ends a task and may lease its caller the next ones: the claim plan
 -- when `next_n` > 0, and the breaker either way (its probe's outcome may close or reopen it).
-local function claim_next_read(K, next_n, now)
-  if next_n > 0 then return claim_read(K, next_n, now) end
+local function claim_next_read(K, FP, next_n, now)
+  if next_n > 0 then return claim_read(K, FP, next_n, now) end
   return nil, breaker_read(K)
+end
+
+-- The fair-share writes of a plan: promoted tasks into the fair zset (those not taken at once),
+-- taken and stale members out, the tenants' new last tags and V, the rate arrival times, and
+-- one more lease held per tenant task taken.
+local function fair_apply(K, plan, now)
+  local F = plan.fair
+  if F then
+    local add = {}
+    for _, p in ipairs(plan.promote) do
+      if not p.taken then
+        add[#add + 1] = fmt(p.tag)
+        add[#add + 1] = p.member
+      end
+    end
+    if #add > 0 then redis.call('ZADD', K.fair, unpack(add)) end
+    if #plan.fair_rem > 0 then redis.call('ZREM', K.fair, unpack(plan.fair_rem)) end
+    local lasts = {}
+    for _, tn in ipairs(F.moved) do
+      if F.last[tn] > F.v then
+        lasts[#lasts + 1] = fmt(F.last[tn])
+        lasts[#lasts + 1] = tn
+      end
+    end
+    if #lasts > 0 then redis.call('ZADD', K.fairt, unpack(lasts)) end
+    if F.v ~= F.v0 then
+      redis.call('SET', K.fairv, fmt(F.v))
+      redis.call('ZREMRANGEBYSCORE', K.fairt, '-inf', fmt(F.v))
+    end
+    if #F.tat_moved > 0 then
+      local tats = {}
+      for _, tn in ipairs(F.tat_moved) do
+        tats[#tats + 1] = string.format('%.3f', F.tat[tn])
+        tats[#tats + 1] = tn
+      end
+      redis.call('ZADD', K.fairr, unpack(tats))
+      redis.call('ZREMRANGEBYSCORE', K.fairr, '-inf', fmt(now))
+    end
+  end
+  local held = {}
+  for _, c in ipairs(plan.take) do
+    local tn = c[2][10]
+    if tn and tn ~= '' then
+      if held[tn] == nil then
+        held[tn] = 0
+        held[#held + 1] = tn
+      end
+      held[tn] = held[tn] + 1
+    end
+  end
+  for _, tn in ipairs(held) do redis.call('HINCRBY', K.fairc, tn, held[tn]) end
 end
 
 -- Leases the planned tasks to `worker`; returns the claimed rows
@@ -386,6 +655,7 @@ local function claim_apply(K, plan, worker, lease_ms, now, woken)
   if #plan.zrem > 0 then redis.call('ZREM', K.due, unpack(plan.zrem)) end
   if #plan.retry_rem > 0 then redis.call('ZREM', K.retry, unpack(plan.retry_rem)) end
   if plan.share ~= nil then redis.call('SET', K.share, fmt(plan.share)) end
+  fair_apply(K, plan, now)
   local n = #plan.take
   if n == 0 then return out end
   local now_s = fmt(now)

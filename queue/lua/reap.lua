@@ -13,7 +13,8 @@
 -- KEYS[5] retry zset   KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash
 -- KEYS[9] throughput minutes zset   KEYS[10] results index zset   KEYS[11] hourly throughput hash
 -- KEYS[12] hourly throughput index zset
--- KEYS[11+2i] task hash i   KEYS[12+2i] history i   (i = 1..n)   KEYS[13+2n] (last) wake-up list
+-- KEYS[11+2i] task hash i   KEYS[12+2i] history i   (i = 1..n)   KEYS[13+2n] wake-up list
+-- KEYS[14+2n] (last) leases held per tenant (prelude.lua, "Fair shares")
 -- ARGV[1..6] common   ARGV[7] max_lease_losses (0 = never poison)   ARGV[8] throughput retention ms
 -- ARGV[9] result_ttl_ms   ARGV[10] hourly throughput retention ms
 -- ARGV[9+2i] id i   ARGV[10+2i] peeked deadline i
@@ -34,9 +35,10 @@ local max_losses = tonumber(ARGV[7])
 local retention = tonumber(ARGV[8])
 local ttl = tonumber(ARGV[9])
 local hour_retention = tonumber(ARGV[10])
+local fairc = KEYS[#KEYS]
 local n = (#ARGV - 10) / 2
 if max_losses == nil or retention == nil or ttl == nil or hour_retention == nil
-  or hour_retention < retention or n ~= math.floor(n) or n < 0 or #KEYS ~= 13 + 2 * n then
+  or hour_retention < retention or n ~= math.floor(n) or n < 0 or #KEYS ~= 14 + 2 * n then
   return redis.error_reply('ERR repoll reap: bad arguments')
 end
 local now = now_ms()
@@ -49,11 +51,12 @@ for i = 1, n do
   local hkey = KEYS[12 + 2 * i]
   local score = redis.call('ZSCORE', leasez, id)
   if score and tonumber(score) == tonumber(seen) and tonumber(score) <= now then
-    local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u')
+    local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u', 'tn')
     if f[1] == 'leased' then
       local losses = num(f[4], 0) + 1
       local deadline = num(f[6], 0)
       redis.call('ZREM', leasez, id)
+      fair_release(fairc, f[9])
       redis.call('HSET', tkey, 'll', fmt(losses))
       hist_claim(hkey, num(f[8], now), 'by ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'))
       hist(hkey, now, 'lease_expired', 'from ' .. (f[2] or '?') .. ' token ' .. (f[3] or '?'))
@@ -74,7 +77,7 @@ for i = 1, n do
     end
   end
 end
-wake_workers(KEYS[#KEYS], #requeued)
+wake_workers(KEYS[#KEYS - 1], #requeued)
 local all = {}
 for _, id in ipairs(requeued) do all[#all + 1] = id end
 for _, id in ipairs(dead) do all[#all + 1] = id end

@@ -8,25 +8,31 @@
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
 -- KEYS[10+3i] task hash i   KEYS[11+3i] history i   KEYS[12+3i] partial i   (i = 1..n)
--- KEYS[13+3n] breaker hash   KEYS[14+3n] (last) wake-up list. A poll of the breaker's probe is a
--- success: it closes the breaker (prelude.lua).
+-- KEYS[13+3n .. 17+3n] the fair-share keys (claim.lua)   KEYS[18+3n] breaker hash
+-- KEYS[19+3n] (last) wake-up list. A poll of the breaker's probe is a success: it closes the
+-- breaker (prelude.lua). A tenant's polled task gives back its lease (fair_release).
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
 -- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
 -- ARGV[8+6i] partial i   ARGV[9+6i] latency_ms i
+-- ARGV[10+6n .. 12+6n] the per-tenant limits (claim.lua)
 -- Returns {{tag_1, value_1, ..., tag_n, value_n}, {claimed rows as claim.lua}} where tag/value
 -- is 'ok'/due_at | 'dead'/'deadline' | 'stale'/0.
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  breaker = KEYS[#KEYS - 1], wake = KEYS[#KEYS] }
+  fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
+  fairc = KEYS[#KEYS - 3], fairr = KEYS[#KEYS - 2], breaker = KEYS[#KEYS - 1],
+  wake = KEYS[#KEYS] }
+local FP = fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+if FP == nil then return redis.error_reply('ERR repoll: bad per-tenant limits') end
 local deadz = KEYS[10]
 local tp = KEYS[11]
 local tpmin = KEYS[12]
 local worker = ARGV[7]
 local next_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
-local n = (#ARGV - 9) / 6
+local n = (#ARGV - 12) / 6
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 14 + 3 * n
+  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 19 + 3 * n
   or n + next_n < 1 then
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
@@ -41,9 +47,9 @@ end
 local now = now_ms()
 local recs = {}
 for i = 1, n do
-  recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w')
+  recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn')
 end
-local plan, br = claim_next_read(K, next_n, now)
+local plan, br = claim_next_read(K, FP, next_n, now)
 
 local out = {}
 local moved = {}
@@ -69,6 +75,7 @@ for i = 1, n do
     tally(lat, 'l', ARGV[9 + 6 * i])
     seen[#seen + 1] = id
     redis.call('ZREM', K.lease, id)
+    fair_release(K.fairc, f[8])
     if ARGV[7 + 6 * i] == '1' then redis.call('SET', pkey, ARGV[8 + 6 * i]) end
     if deadline > 0 and due_at > deadline then
       redis.call('HSET', tkey, 'p', fmt(polls))

@@ -1,10 +1,11 @@
 -- stats.lua (read-only): every count in one consistent snapshot, each O(log n) or O(1); never
--- a scan. Ready = due-now members of the due zset + both ready lists.
+-- a scan. Ready = due-now members of the due zset + both ready lists + the fair zset.
 -- Undeclared keys (read only, derived from ARGV[6]): the task hashes {q}:t:<id> at the head of
--- the two ready lists, for the oldest ready age (ready since `u`, else created `c`).
+-- the two ready lists and of the fair zset, for the oldest ready age (ready since `u`, else
+-- created `c`; the fair zset's head is its next in turn, close to but not always its oldest).
 -- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
 -- KEYS[5] dead zset   KEYS[6] retry zset   KEYS[7] results index zset   KEYS[8] paused flag
--- KEYS[9] throughput hash
+-- KEYS[9] throughput hash   KEYS[10] fair zset (tenants' ready tasks, "<tenant>|<id>")
 -- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] buckets (minutes of throughput)
 -- Returns {ready, waiting, retrying, leased, stuck, dead, results, oldest_ready (-1 = none),
 --          paused (0/1), now, ready_background,
@@ -18,9 +19,10 @@ local retryz = KEYS[6]
 local resultsz = KEYS[7]
 local paused = KEYS[8]
 local tp = KEYS[9]
+local fairz = KEYS[10]
 local ttl = tonumber(ARGV[7])
 local buckets = tonumber(ARGV[8])
-if ttl == nil or buckets == nil or buckets < 0 or buckets > 1440 or #KEYS ~= 9 then
+if ttl == nil or buckets == nil or buckets < 0 or buckets > 1440 or #KEYS ~= 10 then
   return redis.error_reply('ERR repoll stats: bad arguments')
 end
 local now = now_ms()
@@ -29,6 +31,7 @@ local later = redis.call('ZCOUNT', duez, '(' .. fmt(now), '+inf')
 local retrying = redis.call('ZCOUNT', retryz, '(' .. fmt(now), '+inf')
 local ilen = redis.call('LLEN', readyk)
 local blen = redis.call('LLEN', bgk)
+local flen = redis.call('ZCARD', fairz)
 local leased = redis.call('ZCARD', leasez)
 local stuck = redis.call('ZCOUNT', leasez, '-inf', '(' .. fmt(now))
 local dead = redis.call('ZCARD', deadz)
@@ -41,13 +44,17 @@ if due_now > 0 then
   older(tonumber(redis.call('ZRANGE', duez, 0, 0, 'WITHSCORES')[2]))
 end
 local heads = { redis.call('LINDEX', readyk, 0), redis.call('LINDEX', bgk, 0) }
+if flen > 0 then
+  local m = redis.call('ZRANGE', fairz, 0, 0)[1]
+  heads[#heads + 1] = string.match(m, '([^|]*)$')
+end
 for _, head in ipairs(heads) do
   if head then
     local f = redis.call('HMGET', PREFIX .. 't:' .. head, 'u', 'c')
     older(tonumber(f[1] or f[2]))
   end
 end
-local out = { due_now + ilen + blen, math.max(later - retrying, 0), retrying, leased, stuck, dead,
+local out = { due_now + ilen + blen + flen, math.max(later - retrying, 0), retrying, leased, stuck, dead,
   results, oldest, redis.call('EXISTS', paused), now, blen }
 local minute = now - (now % 60000)
 local fields = {}

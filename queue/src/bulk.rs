@@ -143,6 +143,9 @@ pub struct BulkFilter {
     /// Only tasks whose `time_field` lies within this many ms before now.
     pub within_ms: Option<u64>,
     pub time_field: TimeField,
+    /// Exactly this tenant (who asked first); `Some("")`: tasks of no tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 impl BulkFilter {
@@ -155,6 +158,11 @@ impl BulkFilter {
         }
         if let Some(q) = self.query.as_deref().filter(|s| !s.is_empty()) {
             parts.push(format!("query contains {q:?}"));
+        }
+        match self.tenant.as_deref() {
+            Some("") => parts.push("no tenant".to_string()),
+            Some(t) => parts.push(format!("tenant {t:?}")),
+            None => {}
         }
         if let Some(ms) = self.within_ms {
             let field = match self.time_field {
@@ -173,8 +181,14 @@ impl BulkFilter {
         parts.join(", ")
     }
 
-    /// Whether a record (its `q`, `e`, `c`, `u` fields) matches; `cutoff` = now − window.
+    /// Whether a record (its `q`, `e`, `c`, `u`, `s`, `tn` fields) matches; `cutoff` = now −
+    /// window.
     fn matches(&self, f: &[Option<String>], cutoff: Option<i64>) -> bool {
+        if let Some(t) = self.tenant.as_deref() {
+            if f.get(5).cloned().flatten().unwrap_or_default() != t {
+                return false;
+            }
+        }
         let contains = |field: &Option<String>, needle: &Option<String>| match needle
             .as_deref()
             .filter(|n| !n.is_empty())
@@ -308,18 +322,19 @@ impl Queue {
         let cutoff = filter
             .within_ms
             .map(|w| now.saturating_sub(i64::try_from(w).unwrap_or(i64::MAX)));
-        let (sources, lists): (Vec<&String>, bool) = match filter.state {
-            BulkState::Dead => (vec![&k.dead], false),
-            BulkState::Waiting => (vec![&k.due], false),
-            BulkState::Leased => (vec![&k.lease], false),
-            BulkState::Ready => (vec![&k.ready, &k.ready_bg], true),
+        // (key, is a list): ready work also waits in the fair zset, as "<tenant>|<id>".
+        let sources: Vec<(&String, bool)> = match filter.state {
+            BulkState::Dead => vec![(&k.dead, false)],
+            BulkState::Waiting => vec![(&k.due, false)],
+            BulkState::Leased => vec![(&k.lease, false)],
+            BulkState::Ready => vec![(&k.fair, false), (&k.ready, true), (&k.ready_bg, true)],
         };
         let mut out = BulkSelection {
             complete: true,
             ..BulkSelection::default()
         };
         let mut c = self.conn.clone();
-        'sources: for src in sources {
+        'sources: for (src, lists) in sources {
             let mut offset = 0usize;
             loop {
                 if out.scanned >= max_scan {
@@ -334,7 +349,10 @@ impl Queue {
                 };
                 let ids = array(v)?
                     .iter()
-                    .map(decode::task_id)
+                    .map(|m| {
+                        let m = decode::string(m)?;
+                        decode::parse_id(m.rsplit_once('|').map_or(m.as_str(), |(_, id)| id))
+                    })
                     .collect::<Result<Vec<_>>>()?;
                 if ids.is_empty() {
                     break;
@@ -349,7 +367,8 @@ impl Queue {
                         .arg("e")
                         .arg("c")
                         .arg("u")
-                        .arg("s");
+                        .arg("s")
+                        .arg("tn");
                 }
                 let records: Vec<Vec<Option<String>>> = p.query_async(&mut c).await?;
                 for (id, f) in ids.into_iter().zip(records) {

@@ -34,6 +34,8 @@ impl Queue {
             .key(&k.tp)
             .key(&k.tpmin)
             .key(&k.events)
+            .key(&k.fair)
+            .key(&k.fairc)
             .arg(id)
             .arg(created_ms)
             .arg(expires_ms)

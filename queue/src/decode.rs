@@ -182,6 +182,7 @@ pub(crate) fn task(
         } else {
             None
         },
+        tenant: f.get("tn").cloned().unwrap_or_default(),
     })
 }
 

@@ -3,7 +3,7 @@
 //! answers with the fresh stored result.
 
 use crate::decode::{self, status, string};
-use crate::error::{corrupt, Result};
+use crate::error::{corrupt, QueueError, Result};
 use crate::model::{EnqueuePolicy, Enqueued, Priority};
 use crate::normalise_query;
 use crate::queue::{clamp_ms, Queue};
@@ -39,6 +39,18 @@ fn decode_enqueued(id: &str, reply: Value) -> Result<Enqueued> {
     }
 }
 
+/// A tenant is empty (nobody in particular) or a valid name ([`crate::is_valid_tenant`]).
+fn check_tenant(tenant: &str) -> Result<()> {
+    if tenant.is_empty() || crate::is_valid_tenant(tenant) {
+        Ok(())
+    } else {
+        Err(QueueError::InvalidQuery(format!(
+            "tenant: 1 to {} of letters, digits and ._:@-",
+            crate::MAX_TENANT_LEN
+        )))
+    }
+}
+
 impl Queue {
     /// Creates the task for `query` (due now), or joins the live one, or returns the fresh
     /// stored result — atomically, so concurrent callers for one query create one task.
@@ -49,6 +61,7 @@ impl Queue {
         payload: &str,
         policy: &EnqueuePolicy,
     ) -> Result<Enqueued> {
+        check_tenant(&policy.tenant)?;
         let q = normalise_query(query)?;
         let id = self.task_id(&q);
         let inv = self.enqueue_invocation(&id, &q, payload, policy);
@@ -64,6 +77,7 @@ impl Queue {
         items: &[(&str, &str)],
         policy: &EnqueuePolicy,
     ) -> Result<Vec<Result<Enqueued>>> {
+        check_tenant(&policy.tenant)?;
         let mut out: Vec<Option<Result<Enqueued>>> = Vec::with_capacity(items.len());
         let mut valid = Vec::with_capacity(items.len());
         for (i, (query, payload)) in items.iter().enumerate() {
@@ -125,7 +139,11 @@ impl Queue {
                 Priority::Interactive => "interactive",
                 Priority::Background => "bg",
             })
-            .key(&k.wakeups);
+            .key(&k.wakeups)
+            .key(&k.fair)
+            .key(&k.fairt)
+            .key(&k.fairv)
+            .arg(policy.tenant.as_str());
         inv
     }
 }

@@ -40,6 +40,17 @@ pub(crate) struct Keys {
     pub wakeups: String,
     /// Admin actions, newest first, capped (audit.rs).
     pub audit: String,
+    /// Fair shares (prelude.lua): tenants' interactive tasks ready now, "<tenant>|<id>" scored
+    /// by start tag.
+    pub fair: String,
+    /// Each tenant with a backlog -> its latest start tag ('' = the untenanted lane).
+    pub fairt: String,
+    /// The largest start tag claimed so far (the fair queue's virtual time).
+    pub fairv: String,
+    /// Tenant -> leases it holds (per-tenant concurrency cap).
+    pub fairc: String,
+    /// Tenant -> GCRA arrival time of its next claim (per-tenant rate).
+    pub fairr: String,
 }
 
 impl Keys {
@@ -68,6 +79,11 @@ impl Keys {
             upstream_rate: k("upstream_rate"),
             wakeups: k("wakeups"),
             audit: k("audit"),
+            fair: k("fair"),
+            fairt: k("fairt"),
+            fairv: k("fairv"),
+            fairc: k("fairc"),
+            fairr: k("fairr"),
             tag,
         }
     }

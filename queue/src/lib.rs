@@ -50,8 +50,8 @@ mod worker_ops;
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{
-    is_forbidden_char, is_valid_upstream_name, normalise_query, query_pattern, InvalidQuery,
-    InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE,
+    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern, InvalidQuery,
+    InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_TENANT_LEN,
 };
 pub use model::*;
 pub use queue::{local_ms, Queue, RESPONSE_TIMEOUT};
@@ -62,7 +62,7 @@ pub use bulk::{
     TimeField, DEFAULT_BULK_LIMIT,
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
-pub use read::{ServerInfo, MAX_PAGE, STATS_BUCKETS};
+pub use read::{ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};
 pub use wake::{Wakeups, WAKE_CAP};

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 pub use model::{
     AuditEntry, BreakerInfo, BreakerState, DeadReason, Event, Histogram, HistoryEntry, LeaseInfo,
     ListState, Notice, Order, Page, PauseInfo, Percentiles, Priority, PurgeTarget, Stats,
-    StoredResult, Task, TaskDetail, TaskId, TaskState, ThroughputBucket, WorkerInfo,
+    StoredResult, Task, TaskDetail, TaskId, TaskState, TenantCount, ThroughputBucket, WorkerInfo,
 };
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueueConfig {
     /// Queue name; every key lives under the hash tag `{name}`. No `{`, `}` allowed.
     pub name: String,
@@ -37,6 +37,22 @@ pub struct QueueConfig {
     /// two ids, and an id names its upstream's task only.
     #[serde(default)]
     pub upstream: String,
+    /// Per-tenant limits on this queue's claims (fair shares between callers).
+    #[serde(default)]
+    pub tenants: TenantLimits,
+}
+
+/// Limits per tenant (who asked: [`EnqueuePolicy::tenant`]) on one queue, so one caller's
+/// backlog cannot take every slot of the upstream. Claims go round between the tenants with
+/// ready work whatever these are (prelude.lua, "Fair shares"); these cap a tenant further.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TenantLimits {
+    /// Leases one tenant may hold at once (calls in flight); 0 = no cap.
+    pub concurrency: u32,
+    /// Claims (upstream calls, polls included) a second one tenant may start; 0 = no limit.
+    pub rate_per_sec: f64,
+    /// Claims a tenant may start at once above its rate (at least 1).
+    pub burst: u32,
 }
 
 /// The upstream's circuit breaker (ARCHITECTURE.md, "Circuit breaker"): it opens when, over the
@@ -125,6 +141,7 @@ impl Default for QueueConfig {
             history: HistoryLevel::Transitions,
             breaker: BreakerConfig::default(),
             upstream: String::new(),
+            tenants: TenantLimits::default(),
         }
     }
 }
@@ -139,7 +156,13 @@ pub struct EnqueuePolicy {
     /// Joining a live task with a higher priority raises it.
     #[serde(default)]
     pub priority: Priority,
+    /// Who asked ("" = nobody in particular): tenants share the upstream fairly and each may
+    /// be capped ([`TenantLimits`]). At most 64 bytes of `[A-Za-z0-9._:@-]`
+    /// ([`is_valid_tenant`]). A join keeps the task's own tenant.
+    #[serde(default)]
+    pub tenant: String,
 }
+
 
 impl Default for EnqueuePolicy {
     fn default() -> Self {
@@ -147,6 +170,7 @@ impl Default for EnqueuePolicy {
             deadline_ms: 0,
             max_attempts: 5,
             priority: Priority::Interactive,
+            tenant: String::new(),
         }
     }
 }

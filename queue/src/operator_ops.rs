@@ -74,6 +74,8 @@ impl Queue {
             .key(&k.retry)
             .key(&k.dead)
             .key(&k.events)
+            .key(&k.fair)
+            .key(&k.fairc)
             .arg(id)
             .arg(who)
             .arg(clamp_ms(self.config().result_ttl_ms));
@@ -151,14 +153,18 @@ impl Queue {
         let mut total = 0;
         if target == PurgeTarget::Queued {
             // Ready lists first, chunk by chunk from their heads (the script reads the ids).
-            for list in [&k.ready, &k.ready_bg] {
+            for (list, kind) in [(&k.ready, "list"), (&k.ready_bg, "list"), (&k.fair, "fair")] {
                 loop {
                     let mut inv = self.invocation(&SCRIPTS.purge_ready);
-                    inv.key(list).key(&k.events).arg(who).arg(CHUNK);
+                    inv.key(list).key(&k.events).arg(who).arg(CHUNK).arg(kind);
                     let n = count(int(&self.run(&inv).await?)?)?;
                     total += n;
                     let mut c = self.conn.clone();
-                    let left: u64 = c.llen(list).await?;
+                    let left: u64 = if kind == "list" {
+                        c.llen(list).await?
+                    } else {
+                        c.zcard(list).await?
+                    };
                     if left == 0 {
                         break;
                     }

@@ -6,7 +6,7 @@ use crate::error::{corrupt, Result};
 use crate::model::{
     BreakerInfo, BreakerState, Event, Histogram, HistoryEntry, HistoryLevel, LeaseInfo, ListState,
     Order, Page, PauseInfo, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState,
-    ThroughputBucket, WorkerInfo,
+    TenantCount, ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -14,6 +14,8 @@ use redis::{AsyncCommands, Value};
 
 /// Minutes of throughput returned by stats().
 pub const STATS_BUCKETS: usize = 60;
+/// Most fair-zset members [`Queue::tenants`] counts.
+pub const TENANT_SCAN_MAX: usize = 10_000;
 /// Largest page list() returns.
 pub const MAX_PAGE: usize = 1000;
 
@@ -31,6 +33,7 @@ impl Queue {
             .key(&k.results)
             .key(&k.paused)
             .key(&k.tp)
+            .key(&k.fair)
             .arg(clamp_ms(self.config().result_ttl_ms))
             .arg(STATS_BUCKETS);
         let a = array(self.run(&inv).await?)?;
@@ -134,22 +137,25 @@ impl Queue {
         let k = self.keys();
         let now = self.now_ms().await?;
         let mut c = self.conn.clone();
-        let (ilen, blen, zlen): (u64, u64, u64) = redis::pipe()
+        let (ilen, blen, zlen, flen): (u64, u64, u64, u64) = redis::pipe()
             .llen(&k.ready)
             .llen(&k.ready_bg)
             .zcount(&k.due, "-inf", now)
+            .zcard(&k.fair)
             .query_async(&mut c)
             .await?;
         // Segments in this order's sequence, and where the cursor resumes.
         #[derive(Clone, Copy, PartialEq)]
         enum Seg {
             Z,
+            F,
             I,
             B,
         }
+        // F: the tenants' ready tasks, in their fair-share order (prelude.lua).
         let segs = match order {
-            Order::OldestFirst => [Seg::Z, Seg::I, Seg::B],
-            Order::NewestFirst => [Seg::B, Seg::I, Seg::Z],
+            Order::OldestFirst => [Seg::Z, Seg::F, Seg::I, Seg::B],
+            Order::NewestFirst => [Seg::B, Seg::I, Seg::F, Seg::Z],
         };
         // A list cursor is "i:<id>" / "b:<id>": the last id listed, found again with LPOS so a
         // task removed before it shifts nothing. If that id has left its list (claimed, which
@@ -163,12 +169,14 @@ impl Queue {
                 Some(("i", id)) => (Seg::I, Some(id.to_string()), None),
                 Some(("b", id)) => (Seg::B, Some(id.to_string()), None),
                 Some(("z", "")) => (Seg::Z, None, None),
+                Some(("f", "")) => (Seg::F, None, None),
+                Some(("f", rest)) => (Seg::F, None, parse_cursor(Some(rest))?),
                 Some(("z", rest)) => (Seg::Z, None, parse_cursor(Some(rest))?),
                 _ => (Seg::Z, None, parse_cursor(Some(c))?),
             },
         };
         let mut page = Page {
-            total: ilen + blen + zlen,
+            total: ilen + blen + zlen + flen,
             ..Page::default()
         };
         let mut rows: Vec<(String, Option<i64>)> = Vec::new();
@@ -184,12 +192,14 @@ impl Queue {
             }
             let later_nonempty = segs[i + 1..].iter().any(|s| match s {
                 Seg::Z => zlen > 0,
+                Seg::F => flen > 0,
                 Seg::I => ilen > 0,
                 Seg::B => blen > 0,
             });
             let next_seg = || match segs.get(i + 1) {
                 Some(Seg::I) => "i:".to_string(),
                 Some(Seg::B) => "b:".to_string(),
+                Some(Seg::F) => "f:".to_string(),
                 _ => "z:".to_string(),
             };
             match seg {
@@ -203,6 +213,25 @@ impl Queue {
                     if rows.len() == limit && (more || later_nonempty) {
                         page.next_cursor = if more {
                             last.map(|l| format!("z:{l}"))
+                        } else {
+                            Some(next_seg())
+                        };
+                    }
+                }
+                Seg::F => {
+                    let z = self
+                        .zpage(&k.fair, "-inf", "+inf", zcursor.take(), want, order)
+                        .await?;
+                    let more = z.more;
+                    let last = z.last_cursor();
+                    // Members are "<tenant>|<id>".
+                    rows.extend(z.rows.into_iter().map(|(m, _)| {
+                        let id = m.rsplit_once('|').map_or(m.as_str(), |(_, id)| id);
+                        (id.to_string(), None)
+                    }));
+                    if rows.len() == limit && (more || later_nonempty) {
+                        page.next_cursor = if more {
+                            last.map(|l| format!("f:{l}"))
                         } else {
                             Some(next_seg())
                         };
@@ -686,6 +715,47 @@ impl Queue {
     }
 
     /// The upstream's circuit breaker, or None while it is closed. One `HGETALL`.
+    /// The busiest tenants (most ready + leased tasks first), at most `top`: ready counts from
+    /// the first [`TENANT_SCAN_MAX`] members of the fair zset (so bounded in time; the
+    /// counts are exact below that), leases from the per-tenant lease counts.
+    pub async fn tenants(&self, top: usize) -> Result<Vec<TenantCount>> {
+        let k = self.keys();
+        let mut c = self.conn.clone();
+        let (members, held): (Vec<String>, Vec<(String, i64)>) = redis::pipe()
+            .zrange(&k.fair, 0, TENANT_SCAN_MAX as isize - 1)
+            .hgetall(&k.fairc)
+            .query_async(&mut c)
+            .await?;
+        let mut by: std::collections::BTreeMap<String, TenantCount> = Default::default();
+        fn entry<'a>(
+            by: &'a mut std::collections::BTreeMap<String, TenantCount>,
+            t: &str,
+        ) -> &'a mut TenantCount {
+            by.entry(t.to_string()).or_insert_with(|| TenantCount {
+                tenant: t.to_string(),
+                ..TenantCount::default()
+            })
+        }
+        for m in &members {
+            if let Some((t, _)) = m.rsplit_once('|') {
+                entry(&mut by, t).ready += 1;
+            }
+        }
+        for (t, n) in held {
+            if n > 0 {
+                entry(&mut by, &t).leased = n.unsigned_abs();
+            }
+        }
+        let mut out: Vec<TenantCount> = by.into_values().collect();
+        out.sort_by(|a, b| {
+            (b.ready + b.leased)
+                .cmp(&(a.ready + a.leased))
+                .then_with(|| a.tenant.cmp(&b.tenant))
+        });
+        out.truncate(top);
+        Ok(out)
+    }
+
     pub async fn breaker(&self) -> Result<Option<BreakerInfo>> {
         let mut c = self.conn.clone();
         let h: std::collections::HashMap<String, String> = c.hgetall(&self.keys().breaker).await?;

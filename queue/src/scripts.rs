@@ -36,6 +36,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("migrate", include_str!("../lua/migrate.lua")),
     ("callback", include_str!("../lua/callback.lua")),
     ("breaker", include_str!("../lua/breaker.lua")),
+    ("fair_sync", include_str!("../lua/fair_sync.lua")),
 ];
 
 /// Compiled scripts, one field per file.
@@ -61,6 +62,7 @@ pub(crate) struct Scripts {
     pub migrate: Script,
     pub callback: Script,
     pub breaker: Script,
+    pub fair_sync: Script,
 }
 
 fn build(name: &str) -> Script {
@@ -107,6 +109,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     migrate: build("migrate"),
     callback: build("callback"),
     breaker: build("breaker"),
+    fair_sync: build("fair_sync"),
 });
 
 impl Scripts {

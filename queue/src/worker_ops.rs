@@ -10,7 +10,9 @@
 use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::keys::Keys;
-use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry, WorkerInfo};
+use crate::model::{
+    Claimed, Completion, Failed, Reaped, Reschedule, Retry, TenantLimits, WorkerInfo,
+};
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::TaskId;
@@ -24,6 +26,10 @@ pub const THROUGHPUT_RETENTION_MS: u64 = 24 * 3600 * 1000;
 /// so the week's first point is whole).
 pub const THROUGHPUT_HOURLY_RETENTION_MS: u64 = (7 * 24 + 1) * 3600 * 1000;
 
+/// Most leases [`Queue::reap`] recounts per tenant (fair_sync.lua); above it the running
+/// counts alone are trusted.
+const FAIR_SYNC_MAX_LEASES: usize = 5000;
+
 fn stale_or(tag: &str, what: &str) -> QueueError {
     if tag == "stale" {
         QueueError::StaleToken
@@ -32,8 +38,27 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
     }
 }
 
-/// The nine KEYS every claiming script starts with (claim.lua's header); its last two keys,
-/// the breaker and the wake-up list, are added after the script's own keys.
+/// The last seven KEYS of every claiming script (the fair-share keys, the breaker, the wake-up
+/// list) and its last three ARGV (the per-tenant limits), added after the script's own.
+pub(crate) fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &TenantLimits) {
+    inv.key(&k.fair)
+        .key(&k.fairt)
+        .key(&k.fairv)
+        .key(&k.fairc)
+        .key(&k.fairr)
+        .key(&k.breaker)
+        .key(&k.wakeups)
+        .arg(limits.concurrency)
+        .arg(if limits.rate_per_sec.is_finite() && limits.rate_per_sec > 0.0 {
+            format!("{:.6}", limits.rate_per_sec.min(1e6))
+        } else {
+            "0".to_string()
+        })
+        .arg(limits.burst.max(1));
+}
+
+/// The nine KEYS every claiming script starts with (claim.lua's header); its tail
+/// ([`claim_tail`]) is added after the script's own keys and arguments.
 fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
     inv.key(&k.ready)
         .key(&k.ready_bg)
@@ -102,12 +127,11 @@ impl Queue {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.claim);
         claim_keys(&mut inv, k);
-        inv.key(&k.breaker)
-            .key(&k.wakeups)
-            .arg(worker)
+        inv.arg(worker)
             .arg(max_n.min(MAX_BATCH))
             .arg(clamp_ms(lease_ms).max(1))
             .arg(u8::from(woken));
+        claim_tail(&mut inv, k, &self.config().tenants);
         claimed_rows(self.run(&inv).await?)
     }
 
@@ -186,7 +210,7 @@ impl Queue {
                     .arg(&c.result)
                     .arg(clamp_ms(c.latency_ms));
             }
-            inv.key(&k.breaker).key(&k.wakeups);
+            claim_tail(&mut inv, k, &self.config().tenants);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flags = array(parts.next().unwrap_or(Value::Nil))?;
             if flags.len() != chunk.len() {
@@ -263,7 +287,7 @@ impl Queue {
                     .arg(r.partial.as_deref().unwrap_or(""))
                     .arg(clamp_ms(r.latency_ms));
             }
-            inv.key(&k.breaker).key(&k.wakeups);
+            claim_tail(&mut inv, k, &self.config().tenants);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flat = array(parts.next().unwrap_or(Value::Nil))?;
             if flat.len() != 2 * chunk.len() {
@@ -338,9 +362,8 @@ impl Queue {
                 "{:.4}",
                 f64::from(cfg.breaker.error_percent.min(100)) / 100.0
             ))
-            .arg(clamp_ms(cfg.breaker.cooldown_ms).max(1))
-            .key(&k.breaker)
-            .key(&k.wakeups);
+            .arg(clamp_ms(cfg.breaker.cooldown_ms).max(1));
+        claim_tail(&mut inv, k, &cfg.tenants);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         let (tag, rest) = status(parts.next().unwrap_or(Value::Nil))?;
         let outcome = match (tag.as_str(), rest.as_slice()) {
@@ -379,7 +402,8 @@ impl Queue {
             .arg(id)
             .arg(token.map(|t| t.to_string()).unwrap_or_default())
             .arg(who)
-            .key(&k.wakeups);
+            .key(&k.wakeups)
+            .key(&k.fairc);
         let (tag, _) = status(self.run(&inv).await?)?;
         match tag.as_str() {
             "ok" => Ok(true),
@@ -422,8 +446,15 @@ impl Queue {
             let seen = string(&pair[1])?;
             inv.key(k.task(&id)).key(k.hist(&id)).arg(id).arg(seen);
         }
-        inv.key(&k.wakeups);
+        inv.key(&k.wakeups).key(&k.fairc);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
+        if cfg.tenants.concurrency > 0 {
+            // The per-tenant cap counts on running lease counts: recount them from the lease
+            // zset now and then (fair_sync.lua), so no drift can block a tenant for long.
+            let mut sync = self.invocation(&SCRIPTS.fair_sync);
+            sync.key(&k.lease).key(&k.fairc).arg(FAIR_SYNC_MAX_LEASES);
+            self.run(&sync).await?;
+        }
         let mut ids = || -> Result<Vec<TaskId>> {
             array(parts.next().unwrap_or(Value::Nil))?
                 .iter()
@@ -440,9 +471,10 @@ impl Queue {
     pub async fn next_due_ms(&self) -> Result<Option<i64>> {
         let k = self.keys();
         let mut c = self.conn.clone();
-        let (ready, bg, head): (u64, u64, Value) = redis::pipe()
+        let (ready, bg, fair, head): (u64, u64, u64, Value) = redis::pipe()
             .llen(&k.ready)
             .llen(&k.ready_bg)
+            .zcard(&k.fair)
             .cmd("ZRANGE")
             .arg(&k.due)
             .arg(0)
@@ -450,7 +482,7 @@ impl Queue {
             .arg("WITHSCORES")
             .query_async(&mut c)
             .await?;
-        if ready + bg > 0 {
+        if ready + bg + fair > 0 {
             return Ok(Some(0));
         }
         let a = array(head)?;

@@ -18,6 +18,7 @@ const UNDECLARED: &[&str] = &[
     "fail",
     "stats",
     "purge_ready",
+    "fair_sync",
 ];
 
 /// Commands whose first argument is not a key.
@@ -274,6 +275,10 @@ async fn acl_queue(name: &str) -> Queue {
 async fn every_operation_runs_under_a_key_restricted_acl_user() {
     let mut conf = cfg("aclq");
     conf.max_lease_losses = 1;
+    // Every per-tenant path too: the cap (and its recount at reap) and the rate.
+    conf.tenants.concurrency = 5;
+    conf.tenants.rate_per_sec = 1000.0;
+    conf.tenants.burst = 10;
     let q = acl_queue("aclq").await;
     let q = Queue::with_connection(q.connection(), conf).await.unwrap();
     exercise_every_operation(&q).await;

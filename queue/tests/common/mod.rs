@@ -233,6 +233,31 @@ pub async fn exercise_every_operation(q: &Queue) {
     limiter.give_back().await.unwrap();
     q.ids_with_prefix(&c[0].id[..4], 10, 10).await.unwrap();
     q.enqueue("acl 0", "p", &p).await.unwrap();
+    // Fair shares: tenants' tasks in the fair zset, their claims, polls, lease counts, list
+    // and count reads, a cancel and a purge of what waits there.
+    let t = EnqueuePolicy {
+        tenant: "acme".into(),
+        ..p.clone()
+    };
+    for i in 0..4 {
+        q.enqueue(&format!("tenant {i}"), "p", &t).await.unwrap();
+    }
+    let tc = q.claim("w", 2, 60_000).await.unwrap();
+    q.reschedule(&tc[0].id, tc[0].token, 0, None, 1)
+        .await
+        .unwrap();
+    q.complete(&tc[1].id, tc[1].token, "r", 1).await.unwrap();
+    q.tenants(5).await.unwrap();
+    q.list(ListState::Ready, Order::OldestFirst, None, 10)
+        .await
+        .unwrap();
+    let waiting = q
+        .list(ListState::Ready, Order::OldestFirst, None, 10)
+        .await
+        .unwrap();
+    if let Some(w) = waiting.items.first() {
+        q.cancel(&w.id, "a").await.unwrap();
+    }
     for t in [
         PurgeTarget::History,
         PurgeTarget::Dead,
