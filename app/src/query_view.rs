@@ -132,6 +132,9 @@ mod ssr {
         /// No upstream of that name (message lists the known ones, safe to show).
         #[error("{0}")]
         UnknownUpstream(#[from] crate::context::UnknownUpstream),
+        /// The tenant is not 1 to 64 of letters, digits and `._:@-`.
+        #[error("tenant: 1 to {} of letters, digits and ._:@-", queue::MAX_TENANT_LEN)]
+        InvalidTenant,
         /// Redis is unreachable: try again later.
         #[error("the queue is unavailable")]
         Unavailable,
@@ -168,7 +171,7 @@ mod ssr {
     /// polls is the only one, however many users ask. Returns the view and whether a new task
     /// was created.
     pub async fn submit(ctx: &AppContext, text: &str) -> Result<(QueryView, bool), QueryError> {
-        submit_with(ctx, text, queue::Priority::Interactive, None).await
+        submit_with(ctx, text, queue::Priority::Interactive, None, "").await
     }
 
     /// [`submit`] with a priority and an upstream (`None`: the default one). Background work
@@ -179,7 +182,11 @@ mod ssr {
         text: &str,
         priority: queue::Priority,
         upstream: Option<&str>,
+        tenant: &str,
     ) -> Result<(QueryView, bool), QueryError> {
+        if !tenant.is_empty() && !queue::is_valid_tenant(tenant) {
+            return Err(QueryError::InvalidTenant);
+        }
         let normalised = queue::normalise_query(text)?;
         let (q, policy) = ctx.upstream(upstream)?;
         let up = q.config().upstream.as_str();
@@ -190,6 +197,7 @@ mod ssr {
         };
         let policy = queue::EnqueuePolicy {
             priority,
+            tenant: tenant.to_string(),
             ..policy.clone()
         };
         let enqueued = q.enqueue(&normalised, "", &policy).await?;

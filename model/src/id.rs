@@ -38,8 +38,7 @@ pub const MAX_TENANT_LEN: usize = 64;
 pub fn is_valid_tenant(t: &str) -> bool {
     !t.is_empty()
         && t.len() <= MAX_TENANT_LEN
-        && t
-            .bytes()
+        && t.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
 }
 

@@ -26,14 +26,14 @@ pub mod task;
 
 pub use histogram::{Histogram, Percentiles};
 pub use id::{
-    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern, InvalidQuery,
-    InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS, MAX_TENANT_LEN,
+    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern,
+    InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
+    MAX_TENANT_LEN,
 };
 pub use notice::Notice;
 pub use queue_state::{
     AuditEntry, BreakerInfo, BreakerState, ListState, Order, Page, PauseInfo, PurgeTarget, Stats,
-    TenantCount,
-    ThroughputBucket, WorkerInfo,
+    TenantCount, ThroughputBucket, WorkerInfo,
 };
 pub use task::{
     DeadReason, Event, HistoryEntry, LeaseInfo, Priority, StoredResult, Task, TaskDetail,

@@ -50,8 +50,8 @@ mod worker_ops;
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{
-    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern, InvalidQuery,
-    InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_TENANT_LEN,
+    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern,
+    InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_TENANT_LEN,
 };
 pub use model::*;
 pub use queue::{local_ms, Queue, RESPONSE_TIMEOUT};

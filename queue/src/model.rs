@@ -163,7 +163,6 @@ pub struct EnqueuePolicy {
     pub tenant: String,
 }
 
-
 impl Default for EnqueuePolicy {
     fn default() -> Self {
         EnqueuePolicy {

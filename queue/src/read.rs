@@ -5,8 +5,8 @@ use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
 use crate::model::{
     BreakerInfo, BreakerState, Event, Histogram, HistoryEntry, HistoryLevel, LeaseInfo, ListState,
-    Order, Page, PauseInfo, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState,
-    TenantCount, ThroughputBucket, WorkerInfo,
+    Order, Page, PauseInfo, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState, TenantCount,
+    ThroughputBucket, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;

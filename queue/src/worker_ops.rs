@@ -49,11 +49,13 @@ pub(crate) fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &Tena
         .key(&k.breaker)
         .key(&k.wakeups)
         .arg(limits.concurrency)
-        .arg(if limits.rate_per_sec.is_finite() && limits.rate_per_sec > 0.0 {
-            format!("{:.6}", limits.rate_per_sec.min(1e6))
-        } else {
-            "0".to_string()
-        })
+        .arg(
+            if limits.rate_per_sec.is_finite() && limits.rate_per_sec > 0.0 {
+                format!("{:.6}", limits.rate_per_sec.min(1e6))
+            } else {
+                "0".to_string()
+            },
+        )
         .arg(limits.burst.max(1));
 }
 

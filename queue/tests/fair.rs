@@ -41,7 +41,11 @@ async fn claim_tenants(q: &Queue, who: &HashMap<String, String>, n: usize) -> Ve
 
 async fn zcard(key: &str) -> u64 {
     let mut c = raw().await;
-    redis::cmd("ZCARD").arg(key).query_async(&mut c).await.unwrap()
+    redis::cmd("ZCARD")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -64,7 +68,11 @@ async fn a_small_tenant_is_not_stuck_behind_a_large_one() {
     let mut who2 = fill(&q2, "big", 300, "a").await;
     who2.extend(fill(&q2, "small", 5, "b").await);
     let batch = claim_tenants(&q2, &who2, 10).await;
-    assert_eq!(batch.iter().filter(|t| *t == "small").count(), 5, "{batch:?}");
+    assert_eq!(
+        batch.iter().filter(|t| *t == "small").count(),
+        5,
+        "{batch:?}"
+    );
     let s = q2.stats().await.unwrap();
     assert_eq!(s.ready, 295);
 }
@@ -107,8 +115,16 @@ async fn untenanted_work_is_one_lane_among_the_tenants() {
     }
     who.extend(fill(&q, "acme", 4, "c").await);
     let batch = claim_tenants(&q, &who, 8).await;
-    assert_eq!(batch.iter().filter(|t| *t == "acme").count(), 4, "{batch:?}");
-    assert_eq!(batch.iter().filter(|t| t.is_empty()).count(), 4, "{batch:?}");
+    assert_eq!(
+        batch.iter().filter(|t| *t == "acme").count(),
+        4,
+        "{batch:?}"
+    );
+    assert_eq!(
+        batch.iter().filter(|t| t.is_empty()).count(),
+        4,
+        "{batch:?}"
+    );
 }
 
 #[tokio::test]
@@ -126,12 +142,13 @@ async fn a_tenants_concurrency_cap_holds_and_frees() {
     assert!(q.claim("w", 10, 60_000).await.unwrap().is_empty());
     let counts = q.tenants(10).await.unwrap();
     assert_eq!(counts.len(), 2, "{counts:?}");
-    assert!(counts.iter().all(|c| c.leased == 2 && c.ready == 8), "{counts:?}");
+    assert!(
+        counts.iter().all(|c| c.leased == 2 && c.ready == 8),
+        "{counts:?}"
+    );
     // One of a's ends: a may take one more, b still none.
     let a1 = got.iter().find(|c| who[&c.id.to_string()] == "a").unwrap();
-    q.complete(&a1.id.to_string(), a1.token, "done", 1)
-        .await
-        .unwrap();
+    q.complete(&a1.id, a1.token, "done", 1).await.unwrap();
     let next = q.claim("w", 10, 60_000).await.unwrap();
     assert_eq!(next.len(), 1);
     assert_eq!(who[&next[0].id.to_string()], "a");
@@ -140,10 +157,10 @@ async fn a_tenants_concurrency_cap_holds_and_frees() {
         .iter()
         .filter(|c| who[&c.id.to_string()] == "b")
         .collect();
-    q.reschedule(&b[0].id.to_string(), b[0].token, 60_000, None, 1)
+    q.reschedule(&b[0].id, b[0].token, 60_000, None, 1)
         .await
         .unwrap();
-    assert!(q.cancel(&b[1].id.to_string(), "t").await.unwrap());
+    assert!(q.cancel(&b[1].id, "t").await.unwrap());
     let next = q.claim("w", 10, 60_000).await.unwrap();
     assert_eq!(next.len(), 2, "b's two leases came back");
     assert!(next.iter().all(|c| who[&c.id.to_string()] == "b"));
@@ -190,7 +207,10 @@ async fn a_tenants_rate_holds() {
     let elapsed = start.elapsed().as_secs_f64();
     // At most the burst plus the rate over the time spent (and one for the edge).
     let most = 2.0 + 10.0 * elapsed + 1.0;
-    assert!(f64::from(a) <= most, "a took {a} in {elapsed:.2} s (most {most})");
+    assert!(
+        f64::from(a) <= most,
+        "a took {a} in {elapsed:.2} s (most {most})"
+    );
     assert!(a >= 3, "a was not served at all: {a}");
     assert_eq!(b, 3, "b has its own budget");
 }
@@ -220,7 +240,11 @@ async fn polls_and_lost_leases_take_a_fair_place_again() {
     for _ in 0..8 {
         order.extend(claim_tenants(&q, &who, 1).await);
     }
-    assert_eq!(order.iter().filter(|t| *t == "small").count(), 3, "{order:?}");
+    assert_eq!(
+        order.iter().filter(|t| *t == "small").count(),
+        3,
+        "{order:?}"
+    );
     assert_eq!(q.stats().await.unwrap().ready, 195);
 
     // A lost lease of a tenant's task comes back through the due zset and is claimed again.
@@ -307,9 +331,7 @@ async fn every_way_out_of_the_fair_zset_leaves_nothing_behind() {
     // claim two and complete them
     let got = q.claim("w", 2, 60_000).await.unwrap();
     for c in &got {
-        q.complete(&c.id.to_string(), c.token, "ok", 1)
-            .await
-            .unwrap();
+        q.complete(&c.id, c.token, "ok", 1).await.unwrap();
     }
     assert_eq!(zcard("{fair9}:fair").await, 3);
     // purge the queued rest

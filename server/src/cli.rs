@@ -91,6 +91,9 @@ pub struct RedisArgs {
 
     #[command(flatten)]
     pub breaker: BreakerArgs,
+
+    #[command(flatten)]
+    pub tenants: TenantArgs,
 }
 
 impl std::fmt::Debug for RedisArgs {
@@ -137,6 +140,7 @@ impl RedisArgs {
             max_lease_losses: self.max_lease_losses,
             history: self.history,
             breaker: self.breaker.config(),
+            tenants: self.tenants.config(),
             ..queue::QueueConfig::default()
         }
     }
@@ -173,6 +177,50 @@ impl BreakerArgs {
             failures: self.failures,
             error_percent: self.error_percent,
             cooldown_ms: self.cooldown_ms,
+        }
+    }
+}
+
+/// Per-tenant limits of one upstream (see `queue::TenantLimits`). Claims go round the tenants
+/// with ready work whatever these are; these cap one tenant further.
+#[derive(Clone, Copy, Debug, Args)]
+pub struct TenantArgs {
+    /// Leases (calls in flight) one tenant may hold at once on this upstream; 0 = no cap.
+    #[arg(long = "tenant-concurrency", env = "REPOLL_TENANT_CONCURRENCY", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=100_000))]
+    pub tenant_concurrency: u32,
+
+    /// Upstream calls (polls included) one tenant may start a second on this upstream;
+    /// 0 = no limit.
+    #[arg(long = "tenant-rate-per-sec", env = "REPOLL_TENANT_RATE_PER_SEC", default_value_t = 0.0,
+          value_parser = parse_rate)]
+    pub tenant_rate_per_sec: f64,
+
+    /// Calls one tenant may start at once above its rate.
+    #[arg(long = "tenant-burst", env = "REPOLL_TENANT_BURST", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub tenant_burst: u32,
+}
+
+/// A rate: a number from 0 to 1,000,000 a second (fractions allowed: 0.5 = one call every 2 s).
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    if v.is_finite() && (0.0..=1_000_000.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} is out of range 0..=1000000"))
+    }
+}
+
+impl TenantArgs {
+    pub fn config(&self) -> queue::TenantLimits {
+        queue::TenantLimits {
+            concurrency: self.tenant_concurrency,
+            rate_per_sec: self.tenant_rate_per_sec,
+            burst: self.tenant_burst,
         }
     }
 }

@@ -29,7 +29,7 @@ use std::path::Path;
 
 use clap::{Args, Command, FromArgMatches};
 
-use crate::cli::{BreakerArgs, RedisArgs};
+use crate::cli::{BreakerArgs, RedisArgs, TenantArgs};
 use crate::config_file::{self, ConfigError};
 
 /// Most named upstreams one deployment may declare: each is a queue with its own worker
@@ -45,6 +45,8 @@ pub struct UpstreamSettings {
     pub policy: worker::PolicyArgs,
     #[command(flatten)]
     pub breaker: BreakerArgs,
+    #[command(flatten)]
+    pub tenants: TenantArgs,
     /// Worker slots for this upstream in each process (unset: the process's `--workers` /
     /// `--concurrency`).
     #[arg(long = "concurrency", env = "REPOLL_CONCURRENCY",
@@ -252,6 +254,7 @@ pub fn plans(
             queue: queue::QueueConfig {
                 name: format!("{}.{}", base.name, s.name),
                 breaker: s.settings.breaker.config(),
+                tenants: s.settings.tenants.config(),
                 upstream: s.name.clone(),
                 ..base.clone()
             },
@@ -349,6 +352,8 @@ mod tests {
         assert_eq!(u.upstream.done_values, vec!["finished"]);
         assert_eq!(u.upstream.upstream_rate_per_sec, 20);
         assert_eq!((u.concurrency, u.breaker.failures), (Some(8), 10));
+        let t = u.tenants.config();
+        assert_eq!((t.concurrency, t.rate_per_sec, t.burst), (4, 5.0, 10));
         worker::Upstream::new(&u.upstream).expect("a valid upstream");
     }
 

@@ -1655,3 +1655,99 @@ async fn the_overview_of_a_named_upstream_shows_its_own_counts() {
     );
     env.redis.stop().await;
 }
+
+/// Tenants seen by the operator: the Upstreams page lists each upstream's busiest tenants
+/// (ready, in flight) with links to their tasks; the task search takes `tenant:`; bulk actions
+/// select by upstream and tenant; the stuck-leases page reads every upstream's leases.
+#[tokio::test]
+async fn tenants_are_counted_searched_and_selected_per_upstream() {
+    let env = start().await;
+    let (r, search) = (&env.router, &env.search);
+    let ip = [10, 0, 0, 15];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().expect("signed in");
+    let of = |t: &str| queue::EnqueuePolicy {
+        tenant: t.to_string(),
+        ..Default::default()
+    };
+    for i in 0..3 {
+        search
+            .enqueue(&format!("acme job {i}"), "", &of("acme"))
+            .await
+            .unwrap();
+    }
+    search
+        .enqueue("beta job", "", &of("beta.corp"))
+        .await
+        .unwrap();
+    // One of them leased (by a worker that then stops renewing).
+    let leased = search.claim("w-gone", 1, 1).await.unwrap();
+    assert_eq!(leased.len(), 1);
+
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let row = page
+        .body
+        .split("data-testid=\"upstream-search\"")
+        .nth(1)
+        .unwrap();
+    let cell = row
+        .split("data-testid=\"upstream-tenants\"")
+        .nth(1)
+        .unwrap();
+    assert!(cell.contains("data-testid=\"tenant-acme\""), "{cell}");
+    assert!(cell.contains("data-testid=\"tenant-beta.corp\""), "{cell}");
+    assert!(
+        cell.contains("/admin/tasks?q=tenant%3Aacme&amp;upstream=search"),
+        "{cell}"
+    );
+
+    let list = get_page(
+        r,
+        "/admin/tasks?q=tenant%3Aacme&upstream=search",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains("acme job"), "{}", list.body);
+    assert!(!list.body.contains("beta job"), "{}", list.body);
+    let bad = get_page(r, "/admin/tasks?q=tenant%3Aa%7Cb", Some(&cookie), ip).await;
+    assert!(bad.body.contains("is not a tenant name"), "{}", bad.body);
+
+    let bulk = get_page(
+        r,
+        "/admin/bulk?state=ready&upstream=search&tenant=beta.corp",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert_eq!(bulk.status, 200, "{}", bulk.body);
+    assert!(bulk.body.contains("data-count=\"1\""), "{}", bulk.body);
+    let unknown = get_page(
+        r,
+        "/admin/bulk?state=ready&upstream=nope",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert!(
+        unknown.body.contains("known: default, search"),
+        "{}",
+        unknown.body
+    );
+
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    let leases = get_page(r, "/admin/leases", Some(&cookie), ip).await;
+    assert_eq!(leases.status, 200, "{}", leases.body);
+    assert!(
+        leases
+            .body
+            .contains(&format!("data-id=\"{}\"", leased[0].id)),
+        "{}",
+        leases.body
+    );
+    let reply = act_as(r, &cookie, &[("op", "release_stuck"), ("id", "")]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("released 1 lease"), "{}", reply.body);
+    assert_eq!(search.stats().await.unwrap().leased, 0);
+}

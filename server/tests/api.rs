@@ -907,3 +907,100 @@ async fn a_redis_stall_is_a_quick_503_not_a_hang() {
     );
     env.stop().await;
 }
+
+fn post_json_with(body: &str, header: (&str, &str)) -> Request<Body> {
+    let mut req = post_json(body);
+    req.headers_mut().insert(
+        axum::http::HeaderName::from_bytes(header.0.as_bytes()).unwrap(),
+        axum::http::HeaderValue::from_str(header.1).unwrap(),
+    );
+    req
+}
+
+async fn tenant_of(env: &Env, id: &str) -> String {
+    env.queue
+        .get(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .unwrap()
+        .tenant
+}
+
+#[tokio::test]
+async fn a_submit_names_its_tenant_by_body_or_by_the_operators_header() {
+    // Without a tenant header: the body's `tenant`, checked.
+    let env = Env::start(Opts::default()).await;
+    let r = env
+        .send(post_json(
+            &json!({"query": "t one", "tenant": "acme"}).to_string(),
+        ))
+        .await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(
+        tenant_of(&env, r.json["id"].as_str().unwrap()).await,
+        "acme"
+    );
+    let r = env.submit("t two").await;
+    assert_eq!(tenant_of(&env, r.json["id"].as_str().unwrap()).await, "");
+    for bad in ["a|b", "with space", &"x".repeat(65)] {
+        let r = env
+            .send(post_json(
+                &json!({"query": "t bad", "tenant": bad}).to_string(),
+            ))
+            .await;
+        assert_eq!(r.status, 422, "{bad:?}: {}", r.text);
+        assert_eq!(r.json["error"]["code"], "invalid_tenant", "{}", r.text);
+    }
+    assert!(
+        !exists(&env, "t bad").await,
+        "a refused tenant wrote nothing"
+    );
+    // A header given while none is configured means nothing.
+    let r = env
+        .send(post_json_with(
+            &json!({"query": "t three"}).to_string(),
+            ("x-api-key-id", "other"),
+        ))
+        .await;
+    assert_eq!(tenant_of(&env, r.json["id"].as_str().unwrap()).await, "");
+    env.stop.cancel();
+
+    // With the operator's header: it alone names the tenant; the body's is ignored.
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            tenant_header: Some(axum::http::HeaderName::from_static("x-api-key-id")),
+            ..ApiArgs::default()
+        },
+        ..Opts::default()
+    })
+    .await;
+    let r = env
+        .send(post_json_with(
+            &json!({"query": "h one", "tenant": "spoof"}).to_string(),
+            ("x-api-key-id", "key-17"),
+        ))
+        .await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    assert_eq!(
+        tenant_of(&env, r.json["id"].as_str().unwrap()).await,
+        "key-17"
+    );
+    let r = env
+        .send(post_json(
+            &json!({"query": "h two", "tenant": "spoof"}).to_string(),
+        ))
+        .await;
+    assert_eq!(tenant_of(&env, r.json["id"].as_str().unwrap()).await, "");
+    let r = env
+        .send(post_json_with(
+            &json!({"query": "h three"}).to_string(),
+            ("x-api-key-id", "not|valid"),
+        ))
+        .await;
+    assert_eq!(r.status, 422, "{}", r.text);
+    assert_eq!(r.json["error"]["code"], "invalid_tenant");
+    env.stop.cancel();
+}

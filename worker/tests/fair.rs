@@ -34,7 +34,11 @@ async fn flood(
     let texts: Vec<String> = (0..n).map(|i| format!("{label} query {i}")).collect();
     let items: Vec<(&str, &str)> = texts.iter().map(|t| (t.as_str(), "")).collect();
     let mut ids = Vec::with_capacity(n);
-    for r in q.enqueue_many(&items, &of(tenant, policy)).await.expect("enqueue") {
+    for r in q
+        .enqueue_many(&items, &of(tenant, policy))
+        .await
+        .expect("enqueue")
+    {
         match r.expect("enqueued") {
             queue::Enqueued::Created(t) => ids.push(t.id.to_string()),
             other => panic!("not created: {other:?}"),
@@ -106,7 +110,12 @@ async fn a_small_tenant_keeps_its_pace_beside_a_flood() {
 
     // A floods first, then B asks.
     let loaded = connect("fair-loaded").await.expect("queue");
-    let w = spawn(worker(&loaded, &up, policy.clone(), fast_worker_args(SLOTS)));
+    let w = spawn(worker(
+        &loaded,
+        &up,
+        policy.clone(),
+        fast_worker_args(SLOTS),
+    ));
     let warm = flood(&loaded, "warm", "b", 1, &policy).await;
     times_to_final(&loaded, &warm, Duration::from_secs(30)).await;
     flood(&loaded, "a", "a", A_TASKS, &policy).await;
@@ -148,7 +157,9 @@ async fn a_small_tenant_keeps_its_pace_beside_a_flood() {
         }
     }
     w.stop().await;
-    eprintln!("fairness control: without tenants {done} of B's {B_TASKS} were final after {wait:?}");
+    eprintln!(
+        "fairness control: without tenants {done} of B's {B_TASKS} were final after {wait:?}"
+    );
     assert!(
         done < B_TASKS,
         "without tenants B finished anyway: the test would not see unfairness"

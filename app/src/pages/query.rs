@@ -13,6 +13,11 @@ use crate::query_view::{pretty, QueryStatus, QueryView};
 /// the page's status out of sight.
 const FOLD_CHARS: usize = 4000;
 
+/// The tenant of every query asked on this page (the API's callers name their own): the
+/// page's visitors share one fair share of each upstream, however many API tenants there are.
+#[cfg(feature = "ssr")]
+const PAGE_TENANT: &str = "public";
+
 /// Submits a query and sends the browser to its shareable page. With JavaScript the router
 /// follows the redirect in place; without it the form post gets a plain 302. Shares the
 /// public API's per-client rate limit (429 with Retry-After when over it).
@@ -36,6 +41,7 @@ pub async fn submit_query(
         &query,
         queue::Priority::Interactive,
         upstream.as_deref(),
+        PAGE_TENANT,
     )
     .await;
     match submitted {

@@ -28,6 +28,7 @@ pub enum ErrorCode {
     /// The body names an upstream this deployment does not have; the message lists the known
     /// ones (422).
     UnknownUpstream,
+    InvalidTenant,
     /// The content type is not `application/json` (415).
     UnsupportedMediaType,
     /// The body is larger than the limit (413).
@@ -61,6 +62,7 @@ impl ErrorCode {
         ErrorCode::InvalidBody,
         ErrorCode::InvalidQuery,
         ErrorCode::UnknownUpstream,
+        ErrorCode::InvalidTenant,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::PayloadTooLarge,
         ErrorCode::BadRequest,
@@ -82,6 +84,7 @@ impl ErrorCode {
             ErrorCode::InvalidBody => "invalid_body",
             ErrorCode::InvalidQuery => "invalid_query",
             ErrorCode::UnknownUpstream => "unknown_upstream",
+            ErrorCode::InvalidTenant => "invalid_tenant",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::BadRequest => "bad_request",
@@ -209,6 +212,11 @@ impl From<QueryError> for ApiError {
             QueryError::UnknownUpstream(e) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 ErrorCode::UnknownUpstream,
+                e.to_string(),
+            ),
+            e @ QueryError::InvalidTenant => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidTenant,
                 e.to_string(),
             ),
             QueryError::Unavailable => ApiError {

@@ -55,6 +55,16 @@ pub struct ApiArgs {
     /// Interval of heartbeat comments on live streams, in ms.
     #[arg(long, env = "REPOLL_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     pub sse_keepalive_ms: u64,
+    /// A request header that names the caller's tenant (e.g. `X-Api-Key-Id`, set by your API
+    /// gateway): when set, a submit's tenant is that header's value (none when absent) and the
+    /// body's `tenant` is ignored, so callers cannot pick another's share. Unset: the body's.
+    #[arg(long, env = "REPOLL_TENANT_HEADER", value_parser = parse_header_name)]
+    pub tenant_header: Option<axum::http::HeaderName>,
+}
+
+fn parse_header_name(s: &str) -> Result<axum::http::HeaderName, String> {
+    axum::http::HeaderName::from_bytes(s.trim().as_bytes())
+        .map_err(|_| format!("{s:?} is not an HTTP header name"))
 }
 
 impl Default for ApiArgs {
@@ -76,6 +86,8 @@ pub struct ApiState {
     pub trust_forwarded: bool,
     /// Callbacks from the upstream (`None`: off, every callback is a 404).
     pub callbacks: Option<CallbackReceiver>,
+    /// `REPOLL_TENANT_HEADER`: the header that names a submit's tenant.
+    pub tenant_header: Option<axum::http::HeaderName>,
 }
 
 impl Default for ApiState {
@@ -93,6 +105,7 @@ impl ApiState {
             metrics_token: None,
             trust_forwarded,
             callbacks: None,
+            tenant_header: args.tenant_header.clone(),
         }
     }
 }

@@ -4,7 +4,7 @@
 use app::query_view::{QueryView, TaskId};
 use axum::{
     extract::{Path, State},
-    http::{header, HeaderValue, StatusCode},
+    http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     Json,
 };
@@ -31,6 +31,11 @@ pub struct SubmitBody {
     /// names them in its config file; the same query for two upstreams is two tasks.
     #[serde(default)]
     pub upstream: Option<String>,
+    /// Who asks (1 to 64 of letters, digits and `._:@-`; absent = no tenant): tenants share
+    /// each upstream fairly and may each be capped. Ignored when the deployment names a
+    /// tenant header (`REPOLL_TENANT_HEADER`): then that header says who asks.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// 202 while processing (a task was created or joined), 200 once final (a fresh stored
@@ -49,7 +54,7 @@ pub struct SubmitBody {
         (status = 400, body = ErrorBody, description = "Malformed JSON (code malformed_json)."),
         (status = 413, body = ErrorBody, description = "Body larger than 4 KiB (code payload_too_large)."),
         (status = 415, body = ErrorBody, description = "Content type is not application/json (code unsupported_media_type)."),
-        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), the body has no string `query` (code invalid_body), or names an unknown upstream (code unknown_upstream, the message lists the known ones)."),
+        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), the body has no string `query` (code invalid_body), names an unknown upstream (code unknown_upstream, the message lists the known ones) or a malformed tenant (code invalid_tenant)."),
         (status = 429, body = ErrorBody, description = "Rate limit of this client reached (code rate_limited).",
             headers(("Retry-After" = u64, description = "Seconds to wait."))),
         (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
@@ -57,14 +62,28 @@ pub struct SubmitBody {
 )]
 pub async fn submit(
     State(state): State<WebState>,
+    headers: HeaderMap,
     _limit: RateLimited,
     ApiJson(body): ApiJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
+    // The operator's header, when named, is the only source (a gateway sets it); an absent
+    // header is no tenant. A value that is not text is a malformed tenant, not "none".
+    let tenant = match &state.api.tenant_header {
+        Some(name) => match headers.get(name) {
+            Some(v) => v
+                .to_str()
+                .map_err(|_| ApiError::from(app::query_view::QueryError::InvalidTenant))?
+                .to_string(),
+            None => String::new(),
+        },
+        None => body.tenant.unwrap_or_default(),
+    };
     let (view, created) = app::query_view::submit_with(
         &state.app,
         &body.query,
         body.priority,
         body.upstream.as_deref(),
+        &tenant,
     )
     .await?;
     tracing::debug!(id = %view.id, created, status = view.status.as_str(), "api: query submitted");

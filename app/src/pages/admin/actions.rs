@@ -99,14 +99,17 @@ pub async fn act(
         "release_stuck" => {
             // Only leases already past their deadline: a lease close to it may belong to a
             // healthy worker that is about to renew it.
-            let stuck = q.stuck_leases(0, queue::MAX_PAGE).await.map_err(failed)?;
+            // Every upstream's queue, as the page lists them.
             let by = format!("admin {who}");
             let mut n = 0u64;
-            for l in stuck.iter().filter(|l| l.overdue_ms >= 0) {
-                match q.release(&l.id, Some(l.token), &by).await {
-                    Ok(true) => n += 1,
-                    Ok(false) | Err(queue::QueueError::StaleToken) => {}
-                    Err(e) => return Err(failed(e)),
+            for (_, uq) in ctx.queues() {
+                let stuck = uq.stuck_leases(0, queue::MAX_PAGE).await.map_err(failed)?;
+                for l in stuck.iter().filter(|l| l.overdue_ms >= 0) {
+                    match uq.release(&l.id, Some(l.token), &by).await {
+                        Ok(true) => n += 1,
+                        Ok(false) | Err(queue::QueueError::StaleToken) => {}
+                        Err(e) => return Err(failed(e)),
+                    }
                 }
             }
             (

@@ -1,5 +1,6 @@
-//! `/admin/bulk`: bulk actions by filter. The operator picks a state and narrows it by error
-//! text, query text and a time window (a GET form, so the filter is in the URL); the page
+//! `/admin/bulk`: bulk actions by filter. The operator picks an upstream (when there are
+//! several: each is a queue of its own) and a state and narrows it by error text, query text,
+//! tenant and a time window (a GET form, so the filter is in the URL); the page
 //! shows how many tasks match before anything is done, and offers the actions that apply,
 //! each naming that count. A run goes on in the background on the server (chunks of
 //! `queue::bulk::BULK_CHUNK` through the per-task admin scripts, see `queue/src/bulk.rs`),
@@ -40,6 +41,10 @@ pub struct FilterForm {
     pub hours: String,
     /// "updated" (last state change) or "created".
     pub field: String,
+    /// Exactly this tenant ("" = any, "none" = tasks of no tenant).
+    pub tenant: String,
+    /// The upstream whose queue this acts on ("" = the default one).
+    pub upstream: String,
 }
 
 impl FilterForm {
@@ -51,6 +56,8 @@ impl FilterForm {
             query: get("query"),
             hours: get("hours"),
             field: get("field"),
+            tenant: get("tenant"),
+            upstream: get("upstream"),
         }
     }
 }
@@ -98,6 +105,8 @@ pub struct BulkView {
     pub run: Option<RunView>,
     pub paused: Option<PauseInfo>,
     pub now_ms: i64,
+    /// Every upstream's name (more than one: the page offers the choice).
+    pub upstreams: Vec<String>,
 }
 
 #[cfg(feature = "ssr")]
@@ -138,13 +147,34 @@ mod ssr {
             "created" => queue::TimeField::Created,
             _ => return Err(bad("unknown time field")),
         };
+        let tenant = match f.tenant.trim() {
+            "" => None,
+            "none" => Some(String::new()),
+            t if queue::is_valid_tenant(t) => Some(t.to_string()),
+            _ => {
+                return Err(bad(
+                    "the tenant is not a tenant name (letters, digits and ._:@-) or none",
+                ))
+            }
+        };
         Ok(queue::BulkFilter {
             state,
             error: text(&f.error, "error")?,
             query: text(&f.query, "query")?,
             within_ms,
             time_field,
+            tenant,
         })
+    }
+
+    /// The queue of the form's upstream; a 400 naming the known ones for an unknown name.
+    pub fn queue_of<'a>(
+        ctx: &'a crate::context::AppContext,
+        f: &FilterForm,
+    ) -> Result<&'a queue::Queue, ServerFnError> {
+        ctx.upstream(Some(f.upstream.as_str()))
+            .map(|(q, _)| q)
+            .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))
     }
 
     impl From<queue::BulkProgress> for RunView {
@@ -172,7 +202,7 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
     use http::StatusCode;
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let q = &ctx.queue;
+    let q = ssr::queue_of(&ctx, &filter)?;
     let f = ssr::filter(&filter)?;
     let failed = |e: queue::QueueError| {
         tracing::warn!(error = %e, "bulk preview failed");
@@ -200,6 +230,7 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
         run: run.map_err(failed)?.map(Into::into),
         paused: paused.map_err(failed)?,
         now_ms: now_ms.map_err(failed)?,
+        upstreams: ctx.upstream_names(),
     })
 }
 
@@ -216,7 +247,13 @@ pub async fn bulk_act(
     use http::StatusCode;
     let session = require(Role::Admin).await?;
     let ctx = crate::context::app_context()?;
-    let q = ctx.queue.clone();
+    let q = ssr::queue_of(&ctx, &filter)?.clone();
+    // The audit log is the deployment's one (the default queue's), whichever upstream acts.
+    let audit_q = ctx.queue.clone();
+    let upstream_note = match q.config().upstream.as_str() {
+        "" => String::new(),
+        u => format!("upstream {u}: "),
+    };
     let who = session.user.clone();
     let failed = |e: queue::QueueError| {
         tracing::error!(error = %e, "bulk action failed");
@@ -293,7 +330,8 @@ pub async fn bulk_act(
             Ok(p) => (filter_text, p.changed),
             Err(_) => (format!("{filter_text} (failed; see the server log)"), 0),
         };
-        super::actions::record_audit(&q, &who, &audit_action, &target, count).await;
+        let target = format!("{upstream_note}{target}");
+        super::actions::record_audit(&audit_q, &who, &audit_action, &target, count).await;
     });
     Ok(format!("started: {op} {}", plural(total, "task", "tasks")))
 }
@@ -401,6 +439,32 @@ fn BulkBody(
                     <input type="text" name="query" data-testid="bulk-query" prop:value=move || form().query />
                 </label>
                 <label>
+                    "Tenant "
+                    <input type="text" name="tenant" class="narrow" placeholder="any" data-testid="bulk-tenant"
+                        prop:value=move || form().tenant />
+                </label>
+                {move || {
+                    // Several upstreams: which one's queue (each is a queue of its own).
+                    let names = data
+                        .get()
+                        .and_then(|r| r.ok())
+                        .map(|v| v.upstreams)
+                        .unwrap_or_default();
+                    let current = form().upstream;
+                    (names.len() > 1).then(|| {
+                        let options = names
+                            .into_iter()
+                            .map(|n| {
+                                let selected = current == n || (current.is_empty() && n == "default");
+                                view! { <option value=n.clone() selected=selected>{n.clone()}</option> }
+                            })
+                            .collect_view();
+                        view! {
+                            <label>"Upstream " <select name="upstream" data-testid="bulk-upstream">{options}</select></label>
+                        }
+                    })
+                }}
+                <label>
                     "In the last "
                     <input type="number" name="hours" min="0" step="any" class="narrow" data-testid="bulk-hours"
                         prop:value=move || form().hours />
@@ -439,6 +503,8 @@ fn FilterFields(form: FilterForm) -> impl IntoView {
         <input type="hidden" name="filter[query]" value=form.query />
         <input type="hidden" name="filter[hours]" value=form.hours />
         <input type="hidden" name="filter[field]" value=form.field />
+        <input type="hidden" name="filter[tenant]" value=form.tenant />
+        <input type="hidden" name="filter[upstream]" value=form.upstream />
     }
 }
 
@@ -467,6 +533,7 @@ fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) 
     });
     let matched = data.matched;
     let actions = data.actions.clone();
+    let run_upstream = form.upstream.clone();
     let buttons = (!over && matched > 0 && !running).then(move || {
         actions
             .into_iter()
@@ -502,13 +569,18 @@ fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) 
             </p>
             <div>{over_text.map(|t| view! { <p class="err" data-testid="bulk-over-limit">{t}</p> })}</div>
             <div class="row">{buttons}</div>
-            <div>{data.run.map(|r| view! { <RunProgress run=r action now /> })}</div>
+            <div>{data.run.map(|r| view! { <RunProgress run=r action now upstream=run_upstream.clone() /> })}</div>
         </div>
     }
 }
 
 #[component]
-fn RunProgress(run: RunView, action: ServerAction<BulkAct>, now: i64) -> impl IntoView {
+fn RunProgress(
+    run: RunView,
+    action: ServerAction<BulkAct>,
+    now: i64,
+    upstream: String,
+) -> impl IntoView {
     let running = run.state == "running";
     let took = run.ended_ms.unwrap_or(now) - run.started_ms;
     let rate =
@@ -534,7 +606,7 @@ fn RunProgress(run: RunView, action: ServerAction<BulkAct>, now: i64) -> impl In
         view! {
             <ActionForm action=action attr:class="inline">
                 <input type="hidden" name="op" value="stop" />
-                <FilterFields form=FilterForm::default() />
+                <FilterFields form=FilterForm { upstream, ..FilterForm::default() } />
                 <button type="submit" class="danger" data-testid="bulk-stop">"Stop"</button>
             </ActionForm>
         }

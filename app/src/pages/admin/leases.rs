@@ -1,5 +1,6 @@
 //! Stuck leases: leases past their deadline (the holder stopped renewing — crashed, hung or
-//! cut off) and leases close to it, with their holder and how long; release one or all.
+//! cut off) and leases close to it, with their holder and how long; release one or all. Every
+//! upstream's queue is read: a stuck worker of any API shows here, named by its upstream.
 //!
 //! "Release all" takes only leases already past their deadline: one that is merely close may
 //! belong to a healthy worker about to renew it. A single release names the lease's token,
@@ -21,10 +22,19 @@ use model::{LeaseInfo, PauseInfo};
 /// Default "close to the deadline" window.
 const DEFAULT_WITHIN_MS: u64 = 20_000;
 
+/// One lease with the upstream whose queue holds it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRow {
+    pub upstream: String,
+    pub lease: LeaseInfo,
+}
+
 /// What the page shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeasesData {
-    pub rows: Vec<LeaseInfo>,
+    pub rows: Vec<LeaseRow>,
+    /// More than one upstream: the table names each row's.
+    pub several_upstreams: bool,
     pub within_ms: u64,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
@@ -46,10 +56,22 @@ pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
         )
     };
     let q = &ctx.queue;
-    let (rows, paused, now_ms) =
-        tokio::join!(q.stuck_leases(within_ms, 500), q.pause_info(), q.now_ms());
+    let (paused, now_ms) = tokio::join!(q.pause_info(), q.now_ms());
+    // One upstream after another (at most 17); soonest deadline first over all of them.
+    let mut rows = Vec::new();
+    for (name, uq) in ctx.queues() {
+        for lease in uq.stuck_leases(within_ms, 500).await.map_err(failed)? {
+            rows.push(LeaseRow {
+                upstream: name.to_string(),
+                lease,
+            });
+        }
+    }
+    rows.sort_by_key(|r| r.lease.deadline_ms);
+    rows.truncate(500);
     Ok(LeasesData {
-        rows: rows.map_err(failed)?,
+        rows,
+        several_upstreams: ctx.upstream_names().len() > 1,
         within_ms,
         paused: paused.map_err(failed)?,
         now_ms: now_ms.map_err(failed)?,
@@ -123,7 +145,8 @@ fn LeasesBody(
 #[component]
 fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
     let now = data.now_ms;
-    let past = data.rows.iter().filter(|r| r.overdue_ms >= 0).count() as u64;
+    let past = data.rows.iter().filter(|r| r.lease.overdue_ms >= 0).count() as u64;
+    let several = data.several_upstreams;
     let near = data.rows.len() as u64 - past;
     let summary = format!(
         "{} past the deadline, {} within {} of it",
@@ -153,13 +176,18 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
         <div class="table-scroll">
         <table data-testid="lease-table" class:hidden=empty>
             <thead>
-                <tr><th>"task"</th><th>"query"</th><th>"holder"</th><th>"token"</th><th>"deadline"</th><th></th></tr>
+                <tr>
+                    {several.then(|| view! { <th>"upstream"</th> })}
+                    <th>"task"</th><th>"query"</th><th>"holder"</th><th>"token"</th><th>"deadline"</th><th></th>
+                </tr>
             </thead>
             <tbody>
                 {data
                     .rows
                     .into_iter()
-                    .map(|l| {
+                    .map(|r| {
+                        let upstream = several.then(|| view! { <td>{r.upstream.clone()}</td> });
+                        let l = r.lease;
                         let deadline = l.deadline_ms;
                         let status = if l.overdue_ms >= 0 {
                             format!("past by {}", duration(l.overdue_ms))
@@ -172,6 +200,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                         let short_id = short(&l.id);
                         view! {
                             <tr data-testid="lease-row" data-id=l.id.to_string() data-worker=worker class=class>
+                                {upstream}
                                 <td><A href=href><code>{short_id}</code></A></td>
                                 <td class="query">{or_dash(l.query)}</td>
                                 <td>{or_dash(l.worker)}</td>

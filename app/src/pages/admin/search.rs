@@ -4,6 +4,7 @@
 //! - `state:` one of `dead`, `waiting`, `ready`, `leased` (without it: all four);
 //! - `error:` part of the last error's text; `query:` part of the query text (both ignore case);
 //! - `after:` changed within the last span: `90s`, `15m`, `2h`, `7d`;
+//! - `tenant:` exactly this tenant (who asked), `tenant:none` the tasks of no tenant;
 //! - anything else is free text: an exact query or a task id (or its start) first, and, when
 //!   that finds nothing or qualifiers are given, part of the query text.
 //!
@@ -19,6 +20,8 @@ pub struct Search {
     pub error: Option<String>,
     pub query: Option<String>,
     pub within_ms: Option<u64>,
+    /// Exactly this tenant; `Some("")`: tasks of no tenant.
+    pub tenant: Option<String>,
     /// The words that are not qualifiers, joined by one space.
     pub text: String,
 }
@@ -30,6 +33,7 @@ impl Search {
             || self.error.is_some()
             || self.query.is_some()
             || self.within_ms.is_some()
+            || self.tenant.is_some()
     }
 
     /// The filter for one state; free text counts as part of the query text.
@@ -47,6 +51,7 @@ impl Search {
             query,
             within_ms: self.within_ms,
             time_field: TimeField::Updated,
+            tenant: self.tenant.clone(),
         }
     }
 
@@ -118,6 +123,13 @@ pub fn parse(s: &str) -> Result<Search, String> {
                 return Err(format!("{key}: needs a value, e.g. {key}:\"HTTP 500\""))
             }
             "error" => out.error = Some(value.to_string()),
+            "tenant" if value == "none" => out.tenant = Some(String::new()),
+            "tenant" if model::is_valid_tenant(value) => out.tenant = Some(value.to_string()),
+            "tenant" => {
+                return Err(format!(
+                    "tenant:{value} is not a tenant name (letters, digits and ._:@-) or none"
+                ))
+            }
             "query" => out.query = Some(value.to_string()),
             "after" => {
                 out.within_ms = Some(span_ms(value).ok_or_else(|| {
@@ -148,6 +160,9 @@ mod tests {
         let f = s.filter(BulkState::Dead);
         assert_eq!(f.query.as_deref(), Some("order- late"));
         assert_eq!(s.states(), vec![BulkState::Dead]);
+        let t = parse("tenant:acme state:ready").unwrap();
+        assert_eq!(t.filter(BulkState::Ready).tenant.as_deref(), Some("acme"));
+        assert_eq!(parse("tenant:none").unwrap().tenant.as_deref(), Some(""));
     }
 
     #[test]
@@ -164,6 +179,8 @@ mod tests {
         assert!(parse("after:2y").unwrap_err().contains("span"));
         assert!(parse("after:0h").is_err());
         assert!(parse("error:").is_err());
+        assert!(parse("tenant:a|b").unwrap_err().contains("tenant"));
+        assert!(parse("tenant:").is_err());
         assert!(parse(r#"error:"HTTP 500"#).unwrap_err().contains("quote"));
         assert_eq!(span_ms("90s"), Some(90_000));
         assert_eq!(span_ms("15min"), Some(900_000));

@@ -327,6 +327,9 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         if !t.payload.is_empty() {
             fields.push(field("payload", text(t.payload.clone())).into_any());
         }
+        if !t.tenant.is_empty() {
+            fields.push(field("tenant", text(t.tenant.clone())).into_any());
+        }
         fields.push(
             field(
                 "priority",

@@ -409,6 +409,7 @@ fn TasksBody(
                     <option value="state:dead error:\"HTTP 5\""></option>
                     <option value="after:1h"></option>
                     <option value="after:24h"></option>
+                    <option value="tenant:public"></option>
                 </datalist>
                 // A search stays in the upstream being looked at.
                 {move || {
@@ -420,7 +421,8 @@ fn TasksBody(
                 <p id="search-help" class="hint">
                     "Qualifiers: " <code>"state:dead"</code> " (waiting, ready, leased), "
                     <code>"error:\"HTTP 500\""</code> ", " <code>"query:order-"</code> ", "
-                    <code>"after:2h"</code> " (changed within; s, m, h, d). Other words: an exact "
+                    <code>"after:2h"</code> " (changed within; s, m, h, d), "
+                    <code>"tenant:acme"</code> " (or " <code>"tenant:none"</code> "). Other words: an exact "
                     "query or id first, else part of the query text. Looks at up to 20,000 tasks "
                     "of each state."
                 </p>

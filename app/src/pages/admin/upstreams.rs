@@ -1,8 +1,9 @@
 //! The Upstreams page: every upstream API this deployment talks to (the default one and the
 //! config file's named ones), each a queue of its own — its circuit breaker and since when,
 //! its calls, error rate and latency over the last 15 minutes, its rate limit (configured and
-//! used), its work by state — and, per upstream, its breaker's actions and pause / resume (one
-//! API paused while the others flow).
+//! used), its work by state, its busiest tenants (ready and in flight, each a link to its
+//! tasks) with the per-tenant limits — and, per upstream, its breaker's actions and pause /
+//! resume (one API paused while the others flow).
 //!
 //! Why a page of its own: with several APIs the first question in an incident is "which one
 //! is failing", and the overview shows one queue.
@@ -15,7 +16,10 @@ use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{error_text, or_dash};
 use crate::pages::widgets::TimeAt;
-use model::{BreakerInfo, BreakerState, ThroughputBucket};
+use model::{BreakerInfo, BreakerState, TenantCount, ThroughputBucket};
+
+/// Tenants listed per upstream (the busiest first).
+pub const TOP_TENANTS: usize = 5;
 
 /// Minutes the recent figures (calls, errors, latency) cover.
 pub const RECENT_MINUTES: usize = 15;
@@ -41,6 +45,10 @@ pub struct UpstreamRow {
     /// Configured calls per second (0 = no limit) and burst.
     pub rate_per_sec: u32,
     pub rate_burst: u32,
+    /// The busiest [`TOP_TENANTS`] tenants: ready and in flight.
+    pub tenants: Vec<TenantCount>,
+    /// The per-tenant limits in words ("" = none).
+    pub tenant_limits: String,
 }
 
 impl UpstreamRow {
@@ -75,14 +83,17 @@ pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
     // One upstream after another (at most 17), each with its three reads together.
     let mut rows = Vec::new();
     for (name, q, rate) in ctx.upstreams_with_rates() {
-        let (stats, breaker, recent) = tokio::join!(
+        let (stats, breaker, recent, tenants) = tokio::join!(
             q.stats(),
             q.breaker(),
-            q.throughput(RECENT_MINUTES, RECENT_MINUTES)
+            q.throughput(RECENT_MINUTES, RECENT_MINUTES),
+            q.tenants(TOP_TENANTS)
         );
         rows.push(UpstreamRow {
             name: name.to_string(),
             queue: q.config().name.clone(),
+            tenants: tenants.map_err(failed)?,
+            tenant_limits: limits_text(&q.config().tenants),
             breaker: breaker.map_err(failed)?,
             recent: recent.map_err(failed)?.into_iter().last(),
             rate_per_sec: rate.per_sec,
@@ -92,6 +103,23 @@ pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
     }
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
     Ok(UpstreamsData { rows, now_ms })
+}
+
+/// "at most 4 in flight, 2/s (burst 5) per tenant", or "" without limits.
+#[cfg(feature = "ssr")]
+fn limits_text(l: &queue::TenantLimits) -> String {
+    let mut parts = Vec::new();
+    if l.concurrency > 0 {
+        parts.push(format!("at most {} in flight", l.concurrency));
+    }
+    if l.rate_per_sec > 0.0 {
+        parts.push(format!("{}/s (burst {})", l.rate_per_sec, l.burst.max(1)));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{} per tenant", parts.join(", "))
+    }
 }
 
 #[cfg(feature = "ssr")]
@@ -110,6 +138,8 @@ fn from_stats(s: model::Stats) -> UpstreamRow {
         recent: None,
         rate_per_sec: 0,
         rate_burst: 0,
+        tenants: Vec::new(),
+        tenant_limits: String::new(),
     }
 }
 
@@ -211,6 +241,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                 view! { <ActButton action op="pause" id=r.name.clone() label="Pause" testid="pause-upstream" /> }.into_any()
             };
             let paused_badge = r.paused.then(|| view! { " " <span class="badge warn" data-testid="upstream-paused">"paused"</span> });
+            let tenants = tenant_cell(&r);
             let testid = format!("upstream-{}", r.name);
             view! {
                 <tr data-testid=testid>
@@ -224,6 +255,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                     <td class="num">{format!("{} / {} / {}", r.ready, r.waiting, r.retrying)}</td>
                     <td class="num">{r.dead}</td>
                     <td class="num">{r.results}</td>
+                    <td data-testid="upstream-tenants">{tenants}</td>
                     <td>{action_button} {pause_button}</td>
                 </tr>
             }
@@ -244,6 +276,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                         <th>"Ready / waiting / retrying"</th>
                         <th>"Dead"</th>
                         <th>"Results"</th>
+                        <th>"Busiest tenants (ready · in flight)"</th>
                         <th></th>
                     </tr>
                 </thead>
@@ -251,4 +284,35 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
             </table>
         </div>
     }
+}
+
+/// The busiest tenants of one upstream, each a link to its tasks (a `tenant:` search in that
+/// upstream's list), and the per-tenant limits under them.
+fn tenant_cell(r: &UpstreamRow) -> impl IntoView {
+    let upstream = r.name.clone();
+    let items = r
+        .tenants
+        .iter()
+        .map(|t| {
+            let mut href = format!("/admin/tasks?q=tenant%3A{}", t.tenant);
+            if upstream != "default" {
+                href.push_str("&upstream=");
+                href.push_str(&upstream);
+            }
+            let testid = format!("tenant-{}", t.tenant);
+            view! {
+                <li data-testid=testid>
+                    <a href=href>{t.tenant.clone()}</a>
+                    {format!(" {} · {}", t.ready, t.leased)}
+                </li>
+            }
+        })
+        .collect_view();
+    let empty = r
+        .tenants
+        .is_empty()
+        .then(|| view! { <span class="muted">"—"</span> });
+    let limits = (!r.tenant_limits.is_empty())
+        .then(|| view! { <br /><small class="muted">{r.tenant_limits.clone()}</small> });
+    view! { <ul class="plain">{items}</ul> {empty} {limits} }
 }
