@@ -303,7 +303,7 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- The circuit breaker of the upstream (ARCHITECTURE.md, "Circuit breaker"): a hash at
 -- K.breaker, absent while closed (so a closed breaker costs no command: claim_read asks
--- EXISTS of the pause flag and the breaker in one call). Fields: st ('open' | 'half'),
+-- EXISTS of the pause flag, the breaker and the fair zset in one call). Fields: st ('open' | 'half'),
 -- since (opened at), to (open: end of the cool-down), probe (half: the task id of the one
 -- probe), pd (half: the probe's lease deadline), why (the error that opened it), by ('auto' or
 -- the admin who opened it by hand). Opened by fail.lua (an error rate over the last minute),
@@ -345,10 +345,15 @@ end
 -- Returns the plan (nil: nothing to claim) and the breaker as read (nil: closed).
 local function claim_read(K, FP, max_n, now)
   if max_n < 1 then return nil, nil end
+  -- One command while nothing is special (not paused, breaker closed, no tenant waiting): the
+  -- hot path of a deployment without tenants costs what it did before fair shares.
   local br = nil
-  if redis.call('EXISTS', K.paused, K.breaker) > 0 then
+  local fair_on = false
+  local flags = redis.call('EXISTS', K.paused, K.breaker, K.fair)
+  if flags > 0 then
     br = breaker_read(K)
     if redis.call('EXISTS', K.paused) == 1 then return nil, br end
+    fair_on = flags - (br and 1 or 0) > 0
   end
   local probe = false
   if br then
@@ -359,7 +364,6 @@ local function claim_read(K, FP, max_n, now)
     max_n = 1
     probe = true
   end
-  local fair_on = redis.call('EXISTS', K.fair) == 1
   local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0,
     max_n + (fair_on and FAIR_PROMOTE or 0))
   local ilen = redis.call('LLEN', K.ready)
