@@ -1,7 +1,8 @@
 -- claim.lua: lease up to max_n ready tasks to a worker in one call (see claim_read in the
 -- prelude for the order and the background share). Each claimed task gets a fresh fencing
--- token from the INCRBY counter. Empty while paused, or while the breaker is open (after its
--- cool-down: one task, the probe; see the prelude).
+-- token (take_tokens in the prelude: increasing, and above Redis time * 1024, so a failover
+-- that lost the last claims cannot hand a token out twice). Empty while paused, or while the
+-- breaker is open (after its cool-down: one task, the probe; see the prelude).
 -- Undeclared keys (derived from ARGV[6], same hash tag): the task hashes {q}:t:<id> of the ids
 -- it finds in the ready lists and the due zset ('full' history level: also {q}:h:<id>, created
 -- last). All reads happen before the first write.

@@ -593,6 +593,24 @@ local function claim_next_read(K, FP, next_n, now)
   return nil, breaker_read(K)
 end
 
+-- Fencing tokens: strictly increasing per queue, and never below now_ms * TOKEN_PER_MS (Redis
+-- time). Why the floor: Redis replicates asynchronously, so a failover can lose a claim that a
+-- worker already holds; the promoted replica's counter may then lag behind tokens already
+-- handed out, and a plain INCRBY would hand the same token out twice (two workers fenced as
+-- one). Its clock does not lag: by the time it is promoted (seconds later), now_ms * 1024 is
+-- past every token the old primary issued (unless it issued over 1,024 a millisecond for that
+-- long). Returns `base`: the n tokens are base + 1 .. base + n. One command when this is the
+-- first claim of the millisecond (SET ... GET), two otherwise. Exact in a double: 2^53 is
+-- reached around the year 2250.
+local TOKEN_PER_MS = 1024
+local function take_tokens(tokenk, n, now)
+  local floor = now * TOKEN_PER_MS
+  local old = num(redis.call('SET', tokenk, fmt(floor + n), 'GET'), 0)
+  if old < floor then return floor end
+  redis.call('SET', tokenk, fmt(old + n))
+  return old
+end
+
 -- The fair-share writes of a plan: promoted tasks into the fair zset (those not taken at once),
 -- taken and stale members out, the tenants' new last tags and V, the rate arrival times, and
 -- one more lease held per tenant task taken.
@@ -665,7 +683,7 @@ local function claim_apply(K, plan, worker, lease_ms, now, woken)
   local now_s = fmt(now)
   local deadline = now + lease_ms
   local deadline_s = fmt(deadline)
-  local token = redis.call('INCRBY', K.token, n) - n
+  local token = take_tokens(K.token, n, now)
   local ids = {}
   local lease_args = {}
   for i = 1, n do
