@@ -770,10 +770,21 @@ async fn submit(
 ) -> Option<Accepted> {
     let started = Instant::now();
     let mut backoff = Duration::from_millis(100);
+    // Two queries in three ask as one of four tenants (chosen by the text, so a duplicate asks
+    // as the same one), the rest as nobody: the fair-share path (the fair zset, promotions of
+    // polls, lease counts) goes through the same kills and restarts as the untenanted one.
+    let tenant = match query.bytes().map(u64::from).sum::<u64>() % 6 {
+        0 | 1 => None,
+        n => Some(format!("chaos-t{n}")),
+    };
+    let body = match &tenant {
+        Some(t) => serde_json::json!({ "query": query, "tenant": t }),
+        None => serde_json::json!({ "query": query }),
+    };
     loop {
         let r = http
             .post(format!("{base}/api/v1/queries"))
-            .json(&serde_json::json!({ "query": query }))
+            .json(&body)
             .send()
             .await;
         let (kind, wait) = match r {
