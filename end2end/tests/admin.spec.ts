@@ -287,6 +287,36 @@ test("the upstreams page opens and closes the circuit breaker; the overview show
   expect(errors).toEqual([]);
 });
 
+test("the upstreams page lists a tenant's waiting queries and links to them", async ({ page, request }) => {
+  const errors = watchErrors(page);
+  await signIn(page);
+  const tenant = `e2e-${run}`.slice(0, 64);
+  // Paused, so the tenant's queries stay ready while the page is read.
+  redis("SET", "{repoll}:paused", `${Date.now()}|e2e`);
+  try {
+    for (let i = 0; i < 3; i++) {
+      const res = await request.post("/api/v1/queries", {
+        data: { query: `admin-tenant-${run}-${i} polls=1`, tenant },
+      });
+      expect(res.status()).toBe(202);
+    }
+    const bad = await request.post("/api/v1/queries", { data: { query: "x", tenant: "not a tenant" } });
+    expect(bad.status()).toBe(422);
+    expect((await bad.json()).error.code).toBe("invalid_tenant");
+    await page.getByTestId("admin-nav").getByRole("link", { name: "Upstreams" }).click();
+    const entry = page.getByTestId("upstream-default").getByTestId(`tenant-${tenant}`);
+    await expect(entry).toContainText("3 · 0");
+    await entry.getByRole("link").click();
+    await expect(page).toHaveURL(new RegExp(`q=tenant%3A${tenant}`));
+    for (let i = 0; i < 3; i++) {
+      await expect(page.getByText(`admin-tenant-${run}-${i} polls=1`)).toBeVisible();
+    }
+  } finally {
+    redis("DEL", "{repoll}:paused");
+  }
+  expect(errors).toEqual([]);
+});
+
 /** The pid of the `repoll serve` under test: the parent of its managed redis-server (a
  * direct child, which dies with it), checked by its command line. */
 function webServerPid(): number {
