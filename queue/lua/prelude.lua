@@ -385,10 +385,14 @@ local function claim_read(K, FP, max_n, now)
     end
     return F
   end
-  local function last_of(tn)
+  -- A tenant's value read once per claim and kept in fair_state()[field] (0 when absent).
+  local function cached(field, tn, read)
     local st = fair_state()
-    if st.last[tn] == nil then st.last[tn] = num(redis.call('ZSCORE', K.fairt, tn), 0) end
-    return st.last[tn]
+    if st[field][tn] == nil then st[field][tn] = num(read(), 0) end
+    return st[field][tn]
+  end
+  local function last_of(tn)
+    return cached('last', tn, function() return redis.call('ZSCORE', K.fairt, tn) end)
   end
   local function set_last(tn, tag)
     local st = fair_state()
@@ -450,14 +454,10 @@ local function claim_read(K, FP, max_n, now)
     end)
   end
   local function held(tn)
-    local st = fair_state()
-    if st.held[tn] == nil then st.held[tn] = num(redis.call('HGET', K.fairc, tn), 0) end
-    return st.held[tn]
+    return cached('held', tn, function() return redis.call('HGET', K.fairc, tn) end)
   end
   local function tat_of(tn)
-    local st = fair_state()
-    if st.tat[tn] == nil then st.tat[tn] = num(redis.call('ZSCORE', K.fairr, tn), 0) end
-    return st.tat[tn]
+    return cached('tat', tn, function() return redis.call('ZSCORE', K.fairr, tn) end)
   end
   local function within_limits(tn)
     if FP.cap > 0 and held(tn) >= FP.cap then return false end

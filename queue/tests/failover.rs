@@ -9,16 +9,20 @@ mod common;
 use common::*;
 use queue::*;
 
+/// Every key of queue `name`.
+async fn keys_of(name: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{{{name}}}*"))
+        .query_async(&mut raw().await)
+        .await
+        .unwrap()
+}
+
 /// Every key of queue `name` with its DUMP.
 async fn dump_all(name: &str) -> Vec<(String, Vec<u8>)> {
     let mut c = raw().await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{name}}}*"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
     let mut out = Vec::new();
-    for k in keys {
+    for k in keys_of(name).await {
         let d: Vec<u8> = redis::cmd("DUMP")
             .arg(&k)
             .query_async(&mut c)
@@ -33,12 +37,7 @@ async fn dump_all(name: &str) -> Vec<(String, Vec<u8>)> {
 /// would hold.
 async fn restore_all(name: &str, saved: &[(String, Vec<u8>)]) {
     let mut c = raw().await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{name}}}*"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    for k in keys {
+    for k in keys_of(name).await {
         let _: () = redis::cmd("DEL").arg(&k).query_async(&mut c).await.unwrap();
     }
     for (k, d) in saved {

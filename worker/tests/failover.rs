@@ -45,6 +45,25 @@ impl Drop for Nodes {
     }
 }
 
+/// A redis-server on `port` (no persistence, a directory of its own under `dir`, full syncs
+/// to replicas at once) with `extra` arguments; None if it cannot be started.
+fn spawn_node(port: u16, dir: &std::path::Path, extra: &[&str]) -> Option<Child> {
+    let d = dir.join(port.to_string());
+    std::fs::create_dir_all(&d).ok()?;
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
+        .args(["--repl-diskless-sync-delay", "0"])
+        .args(extra)
+        .arg("--dir")
+        .arg(&d)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -93,32 +112,18 @@ async fn six_node_cluster() -> Option<Nodes> {
         children: Vec::new(),
         dir: dir.clone(),
     };
-    for i in 0..6 {
+    // Cluster mode; a node taken for dead after 1 s, so a replica takes over quickly.
+    let cluster = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "1000",
+    ];
+    for _ in 0..6 {
         let port = free_port();
-        let d = dir.join(format!("n{i}"));
-        std::fs::create_dir_all(&d).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ])
-            .args([
-                "--cluster-node-timeout",
-                "1000",
-                "--repl-diskless-sync-delay",
-                "0",
-            ])
-            .arg("--dir")
-            .arg(&d)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
+        let child = spawn_node(port, &dir, &cluster)?;
         nodes.children.push((port, child));
     }
     for (port, _) in &nodes.children {
@@ -414,31 +419,15 @@ async fn the_cost_of_waiting_for_a_replica_on_enqueue_is_measured() {
         dir: dir.clone(),
     };
     let (primary, replica) = (free_port(), free_port());
+    let primary_text = primary.to_string();
     for (port, extra) in [
         (primary, vec![]),
         (
             replica,
-            vec![
-                "--replicaof".to_string(),
-                "127.0.0.1".into(),
-                primary.to_string(),
-            ],
+            vec!["--replicaof", "127.0.0.1", primary_text.as_str()],
         ),
     ] {
-        let d = dir.join(port.to_string());
-        std::fs::create_dir_all(&d).unwrap();
-        let Ok(child) = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
-            .args(["--repl-diskless-sync-delay", "0"])
-            .args(&extra)
-            .arg("--dir")
-            .arg(&d)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-        else {
+        let Some(child) = spawn_node(port, &dir, &extra) else {
             eprintln!("SKIPPED: redis-server could not start");
             return;
         };
