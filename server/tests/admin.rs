@@ -1751,3 +1751,51 @@ async fn tenants_are_counted_searched_and_selected_per_upstream() {
     assert!(reply.body.contains("released 1 lease"), "{}", reply.body);
     assert_eq!(search.stats().await.unwrap().leased, 0);
 }
+
+/// The ready list pages through all of its places (due now, the tenants' fair queue, the two
+/// ready lists): every ready task is listed once, following "Next page" from the first page.
+#[tokio::test]
+async fn the_ready_list_pages_through_tenants_and_lists() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let ip = [10, 0, 0, 16];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().expect("signed in");
+    let mut ids = std::collections::BTreeSet::new();
+    for i in 0..70 {
+        let tenant = if i % 2 == 0 { "pager" } else { "" };
+        let p = queue::EnqueuePolicy {
+            tenant: tenant.to_string(),
+            ..Default::default()
+        };
+        match q.enqueue(&format!("page me {i}"), "", &p).await.unwrap() {
+            queue::Enqueued::Created(t) => ids.insert(t.id.to_string()),
+            other => panic!("{other:?}"),
+        };
+    }
+    let mut seen = Vec::new();
+    let mut path = "/admin/tasks?state=ready".to_string();
+    for _ in 0..10 {
+        let page = get_page(r, &path, Some(&cookie), ip).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        for part in page.body.split("href=\"/admin/tasks/").skip(1) {
+            let id: String = part.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+            if id.len() == 32 {
+                seen.push(id);
+            }
+        }
+        let Some(next) = page
+            .body
+            .split("data-testid=\"next-page\"")
+            .next()
+            .filter(|_| page.body.contains("data-testid=\"next-page\""))
+            .and_then(|before| before.rsplit("href=\"").next())
+            .map(|h| h.split('"').next().unwrap().replace("&amp;", "&"))
+        else {
+            break;
+        };
+        path = next;
+    }
+    let listed: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+    assert_eq!(listed.len(), seen.len(), "a task listed twice");
+    assert_eq!(listed, ids, "every ready task, once");
+}
