@@ -493,6 +493,7 @@ fn Tabs(
 /// set, and in the ready list's segments `z:<score>:<id>` (due now), `f:<score>:<tenant>|<id>`
 /// (the tenants' fair queue), `i:<id>` / `b:<id>` (the two ready lists), or a bare `z:`, `f:`,
 /// `i:`, `b:` (the start of a segment).
+#[cfg(feature = "ssr")]
 fn plausible_cursor(c: &str) -> bool {
     let scored = |rest: &str| {
         rest.split_once(':')
