@@ -596,19 +596,24 @@ end
 -- Fencing tokens: strictly increasing per queue, and never below now_ms * TOKEN_PER_MS (Redis
 -- time). Why the floor: Redis replicates asynchronously, so a failover can lose a claim that a
 -- worker already holds; the promoted replica's counter may then lag behind tokens already
--- handed out, and a plain INCRBY would hand the same token out twice (two workers fenced as
--- one). Its clock does not lag: by the time it is promoted (seconds later), now_ms * 1024 is
--- past every token the old primary issued (unless it issued over 1,024 a millisecond for that
--- long). Returns `base`: the n tokens are base + 1 .. base + n. One command when this is the
--- first claim of the millisecond (SET ... GET), two otherwise. Exact in a double: 2^53 is
--- reached around the year 2250.
+-- handed out, and a plain counter would hand the same token out twice (two workers fenced as
+-- one). Its clock does not lag: the first claim after the failover finds the counter below the
+-- time floor and moves it past every token the old primary issued. To keep that to one command
+-- per claim (INCRBY), a move sets the counter TOKEN_AHEAD_MS ahead of the floor, so the next
+-- claims of that half second find it above the floor and only count; the guarantee then holds
+-- for a failover that takes longer than TOKEN_AHEAD_MS plus the replication lag (a Redis Cluster
+-- needs at least its node timeout, 1 s at the least in practice, Sentinel its down-after
+-- period) and fewer than 1,024 tokens a millisecond. Returns `base`: the n tokens are
+-- base + 1 .. base + n. Exact in a double until about the year 2250.
 local TOKEN_PER_MS = 1024
+local TOKEN_AHEAD_MS = 500
 local function take_tokens(tokenk, n, now)
+  local v = redis.call('INCRBY', tokenk, n)
   local floor = now * TOKEN_PER_MS
-  local old = num(redis.call('SET', tokenk, fmt(floor + n), 'GET'), 0)
-  if old < floor then return floor end
-  redis.call('SET', tokenk, fmt(old + n))
-  return old
+  if v - n >= floor then return v - n end
+  local base = floor + TOKEN_AHEAD_MS * TOKEN_PER_MS
+  redis.call('SET', tokenk, fmt(base + n))
+  return base
 end
 
 -- The fair-share writes of a plan: promoted tasks into the fair zset (those not taken at once),

@@ -3,7 +3,10 @@
 //! a claim are lost exactly that way (every key of the queue put back as it was before the
 //! claim, with DUMP / RESTORE), and the queue must still fence the worker that holds the lost
 //! lease out: the next claim of the same task gets a greater token (take_tokens in
-//! prelude.lua), so the old holder's completion is refused and the new one's stands.
+//! prelude.lua), so the old holder's completion is refused and the new one's stands. The
+//! replay waits 0.6 s where the failover would be (a real one takes longer: the cluster's node
+//! timeout, at least 1 s in practice), since take_tokens keeps its counter up to 0.5 s ahead of
+//! the clock between two moves.
 mod common;
 
 use common::*;
@@ -54,6 +57,12 @@ async fn restore_all(name: &str, saved: &[(String, Vec<u8>)]) {
 #[tokio::test]
 async fn a_claim_lost_in_a_failover_never_gives_its_token_twice() {
     let q = queue("fo1").await;
+    // An earlier claim first, so the counter is ahead of the clock when the replica's copy is
+    // taken (the harder case: a plain count from there would repeat the lost token).
+    q.enqueue("earlier query", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    assert_eq!(q.claim("worker-0", 1, 60_000).await.unwrap().len(), 1);
     q.enqueue("failover query", "", &EnqueuePolicy::default())
         .await
         .unwrap();
@@ -68,7 +77,7 @@ async fn a_claim_lost_in_a_failover_never_gives_its_token_twice() {
     );
     // The failover: the claim's writes never reached the replica that is now the primary.
     restore_all("fo1", &before).await;
-    sleep_ms(2).await;
+    sleep_ms(600).await;
     let b = q.claim("worker-b", 1, 60_000).await.unwrap();
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].id, a[0].id, "the same task, claimed again");
