@@ -110,6 +110,19 @@ impl Live {
         caps: StreamCaps,
         stop: CancellationToken,
     ) -> Live {
+        Live::start_seeds(vec![client], channels, caps, stop)
+    }
+
+    /// [`Live::start_many`] with several nodes to subscribe through (a Redis Cluster's seeds):
+    /// each reconnection tries the next one. Why: a cluster broadcasts every PUBLISH to all its
+    /// nodes, so any live node serves the subscription, and after a failover the node this
+    /// process knew first may be the dead one; staying on it would stop every live page.
+    pub fn start_seeds(
+        clients: Vec<redis::Client>,
+        channels: Vec<String>,
+        caps: StreamCaps,
+        stop: CancellationToken,
+    ) -> Live {
         let hub = Live::new(caps);
         let feed = hub.clone();
         tokio::spawn(async move {
@@ -121,8 +134,11 @@ impl Live {
                 .with_jitter()
                 .without_max_times()
                 .build();
-            while !stop.is_cancelled() {
-                match subscribe(&client, &channels, &feed, &stop).await {
+            let mut next = 0usize;
+            while !stop.is_cancelled() && !clients.is_empty() {
+                let client = &clients[next % clients.len()];
+                next = next.wrapping_add(1);
+                match subscribe(client, &channels, &feed, &stop).await {
                     Ok(()) => break,
                     Err(e) => {
                         let delay = delays.next().unwrap_or(Duration::from_secs(5));

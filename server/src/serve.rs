@@ -175,6 +175,20 @@ pub async fn upstream_queue(
         })
 }
 
+/// Pub/Sub clients for every node `url` names (one, or a cluster's seeds), for the live hub
+/// to rotate through when one stops answering.
+pub fn pubsub_clients(url: &str) -> Result<Vec<redis::Client>, ServeError> {
+    RedisArgs::seed_urls(url)
+        .iter()
+        .map(|u| {
+            redis::Client::open(u.as_str()).map_err(|e| ServeError::Redis {
+                url: redact(u),
+                source: e.into(),
+            })
+        })
+        .collect()
+}
+
 /// A Pub/Sub client for `url` (a cluster's first seed).
 pub fn pubsub_client(url: &str) -> Result<redis::Client, ServeError> {
     let url = RedisArgs::pubsub_url(url);
@@ -258,13 +272,13 @@ async fn serve_with(
         });
     }
 
-    let live_client = pubsub_client(url)?;
+    let live_clients = pubsub_clients(url)?;
     let caps = StreamCaps {
         per_client: args.max_streams_per_client,
         total: args.max_streams,
     };
-    let live = Live::start_many(
-        live_client,
+    let live = Live::start_seeds(
+        live_clients,
         served
             .iter()
             .map(|(_, _, q, _, _)| q.channels().dashboard)

@@ -317,3 +317,55 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
     assert_eq!(heard, Ok(true));
     redis.stop().await;
 }
+
+/// The live hub subscribes through the next seed when one does not answer (a cluster's first
+/// seed may be the node a failover took away): with a dead first seed, notices still arrive.
+#[tokio::test]
+async fn the_live_hub_subscribes_through_the_next_seed_when_one_is_down() {
+    use redis::AsyncCommands;
+    let (redis, _dir) = start_redis().await;
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = redis::Client::open(format!("redis://127.0.0.1:{dead_port}")).unwrap();
+    let alive = redis::Client::open(redis.url()).unwrap();
+    let channel = "repoll-test:seeds";
+    let live = server::live_hub::Live::start_seeds(
+        vec![dead, alive.clone()],
+        vec![channel.to_string()],
+        Default::default(),
+        Default::default(),
+    );
+    let mut c = alive.get_multiplexed_async_connection().await.unwrap();
+    let mut subscribed = false;
+    for _ in 0..200 {
+        let n: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if n.first().is_some_and(|(_, n)| *n == 1) {
+            subscribed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        subscribed,
+        "subscribed through the second seed (10 s hang guard)"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut watch = live.watch_task("seed-task");
+    let _: () = c
+        .publish(
+            channel,
+            r#"{"kind":"completed","id":"seed-task","at_ms":1}"#,
+        )
+        .await
+        .unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
+    assert!(changed.is_ok(), "the notice reached the watcher");
+}
