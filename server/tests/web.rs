@@ -255,6 +255,23 @@ async fn the_request_timeout_cuts_slow_answers_not_streams() {
 /// The live hub's Pub/Sub connection is cut (CLIENT KILL, as a Redis restart or a proxy
 /// would): the hub reconnects and bumps every watcher (`resync`), since whatever was
 /// published meanwhile is lost; and it hears new messages again afterwards.
+/// Waits (10 s at most) until `channel` has exactly one subscriber.
+async fn one_subscriber(mut c: redis::aio::MultiplexedConnection, channel: &str) -> bool {
+    for _ in 0..200 {
+        let n: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if n.first().is_some_and(|(_, n)| *n == 1) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
 #[tokio::test]
 async fn a_pubsub_reconnect_bumps_every_watcher() {
     use redis::AsyncCommands;
@@ -268,23 +285,8 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
         Default::default(),
         Default::default(),
     );
-    let subscribed = |mut c: redis::aio::MultiplexedConnection| async move {
-        for _ in 0..200 {
-            let n: Vec<(String, u64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(channel)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            if n.first().is_some_and(|(_, n)| *n == 1) {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
-    };
     assert!(
-        subscribed(c.clone()).await,
+        one_subscriber(c.clone(), channel).await,
         "the hub subscribed (10 s hang guard)"
     );
     // Past the first connection's own resync.
@@ -305,7 +307,10 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
     assert_eq!(bumped, Ok(true), "the reconnect bumped the watcher");
 
     // Connected again: a notice for the task reaches its watcher.
-    assert!(subscribed(c.clone()).await, "the hub subscribed again");
+    assert!(
+        one_subscriber(c.clone(), channel).await,
+        "the hub subscribed again"
+    );
     let _: u64 = c
         .publish(
             channel,
@@ -339,22 +344,8 @@ async fn the_live_hub_subscribes_through_the_next_seed_when_one_is_down() {
         Default::default(),
     );
     let mut c = alive.get_multiplexed_async_connection().await.unwrap();
-    let mut subscribed = false;
-    for _ in 0..200 {
-        let n: Vec<(String, u64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        if n.first().is_some_and(|(_, n)| *n == 1) {
-            subscribed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     assert!(
-        subscribed,
+        one_subscriber(c.clone(), channel).await,
         "subscribed through the second seed (10 s hang guard)"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
