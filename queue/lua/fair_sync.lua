@@ -17,25 +17,17 @@ end
 if redis.call('ZCARD', leasez) > max_n then return -1 end
 local ids = redis.call('ZRANGE', leasez, 0, -1)
 local held = {}
-local order = {}
 for _, id in ipairs(ids) do
   local f = redis.call('HMGET', PREFIX .. 't:' .. id, 's', 'tn')
-  local tn = f[2]
-  if f[1] == 'leased' and tn and tn ~= '' then
-    if held[tn] == nil then
-      held[tn] = 0
-      order[#order + 1] = tn
-    end
-    held[tn] = held[tn] + 1
-  end
+  if f[1] == 'leased' and f[2] and f[2] ~= '' then count_in(held, f[2]) end
 end
 redis.call('DEL', fairc)
-if #order > 0 then
+if #held > 0 then
   local args = {}
-  for _, tn in ipairs(order) do
+  for _, tn in ipairs(held) do
     args[#args + 1] = tn
     args[#args + 1] = fmt(held[tn])
   end
   redis.call('HSET', fairc, unpack(args))
 end
-return #order
+return #held

@@ -146,15 +146,19 @@ local function hbucket(v)
   return 16 + (e - 4) * 4 + math.floor((v - base) / (base / 4))
 end
 
--- Counts per histogram bucket for one call: tally(t, prefix, value), then bump_tally. Kept in
--- first-seen order (not pairs(), whose order is unspecified) so the writes are deterministic.
-local function tally(t, prefix, v)
-  local f = prefix .. hbucket(v)
-  if t[f] == nil then
-    t[f] = 0
-    t[#t + 1] = f
+-- Adds one to t[k] and keeps the keys in first-seen order in t[1..] (not pairs(), whose order
+-- is unspecified), so the writes made from the counts are deterministic.
+local function count_in(t, k)
+  if t[k] == nil then
+    t[k] = 0
+    t[#t + 1] = k
   end
-  t[f] = t[f] + 1
+  t[k] = t[k] + 1
+end
+
+-- Counts per histogram bucket for one call: tally(t, prefix, value), then bump_tally.
+local function tally(t, prefix, v)
+  count_in(t, prefix .. hbucket(v))
 end
 
 -- One HINCRBY per bucket of the tally, in the minute's "<minute>:<prefix><bucket>" field; a
@@ -375,7 +379,7 @@ local function claim_read(K, FP, max_n, now)
   local plan = { take = {}, zrem = {}, retry_rem = {}, pop_i = 0, pop_b = 0, share = nil,
     probe = probe, fair = nil, promote = {}, fair_rem = {} }
   -- The fair-share state, read the first time it is needed: V, the tenants' last tags (and
-  -- which changed, in first-changed order), leases held, rate arrival times.
+  -- which changed, in first-changed order: count_in), leases held, rate arrival times.
   local F = nil
   local function fair_state()
     if F == nil then
@@ -396,10 +400,7 @@ local function claim_read(K, FP, max_n, now)
   end
   local function set_last(tn, tag)
     local st = fair_state()
-    if st.moved[tn] == nil then
-      st.moved[tn] = true
-      st.moved[#st.moved + 1] = tn
-    end
+    count_in(st.moved, tn)
     st.last[tn] = tag
   end
   local seen = {}
@@ -471,10 +472,7 @@ local function claim_read(K, FP, max_n, now)
     st.held[tn] = held(tn) + 1
     if FP.interval > 0 then
       st.tat[tn] = math.max(tat_of(tn), now) + FP.interval
-      if not st.tat_moved[tn] then
-        st.tat_moved[tn] = true
-        st.tat_moved[#st.tat_moved + 1] = tn
-      end
+      count_in(st.tat_moved, tn)
     end
   end
   local fc_at = 1
@@ -656,13 +654,7 @@ local function fair_apply(K, plan, now)
   local held = {}
   for _, c in ipairs(plan.take) do
     local tn = c[2][10]
-    if tn and tn ~= '' then
-      if held[tn] == nil then
-        held[tn] = 0
-        held[#held + 1] = tn
-      end
-      held[tn] = held[tn] + 1
-    end
+    if tn and tn ~= '' then count_in(held, tn) end
   end
   for _, tn in ipairs(held) do redis.call('HINCRBY', K.fairc, tn, held[tn]) end
 end

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decode::{self, array};
 use crate::error::Result;
+use crate::keys::Keys;
 use crate::model::TaskId;
 use crate::queue::Queue;
 
@@ -351,7 +352,7 @@ impl Queue {
                     .iter()
                     .map(|m| {
                         let m = decode::string(m)?;
-                        decode::parse_id(m.rsplit_once('|').map_or(m.as_str(), |(_, id)| id))
+                        decode::parse_id(Keys::split_fair_member(&m).1)
                     })
                     .collect::<Result<Vec<_>>>()?;
                 if ids.is_empty() {

@@ -133,6 +133,12 @@ impl Keys {
         format!("{}:loginfail:{client}", self.tag)
     }
 
+    /// The (tenant, task id) of a member of [`Keys::fair`], `<tenant>|<id>` (tenant names never
+    /// hold `|`; a member without one is read as an id of no tenant).
+    pub fn split_fair_member(m: &str) -> (&str, &str) {
+        m.rsplit_once('|').unwrap_or(("", m))
+    }
+
     /// Worker heartbeat hash (expires when heartbeats stop).
     pub fn worker(&self, id: &str) -> String {
         format!("{}:w:{id}", self.tag)

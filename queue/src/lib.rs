@@ -62,7 +62,7 @@ pub use bulk::{
     TimeField, DEFAULT_BULK_LIMIT,
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
-pub use read::{ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
+pub use read::{is_list_cursor, ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};
 pub use wake::{Wakeups, WAKE_CAP};

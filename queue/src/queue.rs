@@ -27,6 +27,8 @@ pub(crate) struct Inner {
     pub cfg: QueueConfig,
     pub keys: Keys,
     pub channels: Channels,
+    /// When this process last recounted the per-tenant leases (local ms; `Queue::reap`).
+    pub last_fair_sync_ms: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for Queue {
@@ -108,6 +110,7 @@ impl Queue {
                 keys: Keys::new(&cfg.name),
                 channels: Channels::new(&cfg.name),
                 cfg,
+                last_fair_sync_ms: std::sync::atomic::AtomicI64::new(0),
             }),
         };
         let mut c = q.conn.clone();

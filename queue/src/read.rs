@@ -3,6 +3,7 @@
 
 use crate::decode::{self, array, int, parse_i64, string};
 use crate::error::{corrupt, Result};
+use crate::keys::Keys;
 use crate::model::{
     BreakerInfo, BreakerState, Event, Histogram, HistoryEntry, HistoryLevel, LeaseInfo, ListState,
     Order, Page, PauseInfo, Stats, StoredResult, Task, TaskDetail, TaskId, TaskState, TenantCount,
@@ -225,10 +226,11 @@ impl Queue {
                     let more = z.more;
                     let last = z.last_cursor();
                     // Members are "<tenant>|<id>".
-                    rows.extend(z.rows.into_iter().map(|(m, _)| {
-                        let id = m.rsplit_once('|').map_or(m.as_str(), |(_, id)| id);
-                        (id.to_string(), None)
-                    }));
+                    rows.extend(
+                        z.rows
+                            .into_iter()
+                            .map(|(m, _)| (Keys::split_fair_member(&m).1.to_string(), None)),
+                    );
                     if rows.len() == limit && (more || later_nonempty) {
                         page.next_cursor = if more {
                             last.map(|l| format!("f:{l}"))
@@ -714,7 +716,6 @@ impl Queue {
         Ok(flag.map(|f| parse_pause_flag(&f)))
     }
 
-    /// The upstream's circuit breaker, or None while it is closed. One `HGETALL`.
     /// The busiest tenants (most ready + leased tasks first), at most `top`: ready counts from
     /// the first [`TENANT_SCAN_MAX`] members of the fair zset (so bounded in time; the
     /// counts are exact below that), leases from the per-tenant lease counts.
@@ -726,27 +727,24 @@ impl Queue {
             .hgetall(&k.fairc)
             .query_async(&mut c)
             .await?;
-        let mut by: std::collections::BTreeMap<String, TenantCount> = Default::default();
-        fn entry<'a>(
-            by: &'a mut std::collections::BTreeMap<String, TenantCount>,
-            t: &str,
-        ) -> &'a mut TenantCount {
-            by.entry(t.to_string()).or_insert_with(|| TenantCount {
-                tenant: t.to_string(),
-                ..TenantCount::default()
-            })
-        }
+        // tenant -> (ready, leased)
+        let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
         for m in &members {
-            if let Some((t, _)) = m.rsplit_once('|') {
-                entry(&mut by, t).ready += 1;
-            }
+            by.entry(Keys::split_fair_member(m).0.to_string())
+                .or_default()
+                .0 += 1;
         }
-        for (t, n) in held {
-            if n > 0 {
-                entry(&mut by, &t).leased = n.unsigned_abs();
-            }
+        for (t, n) in held.into_iter().filter(|(_, n)| *n > 0) {
+            by.entry(t).or_default().1 = n.unsigned_abs();
         }
-        let mut out: Vec<TenantCount> = by.into_values().collect();
+        let mut out: Vec<TenantCount> = by
+            .into_iter()
+            .map(|(tenant, (ready, leased))| TenantCount {
+                tenant,
+                ready,
+                leased,
+            })
+            .collect();
         out.sort_by(|a, b| {
             (b.ready + b.leased)
                 .cmp(&(a.ready + a.leased))
@@ -756,6 +754,7 @@ impl Queue {
         Ok(out)
     }
 
+    /// The upstream's circuit breaker, or None while it is closed. One `HGETALL`.
     pub async fn breaker(&self) -> Result<Option<BreakerInfo>> {
         let mut c = self.conn.clone();
         let h: std::collections::HashMap<String, String> = c.hgetall(&self.keys().breaker).await?;
@@ -871,6 +870,20 @@ fn bad_cursor(c: &str) -> crate::error::QueueError {
 }
 
 /// "score:id" (an empty one is the first page).
+/// Whether `c` has the shape of a cursor [`Queue::list`] hands out, so a caller can refuse an
+/// edited one before asking: `<score>:<id>` in a sorted set; in the ready list's segments
+/// `z:<score>:<id>` (due now), `f:<score>:<tenant>|<id>` (the tenants' fair queue),
+/// `i:<id>` / `b:<id>` (the two ready lists), or a bare `z:`, `f:`, `i:`, `b:`.
+pub fn is_list_cursor(c: &str) -> bool {
+    let scored = |rest: &str| parse_cursor(Some(rest)).is_ok_and(|p| p.is_some());
+    c.len() <= 200
+        && match c.split_once(':') {
+            Some(("i" | "b", id)) => id.len() <= 64,
+            Some(("z" | "f", rest)) => rest.is_empty() || scored(rest),
+            _ => scored(c),
+        }
+}
+
 fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, String)>> {
     match cursor {
         None | Some("") => Ok(None),

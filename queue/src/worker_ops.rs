@@ -29,6 +29,9 @@ pub const THROUGHPUT_HOURLY_RETENTION_MS: u64 = (7 * 24 + 1) * 3600 * 1000;
 /// Most leases [`Queue::reap`] recounts per tenant (fair_sync.lua); above it the running
 /// counts alone are trusted.
 const FAIR_SYNC_MAX_LEASES: usize = 5000;
+/// How often one process recounts them: the recount reads every leased record, and the
+/// running counts only drift on rare paths (a record deleted while leased), so not every reap.
+const FAIR_SYNC_EVERY_MS: i64 = 10_000;
 
 fn stale_or(tag: &str, what: &str) -> QueueError {
     if tag == "stale" {
@@ -451,11 +454,7 @@ impl Queue {
         inv.key(&k.wakeups).key(&k.fairc);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         if cfg.tenants.concurrency > 0 {
-            // The per-tenant cap counts on running lease counts: recount them from the lease
-            // zset now and then (fair_sync.lua), so no drift can block a tenant for long.
-            let mut sync = self.invocation(&SCRIPTS.fair_sync);
-            sync.key(&k.lease).key(&k.fairc).arg(FAIR_SYNC_MAX_LEASES);
-            self.run(&sync).await?;
+            self.fair_sync_now_and_then().await?;
         }
         let mut ids = || -> Result<Vec<TaskId>> {
             array(parts.next().unwrap_or(Value::Nil))?
@@ -466,6 +465,28 @@ impl Queue {
         let requeued = ids()?;
         let dead = ids()?;
         Ok(Reaped { requeued, dead })
+    }
+
+    /// The per-tenant cap counts on running lease counts: recount them from the lease zset
+    /// (fair_sync.lua) at most every [`FAIR_SYNC_EVERY_MS`] per process, so no drift can block
+    /// a tenant for long.
+    async fn fair_sync_now_and_then(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let now = crate::local_ms();
+        let last = &self.inner.last_fair_sync_ms;
+        let before = last.load(Ordering::Relaxed);
+        if now - before < FAIR_SYNC_EVERY_MS
+            || last
+                .compare_exchange(before, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        let k = self.keys();
+        let mut sync = self.invocation(&SCRIPTS.fair_sync);
+        sync.key(&k.lease).key(&k.fairc).arg(FAIR_SYNC_MAX_LEASES);
+        self.run(&sync).await?;
+        Ok(())
     }
 
     /// Earliest due time (ms) of any due task, so an idle worker knows how long to sleep:

@@ -301,30 +301,19 @@ async fn every_way_out_of_the_fair_zset_leaves_nothing_behind() {
         .unwrap();
     assert_eq!(page.total, 6);
     assert_eq!(page.items.len(), 6);
-    let sel = q
-        .bulk_select(
-            &BulkFilter {
-                state: BulkState::Ready,
-                tenant: Some("t".into()),
-                ..BulkFilter::default()
-            },
-            100,
-        )
-        .await
-        .unwrap();
-    assert_eq!(sel.matched, 6);
-    let none = q
-        .bulk_select(
-            &BulkFilter {
-                state: BulkState::Ready,
-                tenant: Some("other".into()),
-                ..BulkFilter::default()
-            },
-            100,
-        )
-        .await
-        .unwrap();
-    assert_eq!(none.matched, 0);
+    let ready_of = |tenant: &str| BulkFilter {
+        state: BulkState::Ready,
+        tenant: Some(tenant.into()),
+        ..BulkFilter::default()
+    };
+    assert_eq!(q.bulk_select(&ready_of("t"), 100).await.unwrap().matched, 6);
+    assert_eq!(
+        q.bulk_select(&ready_of("other"), 100)
+            .await
+            .unwrap()
+            .matched,
+        0
+    );
     // cancel one
     assert!(q.cancel(&ids[0], "t").await.unwrap());
     assert_eq!(zcard("{fair9}:fair").await, 5);

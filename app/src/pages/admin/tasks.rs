@@ -181,7 +181,7 @@ pub async fn list_tasks(
         _ => return Err(refuse(StatusCode::BAD_REQUEST, "unknown order")),
     };
     // A malformed cursor (edited URL) starts from the first page instead of failing.
-    let cursor = cursor.filter(|c| plausible_cursor(c));
+    let cursor = cursor.filter(|c| queue::is_list_cursor(c));
     let paged = cursor.is_some();
     let page = q
         .list(list_state, order, cursor.as_deref(), PAGE)
@@ -487,24 +487,6 @@ fn Tabs(
                 .collect_view()}
         </nav>
     }
-}
-
-/// Whether `c` has the shape of a cursor `Queue::list` hands out: `<score>:<id>` for a sorted
-/// set, and in the ready list's segments `z:<score>:<id>` (due now), `f:<score>:<tenant>|<id>`
-/// (the tenants' fair queue), `i:<id>` / `b:<id>` (the two ready lists), or a bare `z:`, `f:`,
-/// `i:`, `b:` (the start of a segment).
-#[cfg(feature = "ssr")]
-fn plausible_cursor(c: &str) -> bool {
-    let scored = |rest: &str| {
-        rest.split_once(':')
-            .is_some_and(|(s, id)| s.parse::<i64>().is_ok() && !id.is_empty() && id.len() <= 100)
-    };
-    c.len() <= 200
-        && match c.split_once(':') {
-            Some(("i" | "b", id)) => id.len() <= 64,
-            Some(("z" | "f", rest)) => rest.is_empty() || scored(rest),
-            _ => scored(c),
-        }
 }
 
 /// The link to a page of the task list. Oldest-first is the default and stays out of the
