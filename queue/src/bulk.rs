@@ -318,6 +318,39 @@ impl Queue {
         keep: usize,
         max_scan: u64,
     ) -> Result<BulkSelection> {
+        if let Some(parts) = self.parts() {
+            // Partition after partition, sharing the one scan budget.
+            let mut out = BulkSelection {
+                complete: true,
+                ..BulkSelection::default()
+            };
+            for p in parts {
+                let left = max_scan.saturating_sub(out.scanned);
+                if left == 0 {
+                    out.complete = false;
+                    break;
+                }
+                let s: BulkSelection =
+                    (p.select_bounded_one(filter, keep.saturating_sub(out.ids.len()), left))
+                        .await?;
+                out.scanned += s.scanned;
+                out.matched += s.matched;
+                out.ids.extend(s.ids);
+                out.complete &= s.complete;
+            }
+            return Ok(out);
+        }
+        self.select_bounded_one(filter, keep, max_scan).await
+    }
+
+    /// [`Queue::select_bounded`] on this partition alone (or the whole queue of one partition).
+    async fn select_bounded_one(
+        &self,
+        filter: &BulkFilter,
+        keep: usize,
+        max_scan: u64,
+    ) -> Result<BulkSelection> {
+
         let k = self.keys();
         let now = self.now_ms().await?;
         let cutoff = filter

@@ -64,8 +64,9 @@ impl Queue {
         check_tenant(&policy.tenant)?;
         let q = normalise_query(query)?;
         let id = self.task_id(&q);
-        let inv = self.enqueue_invocation(&id, &q, payload, policy);
-        decode_enqueued(&id, self.run(&inv).await?)
+        let at = self.part_for(&id).unwrap_or(self);
+        let inv = at.enqueue_invocation(&id, &q, payload, policy);
+        decode_enqueued(&id, at.run(&inv).await?)
     }
 
     /// [`Queue::enqueue`] for many queries in one round trip: a pipeline of enqueue script
@@ -89,23 +90,41 @@ impl Queue {
                 Err(e) => out.push(Some(Err(e.into()))),
             }
         }
-        for chunk in valid.chunks(MAX_BATCH) {
-            let mut pipe = redis::pipe();
-            // Loaded with the batch: a pipeline does not retry after NOSCRIPT as a single
-            // invocation does (e.g. after a Redis restart emptied the script cache).
-            pipe.load_script(&SCRIPTS.enqueue).ignore();
-            for (_, id, q, payload) in chunk {
-                let inv = self.enqueue_invocation(id, q, payload, policy);
-                pipe.invoke_script(&inv);
+        // One pipeline per partition (a pipeline goes to one node), sent together.
+        let ids: Vec<&str> = valid.iter().map(|(_, id, _, _)| id.as_str()).collect();
+        let groups = match self.parts() {
+            Some(_) => self.group_by_part(&ids),
+            None => vec![(0, (0..valid.len()).collect())],
+        };
+        let answers = futures::future::try_join_all(groups.iter().map(|(p, idx)| {
+            let at = self.parts().map_or(self, |parts| &parts[*p]);
+            let items: Vec<_> = idx.iter().map(|&j| &valid[j]).collect();
+            async move {
+                let mut out = Vec::with_capacity(items.len());
+                for chunk in items.chunks(MAX_BATCH) {
+                    let mut pipe = redis::pipe();
+                    // Loaded with the batch: a pipeline does not retry after NOSCRIPT as a
+                    // single invocation does (e.g. after a Redis restart emptied the cache).
+                    pipe.load_script(&SCRIPTS.enqueue).ignore();
+                    for (_, id, q, payload) in chunk {
+                        let inv = at.enqueue_invocation(id, q, payload, policy);
+                        pipe.invoke_script(&inv);
+                    }
+                    let mut c = at.conn.clone();
+                    let replies: Vec<Value> = pipe.query_async(&mut c).await?;
+                    if replies.len() != chunk.len() {
+                        return Err(corrupt("enqueue_many: reply count differs from the batch"));
+                    }
+                    for ((i, id, _, _), v) in chunk.iter().zip(replies) {
+                        out.push((*i, decode_enqueued(id, v)));
+                    }
+                }
+                Ok::<_, crate::QueueError>(out)
             }
-            let mut c = self.conn.clone();
-            let replies: Vec<Value> = pipe.query_async(&mut c).await?;
-            if replies.len() != chunk.len() {
-                return Err(corrupt("enqueue_many: reply count differs from the batch"));
-            }
-            for ((i, id, _, _), v) in chunk.iter().zip(replies) {
-                out[*i] = Some(decode_enqueued(id, v));
-            }
+        }))
+        .await?;
+        for (i, r) in answers.into_iter().flatten() {
+            out[i] = Some(r);
         }
         Ok(out
             .into_iter()

@@ -54,8 +54,25 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
+    /// The keys of a queue of one partition, or the control keys of a partitioned one.
     pub fn new(name: &str) -> Keys {
-        let tag = format!("{{{name}}}");
+        Keys::with_tag(format!("{{{name}}}"))
+    }
+
+    /// The keys of partition `i` of a partitioned queue: the hash tag `{name#i}` (queue names
+    /// never hold `#`, so no other queue's tag can be the same).
+    pub fn partition(name: &str, i: usize) -> Keys {
+        Keys::with_tag(format!("{{{name}#{i}}}"))
+    }
+
+    /// Which partition count a queue was first used with (a hash, field `partitions`), so a
+    /// process configured with another count refuses to start instead of looking for tasks
+    /// where they are not (`partition::check_layout`).
+    pub fn meta(&self) -> String {
+        format!("{}:meta", self.tag)
+    }
+
+    fn with_tag(tag: String) -> Keys {
         let k = |s: &str| format!("{tag}:{s}");
         Keys {
             prefix: format!("{tag}:"),
@@ -121,6 +138,17 @@ impl Keys {
             })
             .collect();
         format!("{tag}:[tr]:{id_prefix}*")
+    }
+
+    /// [`Keys::task_or_result_pattern`] over every partition of a partitioned queue whose
+    /// control keys these are (`{name#<i>}:[tr]:<id_prefix>*`).
+    pub fn any_partition_task_or_result_pattern(&self, id_prefix: &str) -> String {
+        let escaped = self.task_or_result_pattern(id_prefix);
+        // "{name}:[tr]:…" -> "{name#*}:[tr]:…"
+        match escaped.split_once("}:[tr]:") {
+            Some((tag, rest)) => format!("{tag}#*}}:[tr]:{rest}"),
+            None => escaped,
+        }
     }
 
     /// A dashboard session, by the digest of its cookie id (expires with the session).

@@ -11,6 +11,8 @@
 //! - [`scripts`]: the Lua scripts from `lua/*.lua`, loaded once and run by SHA.
 //! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
 //! - `queue`: the [`Queue`] handle and shared plumbing.
+//! - [`partition`]: one logical queue over P hash tags (a Redis Cluster spreads it over its
+//!   nodes): routing by id, claims across partitions, merged reads.
 //! - `conn`: [`RedisConn`], one server or a Redis Cluster behind one connection type.
 //! - `enqueue`: enqueue and enqueue_many (create, join, or answer with the stored result).
 //! - `worker_ops`: claim, renew, complete, reschedule, fail (each able to claim the next tasks
@@ -39,6 +41,7 @@ pub mod id;
 mod keys;
 pub mod model;
 mod operator_ops;
+pub mod partition;
 mod queue;
 mod read;
 pub mod scripts;
@@ -54,6 +57,7 @@ pub use id::{
     InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_TENANT_LEN,
 };
 pub use model::*;
+pub use partition::{partition_of, MAX_PARTITIONS};
 pub use queue::{local_ms, Queue, RESPONSE_TIMEOUT};
 
 pub use audit::AUDIT_CAP;

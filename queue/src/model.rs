@@ -40,6 +40,17 @@ pub struct QueueConfig {
     /// Per-tenant limits on this queue's claims (fair shares between callers).
     #[serde(default)]
     pub tenants: TenantLimits,
+    /// Partitions of the queue (`REPOLL_PARTITIONS`; 1 = one hash tag `{name}`, the layout of
+    /// a queue that fits one Redis node). With P > 1 each task lives in partition
+    /// hash(id) mod P under the tag `{name#i}`, so the tasks and results spread over every
+    /// node of a Redis Cluster; the control keys (sessions, audit, workers, the upstream's rate
+    /// limit) stay under `{name}`. See the `partition` module.
+    #[serde(default = "one_partition")]
+    pub partitions: u16,
+}
+
+fn one_partition() -> u16 {
+    1
 }
 
 /// Limits per tenant (who asked: [`EnqueuePolicy::tenant`]) on one queue, so one caller's
@@ -142,6 +153,7 @@ impl Default for QueueConfig {
             breaker: BreakerConfig::default(),
             upstream: String::new(),
             tenants: TenantLimits::default(),
+            partitions: 1,
         }
     }
 }

@@ -21,6 +21,16 @@ impl Queue {
 
     /// Retries every dead task; returns how many.
     pub async fn retry_all_dead(&self, who: &str) -> Result<u64> {
+        if let Some(parts) = self.parts() {
+            let n = Queue::fan(parts, |p| async move { p.retry_all_dead_one(who).await }).await?;
+            return Ok(n.into_iter().sum());
+        }
+        self.retry_all_dead_one(who).await
+    }
+
+    /// [`Queue::retry_all_dead`] on this partition alone (or the whole queue of one partition).
+    async fn retry_all_dead_one(&self, who: &str) -> Result<u64> {
+
         let mut total = 0;
         loop {
             let ids = self.zrange_chunk(&self.keys().dead.clone(), 0).await?;
@@ -42,6 +52,25 @@ impl Queue {
         who: &str,
         mode: &str,
     ) -> Result<u64> {
+        if let Some(parts) = self.parts() {
+            let mut n = 0;
+            for (p, idx) in self.group_by_part(ids) {
+                let chunk: Vec<&str> = idx.iter().map(|&i| ids[i].as_ref()).collect();
+                n += (parts[p].retry_ids_one(&chunk, who, mode)).await?;
+            }
+            return Ok(n);
+        }
+        self.retry_ids_one(ids, who, mode).await
+    }
+
+    /// [`Queue::retry_ids`] on this partition alone (or the whole queue of one partition).
+    async fn retry_ids_one<S: AsRef<str>>(
+        &self,
+        ids: &[S],
+        who: &str,
+        mode: &str,
+    ) -> Result<u64> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
         inv.key(&k.ready)
@@ -62,6 +91,15 @@ impl Queue {
 
     /// Removes a live task (due, leased or dead) for good. Ok(false) if there is none.
     pub async fn cancel(&self, id: &str, who: &str) -> Result<bool> {
+        if let Some(p) = self.part_for(id) {
+            return (p.cancel_one(id, who)).await;
+        }
+        self.cancel_one(id, who).await
+    }
+
+    /// [`Queue::cancel`] on this partition alone (or the whole queue of one partition).
+    async fn cancel_one(&self, id: &str, who: &str) -> Result<bool> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.cancel);
         inv.key(k.task(id))
@@ -94,6 +132,17 @@ impl Queue {
     }
 
     async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
+        if let Some(parts) = self.parts() {
+            // Every partition's claims read their own breaker (partition.rs).
+            let changed = Queue::fan(parts, |p| async move { p.breaker_action_one(mode, who, for_ms).await }).await?;
+            return Ok(changed.into_iter().any(|c| c));
+        }
+        self.breaker_action_one(mode, who, for_ms).await
+    }
+
+    /// [`Queue::breaker_action`] on this partition alone (or the whole queue of one partition).
+    async fn breaker_action_one(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.breaker);
         inv.key(&k.breaker)
@@ -119,6 +168,18 @@ impl Queue {
     }
 
     async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
+        if let Some(parts) = self.parts() {
+            // Every partition's claims read their own flag (partition.rs); an error leaves
+            // some partitions switched and is returned, so the operator asks again.
+            Queue::fan(parts, |p| async move { p.set_paused_one(mode, who).await }).await?;
+            return Ok(());
+        }
+        self.set_paused_one(mode, who).await
+    }
+
+    /// [`Queue::set_paused`] on this partition alone (or the whole queue of one partition).
+    async fn set_paused_one(&self, mode: &str, who: &str) -> Result<()> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.pause);
         inv.key(&k.paused)
@@ -134,12 +195,31 @@ impl Queue {
     }
 
     pub async fn is_paused(&self) -> Result<bool> {
+        if let Some(parts) = self.parts() {
+            return (parts[0].is_paused_one()).await;
+        }
+        self.is_paused_one().await
+    }
+
+    /// [`Queue::is_paused`] on this partition alone (or the whole queue of one partition).
+    async fn is_paused_one(&self) -> Result<bool> {
+
         let mut c = self.conn.clone();
         Ok(c.exists(&self.keys().paused).await?)
     }
 
     /// Removes everything of one kind, chunk by chunk; returns how many were removed.
     pub async fn purge(&self, target: PurgeTarget, who: &str) -> Result<u64> {
+        if let Some(parts) = self.parts() {
+            let n = Queue::fan(parts, |p| async move { p.purge_one(target, who).await }).await?;
+            return Ok(n.into_iter().sum());
+        }
+        self.purge_one(target, who).await
+    }
+
+    /// [`Queue::purge`] on this partition alone (or the whole queue of one partition).
+    async fn purge_one(&self, target: PurgeTarget, who: &str) -> Result<u64> {
+
         let k = self.keys().clone();
         let (name, sources): (&str, Vec<&String>) = match target {
             PurgeTarget::Dead => ("dead", vec![&k.dead]),
@@ -198,6 +278,25 @@ impl Queue {
         ids: &[S],
         who: &str,
     ) -> Result<u64> {
+        if let Some(parts) = self.parts() {
+            let mut n = 0;
+            for (p, idx) in self.group_by_part(ids) {
+                let chunk: Vec<&str> = idx.iter().map(|&i| ids[i].as_ref()).collect();
+                n += (parts[p].purge_chunk_one(target, &chunk, who)).await?;
+            }
+            return Ok(n);
+        }
+        self.purge_chunk_one(target, ids, who).await
+    }
+
+    /// [`Queue::purge_chunk`] on this partition alone (or the whole queue of one partition).
+    async fn purge_chunk_one<S: AsRef<str>>(
+        &self,
+        target: &str,
+        ids: &[S],
+        who: &str,
+    ) -> Result<u64> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.purge);
         inv.key(&k.due)
@@ -243,7 +342,12 @@ impl Queue {
     /// the lean one, task by task (migrate.lua, atomic and idempotent per task), while workers
     /// run: a task already lean is left alone. Walks the keyspace with SCAN; on a Redis Cluster
     /// run it against the queue's node. `repoll admin migrate` calls it.
+    ///
+    /// A partitioned queue has nothing to migrate (partitions came after the lean layout).
     pub async fn migrate(&self) -> Result<Migrated> {
+        if self.parts().is_some() {
+            return Ok(Migrated::default());
+        }
         let k = self.keys();
         let name: String = self
             .config()

@@ -29,6 +29,14 @@ pub(crate) struct Inner {
     pub channels: Channels,
     /// When this process last recounted the per-tenant leases (local ms; `Queue::reap`).
     pub last_fair_sync_ms: std::sync::atomic::AtomicI64,
+    /// The partitions of a partitioned queue (`cfg.partitions` > 1), each a one-partition
+    /// handle on the same connection; empty when the queue is one partition (this handle's
+    /// keys are then the queue's). See the `partition` module.
+    pub parts: Vec<Queue>,
+    /// Where this process's next claim sweep starts (round robin over the partitions).
+    pub next_part: std::sync::atomic::AtomicUsize,
+    /// Chained claims since this process last sent one to another partition.
+    pub chain_hops: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Queue {
@@ -93,10 +101,17 @@ impl Queue {
     /// configuration and loads every script once so later calls are plain EVALSHA.
     pub async fn with_connection(conn: impl Into<RedisConn>, cfg: QueueConfig) -> Result<Queue> {
         let conn = conn.into();
-        if cfg.name.is_empty() || cfg.name.contains(['{', '}']) {
+        if cfg.name.is_empty() || cfg.name.contains(['{', '}', '#']) {
             return Err(corrupt(format!(
-                "config: queue name {:?} must be non-empty without braces (it is the hash tag)",
+                "config: queue name {:?} must be non-empty without braces or '#' (it is the hash tag)",
                 cfg.name
+            )));
+        }
+        if !(1..=crate::partition::MAX_PARTITIONS).contains(&cfg.partitions) {
+            return Err(corrupt(format!(
+                "config: partitions must be 1 to {}, not {}",
+                crate::partition::MAX_PARTITIONS,
+                cfg.partitions
             )));
         }
         if cfg.result_ttl_ms == 0 || cfg.history_cap == 0 || cfg.events_cap == 0 {
@@ -104,20 +119,35 @@ impl Queue {
                 "config: result_ttl_ms, history_cap and events_cap must be > 0",
             ));
         }
-        let q = Queue {
-            conn,
-            inner: Arc::new(Inner {
-                keys: Keys::new(&cfg.name),
-                channels: Channels::new(&cfg.name),
-                cfg,
-                last_fair_sync_ms: std::sync::atomic::AtomicI64::new(0),
-            }),
+        let parts = if cfg.partitions > 1 {
+            (0..usize::from(cfg.partitions))
+                .map(|i| Queue::handle(conn.clone(), crate::partition::part_config(&cfg, i), Keys::partition(&cfg.name, i), Vec::new()))
+                .collect()
+        } else {
+            Vec::new()
         };
+        let q = Queue::handle(conn, cfg.clone(), Keys::new(&cfg.name), parts);
         let mut c = q.conn.clone();
         for s in SCRIPTS.all() {
             s.prepare_invoke().load_async(&mut c).await?;
         }
+        crate::partition::check_layout(&q).await?;
         Ok(q)
+    }
+
+    fn handle(conn: RedisConn, cfg: QueueConfig, keys: Keys, parts: Vec<Queue>) -> Queue {
+        Queue {
+            conn,
+            inner: Arc::new(Inner {
+                keys,
+                channels: Channels::new(&cfg.name),
+                cfg,
+                last_fair_sync_ms: std::sync::atomic::AtomicI64::new(0),
+                parts,
+                next_part: std::sync::atomic::AtomicUsize::new(0),
+                chain_hops: std::sync::atomic::AtomicUsize::new(0),
+            }),
+        }
     }
 
     pub fn config(&self) -> &QueueConfig {

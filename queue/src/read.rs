@@ -23,6 +23,16 @@ pub const MAX_PAGE: usize = 1000;
 impl Queue {
     /// Counts per state, oldest ready age, stuck leases and the last hour of throughput.
     pub async fn stats(&self) -> Result<Stats> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.stats_one().await }).await?;
+            return Ok(merge_stats(all));
+        }
+        self.stats_one().await
+    }
+
+    /// [`Queue::stats`] on this partition alone (or the whole queue of one partition).
+    async fn stats_one(&self) -> Result<Stats> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.stats);
         inv.key(&k.ready)
@@ -100,8 +110,13 @@ impl Queue {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page> {
-        let k = self.keys();
         let limit = limit.clamp(1, MAX_PAGE);
+        if let Some(parts) = self.parts() {
+            return self.list_partitioned(parts, state, order, cursor, limit).await;
+        }
+        // A partitioned queue's ready cursor ("<partition>/<cursor>") is read as its cursor.
+        let cursor = cursor.map(|c| c.split_once('/').map_or(c, |(_, rest)| rest));
+        let k = self.keys();
         let (zset, min, max) = match state {
             ListState::Ready => return self.list_ready(order, cursor, limit).await,
             ListState::Waiting => (&k.due, "after_now", "+inf"),
@@ -131,6 +146,145 @@ impl Queue {
             page.items = self.fetch_tasks(&rows).await?;
         }
         Ok(page)
+    }
+
+    /// [`Queue::list`] of a partitioned queue. Sorted sets: the same (score, id) cursor to
+    /// every partition, their pages merged by (score, id), so order and paging are exactly
+    /// those of one set. Ready work: partition after partition, the cursor
+    /// "<partition>/<that partition's ready cursor>".
+    async fn list_partitioned(
+        &self,
+        parts: &[Queue],
+        state: ListState,
+        order: Order,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
+        if state == ListState::Ready {
+            return self.list_ready_partitioned(parts, order, cursor, limit).await;
+        }
+        let cursor = cursor.map(|c| c.split_once('/').map_or(c, |(_, rest)| rest));
+        let (min, max) = match state {
+            ListState::Waiting => ("after_now", "+inf"),
+            _ => ("-inf", "+inf"),
+        };
+        let parsed = parse_cursor(cursor)?;
+        let pages = Queue::fan(parts, |p| {
+            let parsed = parsed.clone();
+            async move {
+                let k = p.keys();
+                let zset = match state {
+                    ListState::Waiting => &k.due,
+                    ListState::Leased => &k.lease,
+                    ListState::Dead => &k.dead,
+                    _ => &k.results,
+                };
+                p.zpage(zset, min, max, parsed, limit, order).await
+            }
+        })
+        .await?;
+        let total = pages.iter().map(|z| z.total).sum();
+        let any_more = pages.iter().any(|z| z.more);
+        let mut rows: Vec<(String, i64)> = pages.into_iter().flat_map(|z| z.rows).collect();
+        rows.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        if order == Order::NewestFirst {
+            rows.reverse();
+        }
+        let more = any_more || rows.len() > limit;
+        rows.truncate(limit);
+        let z = ZPage {
+            total,
+            more,
+            rows,
+        };
+        let mut page = Page {
+            total,
+            next_cursor: if more { z.last_cursor() } else { None },
+            ..Page::default()
+        };
+        if state == ListState::Results {
+            page.results = self.fetch_results(&z.rows).await?;
+        } else {
+            let rows: Vec<(String, Option<i64>)> = z
+                .rows
+                .into_iter()
+                .map(|(id, score)| (id, (state == ListState::Waiting).then_some(score)))
+                .collect();
+            page.items = self.fetch_tasks(&rows).await?;
+        }
+        Ok(page)
+    }
+
+    /// Ready work of a partitioned queue (see [`Queue::list_partitioned`]).
+    async fn list_ready_partitioned(
+        &self,
+        parts: &[Queue],
+        order: Order,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page> {
+        let now = self.now_ms().await?;
+        let counts = Queue::fan(parts, |p| async move { p.ready_count(now).await }).await?;
+        let seq: Vec<usize> = match order {
+            Order::OldestFirst => (0..parts.len()).collect(),
+            Order::NewestFirst => (0..parts.len()).rev().collect(),
+        };
+        let (first, mut inner) = match cursor {
+            None | Some("") => (seq[0], None),
+            // A cursor of one partition's shape starts at the first partition.
+            Some(c) => match c.split_once('/') {
+                None => (seq[0], Some(c.to_string())),
+                Some((p, rest)) => {
+                    let p: usize = p.parse().map_err(|_| bad_cursor(c))?;
+                    if p >= parts.len() {
+                        return Err(bad_cursor(c));
+                    }
+                    (p, Some(rest.to_string()))
+                }
+            },
+        };
+        let mut page = Page {
+            total: counts.iter().sum(),
+            ..Page::default()
+        };
+        let start = seq.iter().position(|p| *p == first).unwrap_or(0);
+        for (n, &p) in seq.iter().enumerate().skip(start) {
+            let want = limit - page.items.len();
+            if want == 0 {
+                break;
+            }
+            if counts[p] == 0 && inner.is_none() {
+                continue;
+            }
+            let got = parts[p]
+                .list_ready(order, inner.take().as_deref(), want)
+                .await?;
+            page.items.extend(got.items);
+            if page.items.len() >= limit {
+                page.next_cursor = match got.next_cursor {
+                    Some(c) => Some(format!("{p}/{c}")),
+                    None => seq[n + 1..]
+                        .iter()
+                        .find(|q| counts[**q] > 0)
+                        .map(|q| format!("{q}/")),
+                };
+            }
+        }
+        Ok(page)
+    }
+
+    /// Tasks ready now in this partition (both lists, the fair zset, the due-now polls).
+    async fn ready_count(&self, now: i64) -> Result<u64> {
+        let k = self.keys();
+        let mut c = self.conn.clone();
+        let (i, b, z, f): (u64, u64, u64, u64) = redis::pipe()
+            .llen(&k.ready)
+            .llen(&k.ready_bg)
+            .zcount(&k.due, "-inf", now)
+            .zcard(&k.fair)
+            .query_async(&mut c)
+            .await?;
+        Ok(i + b + z + f)
     }
 
     /// Ready work, across its three places (see [`Queue::list`]).
@@ -341,6 +495,25 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(parts) = self.parts() {
+            let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+            let groups = self.group_by_part(&names);
+            let found = futures::future::try_join_all(groups.iter().map(|(p, idx)| {
+                let sub: Vec<(String, Option<i64>)> = idx.iter().map(|&i| ids[i].clone()).collect();
+                async move { parts[*p].fetch_tasks(&sub).await }
+            }))
+            .await?;
+            return Ok(in_order(&names, found.into_iter().flatten(), |t| t.id.to_string()));
+        }
+        self.fetch_tasks_one(ids).await
+    }
+
+    /// [`Queue::fetch_tasks`] on this partition alone (or the whole queue of one partition).
+    async fn fetch_tasks_one(&self, ids: &[(String, Option<i64>)]) -> Result<Vec<Task>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+
         let k = self.keys();
         let mut pipe = redis::pipe();
         for (id, _) in ids {
@@ -362,6 +535,25 @@ impl Queue {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(parts) = self.parts() {
+            let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+            let groups = self.group_by_part(&names);
+            let found = futures::future::try_join_all(groups.iter().map(|(p, idx)| {
+                let sub: Vec<(String, i64)> = idx.iter().map(|&i| ids[i].clone()).collect();
+                async move { parts[*p].fetch_results(&sub).await }
+            }))
+            .await?;
+            return Ok(in_order(&names, found.into_iter().flatten(), |r| r.id.to_string()));
+        }
+        self.fetch_results_one(ids).await
+    }
+
+    /// [`Queue::fetch_results`] on this partition alone (or the whole queue of one partition).
+    async fn fetch_results_one(&self, ids: &[(String, i64)]) -> Result<Vec<StoredResult>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+
         let k = self.keys();
         let mut pipe = redis::pipe();
         for (id, _) in ids {
@@ -382,6 +574,15 @@ impl Queue {
     /// stored entries plus those derived from the record and the result (the enqueue, the
     /// live lease, the completion), which the scripts do not write (prelude.lua).
     pub async fn get(&self, id: &str) -> Result<Option<TaskDetail>> {
+        if let Some(p) = self.part_for(id) {
+            return (p.get_one(id)).await;
+        }
+        self.get_one(id).await
+    }
+
+    /// [`Queue::get`] on this partition alone (or the whole queue of one partition).
+    async fn get_one(&self, id: &str) -> Result<Option<TaskDetail>> {
+
         let k = self.keys();
         let mut c = self.conn.clone();
         let (t, p, r, h, score): (Value, Value, Option<String>, Vec<String>, Option<String>) =
@@ -462,6 +663,15 @@ impl Queue {
 
     /// The stored result of an id, if still fresh.
     pub async fn result_by_id(&self, id: &str) -> Result<Option<StoredResult>> {
+        if let Some(p) = self.part_for(id) {
+            return (p.result_by_id_one(id)).await;
+        }
+        self.result_by_id_one(id).await
+    }
+
+    /// [`Queue::result_by_id`] on this partition alone (or the whole queue of one partition).
+    async fn result_by_id_one(&self, id: &str) -> Result<Option<StoredResult>> {
+
         let mut c = self.conn.clone();
         let v: Option<String> = c.get(self.keys().result(id)).await?;
         v.map(|s| decode::packed_result(id, &s).map(|p| p.result))
@@ -507,6 +717,19 @@ impl Queue {
 
     /// Leases past their deadline or within `within_ms` of it, soonest deadline first.
     pub async fn stuck_leases(&self, within_ms: u64, limit: usize) -> Result<Vec<LeaseInfo>> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.stuck_leases_one(within_ms, limit).await }).await?;
+            let mut out: Vec<LeaseInfo> = all.into_iter().flatten().collect();
+            out.sort_by(|a, b| a.deadline_ms.cmp(&b.deadline_ms).then_with(|| a.id.cmp(&b.id)));
+            out.truncate(limit.clamp(1, MAX_PAGE));
+            return Ok(out);
+        }
+        self.stuck_leases_one(within_ms, limit).await
+    }
+
+    /// [`Queue::stuck_leases`] on this partition alone (or the whole queue of one partition).
+    async fn stuck_leases_one(&self, within_ms: u64, limit: usize) -> Result<Vec<LeaseInfo>> {
+
         let k = self.keys();
         let now = self.now_ms().await?;
         let mut c = self.conn.clone();
@@ -580,7 +803,13 @@ impl Queue {
         if prefix.is_empty() || prefix.len() >= 32 || !prefix.bytes().all(hex) {
             return Ok((Vec::new(), true));
         }
-        let pattern = self.keys().task_or_result_pattern(prefix);
+        // One pattern for all partitions' keys ("{name#<i>}:..."), so one scan of the
+        // keyspace finds them all.
+        let pattern = if self.parts().is_some() {
+            self.keys().any_partition_task_or_result_pattern(prefix)
+        } else {
+            self.keys().task_or_result_pattern(prefix)
+        };
         let mut c = self.conn.clone();
         let mut cursor: u64 = 0;
         let mut found = std::collections::BTreeSet::new();
@@ -617,6 +846,46 @@ impl Queue {
     /// their index zsets (scored by time), then their fields with HMGET in chunks of 1,000: a
     /// day costs a dozen round trips and no scan, a week a few more.
     pub async fn throughput(&self, minutes: usize, per: usize) -> Result<Vec<ThroughputBucket>> {
+        let (mut out, hists) = match self.parts() {
+            Some(parts) => {
+                let all = Queue::fan(parts, |p| async move { p.throughput_raw(minutes, per).await }).await?;
+                let mut it = all.into_iter();
+                let (mut out, mut hists) = it.next().unwrap_or_default();
+                for (o, h) in it {
+                    for (b, hs) in o.into_iter().zip(h) {
+                        // Nodes' clocks may disagree on the current minute: match by time.
+                        let Ok(i) = out.binary_search_by_key(&b.minute_ms, |x| x.minute_ms) else {
+                            continue;
+                        };
+                        let t = &mut out[i];
+                        t.completed += b.completed;
+                        t.failed += b.failed;
+                        t.polled += b.polled;
+                        t.ttr_sum_ms += b.ttr_sum_ms;
+                        t.ttr_count += b.ttr_count;
+                        for (mine, theirs) in hists[i].iter_mut().zip(hs.iter()) {
+                            mine.merge(theirs);
+                        }
+                    }
+                }
+                (out, hists)
+            }
+            None => self.throughput_raw(minutes, per).await?,
+        };
+        for (b, [ttr, polls, latency]) in out.iter_mut().zip(hists) {
+            b.ttr = ttr.percentiles();
+            b.polls = polls.percentiles();
+            b.latency = latency.percentiles();
+        }
+        Ok(out)
+    }
+
+    /// [`Queue::throughput`] of this partition, its histograms not yet made percentiles.
+    async fn throughput_raw(
+        &self,
+        minutes: usize,
+        per: usize,
+    ) -> Result<(Vec<ThroughputBucket>, Vec<[Histogram; 3]>)> {
         const FIELDS: [&str; 4] = ["completed", "failed", "polled", "ttr_sum"];
         const HOUR: i64 = 3_600_000;
         let day = crate::THROUGHPUT_RETENTION_MS / 60_000;
@@ -699,18 +968,22 @@ impl Queue {
                 }
             }
         }
-        for (b, [ttr, polls, latency]) in out.iter_mut().zip(hists) {
-            b.ttr = ttr.percentiles();
-            b.polls = polls.percentiles();
-            b.latency = latency.percentiles();
-        }
-        Ok(out)
+        Ok((out, hists))
     }
 
     /// Since when and by whom the queue is paused (the pause script's flag, "at|who"), or
     /// None while it runs. One `GET`, so every dashboard page can show its banner cheaply. A
     /// flag in another shape still means paused.
     pub async fn pause_info(&self) -> Result<Option<PauseInfo>> {
+        if let Some(parts) = self.parts() {
+            return (parts[0].pause_info_one()).await;
+        }
+        self.pause_info_one().await
+    }
+
+    /// [`Queue::pause_info`] on this partition alone (or the whole queue of one partition).
+    async fn pause_info_one(&self) -> Result<Option<PauseInfo>> {
+
         let mut c = self.conn.clone();
         let flag: Option<String> = c.get(&self.keys().paused).await?;
         Ok(flag.map(|f| parse_pause_flag(&f)))
@@ -720,6 +993,22 @@ impl Queue {
     /// the first [`TENANT_SCAN_MAX`] members of the fair zset (so bounded in time; the
     /// counts are exact below that), leases from the per-tenant lease counts.
     pub async fn tenants(&self, top: usize) -> Result<Vec<TenantCount>> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.tenants_one(usize::MAX).await }).await?;
+            let mut by: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+            for t in all.into_iter().flatten() {
+                let e = by.entry(t.tenant).or_default();
+                e.0 += t.ready;
+                e.1 += t.leased;
+            }
+            return Ok(busiest(by, top));
+        }
+        self.tenants_one(top).await
+    }
+
+    /// [`Queue::tenants`] on this partition alone (or the whole queue of one partition).
+    async fn tenants_one(&self, top: usize) -> Result<Vec<TenantCount>> {
+
         let k = self.keys();
         let mut c = self.conn.clone();
         let (members, held): (Vec<String>, Vec<(String, i64)>) = redis::pipe()
@@ -737,25 +1026,26 @@ impl Queue {
         for (t, n) in held.into_iter().filter(|(_, n)| *n > 0) {
             by.entry(t).or_default().1 = n.unsigned_abs();
         }
-        let mut out: Vec<TenantCount> = by
-            .into_iter()
-            .map(|(tenant, (ready, leased))| TenantCount {
-                tenant,
-                ready,
-                leased,
-            })
-            .collect();
-        out.sort_by(|a, b| {
-            (b.ready + b.leased)
-                .cmp(&(a.ready + a.leased))
-                .then_with(|| a.tenant.cmp(&b.tenant))
-        });
-        out.truncate(top);
-        Ok(out)
+        Ok(busiest(by, top))
     }
 
     /// The upstream's circuit breaker, or None while it is closed. One `HGETALL`.
+    ///
+    /// A partitioned queue has a breaker per partition (partition.rs): the one most open
+    /// (open before half-open, then the one open longest).
     pub async fn breaker(&self) -> Result<Option<BreakerInfo>> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.breaker_one().await }).await?;
+            return Ok(all.into_iter().flatten().min_by_key(|b| {
+                (b.state != BreakerState::Open, b.since_ms)
+            }));
+        }
+        self.breaker_one().await
+    }
+
+    /// [`Queue::breaker`] on this partition alone (or the whole queue of one partition).
+    async fn breaker_one(&self) -> Result<Option<BreakerInfo>> {
+
         let mut c = self.conn.clone();
         let h: std::collections::HashMap<String, String> = c.hgetall(&self.keys().breaker).await?;
         let Some(st) = h.get("st") else {
@@ -807,6 +1097,24 @@ impl Queue {
 
     /// Newest `count` entries of the global event stream, newest first.
     pub async fn events(&self, count: usize) -> Result<Vec<Event>> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.events_one(count).await }).await?;
+            let mut out: Vec<Event> = all.into_iter().flatten().collect();
+            // Stream ids are "<ms>-<seq>" (Redis time of the partition's node).
+            let key = |e: &Event| {
+                let (ms, seq) = e.stream_id.split_once('-').unwrap_or((&e.stream_id, "0"));
+                (ms.parse::<u64>().unwrap_or(0), seq.parse::<u64>().unwrap_or(0))
+            };
+            out.sort_by_key(|e| std::cmp::Reverse(key(e)));
+            out.truncate(count.clamp(1, 10_000));
+            return Ok(out);
+        }
+        self.events_one(count).await
+    }
+
+    /// [`Queue::events`] on this partition alone (or the whole queue of one partition).
+    async fn events_one(&self, count: usize) -> Result<Vec<Event>> {
+
         let mut c = self.conn.clone();
         let v: Value = redis::cmd("XREVRANGE")
             .arg(&self.keys().events)
@@ -852,6 +1160,61 @@ impl ZPage {
     }
 }
 
+/// The busiest of `by` (tenant -> (ready, leased)): most work first, then by name.
+fn busiest(by: std::collections::BTreeMap<String, (u64, u64)>, top: usize) -> Vec<TenantCount> {
+    let mut out: Vec<TenantCount> = by
+        .into_iter()
+        .map(|(tenant, (ready, leased))| TenantCount {
+            tenant,
+            ready,
+            leased,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        (b.ready + b.leased)
+            .cmp(&(a.ready + a.leased))
+            .then_with(|| a.tenant.cmp(&b.tenant))
+    });
+    out.truncate(top);
+    out
+}
+
+/// The items of `found` in the order of `ids` (ids not found are left out).
+fn in_order<T>(ids: &[&str], found: impl Iterator<Item = T>, id_of: impl Fn(&T) -> String) -> Vec<T> {
+    let mut by: std::collections::HashMap<String, T> = found.map(|t| (id_of(&t), t)).collect();
+    ids.iter().filter_map(|id| by.remove(*id)).collect()
+}
+
+/// The partitions' stats as one: counts summed, the oldest ready age the largest, paused if
+/// any partition is, the minutes' counters summed by minute.
+fn merge_stats(all: Vec<Stats>) -> Stats {
+    let mut it = all.into_iter();
+    let mut s = it.next().unwrap_or_default();
+    for o in it {
+        s.ready += o.ready;
+        s.ready_background += o.ready_background;
+        s.waiting += o.waiting;
+        s.retrying += o.retrying;
+        s.leased += o.leased;
+        s.stuck += o.stuck;
+        s.dead += o.dead;
+        s.results += o.results;
+        s.oldest_ready_age_ms = s.oldest_ready_age_ms.max(o.oldest_ready_age_ms);
+        s.paused |= o.paused;
+        s.now_ms = s.now_ms.max(o.now_ms);
+        for b in o.throughput {
+            if let Some(t) = s.throughput.iter_mut().find(|t| t.minute_ms == b.minute_ms) {
+                t.completed += b.completed;
+                t.failed += b.failed;
+                t.polled += b.polled;
+                t.ttr_sum_ms += b.ttr_sum_ms;
+                t.ttr_count += b.ttr_count;
+            }
+        }
+    }
+    s
+}
+
 /// A histogram field's minute, kind (0 time to result, 1 polls, 2 upstream latency) and
 /// bucket: "<minute_ms>:<t|p|l><bucket>" (prelude.lua, bump_tally).
 fn parse_hist_field(field: &str) -> Option<(i64, usize, u32)> {
@@ -874,8 +1237,16 @@ fn bad_cursor(c: &str) -> crate::error::QueueError {
 /// edited one before asking: `<score>:<id>` in a sorted set; in the ready list's segments
 /// `z:<score>:<id>` (due now), `f:<score>:<tenant>|<id>` (the tenants' fair queue),
 /// `i:<id>` / `b:<id>` (the two ready lists), or a bare `z:`, `f:`, `i:`, `b:`.
+///
+/// A partitioned queue's ready cursor is `<partition>/<one of the above, or empty>`.
 pub fn is_list_cursor(c: &str) -> bool {
     let scored = |rest: &str| parse_cursor(Some(rest)).is_ok_and(|p| p.is_some());
+    if let Some((p, rest)) = c.split_once('/') {
+        return p.len() <= 4
+            && p.bytes().all(|b| b.is_ascii_digit())
+            && !p.is_empty()
+            && (rest.is_empty() || (!rest.contains('/') && is_list_cursor(rest)));
+    }
     c.len() <= 200
         && match c.split_once(':') {
             Some(("i" | "b", id)) => id.len() <= 64,

@@ -54,11 +54,35 @@ impl std::fmt::Debug for Wakeups {
 impl Queue {
     /// A wake-up waiter for this queue. `client` opens its dedicated connection: the same
     /// server as the queue's (on a cluster, any node: the waiter follows MOVED).
+    ///
+    /// Of a partitioned queue, this is partition 0's list; see [`Queue::partition_wakeups`].
     pub fn wakeups(&self, client: Client) -> Wakeups {
+        let key = match self.parts() {
+            Some(parts) => parts[0].keys().wakeups.clone(),
+            None => self.keys().wakeups.clone(),
+        };
         Wakeups {
             client,
-            key: self.keys().wakeups.clone(),
+            key,
             conn: None,
+        }
+    }
+
+    /// One waiter per partition (index = partition), each to run on its own: a partition's
+    /// scripts can only push onto a list in its own slot, so a worker process waits on every
+    /// partition's list and claims from the one that woke it
+    /// ([`Queue::claim_woken_at`]). One waiter for a queue of one partition.
+    pub fn partition_wakeups(&self, client: &Client) -> Vec<Wakeups> {
+        match self.parts() {
+            Some(parts) => parts
+                .iter()
+                .map(|p| Wakeups {
+                    client: client.clone(),
+                    key: p.keys().wakeups.clone(),
+                    conn: None,
+                })
+                .collect(),
+            None => vec![self.wakeups(client.clone())],
         }
     }
 }

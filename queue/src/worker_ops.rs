@@ -126,6 +126,54 @@ impl Queue {
         lease_ms: u64,
         woken: bool,
     ) -> Result<Vec<Claimed>> {
+        self.claim_woken_at(worker, max_n, lease_ms, woken.then_some(0))
+            .await
+    }
+
+    /// [`Queue::claim_woken`] naming the partition whose wake-up list woke this process
+    /// (`woken`; see [`Queue::partition_wakeups`]). A partitioned queue then claims from that
+    /// partition only (the wake-up was for a task there); without a wake-up it sweeps the
+    /// partitions from the next of its rotation until it has `max_n` tasks or has asked each.
+    pub async fn claim_woken_at(
+        &self,
+        worker: &str,
+        max_n: usize,
+        lease_ms: u64,
+        woken: Option<usize>,
+    ) -> Result<Vec<Claimed>> {
+        if max_n == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(parts) = self.parts() {
+            if let Some(p) = woken.filter(|p| *p < parts.len()) {
+                return parts[p].claim_one(worker, max_n, lease_ms, true).await;
+            }
+            let start = self.next_partition();
+            let mut out = Vec::new();
+            for i in 0..parts.len() {
+                let part = &parts[(start + i) % parts.len()];
+                out.extend(
+                    part.claim_one(worker, max_n - out.len(), lease_ms, false)
+                        .await?,
+                );
+                if out.len() >= max_n {
+                    break;
+                }
+            }
+            return Ok(out);
+        }
+        self.claim_one(worker, max_n, lease_ms, woken.is_some())
+            .await
+    }
+
+    /// A claim in this partition alone (or the whole queue of one partition).
+    async fn claim_one(
+        &self,
+        worker: &str,
+        max_n: usize,
+        lease_ms: u64,
+        woken: bool,
+    ) -> Result<Vec<Claimed>> {
         if max_n == 0 {
             return Ok(Vec::new());
         }
@@ -142,6 +190,15 @@ impl Queue {
 
     /// Extends a live lease; returns the new deadline. StaleToken if the lease is not yours.
     pub async fn renew(&self, id: &str, token: u64, lease_ms: u64) -> Result<i64> {
+        if let Some(p) = self.part_for(id) {
+            return (p.renew_one(id, token, lease_ms)).await;
+        }
+        self.renew_one(id, token, lease_ms).await
+    }
+
+    /// [`Queue::renew`] on this partition alone (or the whole queue of one partition).
+    async fn renew_one(&self, id: &str, token: u64, lease_ms: u64) -> Result<i64> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.renew);
         inv.key(k.task(id))
@@ -192,6 +249,25 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
+        if let Some(parts) = self.parts() {
+            return self
+                .partitioned_write(parts, items, |c| &c.id, next_n, |part, chunk, next| {
+                    async move { (part.complete_and_claim_one(&chunk, worker, next, lease_ms)).await }
+                })
+                .await;
+        }
+        self.complete_and_claim_one(items, worker, next_n, lease_ms).await
+    }
+
+    /// [`Queue::complete_and_claim`] on this partition alone (or the whole queue of one partition).
+    async fn complete_and_claim_one(
+        &self,
+        items: &[Completion],
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
+
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
@@ -269,6 +345,25 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
+        if let Some(parts) = self.parts() {
+            return self
+                .partitioned_write(parts, items, |r| &r.id, next_n, |part, chunk, next| {
+                    async move { (part.reschedule_and_claim_one(&chunk, worker, next, lease_ms)).await }
+                })
+                .await;
+        }
+        self.reschedule_and_claim_one(items, worker, next_n, lease_ms).await
+    }
+
+    /// [`Queue::reschedule_and_claim`] on this partition alone (or the whole queue of one partition).
+    async fn reschedule_and_claim_one(
+        &self,
+        items: &[Reschedule],
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
+
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
@@ -340,6 +435,38 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Result<Failed>, Vec<Claimed>)> {
+        if let Some(part) = self.part_for(id) {
+            if next_n == 0 || !self.chain_rotates() {
+                return (part.fail_and_claim_one(
+                    id, token, error, retry, latency_ms, worker, next_n, lease_ms,
+                ))
+                .await;
+            }
+            // This hop's claim goes to the rotation's next partition (partition.rs).
+            let (outcome, _) = (part.fail_and_claim_one(
+                id, token, error, retry, latency_ms, worker, 0, lease_ms,
+            ))
+            .await?;
+            let parts = self.parts().unwrap_or_default();
+            let next = &parts[self.next_partition()];
+            return Ok((outcome, next.claim_one(worker, next_n, lease_ms, false).await?));
+        }
+        self.fail_and_claim_one(id, token, error, retry, latency_ms, worker, next_n, lease_ms).await
+    }
+
+    /// [`Queue::fail_and_claim`] on this partition alone (or the whole queue of one partition).
+    async fn fail_and_claim_one(
+        &self,
+        id: &str,
+        token: u64,
+        error: &str,
+        retry: Retry,
+        latency_ms: u64,
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Result<Failed>, Vec<Claimed>)> {
+
         let k = self.keys();
         let (mode, delay) = match retry {
             Retry::After(d) => ("after", clamp_ms(d)),
@@ -394,6 +521,15 @@ impl Queue {
     /// Ends a lease now; the task is due now. With `Some(token)` only that lease (else
     /// StaleToken); with `None` (admin) whatever lease is live. Ok(false): nothing leased.
     pub async fn release(&self, id: &str, token: Option<u64>, who: &str) -> Result<bool> {
+        if let Some(p) = self.part_for(id) {
+            return (p.release_one(id, token, who)).await;
+        }
+        self.release_one(id, token, who).await
+    }
+
+    /// [`Queue::release`] on this partition alone (or the whole queue of one partition).
+    async fn release_one(&self, id: &str, token: Option<u64>, who: &str) -> Result<bool> {
+
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.release);
         inv.key(k.task(id))
@@ -421,6 +557,21 @@ impl Queue {
     /// max_lease_losses). Also trims old throughput buckets and stale result-index entries,
     /// so call it periodically (e.g. every second) even when nothing expires.
     pub async fn reap(&self, max_n: usize) -> Result<Reaped> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.reap_one(max_n).await }).await?;
+            let mut out = Reaped::default();
+            for r in all {
+                out.requeued.extend(r.requeued);
+                out.dead.extend(r.dead);
+            }
+            return Ok(out);
+        }
+        self.reap_one(max_n).await
+    }
+
+    /// [`Queue::reap`] on this partition alone (or the whole queue of one partition).
+    async fn reap_one(&self, max_n: usize) -> Result<Reaped> {
+
         let k = self.keys();
         let mut peek = self.invocation(&SCRIPTS.peek_expired);
         peek.key(&k.lease).arg(max_n.clamp(1, MAX_BATCH));
@@ -492,6 +643,16 @@ impl Queue {
     /// Earliest due time (ms) of any due task, so an idle worker knows how long to sleep:
     /// 0 when a ready list holds work (ready now).
     pub async fn next_due_ms(&self) -> Result<Option<i64>> {
+        if let Some(parts) = self.parts() {
+            let all = Queue::fan(parts, |p| async move { p.next_due_ms_one().await }).await?;
+            return Ok(all.into_iter().flatten().min());
+        }
+        self.next_due_ms_one().await
+    }
+
+    /// [`Queue::next_due_ms`] on this partition alone (or the whole queue of one partition).
+    async fn next_due_ms_one(&self) -> Result<Option<i64>> {
+
         let k = self.keys();
         let mut c = self.conn.clone();
         let (ready, bg, fair, head): (u64, u64, u64, Value) = redis::pipe()

@@ -83,6 +83,13 @@ pub struct RedisArgs {
     #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = queue::QueueConfig::default().max_lease_losses)]
     pub max_lease_losses: u32,
 
+    /// Partitions of each queue: its tasks spread over this many hash tags, so a Redis Cluster
+    /// spreads them over its nodes (1 = one slot). Every process of a queue must use the
+    /// same count; a process with another one refuses to start.
+    #[arg(long, env = "REPOLL_PARTITIONS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=i64::from(queue::MAX_PARTITIONS)))]
+    pub partitions: u16,
+
     /// What task histories keep: `transitions` (errors, lost leases, deaths, admin actions),
     /// `full` (also every claim and poll: a write per poll), or `off`. The enqueue, a live
     /// lease and the completion are always shown, read from the task itself.
@@ -112,6 +119,7 @@ impl std::fmt::Debug for RedisArgs {
             .field("redis_server_bin", &self.redis_server_bin)
             .field("result_ttl_ms", &self.result_ttl_ms)
             .field("max_lease_losses", &self.max_lease_losses)
+            .field("partitions", &self.partitions)
             .field("history", &self.history)
             .finish()
     }
@@ -138,6 +146,7 @@ impl RedisArgs {
             name: self.queue.clone(),
             result_ttl_ms: self.result_ttl_ms,
             max_lease_losses: self.max_lease_losses,
+            partitions: self.partitions,
             history: self.history,
             breaker: self.breaker.config(),
             tenants: self.tenants.config(),

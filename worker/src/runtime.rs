@@ -206,7 +206,12 @@ impl Worker {
         tracing::info!(worker = %ctx.id, concurrency = args.concurrency, "worker started");
 
         let wake = wake::Wake::new();
-        let mut background = start_background(&ctx, &wake, self.queue.wakeups(self.pubsub), &args);
+        let mut background = start_background(
+            &ctx,
+            &wake,
+            self.queue.partition_wakeups(&self.pubsub),
+            &args,
+        );
         let mut tasks = JoinSet::new();
         claim_loop(&ctx, &wake, &args, &mut tasks, shutdown).await;
         let released = drain(&ctx, tasks, Duration::from_millis(args.grace_ms)).await;
@@ -226,12 +231,14 @@ impl Worker {
 fn start_background(
     ctx: &Arc<Ctx>,
     wake: &Arc<wake::Wake>,
-    wakeups: queue::Wakeups,
+    wakeups: Vec<queue::Wakeups>,
     args: &WorkerArgs,
 ) -> JoinSet<()> {
     let mut background = JoinSet::new();
     let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
-    background.spawn(wake::listen(wake.clone(), wakeups, max_idle));
+    for (partition, w) in wakeups.into_iter().enumerate() {
+        background.spawn(wake::listen(wake.clone(), partition, w, max_idle));
+    }
     background.spawn(upkeep::heartbeat(
         ctx.clone(),
         ctx.now_ms(),
@@ -319,7 +326,7 @@ async fn claim_batch(
     let woken = wake.take_woken();
     let batch = match ctx
         .queue
-        .claim_woken(&ctx.id, free, args.lease_ms, woken)
+        .claim_woken_at(&ctx.id, free, args.lease_ms, woken)
         .await
     {
         Ok(batch) => batch,

@@ -4,11 +4,12 @@
 //!
 //! The listener only waits on the list while the claim loop is idle (it has free slots and is
 //! about to sleep): a busy worker must leave the entries to idle ones, or it would take a
-//! wake-up it cannot act on. An entry taken is remembered (`woken`) until the loop's next
-//! claim, which then tells the queue it already holds one (`Queue::claim_woken`).
+//! wake-up it cannot act on. An entry taken is remembered (`woken`, with its partition) until
+//! the loop's next claim, which then tells the queue it already holds one and claims from that
+//! partition (`Queue::claim_woken_at`). A partitioned queue has one list per partition, so
+//! one listener per partition.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
@@ -17,7 +18,8 @@ use tokio::sync::{watch, Notify};
 /// Shared by the claim loop, the listener and the reaper.
 pub(crate) struct Wake {
     notify: Notify,
-    woken: AtomicBool,
+    /// Partitions whose wake-up entries were taken and not yet acted on.
+    woken: Mutex<Vec<usize>>,
     idle: watch::Sender<bool>,
 }
 
@@ -25,7 +27,7 @@ impl Wake {
     pub(crate) fn new() -> Arc<Wake> {
         Arc::new(Wake {
             notify: Notify::new(),
-            woken: AtomicBool::new(false),
+            woken: Mutex::new(Vec::new()),
             idle: watch::Sender::new(false),
         })
     }
@@ -46,9 +48,10 @@ impl Wake {
             .send_if_modified(|v| std::mem::replace(v, idle) != idle);
     }
 
-    /// Whether a wake-up entry was taken for the claim about to run (and forgets it).
-    pub(crate) fn take_woken(&self) -> bool {
-        self.woken.swap(false, Ordering::AcqRel)
+    /// The partition of a wake-up entry taken for the claim about to run (and forgets it).
+    pub(crate) fn take_woken(&self) -> Option<usize> {
+        let mut w = self.woken.lock().unwrap_or_else(|e| e.into_inner());
+        (!w.is_empty()).then(|| w.remove(0))
     }
 }
 
@@ -69,7 +72,12 @@ fn reconnect_delays() -> ExponentialBackoff {
 
 /// Waits on the wake-up list whenever the claim loop is idle, forever. Connection errors are
 /// logged and retried with a capped backoff; the loop's own sleep cap covers the gap.
-pub(crate) async fn listen(wake: Arc<Wake>, mut wakeups: queue::Wakeups, max_wait: Duration) {
+pub(crate) async fn listen(
+    wake: Arc<Wake>,
+    partition: usize,
+    mut wakeups: queue::Wakeups,
+    max_wait: Duration,
+) {
     let mut idle = wake.idle.subscribe();
     let mut backoff = reconnect_delays();
     loop {
@@ -79,7 +87,10 @@ pub(crate) async fn listen(wake: Arc<Wake>, mut wakeups: queue::Wakeups, max_wai
         match wakeups.wait(max_wait).await {
             Ok(true) => {
                 backoff = reconnect_delays();
-                wake.woken.store(true, Ordering::Release);
+                wake.woken
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(partition);
                 wake.notify.notify_one();
                 // One entry per wake-up: wait until the loop has acted on it.
                 if idle.wait_for(|i| !*i).await.is_err() {

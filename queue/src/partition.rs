@@ -1,0 +1,305 @@
+//! Partitions: one logical queue over P hash tags, so a Redis Cluster can spread one queue's
+//! tasks and results over all its nodes.
+//!
+//! A Lua script may only touch keys of one slot, and with one hash tag a queue is one slot:
+//! one node, one core, and all its stored results in one node's memory. With
+//! [`QueueConfig::partitions`] = P > 1, task `id` lives in partition
+//! [`partition_of`]`(id, P)` (FNV-1a of the id, mod P), whose keys carry the tag `{name#i}`.
+//! Each partition is a whole one-partition queue: the same scripts, the same keys, the same
+//! transitions, so every script stays single-slot and atomic, and nothing in the Lua changes.
+//! What this module adds is how the [`Queue`] handle works across them:
+//!
+//! - **By id** (enqueue, join, renew, complete, reschedule, fail, release, retry, cancel, get,
+//!   the callback): straight to the task's partition, one call as before.
+//! - **Claims** sweep the partitions from a rotating start until the batch is full; a claim
+//!   after a wake-up goes to the partition whose wake-up list woke the process (each partition
+//!   has its own list; a worker process waits on all of them). A busy slot's chained claim
+//!   (`complete_and_claim`) stays in the partition of the task it finished (one call per
+//!   task), except every [`CHAIN_ROTATE`]-th hop, which goes to the next partition of the
+//!   rotation, so a partition whose tasks nobody is chaining cannot wait behind another's
+//!   backlog for long.
+//! - **Reads** (stats, lists, tenants, events, throughput, stuck leases) ask every partition,
+//!   at most [`FAN_OUT`] at once, and merge: sorted-set pages by (score, id) with the same
+//!   cursor to each partition (so the merged order and paging are exact), the ready work
+//!   partition after partition.
+//! - **Switches** an operator flips (pause, the breaker by hand) are written to every
+//!   partition, since every partition's claim reads its own copy.
+//! - **Limits**: the upstream's rate limit is one key in the control slot `{name}` (exactly
+//!   global, as before). The breaker's threshold and the per-tenant limits are checked inside
+//!   the claim and fail scripts, so each partition holds its own, set to an even share of the
+//!   configured value ([`part_config`]): ids are uniform hashes, so each partition sees ~1/P of
+//!   the calls and of each tenant's tasks.
+//! - **The control slot** `{name}` keeps what belongs to no task: sessions, sign-in limits,
+//!   the audit log, the worker registry, the upstream rate limit, bulk-run state, and the
+//!   partition count the queue was created with ([`check_layout`]).
+
+use std::future::Future;
+
+use futures::{StreamExt, TryStreamExt};
+
+use crate::error::{corrupt, Result};
+use crate::model::{QueueConfig, TaskId};
+use crate::Queue;
+
+/// Most partitions a queue may have.
+pub const MAX_PARTITIONS: u16 = 1024;
+
+/// A chained claim goes to another partition once in this many hops (see the module doc).
+pub(crate) const CHAIN_ROTATE: usize = 8;
+
+/// Most partitions one fan-out read asks at once.
+pub(crate) const FAN_OUT: usize = 16;
+
+/// The partition of task `id` among `n` (FNV-1a 64 of its bytes, mod n): stable across
+/// processes, versions and hosts, since every process must find a task in the same place.
+pub fn partition_of(id: &str, n: usize) -> usize {
+    if n <= 1 {
+        return 0;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % n as u64) as usize
+}
+
+/// The configuration of partition `i` of a queue configured with `cfg`: one partition, and
+/// the limits that are checked inside a partition's scripts set to their even share (at least
+/// one): the breaker's error count, the per-tenant concurrency, rate and burst.
+pub(crate) fn part_config(cfg: &QueueConfig, _i: usize) -> QueueConfig {
+    let p = u32::from(cfg.partitions.max(1));
+    let share = |v: u32| if v == 0 { 0 } else { v.div_ceil(p).max(1) };
+    let mut c = cfg.clone();
+    c.partitions = 1;
+    c.breaker.failures = share(cfg.breaker.failures);
+    c.tenants.concurrency = share(cfg.tenants.concurrency);
+    c.tenants.burst = share(cfg.tenants.burst.max(1));
+    if cfg.tenants.rate_per_sec.is_finite() && cfg.tenants.rate_per_sec > 0.0 {
+        c.tenants.rate_per_sec = cfg.tenants.rate_per_sec / f64::from(p);
+    }
+    c
+}
+
+/// Keys of a one-partition queue that hold tasks: if any exists under `{name}`, the queue was
+/// used with one partition.
+fn single_layout_keys(q: &Queue) -> [String; 6] {
+    let k = q.keys();
+    [
+        k.ready.clone(),
+        k.ready_bg.clone(),
+        k.due.clone(),
+        k.lease.clone(),
+        k.dead.clone(),
+        k.fair.clone(),
+    ]
+}
+
+/// Records the partition count of a queue on its first use, and refuses a process that asks
+/// for another: its tasks would be looked for in the wrong partitions (a second task for a
+/// query already queued, results not found). A queue used before counts were recorded has one
+/// partition if it holds tasks under `{name}`.
+pub(crate) async fn check_layout(q: &Queue) -> Result<()> {
+    let want = q.config().partitions;
+    let meta = q.keys().meta();
+    let mut c = q.conn.clone();
+    let have: Option<u16> = redis::cmd("HGET")
+        .arg(&meta)
+        .arg("partitions")
+        .query_async(&mut c)
+        .await?;
+    let have = match have {
+        Some(n) => n,
+        None => {
+            let mut n = want;
+            if want > 1 {
+                let found: u32 = redis::cmd("EXISTS")
+                    .arg(&single_layout_keys(q)[..])
+                    .query_async(&mut c)
+                    .await?;
+                if found > 0 {
+                    n = 1;
+                }
+            }
+            // HSETNX: two processes starting at once agree on the first one's count.
+            let _: bool = redis::cmd("HSETNX")
+                .arg(&meta)
+                .arg("partitions")
+                .arg(n)
+                .query_async(&mut c)
+                .await?;
+            redis::cmd("HGET")
+                .arg(&meta)
+                .arg("partitions")
+                .query_async::<Option<u16>>(&mut c)
+                .await?
+                .unwrap_or(n)
+        }
+    };
+    if have != want {
+        return Err(corrupt(format!(
+            "config: queue {:?} has {have} partition(s) and this process asks for {want} \
+             (REPOLL_PARTITIONS); tasks would be looked for in the wrong place. Keep \
+             REPOLL_PARTITIONS={have}, or change it as README.md \"Partitions\" says",
+            q.config().name
+        )));
+    }
+    Ok(())
+}
+
+impl Queue {
+    /// How many partitions this queue has (1: one hash tag).
+    pub fn partitions(&self) -> usize {
+        self.inner.parts.len().max(1)
+    }
+
+    /// The partition of `id` in this queue.
+    pub fn partition_of(&self, id: &str) -> usize {
+        partition_of(id, self.partitions())
+    }
+
+    /// The partitions' handles, or None for a queue of one partition (this handle is then
+    /// the whole queue).
+    pub(crate) fn parts(&self) -> Option<&[Queue]> {
+        let p = &self.inner.parts;
+        (!p.is_empty()).then_some(p.as_slice())
+    }
+
+    /// The handle of `id`'s partition, or None for a queue of one partition.
+    pub(crate) fn part_for(&self, id: &str) -> Option<&Queue> {
+        self.parts().map(|p| &p[partition_of(id, p.len())])
+    }
+
+    /// The next partition of this process's rotation.
+    pub(crate) fn next_partition(&self) -> usize {
+        use std::sync::atomic::Ordering;
+        self.inner.next_part.fetch_add(1, Ordering::Relaxed) % self.partitions()
+    }
+
+    /// Whether the next chained claim should go to the rotation's next partition instead of
+    /// staying in the finished task's (once in [`CHAIN_ROTATE`] hops).
+    pub(crate) fn chain_rotates(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.inner.chain_hops.fetch_add(1, Ordering::Relaxed) % CHAIN_ROTATE == CHAIN_ROTATE - 1
+    }
+
+    /// Runs `f` on every partition (at most [`FAN_OUT`] at once); the answers in partition
+    /// order. `f` gets a handle of its own (a cheap clone), so the futures borrow nothing from
+    /// the slice (which keeps them `Send` for any caller).
+    pub(crate) async fn fan<T, F, Fut>(parts: &[Queue], f: F) -> Result<Vec<T>>
+    where
+        F: FnMut(Queue) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let futs: Vec<Fut> = parts.iter().cloned().map(f).collect();
+        futures::stream::iter(futs)
+            .buffered(FAN_OUT)
+            .try_collect()
+            .await
+    }
+
+    /// Groups `ids` by partition: (partition, the indices of its ids in `ids`).
+    pub(crate) fn group_by_part<S: AsRef<str>>(&self, ids: &[S]) -> Vec<(usize, Vec<usize>)> {
+        let n = self.partitions();
+        let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (i, id) in ids.iter().enumerate() {
+            groups[partition_of(id.as_ref(), n)].push(i);
+        }
+        groups
+            .into_iter()
+            .enumerate()
+            .filter(|(_, g)| !g.is_empty())
+            .collect()
+    }
+
+    /// A batched write of a partitioned queue (completions, reschedules): each partition's
+    /// items in one call, and the `next_n` tasks asked for claimed in the partition of the
+    /// last item (or, every [`CHAIN_ROTATE`]-th time, in the rotation's next one: then it is
+    /// a call of its own unless that partition has items too). Results in item order.
+    pub(crate) async fn partitioned_write<I, R, F, Fut>(
+        &self,
+        parts: &[Queue],
+        items: &[I],
+        id_of: impl Fn(&I) -> &TaskId,
+        next_n: usize,
+        call: F,
+    ) -> Result<(Vec<R>, Vec<crate::Claimed>)>
+    where
+        I: Clone,
+        F: Fn(Queue, Vec<I>, usize) -> Fut,
+        Fut: Future<Output = Result<(Vec<R>, Vec<crate::Claimed>)>>,
+    {
+        let ids: Vec<&str> = items.iter().map(|i| id_of(i).as_str()).collect();
+        let groups = self.group_by_part(&ids);
+        let claim_in = match ids.last() {
+            Some(last) if !self.chain_rotates() => partition_of(last, parts.len()),
+            _ => self.next_partition(),
+        };
+        let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
+        let mut claimed = Vec::new();
+        let mut claimed_done = next_n == 0;
+        for (p, idx) in &groups {
+            let next = if *p == claim_in { next_n } else { 0 };
+            claimed_done |= *p == claim_in;
+            let chunk: Vec<I> = idx.iter().map(|&i| items[i].clone()).collect();
+            let (rs, cl) = call(parts[*p].clone(), chunk, next).await?;
+            if rs.len() != idx.len() {
+                return Err(corrupt("partitioned write: reply length differs"));
+            }
+            for (&i, r) in idx.iter().zip(rs) {
+                out[i] = Some(r);
+            }
+            claimed.extend(cl);
+        }
+        if !claimed_done {
+            let (_, cl) = call(parts[claim_in].clone(), Vec::new(), next_n).await?;
+            claimed.extend(cl);
+        }
+        let out = out
+            .into_iter()
+            .map(|r| r.ok_or_else(|| corrupt("partitioned write: item without an answer")))
+            .collect::<Result<Vec<R>>>()?;
+        Ok((out, claimed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_of_is_stable_and_spread() {
+        // Fixed values: a change here moves every task of every partitioned queue.
+        assert_eq!(partition_of("abc", 1), 0);
+        assert_eq!(partition_of("", 12), (0xcbf2_9ce4_8422_2325u64 % 12) as usize);
+        let mut counts = [0u32; 12];
+        for i in 0..12_000 {
+            let id = TaskId::of_upstream_query("", &format!("q{i}"));
+            counts[partition_of(id.as_str(), 12)] += 1;
+        }
+        // Uniform within ±15 % (1,000 expected each).
+        assert!(counts.iter().all(|&c| (850..=1150).contains(&c)), "{counts:?}");
+    }
+
+    #[test]
+    fn part_config_shares_the_limits() {
+        let mut cfg = QueueConfig {
+            partitions: 12,
+            ..QueueConfig::default()
+        };
+        cfg.breaker.failures = 20;
+        cfg.tenants.concurrency = 5;
+        cfg.tenants.rate_per_sec = 24.0;
+        cfg.tenants.burst = 3;
+        let p = part_config(&cfg, 3);
+        assert_eq!(p.partitions, 1);
+        assert_eq!(p.breaker.failures, 2);
+        assert_eq!(p.tenants.concurrency, 1);
+        assert_eq!(p.tenants.rate_per_sec, 2.0);
+        assert_eq!(p.tenants.burst, 1);
+        cfg.breaker.failures = 0;
+        cfg.tenants.concurrency = 0;
+        assert_eq!(part_config(&cfg, 0).breaker.failures, 0);
+        assert_eq!(part_config(&cfg, 0).tenants.concurrency, 0);
+    }
+}

@@ -1,0 +1,261 @@
+//! A partitioned queue (`QueueConfig::partitions` > 1) on one private redis-server: tasks land
+//! in every partition's hash tag and nowhere else, a handle works across them (claims sweep
+//! every partition, operator switches reach every partition, reads merge exactly), and a
+//! process configured with another partition count is refused instead of looking for tasks in
+//! the wrong place.
+
+mod common;
+use common::*;
+use queue::*;
+use std::collections::BTreeSet;
+
+fn pcfg(name: &str, partitions: u16) -> QueueConfig {
+    QueueConfig {
+        partitions,
+        ..cfg(name)
+    }
+}
+
+async fn keys_matching(pattern: &str) -> Vec<String> {
+    let mut c = raw().await;
+    redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
+
+fn policy() -> EnqueuePolicy {
+    EnqueuePolicy {
+        deadline_ms: 600_000,
+        ..EnqueuePolicy::default()
+    }
+}
+
+/// Every page of `state`, `limit` at a time: the ids in listing order.
+async fn list_all(q: &Queue, state: ListState, order: Order, limit: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..1000 {
+        let page = q.list(state, order, cursor.as_deref(), limit).await.unwrap();
+        assert!(page.items.len() + page.results.len() <= limit);
+        out.extend(page.items.iter().map(|t| t.id.to_string()));
+        out.extend(page.results.iter().map(|r| r.id.to_string()));
+        match page.next_cursor {
+            Some(c) => {
+                assert!(is_list_cursor(&c), "the cursor handed out is accepted: {c}");
+                cursor = Some(c);
+            }
+            None => return out,
+        }
+    }
+    panic!("paging never ended");
+}
+
+#[tokio::test]
+async fn every_operation_runs_on_a_partitioned_queue() {
+    let q = queue_with(QueueConfig {
+        max_lease_losses: 1,
+        ..pcfg("pt-every", 4)
+    })
+    .await;
+    assert_eq!(q.partitions(), 4);
+    exercise_every_operation(&q).await;
+}
+
+#[tokio::test]
+async fn tasks_spread_over_the_partitions_and_reads_merge_exactly() {
+    let name = "pt-spread";
+    let q = queue_with(pcfg(name, 4)).await;
+    let texts: Vec<String> = (0..200).map(|i| format!("spread {i}")).collect();
+    let items: Vec<(&str, &str)> = texts.iter().map(|t| (t.as_str(), "")).collect();
+    let first = q.enqueue_many(&items, &policy()).await.unwrap();
+    assert!(first
+        .iter()
+        .all(|r| matches!(r, Ok(Enqueued::Created(_)))));
+    // Asked again (one batch, one by one): joined, never a second task.
+    let again = q.enqueue_many(&items[..20], &policy()).await.unwrap();
+    assert!(again
+        .iter()
+        .all(|r| matches!(r, Ok(Enqueued::Joined(_)))));
+    assert!(matches!(
+        q.enqueue(&texts[7], "", &policy()).await.unwrap(),
+        Enqueued::Joined(_)
+    ));
+
+    // Each task's record is in its own partition; every partition got some; the one-partition
+    // layout under `{name}` holds no task.
+    for i in 0..4 {
+        let n = keys_matching(&format!("{{{name}#{i}}}:t:*")).await.len();
+        assert!(n > 20, "partition {i} holds {n} tasks");
+    }
+    assert!(keys_matching(&format!("{{{name}}}:t:*")).await.is_empty());
+    for t in &texts[..10] {
+        let id = q.task_id(&normalise_query(t).unwrap());
+        let p = q.partition_of(&id);
+        let key = format!("{{{name}#{p}}}:t:{id}");
+        assert_eq!(keys_matching(&key).await, vec![key.clone()]);
+        assert_eq!(q.get(&id).await.unwrap().unwrap().task.unwrap().query, *t);
+    }
+
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.leased, s.waiting), (200, 0, 0), "{s:?}");
+
+    // The ready work pages through every partition, each task once, either way round.
+    for order in [Order::OldestFirst, Order::NewestFirst] {
+        let ids = list_all(&q, ListState::Ready, order, 30).await;
+        let set: BTreeSet<&String> = ids.iter().collect();
+        assert_eq!((ids.len(), set.len()), (200, 200), "{order:?}");
+    }
+
+    // A claim sweeps the partitions until it has its batch (~50 tasks each here).
+    let claimed = q.claim("w", 120, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 120);
+    let parts: BTreeSet<usize> = claimed.iter().map(|c| q.partition_of(&c.id)).collect();
+    assert!(parts.len() >= 3, "{parts:?}");
+    // 40 completed (one call each: the write goes to the task's partition), 40 polled later,
+    // 40 left leased.
+    for c in &claimed[..40] {
+        q.complete(&c.id, c.token, &format!("r {}", c.query), 5)
+            .await
+            .unwrap();
+    }
+    let polls: Vec<Reschedule> = claimed[40..80]
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Reschedule {
+            id: c.id.clone(),
+            token: c.token,
+            delay_ms: 60_000 + i as u64 * 100,
+            partial: None,
+            latency_ms: 1,
+        })
+        .collect();
+    let (r, next) = q.reschedule_and_claim(&polls, "w", 0, 1000).await.unwrap();
+    assert!(r.iter().all(|x| x.is_ok()) && next.is_empty());
+    let s = q.stats().await.unwrap();
+    assert_eq!(
+        (s.ready, s.leased, s.waiting, s.results),
+        (80, 40, 40, 40),
+        "{s:?}"
+    );
+
+    // Sorted sets merge by (score, id): the waiting tasks in due order across partitions,
+    // paged 7 at a time without a gap or a repeat.
+    let waiting = list_all(&q, ListState::Waiting, Order::OldestFirst, 7).await;
+    let expect: Vec<String> = polls.iter().map(|p| p.id.to_string()).collect();
+    assert_eq!(waiting, expect);
+    let mut newest = list_all(&q, ListState::Waiting, Order::NewestFirst, 7).await;
+    newest.reverse();
+    assert_eq!(newest, expect);
+    let results = list_all(&q, ListState::Results, Order::OldestFirst, 9).await;
+    assert_eq!(results.len(), 40);
+    let leased = list_all(&q, ListState::Leased, Order::OldestFirst, 11).await;
+    assert_eq!(leased.len(), 40);
+    for c in &claimed[..3] {
+        let r = q.result_by_id(&c.id).await.unwrap().unwrap();
+        assert_eq!(r.data, format!("r {}", c.query));
+    }
+    // The events of every partition, newest first.
+    let ev = q.events(500).await.unwrap();
+    assert!(!ev.is_empty());
+    // A stale token is refused in its partition as anywhere.
+    assert!(matches!(
+        q.complete(&claimed[0].id, claimed[0].token, "late", 1).await,
+        Err(QueueError::StaleToken)
+    ));
+    // Find by id prefix looks in every partition.
+    let id = claimed[50].id.to_string();
+    let (found, whole) = q.ids_with_prefix(&id[..10], 5, 100).await.unwrap();
+    assert!(whole && found.iter().any(|f| f.as_str() == id));
+}
+
+#[tokio::test]
+async fn switches_reach_every_partition_and_the_reaper_covers_them_all() {
+    let q = queue_with(QueueConfig {
+        max_lease_losses: 0,
+        ..pcfg("pt-switch", 3)
+    })
+    .await;
+    let texts: Vec<String> = (0..30).map(|i| format!("switch {i}")).collect();
+    let items: Vec<(&str, &str)> = texts.iter().map(|t| (t.as_str(), "")).collect();
+    q.enqueue_many(&items, &policy()).await.unwrap();
+
+    q.pause("op").await.unwrap();
+    assert!(q.is_paused().await.unwrap());
+    assert!(q.stats().await.unwrap().paused);
+    assert!(q.claim("w", 30, 1000).await.unwrap().is_empty());
+    q.resume("op").await.unwrap();
+    assert!(!q.is_paused().await.unwrap());
+
+    q.open_breaker("op", 60_000).await.unwrap();
+    assert_eq!(q.breaker().await.unwrap().unwrap().state, BreakerState::Open);
+    assert!(q.claim("w", 30, 1000).await.unwrap().is_empty());
+    assert!(q.close_breaker("op").await.unwrap());
+    assert!(q.breaker().await.unwrap().is_none());
+
+    // Leases of every partition expire and come back.
+    let claimed = q.claim("w", 30, 50).await.unwrap();
+    assert_eq!(claimed.len(), 30);
+    sleep_ms(120).await;
+    let r = q.reap(100).await.unwrap();
+    assert_eq!(r.requeued.len(), 30);
+    let again = q.claim("w2", 30, 60_000).await.unwrap();
+    assert_eq!(again.len(), 30);
+    // The tokens of the second leases fence out the first ones.
+    for c in &claimed {
+        assert!(matches!(
+            q.complete(&c.id, c.token, "late", 1).await,
+            Err(QueueError::StaleToken)
+        ));
+    }
+    // Bulk selection and purge walk every partition.
+    let sel = q
+        .bulk_select(
+            &BulkFilter {
+                state: BulkState::Leased,
+                ..BulkFilter::default()
+            },
+            100,
+        )
+        .await
+        .unwrap();
+    assert_eq!((sel.matched, sel.ids.len()), (30, 30));
+    for c in &again[..10] {
+        q.fail(&c.id, c.token, "boom", Retry::Dead, 1).await.unwrap();
+    }
+    assert_eq!(q.stats().await.unwrap().dead, 10);
+    assert_eq!(q.retry_all_dead("op").await.unwrap(), 10);
+    assert_eq!(q.purge(PurgeTarget::Queued, "op").await.unwrap(), 10);
+}
+
+#[tokio::test]
+async fn a_process_with_another_partition_count_is_refused() {
+    let q = queue_with(pcfg("pt-count", 4)).await;
+    q.enqueue("count 1", "", &policy()).await.unwrap();
+    for other in [1, 2, 8] {
+        let e = Queue::connect(&server().url(), pcfg("pt-count", other))
+            .await
+            .expect_err("another count is refused");
+        assert!(e.to_string().contains("4 partition(s)"), "{e}");
+    }
+    assert!(Queue::connect(&server().url(), pcfg("pt-count", 4)).await.is_ok());
+
+    // A queue used before counts were recorded (tasks under `{name}`, no meta) has one.
+    let old = queue("pt-old").await;
+    old.enqueue("old 1", "", &policy()).await.unwrap();
+    let mut c = raw().await;
+    let _: () = redis::cmd("DEL")
+        .arg("{pt-old}:meta")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let e = Queue::connect(&server().url(), pcfg("pt-old", 6))
+        .await
+        .expect_err("a queue with tasks in one partition");
+    assert!(e.to_string().contains("1 partition(s)"), "{e}");
+    // Bad counts and names.
+    assert!(Queue::connect(&server().url(), pcfg("pt-zero", 0)).await.is_err());
+    assert!(Queue::connect(&server().url(), pcfg("pt-big", 1025)).await.is_err());
+    assert!(Queue::connect(&server().url(), pcfg("a#1", 1)).await.is_err());
+}
