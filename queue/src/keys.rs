@@ -59,10 +59,14 @@ impl Keys {
         Keys::with_tag(format!("{{{name}}}"))
     }
 
-    /// The keys of partition `i` of a partitioned queue: the hash tag `{name#i}` (queue names
-    /// never hold `#`, so no other queue's tag can be the same).
-    pub fn partition(name: &str, i: usize) -> Keys {
-        Keys::with_tag(format!("{{{name}#{i}}}"))
+    /// The keys of partition `i` of `n`: the hash tag [`partition_tag`].
+    pub fn partition(name: &str, i: usize, n: usize) -> Keys {
+        Keys::with_tag(partition_tag(name, i, n))
+    }
+
+    /// This queue's hash tag, braces included.
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     /// Which partition count a queue was first used with (a hash, field `partitions`), so a
@@ -170,5 +174,75 @@ impl Keys {
     /// Worker heartbeat hash (expires when heartbeats stop).
     pub fn worker(&self, id: &str) -> String {
         format!("{}:w:{id}", self.tag)
+    }
+}
+
+/// The hash tag of partition `i` of `n` of queue `name`: `{name#i}`, or `{name#i.k}` with the
+/// least `k` that puts it in the i-th n-th of the 16,384 cluster slots. Evenly spaced slots
+/// spread the partitions evenly over any cluster whose masters own even, contiguous slot
+/// ranges (what `redis-cli --cluster create` makes): P = 12 on 3 masters is 4 + 4 + 4, where
+/// plain `{name#i}` tags fall where their CRC16 lands (7 + 3 + 2 for some names). Queue names
+/// never hold `#`, so no other queue's tag can be the same. Fixed forever: every process must
+/// compute the same tags.
+pub fn partition_tag(name: &str, i: usize, n: usize) -> String {
+    const SLOTS: usize = 16_384;
+    let n = n.clamp(1, SLOTS);
+    let (lo, hi) = (i * SLOTS / n, (i + 1) * SLOTS / n);
+    let fits = |tag: &str| (lo..hi).contains(&usize::from(key_slot(tag.as_bytes())));
+    let plain = format!("{name}#{i}");
+    if fits(&plain) {
+        return format!("{{{plain}}}");
+    }
+    // A range is 16 slots or more (n <= 1024): about n / 16384 of the suffixes fit, so a few
+    // thousand tries at most; the bound only guards against a bug.
+    for k in 1..10_000_000u32 {
+        let t = format!("{name}#{i}.{k}");
+        if fits(&t) {
+            return format!("{{{t}}}");
+        }
+    }
+    format!("{{{plain}}}")
+}
+
+/// The cluster slot of a hash tag's content: CRC16 (XMODEM) mod 16,384, as Redis computes it
+/// (the redis crate computes it too, but does not expose the number).
+fn key_slot(tag: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in tag {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_slot_is_redis_cluster_keyslot() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"somekey"), 11058);
+        assert_eq!(key_slot(b""), 0);
+    }
+
+    #[test]
+    fn partition_tags_spread_evenly_over_the_slots() {
+        for n in [2usize, 3, 12, 100] {
+            for i in 0..n {
+                let t = partition_tag("repoll", i, n);
+                let inner = &t[1..t.len() - 1];
+                let slot = usize::from(key_slot(inner.as_bytes()));
+                assert!((i * 16384 / n..(i + 1) * 16384 / n).contains(&slot), "{t}");
+                assert!(inner.starts_with(&format!("repoll#{i}")), "{t}");
+            }
+        }
     }
 }

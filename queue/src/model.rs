@@ -42,7 +42,7 @@ pub struct QueueConfig {
     pub tenants: TenantLimits,
     /// Partitions of the queue (`REPOLL_PARTITIONS`; 1 = one hash tag `{name}`, the layout of
     /// a queue that fits one Redis node). With P > 1 each task lives in partition
-    /// hash(id) mod P under the tag `{name#i}`, so the tasks and results spread over every
+    /// hash(id) mod P under its own tag `{name#i…}`, so the tasks and results spread over every
     /// node of a Redis Cluster; the control keys (sessions, audit, workers, the upstream's rate
     /// limit) stay under `{name}`. See the `partition` module.
     #[serde(default = "one_partition")]

@@ -4,7 +4,8 @@
 //! A Lua script may only touch keys of one slot, and with one hash tag a queue is one slot:
 //! one node, one core, and all its stored results in one node's memory. With
 //! [`QueueConfig::partitions`] = P > 1, task `id` lives in partition
-//! [`partition_of`]`(id, P)` (FNV-1a of the id, mod P), whose keys carry the tag `{name#i}`.
+//! [`partition_of`]`(id, P)` (FNV-1a of the id, mod P), whose keys carry the tag `{name#i}`
+//! (or `{name#i.k}`: `keys::partition_tag` spaces the tags evenly over the cluster's slots).
 //! Each partition is a whole one-partition queue: the same scripts, the same keys, the same
 //! transitions, so every script stays single-slot and atomic, and nothing in the Lua changes.
 //! What this module adds is how the [`Queue`] handle works across them:
@@ -151,6 +152,15 @@ impl Queue {
     /// How many partitions this queue has (1: one hash tag).
     pub fn partitions(&self) -> usize {
         self.inner.parts.len().max(1)
+    }
+
+    /// The hash tag of partition `i` (braces included; see `keys::partition_tag`), or
+    /// the queue's one tag.
+    pub fn partition_tag(&self, i: usize) -> String {
+        match self.parts() {
+            Some(p) => p[i.min(p.len() - 1)].keys().tag().to_string(),
+            None => self.keys().tag().to_string(),
+        }
     }
 
     /// The partition of `id` in this queue.

@@ -86,14 +86,16 @@ async fn tasks_spread_over_the_partitions_and_reads_merge_exactly() {
     // Each task's record is in its own partition; every partition got some; the one-partition
     // layout under `{name}` holds no task.
     for i in 0..4 {
-        let n = keys_matching(&format!("{{{name}#{i}}}:t:*")).await.len();
-        assert!(n > 20, "partition {i} holds {n} tasks");
+        let tag = q.partition_tag(i);
+        assert!(tag.starts_with(&format!("{{{name}#{i}")), "{tag}");
+        let n = keys_matching(&format!("{tag}:t:*")).await.len();
+        assert!(n > 20, "partition {i} ({tag}) holds {n} tasks");
     }
     assert!(keys_matching(&format!("{{{name}}}:t:*")).await.is_empty());
     for t in &texts[..10] {
         let id = q.task_id(&normalise_query(t).unwrap());
         let p = q.partition_of(&id);
-        let key = format!("{{{name}#{p}}}:t:{id}");
+        let key = format!("{}:t:{id}", q.partition_tag(p));
         assert_eq!(keys_matching(&key).await, vec![key.clone()]);
         assert_eq!(q.get(&id).await.unwrap().unwrap().task.unwrap().query, *t);
     }

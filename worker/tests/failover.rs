@@ -106,7 +106,9 @@ async fn cluster_ok(port: u16) -> bool {
 /// Three masters with a replica each; None (the test is skipped, and says so) where
 /// redis-server cannot run in cluster mode.
 async fn six_node_cluster() -> Option<Nodes> {
-    let dir = std::env::temp_dir().join(format!("repoll-failover-{}", std::process::id()));
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("repoll-failover-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut nodes = Nodes {
         children: Vec::new(),
@@ -178,8 +180,8 @@ async fn six_node_cluster() -> Option<Nodes> {
     Some(nodes)
 }
 
-/// The master among `ports` that answers the queue's slot itself, if any.
-async fn serving_master(ports: &[u16]) -> Option<u16> {
+/// The master among `ports` that answers the slot of hash tag `tag` itself, if any.
+async fn serving_master(ports: &[u16], tag: &str) -> Option<u16> {
     for port in ports {
         let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
             continue;
@@ -193,7 +195,7 @@ async fn serving_master(ports: &[u16]) -> Option<u16> {
             |r| matches!(r.first(), Some(redis::Value::BulkString(b)) if b == b"master"),
         );
         let read: redis::RedisResult<Option<String>> = redis::cmd("GET")
-            .arg(format!("{{{QUEUE}}}"))
+            .arg(format!("{{{tag}}}"))
             .query_async(&mut c)
             .await;
         if is_master && read.is_ok() {
@@ -203,14 +205,15 @@ async fn serving_master(ports: &[u16]) -> Option<u16> {
     None
 }
 
-/// The port of the master that owns the queue's slot (it answers the tag's key itself).
-async fn owner_of_queue(nodes: &Nodes) -> u16 {
+/// The port of the master that owns the slot of hash tag `tag` (it answers the tag's key
+/// itself).
+async fn owner_of(nodes: &Nodes, tag: &str) -> u16 {
     for (port, _) in &nodes.children {
         let mut c = node_conn(*port).await;
         let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut c).await.unwrap();
         let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
         let read: redis::RedisResult<Option<String>> = redis::cmd("GET")
-            .arg(format!("{{{QUEUE}}}"))
+            .arg(format!("{{{tag}}}"))
             .query_async(&mut c)
             .await;
         if is_master && read.is_ok() {
@@ -249,9 +252,13 @@ async fn ask_all(q: &Queue, texts: &[String], policy: &worker::PolicyArgs) -> us
     asked
 }
 
+/// The six-node clusters of this file, one at a time (two would share the machine's two cores).
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     init_tracing();
+    let _one = ONE_CLUSTER.lock().await;
     let Some(mut nodes) = six_node_cluster().await else {
         return;
     };
@@ -305,7 +312,7 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     };
 
     // About a third done: kill the slot's master.
-    let owner = owner_of_queue(&nodes).await;
+    let owner = owner_of(&nodes, QUEUE).await;
     wait_for(
         "a third of the queries done",
         Duration::from_secs(60),
@@ -337,7 +344,7 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     // Promoted: a surviving master answers the queue's slot itself, and the cluster is ok.
     let t_promote = Instant::now();
     loop {
-        if serving_master(&survivors).await.is_some() && cluster_ok(survivors[0]).await {
+        if serving_master(&survivors, QUEUE).await.is_some() && cluster_ok(survivors[0]).await {
             break;
         }
         if t_promote.elapsed() > Duration::from_secs(30) {
@@ -490,5 +497,250 @@ async fn the_cost_of_waiting_for_a_replica_on_enqueue_is_measured() {
         pct(&plain, 99),
         pct(&waited, 50),
         pct(&waited, 99)
+    );
+}
+
+/// Partitioned queue name: its 12 partitions' tags fall 4 + 4 + 4 on the three masters
+/// (`partition_tag` spaces them over the slots; checked below, not assumed).
+const PQUEUE: &str = "scale";
+const PARTITIONS: u16 = 12;
+/// Queries of the first run (no failure) and of the second (a master killed).
+const PQUERIES: usize = 5_000;
+const PQUERIES_KILL: usize = 2_000;
+
+/// `n` queries starting at number `from`, with every tenth one asked twice.
+fn texts_from(prefix: &str, from: usize, n: usize) -> Vec<String> {
+    let mut t: Vec<String> = (from..from + n)
+        .map(|i| format!("{prefix} {i} polls=3"))
+        .collect();
+    let dups: Vec<String> = t.iter().step_by(10).cloned().collect();
+    t.extend(dups);
+    t
+}
+
+/// Keys on each master of the cluster: (port, keys), masters only.
+async fn keys_per_master(nodes: &Nodes) -> Vec<(u16, u64)> {
+    let mut out = Vec::new();
+    for (port, _) in &nodes.children {
+        let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+            continue;
+        };
+        let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+            continue;
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut c)
+            .await
+            .unwrap_or_default();
+        if info.contains("role:master") {
+            let n: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap_or(0);
+            out.push((*port, n));
+        }
+    }
+    out
+}
+
+/// Waits until every query of `unique` is done (results stored, nothing live).
+async fn wait_all_done(q: &Queue, total_unique: usize, limit: Duration) -> queue::Stats {
+    let t0 = Instant::now();
+    loop {
+        match q.stats().await {
+            Ok(s) if s.results >= total_unique as u64 && s.ready + s.leased + s.waiting == 0 => {
+                return s
+            }
+            Ok(s) => assert!(t0.elapsed() < limit, "not all done: {s:?}"),
+            Err(e) => eprintln!("partitions: stats failed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Every result answers its own query.
+async fn check_results(q: &Queue, unique: &BTreeSet<String>) {
+    for text in unique {
+        let id = queue::TaskId::of_query(text);
+        let r = q
+            .result_by_id(&id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no result for {text:?}"));
+        assert_eq!(&r.query, text);
+        let data: serde_json::Value = serde_json::from_str(&r.data).unwrap();
+        let key = text.split(' ').take(2).collect::<Vec<_>>().join(" ");
+        assert!(
+            data["query"].as_str().is_some_and(|q| q.starts_with(&key)),
+            "{text}: {}",
+            r.data
+        );
+    }
+}
+
+/// One logical queue of 12 partitions over three masters (with a replica each): the keys
+/// spread over all three; 5,000 queries (and 500 asked twice) through two "web" handles and
+/// three workers, each its own cluster connection, all end done with one upstream chain each
+/// (three calls: two "processing", one done — no call more); then 2,000 more while the master
+/// of partition 0 is killed: every query ends done with its own result, and the calls made
+/// again because of the failover are counted and printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() {
+    init_tracing();
+    let _one = ONE_CLUSTER.lock().await;
+    let Some(mut nodes) = six_node_cluster().await else {
+        return;
+    };
+    let seeds: Vec<String> = nodes
+        .children
+        .iter()
+        .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let cfg = QueueConfig {
+        name: PQUEUE.into(),
+        partitions: PARTITIONS,
+        max_lease_losses: 0,
+        ..QueueConfig::default()
+    };
+    let mut web = Vec::new();
+    for _ in 0..2 {
+        web.push(
+            Queue::connect_cluster(&seeds, cfg.clone())
+                .await
+                .expect("queue"),
+        );
+    }
+    // The partitions' owners: four on each master.
+    let mut owners = std::collections::BTreeMap::<u16, usize>::new();
+    for i in 0..usize::from(PARTITIONS) {
+        let tag = web[0].partition_tag(i);
+        let owner = owner_of(&nodes, &tag[1..tag.len() - 1]).await;
+        *owners.entry(owner).or_default() += 1;
+    }
+    eprintln!("partitions: owners {owners:?}");
+    assert_eq!(owners.values().copied().collect::<Vec<_>>(), vec![4, 4, 4]);
+
+    let sim = start_sim(SimArgs {
+        latency_ms: 5,
+        ..SimArgs::default()
+    })
+    .await;
+    let up = sim.upstream_args(5_000);
+    let policy = fast_policy();
+    let mut workers = Vec::new();
+    for i in 0..3 {
+        let wq = Queue::connect_cluster(&seeds, cfg.clone())
+            .await
+            .expect("queue");
+        let pubsub = redis::Client::open(seeds[i].as_str()).unwrap();
+        let mut args = fast_worker_args(16);
+        args.lease_ms = 1_000;
+        let w = worker::Worker::new(
+            wq,
+            pubsub,
+            worker::Upstream::new(&up).unwrap(),
+            policy.clone(),
+            args,
+        );
+        workers.push(spawn(w));
+    }
+
+    // First run: no failure. Half the callers ask through each web handle, at once.
+    let texts = texts_from("pa", 0, PQUERIES);
+    let mut unique: BTreeSet<String> = texts
+        .iter()
+        .map(|t| queue::normalise_query(t).unwrap())
+        .collect();
+    let t0 = Instant::now();
+    let (a, b) = texts.split_at(texts.len() / 2);
+    let (na, nb) = tokio::join!(
+        ask_all(&web[0], a, &policy),
+        ask_all(&web[1], b, &policy)
+    );
+    assert_eq!(na + nb, texts.len());
+    let s = wait_all_done(&web[1], unique.len(), Duration::from_secs(120)).await;
+    let took = t0.elapsed();
+    assert_eq!(s.dead, 0, "{s:?}");
+    let calls = sim.stats().await.calls;
+    assert_eq!(
+        calls,
+        unique.len() as u64 * CALLS_PER_TASK,
+        "one chain of {CALLS_PER_TASK} calls per query, none more"
+    );
+    let spread = keys_per_master(&nodes).await;
+    eprintln!(
+        "partitions: {} queries ({} unique) done in {took:?} with {calls} upstream calls; keys \
+         per master {spread:?}",
+        texts.len(),
+        unique.len()
+    );
+    assert_eq!(spread.len(), 3);
+    let least = spread.iter().map(|(_, n)| *n).min().unwrap();
+    let most = spread.iter().map(|(_, n)| *n).max().unwrap();
+    assert!(least * 2 > most, "keys spread over the masters: {spread:?}");
+    check_results(&web[0], &unique).await;
+
+    // Second run: the master of partition 0 is killed when a third is done.
+    let texts2 = texts_from("pb", 0, PQUERIES_KILL);
+    let unique2: BTreeSet<String> = texts2
+        .iter()
+        .map(|t| queue::normalise_query(t).unwrap())
+        .collect();
+    let producer = {
+        let (q, texts, policy) = (web[0].clone(), texts2.clone(), policy.clone());
+        tokio::spawn(async move { ask_all(&q, &texts, &policy).await })
+    };
+    let tag0 = web[0].partition_tag(0);
+    let owner = owner_of(&nodes, &tag0[1..tag0.len() - 1]).await;
+    let base = unique.len() as u64;
+    wait_for(
+        "a third of the second run done",
+        Duration::from_secs(60),
+        async || {
+            web[1]
+                .stats()
+                .await
+                .is_ok_and(|s| s.results >= base + (PQUERIES_KILL / 3) as u64)
+        },
+    )
+    .await;
+    let calls_before = sim.stats().await.calls;
+    let killed_at = Instant::now();
+    let (_, child) = nodes
+        .children
+        .iter_mut()
+        .find(|(p, _)| *p == owner)
+        .unwrap();
+    child.kill().expect("kill -9 the master");
+    let _ = child.wait();
+    eprintln!("partitions: killed master :{owner} after {calls_before} upstream calls");
+    let survivors: Vec<u16> = nodes
+        .children
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| *p != owner)
+        .collect();
+    let inner0 = tag0[1..tag0.len() - 1].to_string();
+    wait_for("a replica promoted", Duration::from_secs(30), async || {
+        serving_master(&survivors, &inner0).await.is_some() && cluster_ok(survivors[0]).await
+    })
+    .await;
+    let promoted_after = killed_at.elapsed();
+    producer.await.unwrap();
+    // Every caller asks again once (a lost enqueue is created anew, the rest joined).
+    ask_all(&web[1], &texts2, &policy).await;
+    unique.extend(unique2.iter().cloned());
+    let s = wait_all_done(&web[0], unique.len(), Duration::from_secs(120)).await;
+    assert_eq!(s.dead, 0, "{s:?}");
+    check_results(&web[1], &unique).await;
+    for w in workers {
+        w.stop().await;
+    }
+    let calls = sim.stats().await.calls;
+    let expected = unique.len() as u64 * CALLS_PER_TASK;
+    eprintln!(
+        "partitions: after killing a master of 3 (P = {PARTITIONS}): a replica served its \
+         partitions {promoted_after:?} later; {} queries done with their own results; {calls} \
+         upstream calls for {expected} without a failover ({} made again)",
+        unique.len(),
+        calls.saturating_sub(expected)
     );
 }

@@ -145,3 +145,53 @@ async fn calls_in_flight_never_exceed_the_concurrency() {
     assert!(max <= 3, "{max} calls at once with 3 slots");
     assert!(max >= 2, "the slots were used together ({max})");
 }
+
+/// A partitioned queue has a wake-up list per partition, and an idle worker process waits on
+/// all of them: each new query, whatever its partition, starts at once although the workers'
+/// idle cap (a minute) would otherwise keep them asleep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_workers_are_woken_by_new_work_in_any_partition() {
+    let sim = start_sim(SimArgs {
+        polls: 1,
+        ..SimArgs::default()
+    })
+    .await;
+    let q = queue::Queue::connect(
+        &redis_url(),
+        queue::QueueConfig {
+            name: "wake_parts".into(),
+            partitions: 4,
+            ..queue::QueueConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let up = sim.upstream_args(5_000);
+    let workers: Vec<_> = (0..2)
+        .map(|i| {
+            spawn(worker(
+                &q,
+                &up,
+                fast_policy(),
+                WorkerArgs {
+                    worker_id: Some(format!("parts-{i}")),
+                    max_idle_ms: 60_000,
+                    ..fast_worker_args(2)
+                },
+            ))
+        })
+        .collect();
+    let mut partitions = std::collections::BTreeSet::new();
+    for i in 0..12 {
+        let text = format!("wake part {i}");
+        partitions.insert(q.partition_of(&id_of(&text)));
+        q.enqueue(&text, "", &Default::default()).await.unwrap();
+        wait_settled(&q, i + 1, Duration::from_secs(10)).await;
+    }
+    assert_eq!(partitions.len(), 4, "the queries covered every partition");
+    let mut completed = 0;
+    for w in workers {
+        completed += w.stop().await.completed;
+    }
+    assert_eq!(completed, 12);
+}
