@@ -5,6 +5,7 @@
 //! the binary wrote — task, result, history, session, sign-in counter, audit log — lives in the
 //! queue's one slot on its owner, the other nodes hold nothing.
 
+use futures::StreamExt;
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
@@ -77,16 +78,9 @@ async fn post_form(
     req.send().await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
-    let dir = std::env::temp_dir().join(format!("repoll-clp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = Procs {
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
-
-    // Three primaries.
+/// Three primaries made into a cluster by `redis-cli --cluster create` (no replicas); their
+/// ports. The nodes are killed with `procs`.
+async fn three_node_cluster(procs: &mut Procs, dir: &std::path::Path) -> Vec<u16> {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     for (i, port) in ports.iter().enumerate() {
         let node_dir = dir.join(format!("n{i}"));
@@ -141,6 +135,19 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         })
         .await;
     }
+    ports
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
+    let dir = std::env::temp_dir().join(format!("repoll-clp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut procs = Procs {
+        children: Vec::new(),
+        dir: dir.clone(),
+    };
+
+    let ports = three_node_cluster(&mut procs, &dir).await;
     let seeds = ports
         .iter()
         .map(|p| format!("redis://127.0.0.1:{p}"))
@@ -277,4 +284,197 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         assert!(key.starts_with(&tag), "key outside the queue's tag: {key}");
         assert_eq!(*port, owner, "{key} on another node");
     }
+}
+
+/// The issue's scale-out run with real processes: a queue of 12 partitions on a three-master
+/// cluster, two `repoll serve` web processes (one with the simulator) and three
+/// `repoll worker` processes, all with `REPOLL_PARTITIONS=12`. 5,000 queries plus 500 asked
+/// twice are submitted over HTTP, alternating the two web processes: every one ends done with
+/// exactly three upstream calls (the simulator's "processing, processing, done": one chain, no
+/// call more), the keys of the partitions sit on all three masters (in even shares) and no key
+/// is outside the queue's tags.
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_partitions_through_two_web_and_three_worker_processes() {
+    const PQUEUE: &str = "clpp";
+    const QUERIES: usize = 5_000;
+    let dir = std::env::temp_dir().join(format!("repoll-clpp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut procs = Procs {
+        children: Vec::new(),
+        dir: dir.clone(),
+    };
+    let ports = three_node_cluster(&mut procs, &dir).await;
+    let seeds = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let webs = [free_port(), free_port()];
+    let sim_port = free_port();
+    let common = |cmd: &mut Command| {
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("REDIS_URL", &seeds)
+            .env("REDIS_CLUSTER", "true")
+            .env("REPOLL_QUEUE", PQUEUE)
+            .env("REPOLL_PARTITIONS", "12")
+            .env("RUST_LOG", "warn")
+            .env("REPOLL_RATE_PER_MIN", "1000000")
+            .env("REPOLL_RATE_BURST", "100000")
+            .env("REPOLL_FIRST_ANSWER_MS", "0")
+            .env("REPOLL_POLL_INTERVAL_MS", "20")
+            .env("REPOLL_POLL_MAX_INTERVAL_MS", "200")
+            .env(
+                "REPOLL_UPSTREAM_URL",
+                format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+    };
+    for (i, web) in webs.iter().enumerate() {
+        let mut serve = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        serve.args(["serve", "--workers", "0"]);
+        common(&mut serve);
+        if i == 0 {
+            serve
+                .arg("--sim")
+                .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"));
+        }
+        serve
+            .env("REPOLL_ADDR", format!("127.0.0.1:{web}"))
+            .env("REPOLL_ADMIN_PASSWORD", PASSWORD);
+        procs.children.push(serve.spawn().expect("repoll serve"));
+    }
+    for _ in 0..3 {
+        let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        worker.arg("worker");
+        common(&mut worker);
+        worker.env("REPOLL_CONCURRENCY", "32");
+        procs.children.push(worker.spawn().expect("repoll worker"));
+    }
+    let http = reqwest::Client::new();
+    let bases: Vec<String> = webs.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
+    for base in &bases {
+        wait_for("readyz", Duration::from_secs(30), async || {
+            http.get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        })
+        .await;
+    }
+
+    let mut texts: Vec<String> = (0..QUERIES).map(|i| format!("pp {i} polls=3")).collect();
+    let dups: Vec<String> = texts.iter().step_by(10).cloned().collect();
+    texts.extend(dups);
+    let t0 = Instant::now();
+    let statuses: Vec<u16> = futures::stream::iter(texts.iter().enumerate())
+        .map(|(i, t)| {
+            let (http, base) = (http.clone(), bases[i % 2].clone());
+            async move {
+                http.post(format!("{base}/api/v1/queries"))
+                    .json(&serde_json::json!({ "query": t }))
+                    .send()
+                    .await
+                    .map_or(0, |r| r.status().as_u16())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 202),
+        "every submit accepted: {:?}",
+        statuses.iter().filter(|s| **s != 200 && **s != 202).take(5).collect::<Vec<_>>()
+    );
+    let submitted = t0.elapsed();
+
+    let q = queue::Queue::connect_cluster(
+        &ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>(),
+        queue::QueueConfig {
+            name: PQUEUE.into(),
+            partitions: 12,
+            ..queue::QueueConfig::default()
+        },
+    )
+    .await
+    .expect("queue");
+    let mut last_print = Instant::now();
+    loop {
+        let s = q.stats().await.expect("stats");
+        if s.results >= QUERIES as u64 && s.ready + s.waiting + s.leased + s.dead == 0 {
+            break;
+        }
+        if s.dead > 0 {
+            let page = q
+                .list(queue::ListState::Dead, queue::Order::OldestFirst, None, 1)
+                .await
+                .unwrap();
+            panic!("a query died: {:?}", page.items.first());
+        }
+        if last_print.elapsed() > Duration::from_secs(10) {
+            eprintln!("cluster_process: {:?} after submits: {s:?}", t0.elapsed());
+            last_print = Instant::now();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(240), "not all done: {s:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = t0.elapsed();
+    let sim: serde_json::Value = http
+        .get(format!("http://127.0.0.1:{sim_port}/_sim/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        sim["calls"].as_u64(),
+        Some(QUERIES as u64 * 3),
+        "one chain of three calls per query, none more"
+    );
+    // A sample of answers, through the other web process than the one asked.
+    for i in (0..QUERIES).step_by(500) {
+        let id = queue::TaskId::of_query(&format!("pp {i} polls=3"));
+        let view: serde_json::Value = http
+            .get(format!("{}/api/v1/queries/{id}", bases[(i + 1) % 2]))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(view["status"], "done", "{view}");
+        assert_eq!(view["query"], format!("pp {i} polls=3"));
+    }
+
+    // Every key under the queue's tags, the partitions' on all three masters.
+    let mut per_master = Vec::new();
+    for port in &ports {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut node_conn(*port).await)
+            .await
+            .unwrap();
+        for k in &keys {
+            assert!(
+                k.starts_with(&format!("{{{PQUEUE}}}")) || k.starts_with(&format!("{{{PQUEUE}#")),
+                "key outside the queue's tags: {k}"
+            );
+        }
+        per_master.push(keys.iter().filter(|k| k.contains(":r:")).count());
+    }
+    eprintln!(
+        "cluster_process: {} submits in {submitted:?}, all {QUERIES} done after {took:?}; \
+         results per master {per_master:?}",
+        texts.len()
+    );
+    let (least, most) = (
+        *per_master.iter().min().unwrap(),
+        *per_master.iter().max().unwrap(),
+    );
+    assert!(least * 2 > most, "results spread over the masters: {per_master:?}");
 }

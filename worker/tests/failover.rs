@@ -505,7 +505,7 @@ async fn the_cost_of_waiting_for_a_replica_on_enqueue_is_measured() {
 const PQUEUE: &str = "scale";
 const PARTITIONS: u16 = 12;
 /// Queries of the first run (no failure) and of the second (a master killed).
-const PQUERIES: usize = 5_000;
+const PQUERIES: usize = 2_000;
 const PQUERIES_KILL: usize = 2_000;
 
 /// `n` queries starting at number `from`, with every tenth one asked twice.
@@ -577,7 +577,7 @@ async fn check_results(q: &Queue, unique: &BTreeSet<String>) {
 }
 
 /// One logical queue of 12 partitions over three masters (with a replica each): the keys
-/// spread over all three; 5,000 queries (and 500 asked twice) through two "web" handles and
+/// spread over all three; 2,000 queries (and 200 asked twice) through two "web" handles and
 /// three workers, each its own cluster connection, all end done with one upstream chain each
 /// (three calls: two "processing", one done — no call more); then 2,000 more while the master
 /// of partition 0 is killed: every query ends done with its own result, and the calls made

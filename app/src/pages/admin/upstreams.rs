@@ -31,6 +31,9 @@ pub struct UpstreamRow {
     pub name: String,
     /// Its queue (the hash tag of its keys).
     pub queue: String,
+    /// Its partitions (hash tags its tasks spread over; 1 = one slot).
+    #[serde(default)]
+    pub partitions: usize,
     pub ready: u64,
     pub waiting: u64,
     pub retrying: u64,
@@ -92,6 +95,7 @@ pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
         rows.push(UpstreamRow {
             name: name.to_string(),
             queue: q.config().name.clone(),
+            partitions: q.partitions(),
             tenants: tenants.map_err(failed)?,
             tenant_limits: limits_text(&q.config().tenants),
             breaker: breaker.map_err(failed)?,
@@ -127,6 +131,7 @@ fn from_stats(s: model::Stats) -> UpstreamRow {
     UpstreamRow {
         name: String::new(),
         queue: String::new(),
+        partitions: 1,
         ready: s.ready,
         waiting: s.waiting,
         retrying: s.retrying,
@@ -245,7 +250,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
             let testid = format!("upstream-{}", r.name);
             view! {
                 <tr data-testid=testid>
-                    <td><strong>{r.name.clone()}</strong>{paused_badge}<br /><small class="muted">{r.queue.clone()}</small></td>
+                    <td><strong>{r.name.clone()}</strong>{paused_badge}<br /><small class="muted">{r.queue.clone()}{(r.partitions > 1).then(|| format!(" · {} partitions", r.partitions))}</small></td>
                     <td data-testid="upstream-breaker">{breaker}</td>
                     <td class="num">{calls}</td>
                     <td class="num" data-testid="upstream-error-rate">{error_rate}</td>
