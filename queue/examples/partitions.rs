@@ -36,7 +36,11 @@ async fn snap(masters: &[u16]) -> Vec<(f64, u64)> {
             .get_multiplexed_async_connection()
             .await
             .unwrap();
-        let cpu: String = redis::cmd("INFO").arg("cpu").query_async(&mut c).await.unwrap();
+        let cpu: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut c)
+            .await
+            .unwrap();
         let field = |k: &str| {
             cpu.lines()
                 .find_map(|l| l.strip_prefix(k))
@@ -62,7 +66,14 @@ async fn snap(masters: &[u16]) -> Vec<(f64, u64)> {
     out
 }
 
-fn report(layout: &str, phase: &str, n: usize, secs: f64, before: &[(f64, u64)], after: &[(f64, u64)]) {
+fn report(
+    layout: &str,
+    phase: &str,
+    n: usize,
+    secs: f64,
+    before: &[(f64, u64)],
+    after: &[(f64, u64)],
+) {
     let t = n.max(1) as f64;
     let per_node: Vec<f64> = before
         .iter()
@@ -179,7 +190,14 @@ async fn run(masters: usize, partitions: u16, n: usize, workers: usize, batch: u
     let s0 = snap(&ports).await;
     let t0 = Instant::now();
     enqueue_all(&q, "bench", n).await;
-    report(&layout, "enqueue", n, t0.elapsed().as_secs_f64(), &s0, &snap(&ports).await);
+    report(
+        &layout,
+        "enqueue",
+        n,
+        t0.elapsed().as_secs_f64(),
+        &s0,
+        &snap(&ports).await,
+    );
 
     let s0 = snap(&ports).await;
     let t0 = Instant::now();
@@ -212,7 +230,14 @@ async fn run(masters: usize, partitions: u16, n: usize, workers: usize, batch: u
     .await
     .into_iter()
     .sum();
-    report(&layout, "batched", done, t0.elapsed().as_secs_f64(), &s0, &snap(&ports).await);
+    report(
+        &layout,
+        "batched",
+        done,
+        t0.elapsed().as_secs_f64(),
+        &s0,
+        &snap(&ports).await,
+    );
 
     let single_n = (n / 5).max(1);
     enqueue_all(&q, "single", single_n).await;
@@ -238,9 +263,20 @@ async fn run(masters: usize, partitions: u16, n: usize, workers: usize, batch: u
         };
         done1 += 1;
     }
-    report(&layout, "single", done1, t0.elapsed().as_secs_f64(), &s0, &snap(&ports).await);
+    report(
+        &layout,
+        "single",
+        done1,
+        t0.elapsed().as_secs_f64(),
+        &s0,
+        &snap(&ports).await,
+    );
     let s = q.stats().await.expect("stats");
-    assert_eq!(s.results as usize, done + done1, "every task completed once");
+    assert_eq!(
+        s.results as usize,
+        done + done1,
+        "every task completed once"
+    );
     println!();
 }
 

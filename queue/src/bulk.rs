@@ -350,7 +350,6 @@ impl Queue {
         keep: usize,
         max_scan: u64,
     ) -> Result<BulkSelection> {
-
         let k = self.keys();
         let now = self.now_ms().await?;
         let cutoff = filter

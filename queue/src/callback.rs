@@ -20,10 +20,10 @@ impl Queue {
         result: &str,
     ) -> Result<bool> {
         if let Some(p) = self.part_for(id) {
-            return (p.complete_by_callback_one(id, created_ms, expires_ms, result)
-                ).await;
+            return (p.complete_by_callback_one(id, created_ms, expires_ms, result)).await;
         }
-        self.complete_by_callback_one(id, created_ms, expires_ms, result).await
+        self.complete_by_callback_one(id, created_ms, expires_ms, result)
+            .await
     }
 
     /// [`Queue::complete_by_callback`] on this partition alone (or the whole queue of one partition).
@@ -34,7 +34,6 @@ impl Queue {
         expires_ms: i64,
         result: &str,
     ) -> Result<bool> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.callback);
         inv.key(k.task(id))

@@ -30,7 +30,6 @@ impl Queue {
 
     /// [`Queue::retry_all_dead`] on this partition alone (or the whole queue of one partition).
     async fn retry_all_dead_one(&self, who: &str) -> Result<u64> {
-
         let mut total = 0;
         loop {
             let ids = self.zrange_chunk(&self.keys().dead.clone(), 0).await?;
@@ -64,13 +63,7 @@ impl Queue {
     }
 
     /// [`Queue::retry_ids`] on this partition alone (or the whole queue of one partition).
-    async fn retry_ids_one<S: AsRef<str>>(
-        &self,
-        ids: &[S],
-        who: &str,
-        mode: &str,
-    ) -> Result<u64> {
-
+    async fn retry_ids_one<S: AsRef<str>>(&self, ids: &[S], who: &str, mode: &str) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
         inv.key(&k.ready)
@@ -99,7 +92,6 @@ impl Queue {
 
     /// [`Queue::cancel`] on this partition alone (or the whole queue of one partition).
     async fn cancel_one(&self, id: &str, who: &str) -> Result<bool> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.cancel);
         inv.key(k.task(id))
@@ -134,7 +126,10 @@ impl Queue {
     async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
         if let Some(parts) = self.parts() {
             // Every partition's claims read their own breaker (partition.rs).
-            let changed = Queue::fan(parts, |p| async move { p.breaker_action_one(mode, who, for_ms).await }).await?;
+            let changed = Queue::fan(parts, |p| async move {
+                p.breaker_action_one(mode, who, for_ms).await
+            })
+            .await?;
             return Ok(changed.into_iter().any(|c| c));
         }
         self.breaker_action_one(mode, who, for_ms).await
@@ -142,7 +137,6 @@ impl Queue {
 
     /// [`Queue::breaker_action`] on this partition alone (or the whole queue of one partition).
     async fn breaker_action_one(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.breaker);
         inv.key(&k.breaker)
@@ -179,7 +173,6 @@ impl Queue {
 
     /// [`Queue::set_paused`] on this partition alone (or the whole queue of one partition).
     async fn set_paused_one(&self, mode: &str, who: &str) -> Result<()> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.pause);
         inv.key(&k.paused)
@@ -203,7 +196,6 @@ impl Queue {
 
     /// [`Queue::is_paused`] on this partition alone (or the whole queue of one partition).
     async fn is_paused_one(&self) -> Result<bool> {
-
         let mut c = self.conn.clone();
         Ok(c.exists(&self.keys().paused).await?)
     }
@@ -219,7 +211,6 @@ impl Queue {
 
     /// [`Queue::purge`] on this partition alone (or the whole queue of one partition).
     async fn purge_one(&self, target: PurgeTarget, who: &str) -> Result<u64> {
-
         let k = self.keys().clone();
         let (name, sources): (&str, Vec<&String>) = match target {
             PurgeTarget::Dead => ("dead", vec![&k.dead]),
@@ -296,7 +287,6 @@ impl Queue {
         ids: &[S],
         who: &str,
     ) -> Result<u64> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.purge);
         inv.key(&k.due)

@@ -281,14 +281,20 @@ mod tests {
     fn partition_of_is_stable_and_spread() {
         // Fixed values: a change here moves every task of every partitioned queue.
         assert_eq!(partition_of("abc", 1), 0);
-        assert_eq!(partition_of("", 12), (0xcbf2_9ce4_8422_2325u64 % 12) as usize);
+        assert_eq!(
+            partition_of("", 12),
+            (0xcbf2_9ce4_8422_2325u64 % 12) as usize
+        );
         let mut counts = [0u32; 12];
         for i in 0..12_000 {
             let id = TaskId::of_upstream_query("", &format!("q{i}"));
             counts[partition_of(id.as_str(), 12)] += 1;
         }
         // Uniform within ±15 % (1,000 expected each).
-        assert!(counts.iter().all(|&c| (850..=1150).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (850..=1150).contains(&c)),
+            "{counts:?}"
+        );
     }
 
     #[test]

@@ -121,7 +121,14 @@ impl Queue {
         }
         let parts = if cfg.partitions > 1 {
             (0..usize::from(cfg.partitions))
-                .map(|i| Queue::handle(conn.clone(), crate::partition::part_config(&cfg, i), Keys::partition(&cfg.name, i, usize::from(cfg.partitions)), Vec::new()))
+                .map(|i| {
+                    Queue::handle(
+                        conn.clone(),
+                        crate::partition::part_config(&cfg, i),
+                        Keys::partition(&cfg.name, i, usize::from(cfg.partitions)),
+                        Vec::new(),
+                    )
+                })
                 .collect()
         } else {
             Vec::new()

@@ -32,7 +32,6 @@ impl Queue {
 
     /// [`Queue::stats`] on this partition alone (or the whole queue of one partition).
     async fn stats_one(&self) -> Result<Stats> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.stats);
         inv.key(&k.ready)
@@ -112,7 +111,9 @@ impl Queue {
     ) -> Result<Page> {
         let limit = limit.clamp(1, MAX_PAGE);
         if let Some(parts) = self.parts() {
-            return self.list_partitioned(parts, state, order, cursor, limit).await;
+            return self
+                .list_partitioned(parts, state, order, cursor, limit)
+                .await;
         }
         // A partitioned queue's ready cursor ("<partition>/<cursor>") is read as its cursor.
         let cursor = cursor.map(|c| c.split_once('/').map_or(c, |(_, rest)| rest));
@@ -161,7 +162,9 @@ impl Queue {
         limit: usize,
     ) -> Result<Page> {
         if state == ListState::Ready {
-            return self.list_ready_partitioned(parts, order, cursor, limit).await;
+            return self
+                .list_ready_partitioned(parts, order, cursor, limit)
+                .await;
         }
         let cursor = cursor.map(|c| c.split_once('/').map_or(c, |(_, rest)| rest));
         let (min, max) = match state {
@@ -192,11 +195,7 @@ impl Queue {
         }
         let more = any_more || rows.len() > limit;
         rows.truncate(limit);
-        let z = ZPage {
-            total,
-            more,
-            rows,
-        };
+        let z = ZPage { total, more, rows };
         let mut page = Page {
             total,
             next_cursor: if more { z.last_cursor() } else { None },
@@ -503,7 +502,9 @@ impl Queue {
                 async move { parts[*p].fetch_tasks(&sub).await }
             }))
             .await?;
-            return Ok(in_order(&names, found.into_iter().flatten(), |t| t.id.to_string()));
+            return Ok(in_order(&names, found.into_iter().flatten(), |t| {
+                t.id.to_string()
+            }));
         }
         self.fetch_tasks_one(ids).await
     }
@@ -543,7 +544,9 @@ impl Queue {
                 async move { parts[*p].fetch_results(&sub).await }
             }))
             .await?;
-            return Ok(in_order(&names, found.into_iter().flatten(), |r| r.id.to_string()));
+            return Ok(in_order(&names, found.into_iter().flatten(), |r| {
+                r.id.to_string()
+            }));
         }
         self.fetch_results_one(ids).await
     }
@@ -582,7 +585,6 @@ impl Queue {
 
     /// [`Queue::get`] on this partition alone (or the whole queue of one partition).
     async fn get_one(&self, id: &str) -> Result<Option<TaskDetail>> {
-
         let k = self.keys();
         let mut c = self.conn.clone();
         let (t, p, r, h, score): (Value, Value, Option<String>, Vec<String>, Option<String>) =
@@ -671,7 +673,6 @@ impl Queue {
 
     /// [`Queue::result_by_id`] on this partition alone (or the whole queue of one partition).
     async fn result_by_id_one(&self, id: &str) -> Result<Option<StoredResult>> {
-
         let mut c = self.conn.clone();
         let v: Option<String> = c.get(self.keys().result(id)).await?;
         v.map(|s| decode::packed_result(id, &s).map(|p| p.result))
@@ -718,9 +719,16 @@ impl Queue {
     /// Leases past their deadline or within `within_ms` of it, soonest deadline first.
     pub async fn stuck_leases(&self, within_ms: u64, limit: usize) -> Result<Vec<LeaseInfo>> {
         if let Some(parts) = self.parts() {
-            let all = Queue::fan(parts, |p| async move { p.stuck_leases_one(within_ms, limit).await }).await?;
+            let all = Queue::fan(parts, |p| async move {
+                p.stuck_leases_one(within_ms, limit).await
+            })
+            .await?;
             let mut out: Vec<LeaseInfo> = all.into_iter().flatten().collect();
-            out.sort_by(|a, b| a.deadline_ms.cmp(&b.deadline_ms).then_with(|| a.id.cmp(&b.id)));
+            out.sort_by(|a, b| {
+                a.deadline_ms
+                    .cmp(&b.deadline_ms)
+                    .then_with(|| a.id.cmp(&b.id))
+            });
             out.truncate(limit.clamp(1, MAX_PAGE));
             return Ok(out);
         }
@@ -729,7 +737,6 @@ impl Queue {
 
     /// [`Queue::stuck_leases`] on this partition alone (or the whole queue of one partition).
     async fn stuck_leases_one(&self, within_ms: u64, limit: usize) -> Result<Vec<LeaseInfo>> {
-
         let k = self.keys();
         let now = self.now_ms().await?;
         let mut c = self.conn.clone();
@@ -848,7 +855,11 @@ impl Queue {
     pub async fn throughput(&self, minutes: usize, per: usize) -> Result<Vec<ThroughputBucket>> {
         let (mut out, hists) = match self.parts() {
             Some(parts) => {
-                let all = Queue::fan(parts, |p| async move { p.throughput_raw(minutes, per).await }).await?;
+                let all = Queue::fan(
+                    parts,
+                    |p| async move { p.throughput_raw(minutes, per).await },
+                )
+                .await?;
                 let mut it = all.into_iter();
                 let (mut out, mut hists) = it.next().unwrap_or_default();
                 for (o, h) in it {
@@ -983,7 +994,6 @@ impl Queue {
 
     /// [`Queue::pause_info`] on this partition alone (or the whole queue of one partition).
     async fn pause_info_one(&self) -> Result<Option<PauseInfo>> {
-
         let mut c = self.conn.clone();
         let flag: Option<String> = c.get(&self.keys().paused).await?;
         Ok(flag.map(|f| parse_pause_flag(&f)))
@@ -1008,7 +1018,6 @@ impl Queue {
 
     /// [`Queue::tenants`] on this partition alone (or the whole queue of one partition).
     async fn tenants_one(&self, top: usize) -> Result<Vec<TenantCount>> {
-
         let k = self.keys();
         let mut c = self.conn.clone();
         let (members, held): (Vec<String>, Vec<(String, i64)>) = redis::pipe()
@@ -1036,16 +1045,16 @@ impl Queue {
     pub async fn breaker(&self) -> Result<Option<BreakerInfo>> {
         if let Some(parts) = self.parts() {
             let all = Queue::fan(parts, |p| async move { p.breaker_one().await }).await?;
-            return Ok(all.into_iter().flatten().min_by_key(|b| {
-                (b.state != BreakerState::Open, b.since_ms)
-            }));
+            return Ok(all
+                .into_iter()
+                .flatten()
+                .min_by_key(|b| (b.state != BreakerState::Open, b.since_ms)));
         }
         self.breaker_one().await
     }
 
     /// [`Queue::breaker`] on this partition alone (or the whole queue of one partition).
     async fn breaker_one(&self) -> Result<Option<BreakerInfo>> {
-
         let mut c = self.conn.clone();
         let h: std::collections::HashMap<String, String> = c.hgetall(&self.keys().breaker).await?;
         let Some(st) = h.get("st") else {
@@ -1103,7 +1112,10 @@ impl Queue {
             // Stream ids are "<ms>-<seq>" (Redis time of the partition's node).
             let key = |e: &Event| {
                 let (ms, seq) = e.stream_id.split_once('-').unwrap_or((&e.stream_id, "0"));
-                (ms.parse::<u64>().unwrap_or(0), seq.parse::<u64>().unwrap_or(0))
+                (
+                    ms.parse::<u64>().unwrap_or(0),
+                    seq.parse::<u64>().unwrap_or(0),
+                )
             };
             out.sort_by_key(|e| std::cmp::Reverse(key(e)));
             out.truncate(count.clamp(1, 10_000));
@@ -1114,7 +1126,6 @@ impl Queue {
 
     /// [`Queue::events`] on this partition alone (or the whole queue of one partition).
     async fn events_one(&self, count: usize) -> Result<Vec<Event>> {
-
         let mut c = self.conn.clone();
         let v: Value = redis::cmd("XREVRANGE")
             .arg(&self.keys().events)
@@ -1180,7 +1191,11 @@ fn busiest(by: std::collections::BTreeMap<String, (u64, u64)>, top: usize) -> Ve
 }
 
 /// The items of `found` in the order of `ids` (ids not found are left out).
-fn in_order<T>(ids: &[&str], found: impl Iterator<Item = T>, id_of: impl Fn(&T) -> String) -> Vec<T> {
+fn in_order<T>(
+    ids: &[&str],
+    found: impl Iterator<Item = T>,
+    id_of: impl Fn(&T) -> String,
+) -> Vec<T> {
     let mut by: std::collections::HashMap<String, T> = found.map(|t| (id_of(&t), t)).collect();
     ids.iter().filter_map(|id| by.remove(*id)).collect()
 }

@@ -198,7 +198,6 @@ impl Queue {
 
     /// [`Queue::renew`] on this partition alone (or the whole queue of one partition).
     async fn renew_one(&self, id: &str, token: u64, lease_ms: u64) -> Result<i64> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.renew);
         inv.key(k.task(id))
@@ -251,12 +250,19 @@ impl Queue {
     ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
         if let Some(parts) = self.parts() {
             return self
-                .partitioned_write(parts, items, |c| &c.id, next_n, |part, chunk, next| {
-                    async move { (part.complete_and_claim_one(&chunk, worker, next, lease_ms)).await }
-                })
+                .partitioned_write(
+                    parts,
+                    items,
+                    |c| &c.id,
+                    next_n,
+                    |part, chunk, next| async move {
+                        (part.complete_and_claim_one(&chunk, worker, next, lease_ms)).await
+                    },
+                )
                 .await;
         }
-        self.complete_and_claim_one(items, worker, next_n, lease_ms).await
+        self.complete_and_claim_one(items, worker, next_n, lease_ms)
+            .await
     }
 
     /// [`Queue::complete_and_claim`] on this partition alone (or the whole queue of one partition).
@@ -267,7 +273,6 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
-
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
@@ -347,12 +352,19 @@ impl Queue {
     ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
         if let Some(parts) = self.parts() {
             return self
-                .partitioned_write(parts, items, |r| &r.id, next_n, |part, chunk, next| {
-                    async move { (part.reschedule_and_claim_one(&chunk, worker, next, lease_ms)).await }
-                })
+                .partitioned_write(
+                    parts,
+                    items,
+                    |r| &r.id,
+                    next_n,
+                    |part, chunk, next| async move {
+                        (part.reschedule_and_claim_one(&chunk, worker, next, lease_ms)).await
+                    },
+                )
                 .await;
         }
-        self.reschedule_and_claim_one(items, worker, next_n, lease_ms).await
+        self.reschedule_and_claim_one(items, worker, next_n, lease_ms)
+            .await
     }
 
     /// [`Queue::reschedule_and_claim`] on this partition alone (or the whole queue of one partition).
@@ -363,7 +375,6 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
-
         let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
@@ -443,18 +454,24 @@ impl Queue {
                 .await;
             }
             // This hop's claim goes to the rotation's next partition (partition.rs).
-            let (outcome, _) = (part.fail_and_claim_one(
-                id, token, error, retry, latency_ms, worker, 0, lease_ms,
-            ))
+            let (outcome, _) = (part
+                .fail_and_claim_one(id, token, error, retry, latency_ms, worker, 0, lease_ms))
             .await?;
             let parts = self.parts().unwrap_or_default();
             let next = &parts[self.next_partition()];
-            return Ok((outcome, next.claim_one(worker, next_n, lease_ms, false).await?));
+            return Ok((
+                outcome,
+                next.claim_one(worker, next_n, lease_ms, false).await?,
+            ));
         }
-        self.fail_and_claim_one(id, token, error, retry, latency_ms, worker, next_n, lease_ms).await
+        self.fail_and_claim_one(
+            id, token, error, retry, latency_ms, worker, next_n, lease_ms,
+        )
+        .await
     }
 
     /// [`Queue::fail_and_claim`] on this partition alone (or the whole queue of one partition).
+    #[allow(clippy::too_many_arguments)]
     async fn fail_and_claim_one(
         &self,
         id: &str,
@@ -466,7 +483,6 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Result<Failed>, Vec<Claimed>)> {
-
         let k = self.keys();
         let (mode, delay) = match retry {
             Retry::After(d) => ("after", clamp_ms(d)),
@@ -529,7 +545,6 @@ impl Queue {
 
     /// [`Queue::release`] on this partition alone (or the whole queue of one partition).
     async fn release_one(&self, id: &str, token: Option<u64>, who: &str) -> Result<bool> {
-
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.release);
         inv.key(k.task(id))
@@ -571,7 +586,6 @@ impl Queue {
 
     /// [`Queue::reap`] on this partition alone (or the whole queue of one partition).
     async fn reap_one(&self, max_n: usize) -> Result<Reaped> {
-
         let k = self.keys();
         let mut peek = self.invocation(&SCRIPTS.peek_expired);
         peek.key(&k.lease).arg(max_n.clamp(1, MAX_BATCH));
@@ -652,7 +666,6 @@ impl Queue {
 
     /// [`Queue::next_due_ms`] on this partition alone (or the whole queue of one partition).
     async fn next_due_ms_one(&self) -> Result<Option<i64>> {
-
         let k = self.keys();
         let mut c = self.conn.clone();
         let (ready, bg, fair, head): (u64, u64, u64, Value) = redis::pipe()

@@ -37,7 +37,10 @@ async fn list_all(q: &Queue, state: ListState, order: Order, limit: usize) -> Ve
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     for _ in 0..1000 {
-        let page = q.list(state, order, cursor.as_deref(), limit).await.unwrap();
+        let page = q
+            .list(state, order, cursor.as_deref(), limit)
+            .await
+            .unwrap();
         assert!(page.items.len() + page.results.len() <= limit);
         out.extend(page.items.iter().map(|t| t.id.to_string()));
         out.extend(page.results.iter().map(|r| r.id.to_string()));
@@ -70,14 +73,10 @@ async fn tasks_spread_over_the_partitions_and_reads_merge_exactly() {
     let texts: Vec<String> = (0..200).map(|i| format!("spread {i}")).collect();
     let items: Vec<(&str, &str)> = texts.iter().map(|t| (t.as_str(), "")).collect();
     let first = q.enqueue_many(&items, &policy()).await.unwrap();
-    assert!(first
-        .iter()
-        .all(|r| matches!(r, Ok(Enqueued::Created(_)))));
+    assert!(first.iter().all(|r| matches!(r, Ok(Enqueued::Created(_)))));
     // Asked again (one batch, one by one): joined, never a second task.
     let again = q.enqueue_many(&items[..20], &policy()).await.unwrap();
-    assert!(again
-        .iter()
-        .all(|r| matches!(r, Ok(Enqueued::Joined(_)))));
+    assert!(again.iter().all(|r| matches!(r, Ok(Enqueued::Joined(_)))));
     assert!(matches!(
         q.enqueue(&texts[7], "", &policy()).await.unwrap(),
         Enqueued::Joined(_)
@@ -163,7 +162,8 @@ async fn tasks_spread_over_the_partitions_and_reads_merge_exactly() {
     assert!(!ev.is_empty());
     // A stale token is refused in its partition as anywhere.
     assert!(matches!(
-        q.complete(&claimed[0].id, claimed[0].token, "late", 1).await,
+        q.complete(&claimed[0].id, claimed[0].token, "late", 1)
+            .await,
         Err(QueueError::StaleToken)
     ));
     // Find by id prefix looks in every partition.
@@ -191,7 +191,10 @@ async fn switches_reach_every_partition_and_the_reaper_covers_them_all() {
     assert!(!q.is_paused().await.unwrap());
 
     q.open_breaker("op", 60_000).await.unwrap();
-    assert_eq!(q.breaker().await.unwrap().unwrap().state, BreakerState::Open);
+    assert_eq!(
+        q.breaker().await.unwrap().unwrap().state,
+        BreakerState::Open
+    );
     assert!(q.claim("w", 30, 1000).await.unwrap().is_empty());
     assert!(q.close_breaker("op").await.unwrap());
     assert!(q.breaker().await.unwrap().is_none());
@@ -224,7 +227,9 @@ async fn switches_reach_every_partition_and_the_reaper_covers_them_all() {
         .unwrap();
     assert_eq!((sel.matched, sel.ids.len()), (30, 30));
     for c in &again[..10] {
-        q.fail(&c.id, c.token, "boom", Retry::Dead, 1).await.unwrap();
+        q.fail(&c.id, c.token, "boom", Retry::Dead, 1)
+            .await
+            .unwrap();
     }
     assert_eq!(q.stats().await.unwrap().dead, 10);
     assert_eq!(q.retry_all_dead("op").await.unwrap(), 10);
@@ -241,7 +246,9 @@ async fn a_process_with_another_partition_count_is_refused() {
             .expect_err("another count is refused");
         assert!(e.to_string().contains("4 partition(s)"), "{e}");
     }
-    assert!(Queue::connect(&server().url(), pcfg("pt-count", 4)).await.is_ok());
+    assert!(Queue::connect(&server().url(), pcfg("pt-count", 4))
+        .await
+        .is_ok());
 
     // A queue used before counts were recorded (tasks under `{name}`, no meta) has one.
     let old = queue("pt-old").await;
@@ -257,7 +264,13 @@ async fn a_process_with_another_partition_count_is_refused() {
         .expect_err("a queue with tasks in one partition");
     assert!(e.to_string().contains("1 partition(s)"), "{e}");
     // Bad counts and names.
-    assert!(Queue::connect(&server().url(), pcfg("pt-zero", 0)).await.is_err());
-    assert!(Queue::connect(&server().url(), pcfg("pt-big", 1025)).await.is_err());
-    assert!(Queue::connect(&server().url(), pcfg("a#1", 1)).await.is_err());
+    assert!(Queue::connect(&server().url(), pcfg("pt-zero", 0))
+        .await
+        .is_err());
+    assert!(Queue::connect(&server().url(), pcfg("pt-big", 1025))
+        .await
+        .is_err());
+    assert!(Queue::connect(&server().url(), pcfg("a#1", 1))
+        .await
+        .is_err());
 }

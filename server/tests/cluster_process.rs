@@ -353,7 +353,10 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         procs.children.push(worker.spawn().expect("repoll worker"));
     }
     let http = reqwest::Client::new();
-    let bases: Vec<String> = webs.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
+    let bases: Vec<String> = webs
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
     for base in &bases {
         wait_for("readyz", Duration::from_secs(30), async || {
             http.get(format!("{base}/readyz"))
@@ -385,7 +388,11 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
     assert!(
         statuses.iter().all(|s| *s == 200 || *s == 202),
         "every submit accepted: {:?}",
-        statuses.iter().filter(|s| **s != 200 && **s != 202).take(5).collect::<Vec<_>>()
+        statuses
+            .iter()
+            .filter(|s| **s != 200 && **s != 202)
+            .take(5)
+            .collect::<Vec<_>>()
     );
     let submitted = t0.elapsed();
 
@@ -419,7 +426,10 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
             eprintln!("cluster_process: {:?} after submits: {s:?}", t0.elapsed());
             last_print = Instant::now();
         }
-        assert!(t0.elapsed() < Duration::from_secs(240), "not all done: {s:?}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(240),
+            "not all done: {s:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let took = t0.elapsed();
@@ -476,5 +486,8 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         *per_master.iter().min().unwrap(),
         *per_master.iter().max().unwrap(),
     );
-    assert!(least * 2 > most, "results spread over the masters: {per_master:?}");
+    assert!(
+        least * 2 > most,
+        "results spread over the masters: {per_master:?}"
+    );
 }

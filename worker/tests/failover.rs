@@ -651,10 +651,7 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
         .collect();
     let t0 = Instant::now();
     let (a, b) = texts.split_at(texts.len() / 2);
-    let (na, nb) = tokio::join!(
-        ask_all(&web[0], a, &policy),
-        ask_all(&web[1], b, &policy)
-    );
+    let (na, nb) = tokio::join!(ask_all(&web[0], a, &policy), ask_all(&web[1], b, &policy));
     assert_eq!(na + nb, texts.len());
     let s = wait_all_done(&web[1], unique.len(), Duration::from_secs(120)).await;
     let took = t0.elapsed();
