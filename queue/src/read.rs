@@ -128,6 +128,11 @@ impl Queue {
         let z = self
             .zpage(zset, min, max, parse_cursor(cursor)?, limit, order)
             .await?;
+        self.page_of(state, z).await
+    }
+
+    /// The page of a sorted set's rows: their records (or results), the cursor after them.
+    async fn page_of(&self, state: ListState, z: ZPage) -> Result<Page> {
         let mut page = Page {
             total: z.total,
             next_cursor: if z.more { z.last_cursor() } else { None },
@@ -139,10 +144,7 @@ impl Queue {
             let rows: Vec<(String, Option<i64>)> = z
                 .rows
                 .into_iter()
-                .map(|(id, score)| {
-                    let due = (state == ListState::Waiting).then_some(score);
-                    (id, due)
-                })
+                .map(|(id, score)| (id, (state == ListState::Waiting).then_some(score)))
                 .collect();
             page.items = self.fetch_tasks(&rows).await?;
         }
@@ -195,23 +197,7 @@ impl Queue {
         }
         let more = any_more || rows.len() > limit;
         rows.truncate(limit);
-        let z = ZPage { total, more, rows };
-        let mut page = Page {
-            total,
-            next_cursor: if more { z.last_cursor() } else { None },
-            ..Page::default()
-        };
-        if state == ListState::Results {
-            page.results = self.fetch_results(&z.rows).await?;
-        } else {
-            let rows: Vec<(String, Option<i64>)> = z
-                .rows
-                .into_iter()
-                .map(|(id, score)| (id, (state == ListState::Waiting).then_some(score)))
-                .collect();
-            page.items = self.fetch_tasks(&rows).await?;
-        }
-        Ok(page)
+        self.page_of(state, ZPage { total, more, rows }).await
     }
 
     /// Ready work of a partitioned queue (see [`Queue::list_partitioned`]).

@@ -78,6 +78,23 @@ async fn post_form(
     req.send().await.unwrap()
 }
 
+/// The environment of a `repoll` process of these tests (nothing inherited but PATH): the
+/// cluster `seeds`, queue `queue`, the upstream the simulator on `sim_port`.
+fn cluster_env(cmd: &mut Command, seeds: &str, queue: &str, sim_port: u16) {
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("REDIS_URL", seeds)
+        .env("REDIS_CLUSTER", "true")
+        .env("REPOLL_QUEUE", queue)
+        .env("RUST_LOG", "warn")
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+}
+
 /// Three primaries made into a cluster by `redis-cli --cluster create` (no replicas); their
 /// ports. The nodes are killed with `procs`.
 async fn three_node_cluster(procs: &mut Procs, dir: &std::path::Path) -> Vec<u16> {
@@ -158,21 +175,10 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     let web_port = free_port();
     let sim_port = free_port();
     let common = |cmd: &mut Command| {
-        cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("REDIS_URL", &seeds)
-            .env("REDIS_CLUSTER", "true")
-            .env("REPOLL_QUEUE", QUEUE)
-            // Every claim and poll written to the history: the claims write those entries
-            // through keys derived from the queue's prefix, which must land in its slot too.
-            .env("REPOLL_HISTORY", "full")
-            .env("RUST_LOG", "warn")
-            .env(
-                "REPOLL_UPSTREAM_URL",
-                format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        cluster_env(cmd, &seeds, QUEUE, sim_port);
+        // Every claim and poll written to the history: the claims write those entries
+        // through keys derived from the queue's prefix, which must land in its slot too.
+        cmd.env("REPOLL_HISTORY", "full");
     };
     let mut serve = Command::new(env!("CARGO_BIN_EXE_repoll"));
     serve.args(["serve", "--sim", "--workers", "0"]);
@@ -312,24 +318,13 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
     let webs = [free_port(), free_port()];
     let sim_port = free_port();
     let common = |cmd: &mut Command| {
-        cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("REDIS_URL", &seeds)
-            .env("REDIS_CLUSTER", "true")
-            .env("REPOLL_QUEUE", PQUEUE)
-            .env("REPOLL_PARTITIONS", "12")
-            .env("RUST_LOG", "warn")
+        cluster_env(cmd, &seeds, PQUEUE, sim_port);
+        cmd.env("REPOLL_PARTITIONS", "12")
             .env("REPOLL_RATE_PER_MIN", "1000000")
             .env("REPOLL_RATE_BURST", "100000")
             .env("REPOLL_FIRST_ANSWER_MS", "0")
             .env("REPOLL_POLL_INTERVAL_MS", "20")
-            .env("REPOLL_POLL_MAX_INTERVAL_MS", "200")
-            .env(
-                "REPOLL_UPSTREAM_URL",
-                format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .env("REPOLL_POLL_MAX_INTERVAL_MS", "200");
     };
     for (i, web) in webs.iter().enumerate() {
         let mut serve = Command::new(env!("CARGO_BIN_EXE_repoll"));

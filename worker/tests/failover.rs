@@ -225,10 +225,69 @@ async fn owner_of(nodes: &Nodes, tag: &str) -> u16 {
 
 /// The queries, with every tenth one asked twice.
 fn texts() -> Vec<String> {
-    let mut t: Vec<String> = (0..QUERIES).map(|i| format!("fo {i} polls=3")).collect();
-    let dups: Vec<String> = t.iter().step_by(10).cloned().collect();
-    t.extend(dups);
-    t
+    texts_from("fo", 0, QUERIES)
+}
+
+/// Three workers on the cluster, each on its own connection and Pub/Sub seed, leases of 1 s
+/// (a lease lost in a failover comes back after 1 s, not the default 30 s).
+async fn three_workers(
+    seeds: &[String],
+    cfg: &QueueConfig,
+    up: &worker::UpstreamArgs,
+    policy: &worker::PolicyArgs,
+) -> Vec<Running> {
+    let mut workers = Vec::new();
+    for seed in seeds.iter().take(3) {
+        let wq = Queue::connect_cluster(seeds, cfg.clone())
+            .await
+            .expect("queue");
+        let pubsub = redis::Client::open(seed.as_str()).unwrap();
+        let mut args = fast_worker_args(16);
+        args.lease_ms = 1_000;
+        let w = worker::Worker::new(
+            wq,
+            pubsub,
+            worker::Upstream::new(up).unwrap(),
+            policy.clone(),
+            args,
+        );
+        workers.push(spawn(w));
+    }
+    workers
+}
+
+/// `kill -9` of the node on `port`.
+fn kill_master(nodes: &mut Nodes, port: u16) {
+    let (_, child) = nodes.children.iter_mut().find(|(p, _)| *p == port).unwrap();
+    child.kill().expect("kill -9 the master");
+    let _ = child.wait();
+}
+
+/// Waits until a surviving master answers the slot of hash tag `tag` itself and the cluster is
+/// ok again (a replica took over from the killed `dead` one); the cluster's view if not in 30 s.
+async fn wait_promoted(nodes: &Nodes, dead: u16, tag: &str) {
+    let survivors: Vec<u16> = nodes
+        .children
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| *p != dead)
+        .collect();
+    let t0 = Instant::now();
+    loop {
+        if serving_master(&survivors, tag).await.is_some() && cluster_ok(survivors[0]).await {
+            return;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let mut c = node_conn(survivors[0]).await;
+            let nodes_text: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            panic!("no replica promoted within 30 s:\n{nodes_text}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 async fn ask_all(q: &Queue, texts: &[String], policy: &worker::PolicyArgs) -> usize {
@@ -283,23 +342,7 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     .await;
     let up = sim.upstream_args(5_000);
     let policy = fast_policy();
-    let mut workers = Vec::new();
-    for i in 0..3 {
-        let wq = Queue::connect_cluster(&seeds, cfg.clone())
-            .await
-            .expect("queue");
-        let pubsub = redis::Client::open(seeds[i].as_str()).unwrap();
-        let mut args = fast_worker_args(16);
-        args.lease_ms = 1_000;
-        let w = worker::Worker::new(
-            wq,
-            pubsub,
-            worker::Upstream::new(&up).unwrap(),
-            policy.clone(),
-            args,
-        );
-        workers.push(spawn(w));
-    }
+    let workers = three_workers(&seeds, &cfg, &up, &policy).await;
 
     let texts = texts();
     let unique: BTreeSet<String> = texts
@@ -325,39 +368,9 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     .await;
     let calls_before = sim.stats().await.calls;
     let killed_at = Instant::now();
-    let (_, child) = nodes
-        .children
-        .iter_mut()
-        .find(|(p, _)| *p == owner)
-        .unwrap();
-    child.kill().expect("kill -9 the master");
-    let _ = child.wait();
+    kill_master(&mut nodes, owner);
     eprintln!("failover: killed master :{owner} after {calls_before} upstream calls");
-
-    // A replica takes over the slot.
-    let survivors: Vec<u16> = nodes
-        .children
-        .iter()
-        .map(|(p, _)| *p)
-        .filter(|p| *p != owner)
-        .collect();
-    // Promoted: a surviving master answers the queue's slot itself, and the cluster is ok.
-    let t_promote = Instant::now();
-    loop {
-        if serving_master(&survivors, QUEUE).await.is_some() && cluster_ok(survivors[0]).await {
-            break;
-        }
-        if t_promote.elapsed() > Duration::from_secs(30) {
-            let mut c = node_conn(survivors[0]).await;
-            let nodes_text: String = redis::cmd("CLUSTER")
-                .arg("NODES")
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            panic!("no replica promoted within 30 s:\n{nodes_text}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_promoted(&nodes, owner, QUEUE).await;
     let promoted_after = killed_at.elapsed();
     eprintln!("failover: a replica serves the slot {promoted_after:?} after the kill");
     producer.await.unwrap();
@@ -382,25 +395,8 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     };
     assert_eq!(stats.dead, 0, "{stats:?}");
 
-    // Every result answers its own query.
-    let mut checked = 0;
-    for text in &unique {
-        let id = queue::TaskId::of_query(text);
-        let r = q
-            .result_by_id(&id)
-            .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("no result for {text:?}"));
-        assert_eq!(&r.query, text);
-        let data: serde_json::Value = serde_json::from_str(&r.data).unwrap();
-        let key = text.split(' ').take(2).collect::<Vec<_>>().join(" ");
-        assert!(
-            data["query"].as_str().is_some_and(|q| q.starts_with(&key)),
-            "{text}: {}",
-            r.data
-        );
-        checked += 1;
-    }
+    check_results(&q, &unique).await;
+    let checked = unique.len();
     for w in workers {
         w.stop().await;
     }
@@ -625,23 +621,7 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
     .await;
     let up = sim.upstream_args(5_000);
     let policy = fast_policy();
-    let mut workers = Vec::new();
-    for i in 0..3 {
-        let wq = Queue::connect_cluster(&seeds, cfg.clone())
-            .await
-            .expect("queue");
-        let pubsub = redis::Client::open(seeds[i].as_str()).unwrap();
-        let mut args = fast_worker_args(16);
-        args.lease_ms = 1_000;
-        let w = worker::Worker::new(
-            wq,
-            pubsub,
-            worker::Upstream::new(&up).unwrap(),
-            policy.clone(),
-            args,
-        );
-        workers.push(spawn(w));
-    }
+    let workers = three_workers(&seeds, &cfg, &up, &policy).await;
 
     // First run: no failure. Half the callers ask through each web handle, at once.
     let texts = texts_from("pa", 0, PQUERIES);
@@ -701,25 +681,9 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
     .await;
     let calls_before = sim.stats().await.calls;
     let killed_at = Instant::now();
-    let (_, child) = nodes
-        .children
-        .iter_mut()
-        .find(|(p, _)| *p == owner)
-        .unwrap();
-    child.kill().expect("kill -9 the master");
-    let _ = child.wait();
+    kill_master(&mut nodes, owner);
     eprintln!("partitions: killed master :{owner} after {calls_before} upstream calls");
-    let survivors: Vec<u16> = nodes
-        .children
-        .iter()
-        .map(|(p, _)| *p)
-        .filter(|p| *p != owner)
-        .collect();
-    let inner0 = tag0[1..tag0.len() - 1].to_string();
-    wait_for("a replica promoted", Duration::from_secs(30), async || {
-        serving_master(&survivors, &inner0).await.is_some() && cluster_ok(survivors[0]).await
-    })
-    .await;
+    wait_promoted(&nodes, owner, &tag0[1..tag0.len() - 1]).await;
     let promoted_after = killed_at.elapsed();
     producer.await.unwrap();
     // Every caller asks again once (a lost enqueue is created anew, the rest joined).
