@@ -13,6 +13,7 @@
 //! - `queue`: the [`Queue`] handle and shared plumbing.
 //! - [`partition`]: one logical queue over P hash tags (a Redis Cluster spreads it over its
 //!   nodes): routing by id, claims across partitions, merged reads.
+//! - `repartition`: moving a drained queue to another partition count.
 //! - `conn`: [`RedisConn`], one server or a Redis Cluster behind one connection type.
 //! - `enqueue`: enqueue and enqueue_many (create, join, or answer with the stored result).
 //! - `worker_ops`: claim, renew, complete, reschedule, fail (each able to claim the next tasks
@@ -44,6 +45,7 @@ mod operator_ops;
 pub mod partition;
 mod queue;
 mod read;
+mod repartition;
 pub mod scripts;
 mod sessions;
 mod signin;
@@ -67,6 +69,7 @@ pub use bulk::{
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
 pub use read::{is_list_cursor, ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
+pub use repartition::Repartitioned;
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};
 pub use wake::{Wakeups, WAKE_CAP};

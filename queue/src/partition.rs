@@ -104,6 +104,18 @@ pub(crate) async fn check_layout(q: &Queue) -> Result<()> {
     let want = q.config().partitions;
     let meta = q.keys().meta();
     let mut c = q.conn.clone();
+    let moving: Option<u16> = redis::cmd("HGET")
+        .arg(&meta)
+        .arg("moving_to")
+        .query_async(&mut c)
+        .await?;
+    if let Some(to) = moving {
+        return Err(corrupt(format!(
+            "config: queue {:?} is being moved to {to} partitions (repoll admin repartition); \
+             run that command again to finish it before starting this process",
+            q.config().name
+        )));
+    }
     let have: Option<u16> = redis::cmd("HGET")
         .arg(&meta)
         .arg("partitions")

@@ -119,6 +119,18 @@ impl Queue {
                 "config: result_ttl_ms, history_cap and events_cap must be > 0",
             ));
         }
+        let q = Queue::layout(conn, cfg);
+        let mut c = q.conn.clone();
+        for s in SCRIPTS.all() {
+            s.prepare_invoke().load_async(&mut c).await?;
+        }
+        crate::partition::check_layout(&q).await?;
+        Ok(q)
+    }
+
+    /// A handle of `cfg.partitions` partitions, not checked against what the queue records
+    /// (`with_connection` checks; a repartition reads both layouts).
+    pub(crate) fn layout(conn: RedisConn, cfg: QueueConfig) -> Queue {
         let parts = if cfg.partitions > 1 {
             (0..usize::from(cfg.partitions))
                 .map(|i| {
@@ -133,13 +145,7 @@ impl Queue {
         } else {
             Vec::new()
         };
-        let q = Queue::handle(conn, cfg.clone(), Keys::new(&cfg.name), parts);
-        let mut c = q.conn.clone();
-        for s in SCRIPTS.all() {
-            s.prepare_invoke().load_async(&mut c).await?;
-        }
-        crate::partition::check_layout(&q).await?;
-        Ok(q)
+        Queue::handle(conn, cfg.clone(), Keys::new(&cfg.name), parts)
     }
 
     fn handle(conn: RedisConn, cfg: QueueConfig, keys: Keys, parts: Vec<Queue>) -> Queue {

@@ -274,3 +274,78 @@ async fn a_process_with_another_partition_count_is_refused() {
         .await
         .is_err());
 }
+
+#[tokio::test]
+async fn a_drained_queue_moves_to_another_count_with_its_results() {
+    let name = "pt-move";
+    let one = queue_with(pcfg(name, 1)).await;
+    let texts: Vec<String> = (0..40).map(|i| format!("move {i}")).collect();
+    let items: Vec<(&str, &str)> = texts.iter().map(|t| (t.as_str(), "")).collect();
+    one.enqueue_many(&items, &policy()).await.unwrap();
+    let claimed = one.claim("w", 40, 60_000).await.unwrap();
+    // One error first (a history entry), then every task completed.
+    one.fail(&claimed[0].id, claimed[0].token, "boom", Retry::After(0), 1)
+        .await
+        .unwrap();
+    let again = one.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    for c in claimed[1..].iter().chain([&again]) {
+        one.complete(&c.id, c.token, &format!("answer {}", c.query), 3)
+            .await
+            .unwrap();
+    }
+    // Refused while a task is live (nothing written).
+    one.enqueue("move live", "", &policy()).await.unwrap();
+    let before = snapshot(name).await;
+    let e = Queue::repartition(one.connection(), pcfg(name, 1), 4)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("1 tasks are live"), "{e}");
+    assert_eq!(snapshot(name).await, before);
+    let live = one.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    one.complete(&live.id, live.token, "answer move live", 1)
+        .await
+        .unwrap();
+
+    let r = Queue::repartition(one.connection(), pcfg(name, 1), 4)
+        .await
+        .unwrap();
+    assert_eq!((r.from, r.to, r.results, r.moved), (1, 4, 41, 41));
+    assert!(r.histories >= 1, "{r:?}");
+    // The old count is refused now, the new one serves every stored result.
+    assert!(Queue::connect(&server().url(), pcfg(name, 1))
+        .await
+        .is_err());
+    let four = queue_with(pcfg(name, 4)).await;
+    for t in texts.iter().chain([&"move live".to_string()]) {
+        let id = four.task_id(&normalise_query(t).unwrap());
+        let got = four.result_by_id(&id).await.unwrap().expect("moved");
+        assert_eq!(got.data, format!("answer {t}"));
+    }
+    let first = four.get(&claimed[0].id).await.unwrap().unwrap();
+    assert!(
+        first.history.iter().any(|h| h.detail.contains("boom")),
+        "{first:?}"
+    );
+    let s = four.stats().await.unwrap();
+    assert_eq!(s.results, 41);
+    let tp = four.throughput(5, 5).await.unwrap();
+    assert_eq!(tp.iter().map(|b| b.completed).sum::<u64>(), 41);
+    // Nothing left under the one-partition tag but the control keys.
+    let left = keys_matching(&format!("{{{name}}}:*")).await;
+    assert_eq!(left, vec![format!("{{{name}}}:meta")], "{left:?}");
+    // And back to 3: everything again.
+    let r = Queue::repartition(four.connection(), pcfg(name, 4), 3)
+        .await
+        .unwrap();
+    assert_eq!((r.from, r.to, r.results), (4, 3, 41));
+    assert!(r.moved > 0 && r.moved <= 41, "{r:?}");
+    let three = queue_with(pcfg(name, 3)).await;
+    assert_eq!(three.stats().await.unwrap().results, 41);
+    for t in &texts {
+        let id = three.task_id(&normalise_query(t).unwrap());
+        let got = three.result_by_id(&id).await.unwrap().expect("moved");
+        assert_eq!(got.data, format!("answer {t}"));
+    }
+    let tp = three.throughput(5, 5).await.unwrap();
+    assert_eq!(tp.iter().map(|b| b.completed).sum::<u64>(), 41);
+}

@@ -101,6 +101,21 @@ pub enum AdminCommand {
     /// into the current compact layout, task by task, while everything keeps running. Safe
     /// to run twice. Needs REDIS_URL.
     Migrate(Box<MigrateArgs>),
+    /// Move a drained queue to another partition count (REPOLL_PARTITIONS): its stored
+    /// results, histories and chart counters are moved; refused while a task is live or a
+    /// worker runs. Stop every repoll process of the queue first, then start them all with
+    /// the new count. Resumable. Needs REDIS_URL.
+    Repartition(Box<RepartitionArgs>),
+}
+
+/// `repoll admin repartition`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RepartitionArgs {
+    #[command(flatten)]
+    pub redis: crate::cli::RedisArgs,
+    /// The new partition count.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=i64::from(queue::MAX_PARTITIONS)))]
+    pub to: u16,
 }
 
 /// `repoll admin migrate`.
@@ -187,6 +202,41 @@ pub async fn run(command: AdminCommand) -> Result<(), crate::serve::ServeError> 
             println!(
                 "migrated {} task records and {} results ({} keys looked at)",
                 m.records, m.results, m.scanned
+            );
+            Ok(())
+        }
+        AdminCommand::Repartition(args) => {
+            let config = crate::serve::ServeError::Config;
+            let url = args.redis.redis_url.clone().unwrap_or_default();
+            if url.is_empty() {
+                return Err(config(
+                    "repoll admin repartition needs REDIS_URL (or --redis-url)".into(),
+                ));
+            }
+            // A connection of its own: the queue handle refuses a count it was not created
+            // with, and this command reads both.
+            let seeds = crate::cli::RedisArgs::seed_urls(&url);
+            let conn: queue::RedisConn = if args.redis.redis_cluster {
+                redis::cluster::ClusterClient::new(seeds)
+                    .map_err(|e| config(format!("repartition: {e}")))?
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| config(format!("repartition: {e}")))?
+                    .into()
+            } else {
+                redis::Client::open(url.as_str())
+                    .map_err(|e| config(format!("repartition: {e}")))?
+                    .get_connection_manager()
+                    .await
+                    .map_err(|e| config(format!("repartition: {e}")))?
+                    .into()
+            };
+            let r = queue::Queue::repartition(conn, args.redis.queue_config(), args.to)
+                .await
+                .map_err(|e| config(format!("{e}")))?;
+            println!(
+                "queue {:?}: {} -> {} partitions; moved {} stored results and {} histories",
+                args.redis.queue, r.from, r.to, r.results, r.histories
             );
             Ok(())
         }

@@ -1,0 +1,270 @@
+//! Changing a queue's partition count ([`Queue::repartition`], `repoll admin repartition`).
+//!
+//! A task's partition is its id's hash mod P, so a new P puts most ids in another partition.
+//! Moving live tasks while workers hold leases on them cannot be one atomic step (a script sees
+//! one slot), so this moves a *drained* queue: no task ready, waiting, leased or dead, and no
+//! worker heartbeating. What a drained queue still holds is worth keeping and is moved: the
+//! stored results (still served to callers without asking the upstream) with their remaining
+//! time to live, the finished tasks' histories, and the throughput counters behind the charts
+//! (added into the new partition 0). The old partitions' event streams are dropped.
+//!
+//! Resumable and never silent: the target count is recorded first (`moving_to` in the meta
+//! hash, which makes every process refuse to start), every copy is a RESTORE REPLACE of the
+//! same bytes (a second run copies again, harmlessly), the old keys are deleted only after
+//! every copy, and the new count is recorded last.
+
+use redis::AsyncCommands;
+
+use crate::error::{corrupt, Result};
+use crate::model::QueueConfig;
+use crate::{Queue, RedisConn};
+
+/// What [`Queue::repartition`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Repartitioned {
+    pub from: u16,
+    pub to: u16,
+    /// Stored results in the new layout (moved, or already where the new count puts them).
+    pub results: u64,
+    /// Of those, the ones moved to another partition, and the histories moved with them.
+    pub moved: u64,
+    pub histories: u64,
+}
+
+/// Ids read from the results index per round.
+const CHUNK: isize = 500;
+
+impl Queue {
+    /// Moves the drained queue `cfg.name` to `to` partitions (see the module doc). Refuses,
+    /// writing nothing, while any task is live or a worker heartbeats.
+    pub async fn repartition(
+        conn: impl Into<RedisConn>,
+        cfg: QueueConfig,
+        to: u16,
+    ) -> Result<Repartitioned> {
+        let conn = conn.into();
+        if !(1..=crate::partition::MAX_PARTITIONS).contains(&to) {
+            return Err(corrupt(format!(
+                "repartition: the count must be 1 to {}",
+                crate::partition::MAX_PARTITIONS
+            )));
+        }
+        let control = Queue::layout(
+            conn.clone(),
+            QueueConfig {
+                partitions: 1,
+                ..cfg.clone()
+            },
+        );
+        let meta = control.keys().meta();
+        let mut c = conn.clone();
+        let (have, moving): (Option<u16>, Option<u16>) = redis::pipe()
+            .hget(&meta, "partitions")
+            .hget(&meta, "moving_to")
+            .query_async(&mut c)
+            .await?;
+        let from = have.unwrap_or(1);
+        if let Some(m) = moving.filter(|m| *m != to) {
+            return Err(corrupt(format!(
+                "repartition: a move to {m} partitions is unfinished; run it with --to {m} first"
+            )));
+        }
+        let old = Queue::layout(
+            conn.clone(),
+            QueueConfig {
+                partitions: from,
+                ..cfg.clone()
+            },
+        );
+        let new = Queue::layout(
+            conn.clone(),
+            QueueConfig {
+                partitions: to,
+                ..cfg.clone()
+            },
+        );
+        let mut out = Repartitioned {
+            from,
+            to,
+            ..Repartitioned::default()
+        };
+        if from == to && moving.is_none() {
+            return Ok(out);
+        }
+        if moving.is_none() {
+            let s = old.stats().await?;
+            let live = s.ready + s.waiting + s.retrying + s.leased + s.dead;
+            if live > 0 {
+                return Err(corrupt(format!(
+                    "repartition: {live} tasks are live ({} ready, {} waiting, {} leased, {} dead); \
+                     drain the queue first (pause it, let the workers finish, retry or purge the \
+                     dead ones)",
+                    s.ready,
+                    s.waiting + s.retrying,
+                    s.leased,
+                    s.dead
+                )));
+            }
+            let workers = old.workers().await?;
+            if !workers.is_empty() {
+                return Err(corrupt(format!(
+                    "repartition: {} workers are running ({}…); stop every repoll process of \
+                     this queue first",
+                    workers.len(),
+                    workers[0].id
+                )));
+            }
+            let _: () = c.hset(&meta, "moving_to", to).await?;
+        }
+        let olds: Vec<Queue> = match old.parts() {
+            Some(p) => p.to_vec(),
+            None => vec![old.clone()],
+        };
+        let target = |id: &str| new.part_for(id).unwrap_or(&new).clone();
+        let first_new = new.parts().map_or(new.clone(), |p| p[0].clone());
+        // Every partition's index as it is before anything moves (a moved id joins the index
+        // of its new partition, which may be an old partition's too).
+        let mut indexes: Vec<Vec<(String, f64)>> = Vec::new();
+        for part in &olds {
+            let mut rows: Vec<(String, f64)> = Vec::new();
+            loop {
+                let start = rows.len() as isize;
+                let chunk: Vec<(String, f64)> = c
+                    .zrange_withscores(&part.keys().results, start, start + CHUNK - 1)
+                    .await?;
+                if chunk.is_empty() {
+                    break;
+                }
+                rows.extend(chunk);
+            }
+            indexes.push(rows);
+        }
+        for (part, rows) in olds.iter().zip(indexes) {
+            let k = part.keys();
+            for (id, score) in rows {
+                out.results += 1;
+                let dest = target(&id);
+                let dk = dest.keys();
+                if dk.tag() == k.tag() {
+                    continue;
+                }
+                // Copy, then delete: a run stopped between the two copies again next time.
+                for (from_key, to_key, is_result) in [
+                    (k.result(&id), dk.result(&id), true),
+                    (k.hist(&id), dk.hist(&id), false),
+                ] {
+                    let (dump, ttl): (Option<Vec<u8>>, i64) = redis::pipe()
+                        .cmd("DUMP")
+                        .arg(&from_key)
+                        .cmd("PTTL")
+                        .arg(&from_key)
+                        .query_async(&mut c)
+                        .await?;
+                    let Some(dump) = dump else { continue };
+                    let _: () = redis::cmd("RESTORE")
+                        .arg(&to_key)
+                        .arg(ttl.max(0))
+                        .arg(dump)
+                        .arg("REPLACE")
+                        .query_async(&mut c)
+                        .await?;
+                    if is_result {
+                        out.moved += 1;
+                    } else {
+                        out.histories += 1;
+                    }
+                }
+                let _: () = c.zadd(&dk.results, &id, score).await?;
+                let _: () = redis::pipe()
+                    .del(k.result(&id))
+                    .ignore()
+                    .del(k.hist(&id))
+                    .ignore()
+                    .zrem(&k.results, &id)
+                    .ignore()
+                    .query_async(&mut c)
+                    .await?;
+            }
+            // The charts' counters: summed into the new partition 0 (a hash's fields add up;
+            // an index is a set of names).
+            let fk = first_new.keys();
+            let kept = match new.parts() {
+                Some(p) => p.iter().any(|q| q.keys().tag() == k.tag()),
+                None => new.keys().tag() == k.tag(),
+            };
+            if !kept {
+                for (hash, index, to_hash, to_index) in [
+                    (&k.tp, &k.tpmin, &fk.tp, &fk.tpmin),
+                    (&k.tphour, &k.tphourix, &fk.tphour, &fk.tphourix),
+                ] {
+                    let fields: Vec<(String, i64)> = c.hgetall(hash).await?;
+                    for chunk in fields.chunks(500) {
+                        let mut p = redis::pipe();
+                        for (f, v) in chunk {
+                            p.hincr(to_hash, f, *v).ignore();
+                        }
+                        p.query_async::<()>(&mut c).await?;
+                    }
+                    let members: Vec<(String, f64)> = c.zrange_withscores(index, 0, -1).await?;
+                    for chunk in members.chunks(500) {
+                        let items: Vec<(f64, &str)> =
+                            chunk.iter().map(|(m, s)| (*s, m.as_str())).collect();
+                        let _: () = c.zadd_multiple(to_index, &items).await?;
+                    }
+                    // At once, so a run stopped here does not add them twice when run again.
+                    let _: () = redis::pipe()
+                        .del(hash)
+                        .ignore()
+                        .del(index)
+                        .ignore()
+                        .query_async(&mut c)
+                        .await?;
+                }
+            }
+        }
+        // Every result moved: the old partitions' queue-wide keys go, unless the new layout
+        // has the same tag (then they are its own).
+        let new_tags: Vec<String> = match new.parts() {
+            Some(p) => p.iter().map(|q| q.keys().tag().to_string()).collect(),
+            None => vec![new.keys().tag().to_string()],
+        };
+        for part in &olds {
+            let k = part.keys();
+            if new_tags.iter().any(|t| t == k.tag()) {
+                continue;
+            }
+            for key in [
+                &k.ready,
+                &k.ready_bg,
+                &k.share,
+                &k.due,
+                &k.lease,
+                &k.dead,
+                &k.retry,
+                &k.events,
+                &k.paused,
+                &k.token,
+                &k.tp,
+                &k.tpmin,
+                &k.tphour,
+                &k.tphourix,
+                &k.breaker,
+                &k.wakeups,
+                &k.fair,
+                &k.fairt,
+                &k.fairv,
+                &k.fairc,
+                &k.fairr,
+                &k.results,
+            ] {
+                let _: () = c.del(key).await?;
+            }
+        }
+        let _: () = redis::pipe()
+            .hset(&meta, "partitions", to)
+            .hdel(&meta, "moving_to")
+            .query_async(&mut c)
+            .await?;
+        Ok(out)
+    }
+}
