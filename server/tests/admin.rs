@@ -86,6 +86,9 @@ async fn start_custom(
         queue::QueueConfig {
             name: "admintest.search".into(),
             upstream: "search".into(),
+            // Partitioned, so every page and action reading the named upstream runs across
+            // partitions (merged counts, lists, stuck leases, switches written to each).
+            partitions: 3,
             ..Default::default()
         },
     )
@@ -1461,6 +1464,7 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
     );
     assert!(page.body.contains("data-testid=\"upstream-search\""));
     assert!(page.body.contains("admintest.search"));
+    assert!(page.body.contains("3 partitions"), "{}", page.body);
     assert!(page.body.contains("20/s (burst 5)"), "{}", page.body);
 
     let reply = act_as(r, &cookie, &[("op", "open_breaker"), ("id", "search")]).await;
