@@ -136,7 +136,12 @@ impl Queue {
     }
 
     /// [`Queue::breaker_action`] on this partition alone (or the whole queue of one partition).
-    async fn breaker_action_one(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
+    pub(crate) async fn breaker_action_one(
+        &self,
+        mode: &str,
+        who: &str,
+        for_ms: u64,
+    ) -> Result<bool> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.breaker);
         inv.key(&k.breaker)

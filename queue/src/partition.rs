@@ -234,6 +234,40 @@ impl Queue {
             .collect()
     }
 
+    /// Keeps the breaker global across partitions: a partition's breaker that opened by
+    /// itself (its share of the errors) opens the closed ones for the rest of its cool-down
+    /// (breaker.lua, mode `mirror`). Each partition then sends its own probe after the
+    /// cool-down (at most P probes), and each closes on its probe's success. Run by every
+    /// worker's reaper (each second by default), so the others follow within about a second.
+    pub(crate) async fn mirror_breakers(&self, parts: &[Queue]) -> Result<()> {
+        let all = Queue::fan(parts, |p| async move { p.breaker_one().await }).await?;
+        let Some((i, open)) = all
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.as_ref().map(|b| (i, b)))
+            .filter(|(_, b)| b.state == crate::BreakerState::Open && b.by == "auto")
+            .max_by_key(|(_, b)| b.until_ms)
+        else {
+            return Ok(());
+        };
+        if all.iter().all(Option::is_some) {
+            return Ok(());
+        }
+        let now = self.now_ms().await?;
+        let left = open.until_ms - now;
+        if left <= 0 {
+            return Ok(());
+        }
+        let who = format!("partition {i}");
+        for (p, b) in parts.iter().zip(&all) {
+            if b.is_none() {
+                p.breaker_action_one("mirror", &who, left.unsigned_abs())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// A batched write of a partitioned queue (completions, reschedules): each partition's
     /// items in one call, and the `next_n` tasks asked for claimed in the partition of the
     /// last item (or, every [`CHAIN_ROTATE`]-th time, in the rotation's next one: then it is

@@ -1040,7 +1040,7 @@ impl Queue {
     }
 
     /// [`Queue::breaker`] on this partition alone (or the whole queue of one partition).
-    async fn breaker_one(&self) -> Result<Option<BreakerInfo>> {
+    pub(crate) async fn breaker_one(&self) -> Result<Option<BreakerInfo>> {
         let mut c = self.conn.clone();
         let h: std::collections::HashMap<String, String> = c.hgetall(&self.keys().breaker).await?;
         let Some(st) = h.get("st") else {

@@ -574,6 +574,9 @@ impl Queue {
     pub async fn reap(&self, max_n: usize) -> Result<Reaped> {
         if let Some(parts) = self.parts() {
             let all = Queue::fan(parts, |p| async move { p.reap_one(max_n).await }).await?;
+            if self.config().breaker.failures > 0 {
+                self.mirror_breakers(parts).await?;
+            }
             let mut out = Reaped::default();
             for r in all {
                 out.requeued.extend(r.requeued);

@@ -166,3 +166,49 @@ async fn by_hand_it_opens_and_closes_and_off_it_never_opens() {
     assert_eq!(woken, 12, "one wake-up per ready task");
     assert_eq!(q.claim("w", 20, 30_000).await.unwrap().len(), 12);
 }
+
+/// A partitioned queue keeps one breaker: the partition whose share of the errors opened its
+/// breaker opens every other partition's at the next reap (for the rest of its cool-down), so
+/// no partition keeps calling a failing upstream; after the cool-down each partition probes
+/// and closes on its probe's success.
+#[tokio::test]
+async fn a_partitions_breaker_opens_them_all_at_the_next_reap() {
+    let q = queue_with(QueueConfig {
+        partitions: 3,
+        // Three errors a minute on the whole queue: one in a partition's share.
+        ..breaker_cfg("brk_parts", 3, 300)
+    })
+    .await;
+    enqueue_n(&q, "parts", 30).await;
+    let c = q.claim("w", 1, 30_000).await.unwrap().remove(0);
+    q.fail(&c.id, c.token, "HTTP 503", Retry::After(0), 5)
+        .await
+        .unwrap();
+    // Its partition is open, the others still claim.
+    assert!(q.breaker().await.unwrap().is_some());
+    let held = q.claim("w", 30, 30_000).await.unwrap();
+    assert!(!held.is_empty());
+    for t in &held {
+        q.release(&t.id, Some(t.token), "w").await.unwrap();
+    }
+    q.reap(10).await.unwrap();
+    // Now every partition is open: nothing is claimed anywhere.
+    assert!(q.claim("w", 30, 30_000).await.unwrap().is_empty());
+    let events = q.events(50).await.unwrap();
+    let mirrored = events
+        .iter()
+        .filter(|e| e.kind == "breaker" && e.detail.contains("opened, until"))
+        .count();
+    assert_eq!(mirrored, 2, "{events:?}");
+    // After the cool-down each partition sends one probe; their successes close them all.
+    sleep_ms(350).await;
+    let probes = q.claim("w", 30, 30_000).await.unwrap();
+    assert_eq!(probes.len(), 3, "one probe a partition: {probes:?}");
+    for p in &probes {
+        q.complete(&p.id, p.token, "ok", 5).await.unwrap();
+    }
+    let b = q.breaker().await.unwrap();
+    assert!(b.is_none(), "{} probes; {b:?}", probes.len());
+    q.reap(10).await.unwrap();
+    assert!(!q.claim("w", 30, 30_000).await.unwrap().is_empty());
+}
