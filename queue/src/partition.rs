@@ -307,7 +307,18 @@ impl Queue {
             }
             claimed.extend(cl);
         }
-        if !claimed_done {
+        if !claimed_done && items.is_empty() {
+            // A plain claim: a sweep, as `claim` does.
+            for i in 0..parts.len() {
+                let want = next_n - claimed.len();
+                let p = &parts[(claim_in + i) % parts.len()];
+                let (_, cl) = call(p.clone(), Vec::new(), want).await?;
+                claimed.extend(cl);
+                if claimed.len() >= next_n {
+                    break;
+                }
+            }
+        } else if !claimed_done {
             let (_, cl) = call(parts[claim_in].clone(), Vec::new(), next_n).await?;
             claimed.extend(cl);
         }

@@ -234,6 +234,12 @@ async fn switches_reach_every_partition_and_the_reaper_covers_them_all() {
     assert_eq!(q.stats().await.unwrap().dead, 10);
     assert_eq!(q.retry_all_dead("op").await.unwrap(), 10);
     assert_eq!(q.purge(PurgeTarget::Queued, "op").await.unwrap(), 10);
+    // A batched write without items is a plain claim: it sweeps every partition too.
+    let more: Vec<String> = (0..30).map(|i| format!("switch more {i}")).collect();
+    let items: Vec<(&str, &str)> = more.iter().map(|t| (t.as_str(), "")).collect();
+    q.enqueue_many(&items, &policy()).await.unwrap();
+    let (_, got) = q.complete_and_claim(&[], "w3", 100, 60_000).await.unwrap();
+    assert_eq!(got.len(), 30);
 }
 
 #[tokio::test]
