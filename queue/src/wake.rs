@@ -39,7 +39,12 @@ const MAX_REDIRECTS: usize = 3;
 
 /// A worker process's wait for wake-up entries, on a connection of its own.
 pub struct Wakeups {
+    /// Where the next connection goes: the seed, or the node a MOVED named.
     client: Client,
+    /// The client this waiter was made with: after an error the next connection starts here
+    /// again, so a waiter that followed MOVED to a master that then died finds the replica
+    /// promoted in its place instead of knocking on the dead node forever.
+    seed: Client,
     key: String,
     conn: Option<MultiplexedConnection>,
 }
@@ -62,6 +67,7 @@ impl Queue {
             None => self.keys().wakeups.clone(),
         };
         Wakeups {
+            seed: client.clone(),
             client,
             key,
             conn: None,
@@ -77,6 +83,7 @@ impl Queue {
             Some(parts) => parts
                 .iter()
                 .map(|p| Wakeups {
+                    seed: client.clone(),
                     client: client.clone(),
                     key: p.keys().wakeups.clone(),
                     conn: None,
@@ -101,7 +108,13 @@ impl Wakeups {
             // Taken out for the duration of the call: a dropped future drops the connection.
             let mut conn = match self.conn.take() {
                 Some(c) => c,
-                None => self.connect().await?,
+                None => match self.connect().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.client = self.seed.clone();
+                        return Err(e);
+                    }
+                },
             };
             let reply: redis::RedisResult<Option<(String, String)>> = redis::cmd("BLPOP")
                 .arg(&self.key)
@@ -130,6 +143,7 @@ impl Wakeups {
                         self.client = Client::open(info)?;
                         continue;
                     }
+                    self.client = self.seed.clone();
                     return Err(e.into());
                 }
             }

@@ -235,6 +235,7 @@ async fn three_workers(
     cfg: &QueueConfig,
     up: &worker::UpstreamArgs,
     policy: &worker::PolicyArgs,
+    max_idle_ms: u64,
 ) -> Vec<Running> {
     let mut workers = Vec::new();
     for seed in seeds.iter().take(3) {
@@ -244,6 +245,7 @@ async fn three_workers(
         let pubsub = redis::Client::open(seed.as_str()).unwrap();
         let mut args = fast_worker_args(16);
         args.lease_ms = 1_000;
+        args.max_idle_ms = max_idle_ms;
         let w = worker::Worker::new(
             wq,
             pubsub,
@@ -342,7 +344,7 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     .await;
     let up = sim.upstream_args(5_000);
     let policy = fast_policy();
-    let workers = three_workers(&seeds, &cfg, &up, &policy).await;
+    let workers = three_workers(&seeds, &cfg, &up, &policy, 1_000).await;
 
     let texts = texts();
     let unique: BTreeSet<String> = texts
@@ -621,7 +623,9 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
     .await;
     let up = sim.upstream_args(5_000);
     let policy = fast_policy();
-    let workers = three_workers(&seeds, &cfg, &up, &policy).await;
+    // Idle for a minute without a wake-up: after the failover, an idle worker must still be
+    // woken for new work in the partitions the promoted replica now serves (checked below).
+    let workers = three_workers(&seeds, &cfg, &up, &policy, 60_000).await;
 
     // First run: no failure. Half the callers ask through each web handle, at once.
     let texts = texts_from("pa", 0, PQUERIES);
@@ -692,11 +696,35 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
     let s = wait_all_done(&web[0], unique.len(), Duration::from_secs(120)).await;
     assert_eq!(s.dead, 0, "{s:?}");
     check_results(&web[1], &unique).await;
+    // The workers idle now; a new query in partition 0 (whose master was killed) is started
+    // by a wake-up from the promoted replica's list, well inside the minute of idle cap.
+    let late = (0..)
+        .map(|i| format!("late {i} polls=1"))
+        .find(|t| {
+            let id = queue::TaskId::of_query(&queue::normalise_query(t).unwrap());
+            web[0].partition_of(&id) == 0
+        })
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t_late = Instant::now();
+    ask_all(&web[0], std::slice::from_ref(&late), &policy).await;
+    let late_id = queue::TaskId::of_query(&queue::normalise_query(&late).unwrap());
+    wait_for("the late query done", Duration::from_secs(20), async || {
+        web[0]
+            .result_by_id(&late_id)
+            .await
+            .is_ok_and(|r| r.is_some())
+    })
+    .await;
+    eprintln!(
+        "partitions: a query in the failed-over partition done {:?} after it was asked",
+        t_late.elapsed()
+    );
     for w in workers {
         w.stop().await;
     }
     let calls = sim.stats().await.calls;
-    let expected = unique.len() as u64 * CALLS_PER_TASK;
+    let expected = unique.len() as u64 * CALLS_PER_TASK + 1;
     eprintln!(
         "partitions: after killing a master of 3 (P = {PARTITIONS}): a replica served its \
          partitions {promoted_after:?} later; {} queries done with their own results; {calls} \
