@@ -31,7 +31,17 @@ use crate::{
 };
 
 /// The queue name: the default, so the keys are `{repoll}:...` as in ARCHITECTURE.md.
-const Q: &str = "{repoll}";
+const QUEUE_NAME: &str = "repoll";
+
+/// The run's partition count (`--partitions`), set once at its start.
+static PARTITIONS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Key `kind` (`t` record, `r` result, `h` history) of task `id`: under `{repoll}`, or its
+/// partition's tag in a partitioned queue.
+fn task_key(kind: &str, id: &str) -> String {
+    let p = PARTITIONS.get().copied().unwrap_or(1);
+    format!("{}:{kind}:{id}", queue::partition::task_tag(QUEUE_NAME, id, p))
+}
 /// Lease of the chaos workers: short, so a killed worker's tasks come back within seconds.
 const LEASE_MS: u64 = 3000;
 /// Worker processes.
@@ -50,6 +60,10 @@ pub struct RunArgs {
     /// The short version: 1500 queries, kills for ~20 s, one Redis restart and one stall.
     #[arg(long)]
     pub short: bool,
+    /// The queue's partitions (`REPOLL_PARTITIONS` of every process): the same faults on a
+    /// queue spread over this many hash tags.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub partitions: u16,
     /// The repoll binary under test.
     #[arg(long, default_value = "target/release/repoll")]
     pub repoll_bin: PathBuf,
@@ -242,11 +256,14 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
     // submitter; the queue path is the same).
     let web_port = procs::free_port().map_err(|e| e.to_string())?;
     let web_addr = format!("127.0.0.1:{web_port}");
+    let partitions = args.partitions.to_string();
+    let _ = PARTITIONS.set(usize::from(args.partitions));
     let web_env: Vec<(String, String)> = [
         ("REPOLL_RATE_PER_MIN", "1000000"),
         ("REPOLL_RATE_BURST", "100000"),
         ("REPOLL_FIRST_ANSWER_MS", "0"),
         ("REPOLL_ADMIN_PASSWORD", "chaos-admin-not-used"),
+        ("REPOLL_PARTITIONS", partitions.as_str()),
         // Every claim in the histories: recovery and "completed once" are read from them.
         ("REPOLL_HISTORY", "full"),
     ]
@@ -300,6 +317,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         ("REPOLL_MAX_IDLE_MS", "250".into()),
         ("REPOLL_HEARTBEAT_MS", "1000".into()),
         ("REPOLL_GRACE_MS", "500".into()),
+        ("REPOLL_PARTITIONS", partitions.clone()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -548,7 +566,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
     let mut dead_by: BTreeMap<String, u64> = BTreeMap::new();
     for (id, error) in &dead_ids {
         let reason: Option<String> = redis::cmd("HGET")
-            .arg(format!("{Q}:t:{id}"))
+            .arg(task_key("t", id))
             .arg("dr")
             .query_async(&mut con)
             .await
@@ -839,8 +857,8 @@ async fn unfinished(con: &mut ConnectionManager, ids: &[String]) -> Result<Vec<S
     for chunk in ids.chunks(500) {
         let mut p = redis::pipe();
         for id in chunk {
-            p.cmd("EXISTS").arg(format!("{Q}:r:{id}"));
-            p.cmd("HGET").arg(format!("{Q}:t:{id}")).arg("s");
+            p.cmd("EXISTS").arg(task_key("r", id));
+            p.cmd("HGET").arg(task_key("t", id)).arg("s");
         }
         let answers: Vec<redis::Value> = p.query_async(con).await.map_err(|e| e.to_string())?;
         for (i, id) in chunk.iter().enumerate() {
@@ -885,7 +903,7 @@ impl Histories {
         for chunk in ids.chunks(500) {
             let mut p = redis::pipe();
             for id in chunk {
-                p.cmd("LRANGE").arg(format!("{Q}:h:{id}")).arg(0).arg(-1);
+                p.cmd("LRANGE").arg(task_key("h", id)).arg(0).arg(-1);
             }
             let lists: Vec<Vec<String>> = p
                 .query_async(con)

@@ -65,6 +65,17 @@ pub fn partition_of(id: &str, n: usize) -> usize {
     (h % n as u64) as usize
 }
 
+/// The hash tag (braces included) under which queue `name` of `partitions` partitions keeps
+/// task `id`'s keys: `{name}` for one partition. For tools that read a task's keys directly
+/// (the chaos suite reads histories).
+pub fn task_tag(name: &str, id: &str, partitions: usize) -> String {
+    if partitions <= 1 {
+        format!("{{{name}}}")
+    } else {
+        crate::keys::partition_tag(name, partition_of(id, partitions), partitions)
+    }
+}
+
 /// The configuration of partition `i` of a queue configured with `cfg`: one partition, and
 /// the limits that are checked inside a partition's scripts set to their even share (at least
 /// one): the breaker's error count, the per-tenant concurrency, rate and burst.
