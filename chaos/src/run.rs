@@ -40,7 +40,10 @@ static PARTITIONS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 /// partition's tag in a partitioned queue.
 fn task_key(kind: &str, id: &str) -> String {
     let p = PARTITIONS.get().copied().unwrap_or(1);
-    format!("{}:{kind}:{id}", queue::partition::task_tag(QUEUE_NAME, id, p))
+    format!(
+        "{}:{kind}:{id}",
+        queue::partition::task_tag(QUEUE_NAME, id, p)
+    )
 }
 /// Lease of the chaos workers: short, so a killed worker's tasks come back within seconds.
 const LEASE_MS: u64 = 3000;
