@@ -95,6 +95,24 @@ fn cluster_env(cmd: &mut Command, seeds: &str, queue: &str, sim_port: u16) {
         .stderr(Stdio::inherit());
 }
 
+/// A three-master cluster for test `name`: the processes (killed, and their directory removed,
+/// when dropped), the masters' ports and the seed list for `REDIS_URL`.
+async fn cluster_for(name: &str) -> (Procs, Vec<u16>, String) {
+    let dir = std::env::temp_dir().join(format!("repoll-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut procs = Procs {
+        children: Vec::new(),
+        dir: dir.clone(),
+    };
+    let ports = three_node_cluster(&mut procs, &dir).await;
+    let seeds = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    (procs, ports, seeds)
+}
+
 /// Three primaries made into a cluster by `redis-cli --cluster create` (no replicas); their
 /// ports. The nodes are killed with `procs`.
 async fn three_node_cluster(procs: &mut Procs, dir: &std::path::Path) -> Vec<u16> {
@@ -157,19 +175,7 @@ async fn three_node_cluster(procs: &mut Procs, dir: &std::path::Path) -> Vec<u16
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
-    let dir = std::env::temp_dir().join(format!("repoll-clp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = Procs {
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
-
-    let ports = three_node_cluster(&mut procs, &dir).await;
-    let seeds = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (mut procs, ports, seeds) = cluster_for("clp").await;
 
     // repoll serve (web only) with the simulator, and one repoll worker.
     let web_port = free_port();
@@ -303,18 +309,7 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
 async fn twelve_partitions_through_two_web_and_three_worker_processes() {
     const PQUEUE: &str = "clpp";
     const QUERIES: usize = 5_000;
-    let dir = std::env::temp_dir().join(format!("repoll-clpp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = Procs {
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
-    let ports = three_node_cluster(&mut procs, &dir).await;
-    let seeds = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (mut procs, ports, seeds) = cluster_for("clpp").await;
     let webs = [free_port(), free_port()];
     let sim_port = free_port();
     let common = |cmd: &mut Command| {
