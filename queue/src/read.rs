@@ -260,30 +260,30 @@ impl Queue {
 
     /// Tasks ready now in this partition (both lists, the fair zset, the due-now polls).
     async fn ready_count(&self, now: i64) -> Result<u64> {
+        let (i, b, z, f) = self.ready_lengths(now).await?;
+        Ok(i + b + z + f)
+    }
+
+    /// The lengths of the places ready work waits in: the interactive and background lists,
+    /// the due-now part of the due zset, the fair zset.
+    async fn ready_lengths(&self, now: i64) -> Result<(u64, u64, u64, u64)> {
         let k = self.keys();
         let mut c = self.conn.clone();
-        let (i, b, z, f): (u64, u64, u64, u64) = redis::pipe()
+        Ok(redis::pipe()
             .llen(&k.ready)
             .llen(&k.ready_bg)
             .zcount(&k.due, "-inf", now)
             .zcard(&k.fair)
             .query_async(&mut c)
-            .await?;
-        Ok(i + b + z + f)
+            .await?)
     }
 
     /// Ready work, across its three places (see [`Queue::list`]).
     async fn list_ready(&self, order: Order, cursor: Option<&str>, limit: usize) -> Result<Page> {
         let k = self.keys();
         let now = self.now_ms().await?;
+        let (ilen, blen, zlen, flen) = self.ready_lengths(now).await?;
         let mut c = self.conn.clone();
-        let (ilen, blen, zlen, flen): (u64, u64, u64, u64) = redis::pipe()
-            .llen(&k.ready)
-            .llen(&k.ready_bg)
-            .zcount(&k.due, "-inf", now)
-            .zcard(&k.fair)
-            .query_async(&mut c)
-            .await?;
         // Segments in this order's sequence, and where the cursor resumes.
         #[derive(Clone, Copy, PartialEq)]
         enum Seg {
