@@ -76,10 +76,10 @@ pub fn task_tag(name: &str, id: &str, partitions: usize) -> String {
     }
 }
 
-/// The configuration of partition `i` of a queue configured with `cfg`: one partition, and
+/// The configuration of each partition of a queue configured with `cfg`: one partition, and
 /// the limits that are checked inside a partition's scripts set to their even share (at least
 /// one): the breaker's error count, the per-tenant concurrency, rate and burst.
-pub(crate) fn part_config(cfg: &QueueConfig, _i: usize) -> QueueConfig {
+pub(crate) fn part_config(cfg: &QueueConfig) -> QueueConfig {
     let p = u32::from(cfg.partitions.max(1));
     let share = |v: u32| if v == 0 { 0 } else { v.div_ceil(p).max(1) };
     let mut c = cfg.clone();
@@ -375,7 +375,7 @@ mod tests {
         cfg.tenants.concurrency = 5;
         cfg.tenants.rate_per_sec = 24.0;
         cfg.tenants.burst = 3;
-        let p = part_config(&cfg, 3);
+        let p = part_config(&cfg);
         assert_eq!(p.partitions, 1);
         assert_eq!(p.breaker.failures, 2);
         assert_eq!(p.tenants.concurrency, 1);
@@ -383,7 +383,7 @@ mod tests {
         assert_eq!(p.tenants.burst, 1);
         cfg.breaker.failures = 0;
         cfg.tenants.concurrency = 0;
-        assert_eq!(part_config(&cfg, 0).breaker.failures, 0);
-        assert_eq!(part_config(&cfg, 0).tenants.concurrency, 0);
+        assert_eq!(part_config(&cfg).breaker.failures, 0);
+        assert_eq!(part_config(&cfg).tenants.concurrency, 0);
     }
 }

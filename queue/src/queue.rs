@@ -136,7 +136,7 @@ impl Queue {
                 .map(|i| {
                     Queue::handle(
                         conn.clone(),
-                        crate::partition::part_config(&cfg, i),
+                        crate::partition::part_config(&cfg),
                         Keys::partition(&cfg.name, i, usize::from(cfg.partitions)),
                         Vec::new(),
                     )
@@ -157,7 +157,11 @@ impl Queue {
                 cfg,
                 last_fair_sync_ms: std::sync::atomic::AtomicI64::new(0),
                 parts,
-                next_part: std::sync::atomic::AtomicUsize::new(0),
+                // Each process starts its rotation elsewhere, so idle workers that start
+                // together do not all sweep the same partition first.
+                next_part: std::sync::atomic::AtomicUsize::new(
+                    std::process::id() as usize ^ local_ms().unsigned_abs() as usize,
+                ),
                 chain_hops: std::sync::atomic::AtomicUsize::new(0),
             }),
         }

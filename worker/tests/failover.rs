@@ -35,6 +35,16 @@ struct Nodes {
     dir: std::path::PathBuf,
 }
 
+impl Nodes {
+    /// Every node's URL, for a cluster client's seeds.
+    fn seeds(&self) -> Vec<String> {
+        self.children
+            .iter()
+            .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
+            .collect()
+    }
+}
+
 impl Drop for Nodes {
     fn drop(&mut self) {
         for (_, c) in &mut self.children {
@@ -323,11 +333,7 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
     let Some(mut nodes) = six_node_cluster().await else {
         return;
     };
-    let seeds: Vec<String> = nodes
-        .children
-        .iter()
-        .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
-        .collect();
+    let seeds = nodes.seeds();
     let cfg = QueueConfig {
         name: QUEUE.into(),
         // A lease lost in the failover comes back after 1 s, not after the default 30 s.
@@ -587,11 +593,7 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
     let Some(mut nodes) = six_node_cluster().await else {
         return;
     };
-    let seeds: Vec<String> = nodes
-        .children
-        .iter()
-        .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
-        .collect();
+    let seeds = nodes.seeds();
     let cfg = QueueConfig {
         name: PQUEUE.into(),
         partitions: PARTITIONS,
