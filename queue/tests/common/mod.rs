@@ -148,6 +148,62 @@ pub async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
+/// Moves the lease of `id` one millisecond into the past (Redis time), as if its holder had
+/// died and its deadline had passed: what the reaper sees, by construction, without waiting
+/// for a short lease to run out (a short lease also runs out too early on a slow machine).
+/// Panics unless `id` holds a lease.
+pub async fn expire_lease(q: &Queue, id: &str) {
+    let tag = q.partition_tag(q.partition_of(id));
+    let past = q.now_ms().await.unwrap() - 1;
+    let mut c = q.connection();
+    let changed: i64 = redis::cmd("ZADD")
+        .arg(format!("{tag}:lease"))
+        .arg("XX")
+        .arg("CH")
+        .arg(past)
+        .arg(id)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(changed, 1, "{id} holds no lease to expire");
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{tag}:t:{id}"))
+        .arg("ld")
+        .arg(past)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+/// Ends the cool-down of every open breaker of `q` now (its `to` one millisecond in the past,
+/// Redis time), so the next claim probes: a long cool-down for the "still open" half of a test
+/// and no wait for the "after" half. Returns how many partitions' breakers were open.
+pub async fn end_cooldown(q: &Queue) -> usize {
+    let past = q.now_ms().await.unwrap() - 1;
+    let mut c = q.connection();
+    let mut ended = 0;
+    for i in 0..q.partitions() {
+        let key = format!("{}:breaker", q.partition_tag(i));
+        let st: Option<String> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("st")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if st.as_deref() == Some("open") {
+            let _: () = redis::cmd("HSET")
+                .arg(&key)
+                .arg("to")
+                .arg(past)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            ended += 1;
+        }
+    }
+    ended
+}
+
 /// Runs every public operation of the queue once, each on a state where it acts (scripts,
 /// pipelined reads, Pub/Sub publishes), and panics on the first error. Used to prove that a
 /// restricted environment (an ACL user limited to the queue's keys, a Redis Cluster node) runs
@@ -161,7 +217,9 @@ pub async fn exercise_every_operation(q: &Queue) {
     for i in 0..6 {
         q.enqueue(&format!("acl {i}"), "p", &p).await.unwrap();
     }
-    let c = q.claim("w", 6, 100).await.unwrap();
+    // Long leases: no call below may find its lease run out on a slow machine; the one the
+    // reaper must take (c[5]) is expired by construction.
+    let c = q.claim("w", 6, 600_000).await.unwrap();
     assert_eq!(c.len(), 6);
     q.renew(&c[0].id, c[0].token, 10_000).await.unwrap();
     q.complete(&c[0].id, c[0].token, "r", 1).await.unwrap();
@@ -175,7 +233,7 @@ pub async fn exercise_every_operation(q: &Queue) {
         .await
         .unwrap();
     q.release(&c[4].id, Some(c[4].token), "w").await.unwrap();
-    sleep_ms(150).await;
+    expire_lease(q, &c[5].id).await;
     let r = q.reap(10).await.unwrap();
     assert_eq!(r.dead, vec![c[5].id.clone()], "poison after one loss");
     q.retry(&c[1].id, "a").await.unwrap();
@@ -242,25 +300,39 @@ pub async fn exercise_every_operation(q: &Queue) {
         tenant: "acme".into(),
         ..p.clone()
     };
+    let mut tenant_ids = Vec::new();
     for i in 0..4 {
-        q.enqueue(&format!("tenant {i}"), "p", &t).await.unwrap();
+        match q.enqueue(&format!("tenant {i}"), "p", &t).await.unwrap() {
+            queue::Enqueued::Created(e) => tenant_ids.push(e.id),
+            other => panic!("a new tenant task: {other:?}"),
+        }
     }
     let tc = q.claim("w", 2, 60_000).await.unwrap();
+    assert_eq!(tc.len(), 2);
     q.reschedule(&tc[0].id, tc[0].token, 0, None, 1)
         .await
         .unwrap();
     q.complete(&tc[1].id, tc[1].token, "r", 1).await.unwrap();
     q.tenants(5).await.unwrap();
-    q.list(ListState::Ready, Order::OldestFirst, None, 10)
-        .await
-        .unwrap();
     let waiting = q
-        .list(ListState::Ready, Order::OldestFirst, None, 10)
+        .list(ListState::Ready, Order::OldestFirst, None, 100)
         .await
         .unwrap();
-    if let Some(w) = waiting.items.first() {
-        q.cancel(&w.id, "a").await.unwrap();
-    }
+    // At most two of the four tenant tasks were claimed: the others wait in the fair zset,
+    // and the cancel takes one from there.
+    let unclaimed = tenant_ids
+        .iter()
+        .find(|id| tc.iter().all(|c| c.id != **id))
+        .expect("a tenant task never claimed");
+    assert!(
+        waiting.items.iter().any(|w| w.id == *unclaimed),
+        "the unclaimed tenant task is listed ready: {:?}",
+        waiting.items
+    );
+    assert!(
+        q.cancel(unclaimed, "a").await.unwrap(),
+        "a waiting tenant task is cancelled"
+    );
     for t in [
         PurgeTarget::History,
         PurgeTarget::Dead,
