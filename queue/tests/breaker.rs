@@ -6,6 +6,9 @@ mod common;
 use common::*;
 use queue::*;
 
+/// A cool-down no test run outlasts: the tests end it by hand (`end_cooldown`).
+const COOL: u64 = 600_000;
+
 fn breaker_cfg(name: &str, failures: u32, cooldown_ms: u64) -> QueueConfig {
     QueueConfig {
         breaker: BreakerConfig {
@@ -37,7 +40,9 @@ async fn attempts(q: &Queue, id: &str) -> u32 {
 
 #[tokio::test]
 async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
-    let q = queue_with(breaker_cfg("brk_cycle", 3, 300)).await;
+    // A cool-down of ten minutes: "still open" holds however slow the machine; its end is
+    // brought forward in Redis (end_cooldown) instead of waited for.
+    let q = queue_with(breaker_cfg("brk_cycle", 3, COOL)).await;
     enqueue_n(&q, "brk", 6).await;
     let c = q.claim("w", 6, 30_000).await.unwrap();
     assert_eq!(c.len(), 6);
@@ -70,7 +75,7 @@ async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
     // Open: nothing is claimed, whatever is ready.
     assert!(q.claim("w", 10, 30_000).await.unwrap().is_empty());
     // After the cool-down one task goes, the probe; nothing else while it is out.
-    sleep_ms(350).await;
+    assert_eq!(end_cooldown(&q).await, 1);
     let probe = q.claim("w", 10, 30_000).await.unwrap();
     assert_eq!(probe.len(), 1, "one probe");
     let b = q.breaker().await.unwrap().expect("half-open");
@@ -89,7 +94,7 @@ async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
     );
     assert!(q.claim("w", 10, 30_000).await.unwrap().is_empty());
     // Next probe succeeds: closed, and everything flows again.
-    sleep_ms(350).await;
+    assert_eq!(end_cooldown(&q).await, 1);
     let probe = q.claim("w", 10, 30_000).await.unwrap();
     assert_eq!(probe.len(), 1);
     q.complete(&probe[0].id, probe[0].token, "ok", 5)
@@ -104,9 +109,82 @@ async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
     assert_eq!(q.stats().await.unwrap().dead, 0);
 }
 
+/// The share rule: errors past the count open the breaker only once they are also
+/// `error_percent` of the last minute's calls, answers (results and "still processing" polls)
+/// counted as calls. 60 %, not the default 50 %, so the default would open one error early.
+#[tokio::test]
+async fn errors_past_the_count_open_it_only_at_their_share_of_the_calls() {
+    // The counts are per minute (the previous one weighted by what is left of it): a minute
+    // turning mid-sequence changes the sums, so the sequence runs again in a fresh queue.
+    for round in 0..3 {
+        let q = queue_with(QueueConfig {
+            breaker: BreakerConfig {
+                failures: 3,
+                error_percent: 60,
+                cooldown_ms: COOL,
+            },
+            ..cfg(&format!("brk_share{round}"))
+        })
+        .await;
+        enqueue_n(&q, "share", 10).await;
+        let start = q.now_ms().await.unwrap();
+        let c = q.claim("w", 10, 600_000).await.unwrap();
+        assert_eq!(c.len(), 10);
+        // Four answers of the upstream: two results, two polls.
+        for t in &c[..2] {
+            q.complete(&t.id, t.token, "ok", 5).await.unwrap();
+        }
+        for t in &c[2..4] {
+            q.reschedule(&t.id, t.token, 3_600_000, None, 5)
+                .await
+                .unwrap();
+        }
+        // Then six errors of the upstream, one at a time: is it open after each?
+        let mut open_after = Vec::new();
+        let mut failed = Vec::new();
+        for t in &c[4..] {
+            failed.push(
+                q.fail(&t.id, t.token, "HTTP 503", Retry::After(3_600_000), 5)
+                    .await
+                    .unwrap(),
+            );
+            open_after.push(q.breaker().await.unwrap().map(|b| b.state));
+        }
+        let end = q.now_ms().await.unwrap();
+        if start / 60_000 != end / 60_000 {
+            continue;
+        }
+        // Errors / calls after each: 1/5, 2/6, 3/7 (the count reached, 43 %), 4/8 (50 %: the
+        // default share would open here), 5/9 (56 %), 6/10 (60 %: open).
+        let closed = None;
+        let open = Some(BreakerState::Open);
+        assert_eq!(
+            open_after,
+            [closed, closed, closed, closed, closed, open],
+            "errors 1..6 after 4 answers"
+        );
+        // Each error was made while it was closed: each counted an attempt.
+        assert!(
+            failed
+                .iter()
+                .all(|r| matches!(r, Failed::Retrying { attempts: 1, .. })),
+            "{failed:?}"
+        );
+        let events = q.events(50).await.unwrap();
+        assert!(
+            events
+                .iter()
+                .any(|e| e.kind == "breaker" && e.detail.contains("6 of 10 calls failed")),
+            "{events:?}"
+        );
+        return;
+    }
+    panic!("three minutes turned mid-sequence");
+}
+
 #[tokio::test]
 async fn a_poll_of_the_probe_closes_it_and_a_task_error_never_opens_it() {
-    let q = queue_with(breaker_cfg("brk_poll", 1, 100)).await;
+    let q = queue_with(breaker_cfg("brk_poll", 1, COOL)).await;
     enqueue_n(&q, "poll", 3).await;
     // A permanent error is the task's own (mode dead): the breaker stays closed.
     let c = q.claim("w", 1, 30_000).await.unwrap().remove(0);
@@ -120,8 +198,11 @@ async fn a_poll_of_the_probe_closes_it_and_a_task_error_never_opens_it() {
         .await
         .unwrap();
     assert!(q.breaker().await.unwrap().is_some());
-    sleep_ms(150).await;
-    let p = q.claim("w", 5, 30_000).await.unwrap().remove(0);
+    assert!(q.claim("w", 5, 30_000).await.unwrap().is_empty(), "open");
+    assert_eq!(end_cooldown(&q).await, 1);
+    let p = q.claim("w", 5, 30_000).await.unwrap();
+    assert_eq!(p.len(), 1, "one probe");
+    let p = &p[0];
     // "Still processing" is an answer: the upstream works again.
     q.reschedule(&p.id, p.token, 0, None, 5).await.unwrap();
     assert!(q.breaker().await.unwrap().is_none());
@@ -176,7 +257,7 @@ async fn a_partitions_breaker_opens_them_all_at_the_next_reap() {
     let q = queue_with(QueueConfig {
         partitions: 3,
         // Three errors a minute on the whole queue: one in a partition's share.
-        ..breaker_cfg("brk_parts", 3, 300)
+        ..breaker_cfg("brk_parts", 3, COOL)
     })
     .await;
     enqueue_n(&q, "parts", 30).await;
@@ -201,7 +282,7 @@ async fn a_partitions_breaker_opens_them_all_at_the_next_reap() {
         .count();
     assert_eq!(mirrored, 2, "{events:?}");
     // After the cool-down each partition sends one probe; their successes close them all.
-    sleep_ms(350).await;
+    assert_eq!(end_cooldown(&q).await, 3);
     let probes = q.claim("w", 30, 30_000).await.unwrap();
     assert_eq!(probes.len(), 3, "one probe a partition: {probes:?}");
     for p in &probes {
