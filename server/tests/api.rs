@@ -869,43 +869,191 @@ async fn a_waiting_stream_sends_heartbeats_at_the_configured_interval() {
     env.stop().await;
 }
 
-#[tokio::test]
-async fn a_redis_stall_is_a_quick_503_not_a_hang() {
-    // The web side's Redis connection has a short response timeout (the workers keep a long
-    // one): during a stall a request is told "unavailable" instead of waiting it out.
-    let env = Env::start(Opts::default()).await;
-    let url = env.redis.as_ref().unwrap().url().to_string();
-    let web_queue = queue::Queue::connect_with_timeout(
-        &url,
-        queue::QueueConfig {
-            name: "apitest".into(),
-            ..Default::default()
-        },
-        Duration::from_millis(300),
-    )
-    .await
-    .unwrap();
-    // Pause every client of this Redis (what a stalled or overloaded Redis looks like) for 33
-    // times the web side's response timeout: the read must fail during the stall, not outlast
-    // it, however busy the machine. (Stopping the server afterwards waits out the pause.)
-    let mut admin = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(10_000)
-        .arg("ALL")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let read = web_queue.get("0123456789abcdef0123456789abcdef").await;
+/// `redis-server` stopped with SIGSTOP until dropped (then SIGCONT), however the test ends.
+struct StoppedRedis(u32);
+
+impl StoppedRedis {
+    fn stop(pid: u32) -> StoppedRedis {
+        signal(pid, "-STOP");
+        StoppedRedis(pid)
+    }
+
+    /// Whether the process is still stopped (state `T` in /proc/<pid>/stat).
+    fn still_stopped(&self) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.0)).unwrap();
+        // "<pid> (<comm>) <state> ...": the state follows the last ')'.
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    }
+}
+
+impl Drop for StoppedRedis {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// A `repoll serve` child, killed however the test ends.
+struct Serve(std::process::Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `REPOLL_REDIS_REQUEST_TIMEOUT_MS` through the real `repoll serve`: while its Redis is
+/// stopped (SIGSTOP, not resumed until the answers are in), a read and a submit each answer
+/// a JSON 503 `unavailable` with `Retry-After`, and do so while Redis is still stopped.
+///
+/// Which timeout cut them is proved by order, not by speed. The setting is twice its default,
+/// and no answer comes before it has passed (a timer never fires early): the default, or a
+/// setting not wired, fails. The request timeout (`REPOLL_REQUEST_TIMEOUT_MS`, whose 503 is
+/// the layer's "try again shortly" without `Retry-After`) is set between this setting and the
+/// workers' longer Redis timeout (`queue::RESPONSE_TIMEOUT`): had the web side used the
+/// workers' connection, or no Redis timeout at all, the request timeout would have answered
+/// first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
+    use clap::Parser;
+    let server::cli::Command::Serve(defaults) =
+        server::cli::Cli::try_parse_from(["repoll", "serve"])
+            .expect("serve's defaults")
+            .command
+    else {
+        unreachable!()
+    };
+    let redis_timeout = Duration::from_millis(defaults.redis_request_timeout_ms * 2);
+    let request_timeout = (redis_timeout + queue::RESPONSE_TIMEOUT) / 2;
     assert!(
-        read.is_err(),
-        "a read during the stall must fail fast, not wait for the end of the pause"
+        redis_timeout < request_timeout && request_timeout < queue::RESPONSE_TIMEOUT,
+        "the order this test relies on: {redis_timeout:?} < {request_timeout:?} < {:?}",
+        queue::RESPONSE_TIMEOUT
     );
-    env.stop().await;
+
+    let (redis, _dir) = start_redis().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.args(["serve", "--workers", "0"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("REDIS_URL", redis.url())
+        .env("REPOLL_ADDR", format!("127.0.0.1:{port}"))
+        .env("REPOLL_RATE_PER_MIN", "0")
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env("REPOLL_ADMIN_PASSWORD", "stall test admin")
+        .env(
+            "REPOLL_REDIS_REQUEST_TIMEOUT_MS",
+            redis_timeout.as_millis().to_string(),
+        )
+        .env(
+            "REPOLL_REQUEST_TIMEOUT_MS",
+            request_timeout.as_millis().to_string(),
+        )
+        .env("RUST_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    let _serve = Serve(cmd.spawn().expect("repoll serve"));
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let ready = async {
+        loop {
+            let r = http.get(format!("{base}/readyz")).send().await;
+            if r.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), ready)
+        .await
+        .expect("repoll serve ready (60 s hang guard)");
+    let submitted = http
+        .post(format!("{base}/api/v1/queries"))
+        .json(&json!({ "query": "asked before the stall" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(submitted.status(), 202);
+    let id = submitted.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let read_url = format!("{base}/api/v1/queries/{id}");
+
+    let stopped = StoppedRedis::stop(redis.pid().expect("redis-server runs"));
+    let asked = std::time::Instant::now();
+    let answers = async {
+        tokio::join!(
+            http.get(&read_url).send(),
+            http.post(format!("{base}/api/v1/queries"))
+                .json(&json!({ "query": "asked during the stall" }))
+                .send()
+        )
+    };
+    // A hang guard only (Redis stays stopped until the answers are in, or this runs out).
+    let (read, submit) = tokio::time::timeout(Duration::from_secs(120), answers)
+        .await
+        .expect("no answer while Redis was stopped for 120 s");
+    let waited = asked.elapsed();
+    assert!(
+        stopped.still_stopped(),
+        "the answers came while Redis was stopped"
+    );
+    for (what, res) in [("read", read), ("submit", submit)] {
+        let res = res.unwrap();
+        let status = res.status().as_u16();
+        let retry_after = res.headers().get("retry-after").cloned();
+        let text = res.text().await.unwrap();
+        assert_eq!(status, 503, "{what}: {text}");
+        let body: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{what}: not the API's JSON error ({e}): {text:?}"));
+        assert_eq!(body["error"]["code"], "unavailable", "{what}: {text}");
+        assert_eq!(
+            body["error"]["message"], "the queue is unavailable; try again shortly",
+            "{what}: the handler's answer to a Redis error, not the request timeout's: {text}"
+        );
+        assert_eq!(
+            retry_after.as_ref().and_then(|v| v.to_str().ok()),
+            Some("1"),
+            "{what}"
+        );
+    }
+    assert!(
+        waited >= redis_timeout,
+        "answered after {waited:?}, before the configured {redis_timeout:?} had passed: \
+         the setting is not what cut the requests"
+    );
+
+    // Redis back: the same read answers again on the same connection.
+    drop(stopped);
+    let back = async {
+        loop {
+            let r = http.get(&read_url).send().await.unwrap();
+            if r.status() == 200 {
+                return r.json::<Value>().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let view = tokio::time::timeout(Duration::from_secs(60), back)
+        .await
+        .expect("reads answer again once Redis is back (60 s hang guard)");
+    assert_eq!(view["query"], "asked before the stall", "{view}");
+    redis.stop().await;
 }
 
 fn post_json_with(body: &str, header: (&str, &str)) -> Request<Body> {
