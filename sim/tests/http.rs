@@ -202,22 +202,38 @@ async fn forced_faults() {
     assert_eq!(stats(&sim).await.keys["b fail=500"].done, 0);
 }
 
-#[tokio::test]
-async fn random_faults_follow_rates_with_a_seed() {
+/// The status of each of 200 calls (keys `k0`..`k199`, one after the other) to a fresh
+/// simulator with a 50 % error rate and `seed`.
+async fn statuses_with_seed(seed: u64) -> Vec<u16> {
     let sim = start(SimArgs {
         error_rate: 0.5,
-        seed: Some(42),
+        seed: Some(seed),
         polls: 1,
         ..SimArgs::default()
     })
     .await;
-    let mut errors = 0;
+    let mut out = Vec::with_capacity(200);
     for i in 0..200 {
-        if get(&sim, &format!("k{i}")).await.status().is_server_error() {
-            errors += 1;
-        }
+        out.push(get(&sim, &format!("k{i}")).await.status().as_u16());
     }
-    assert!((60..=140).contains(&errors), "{errors}");
+    out
+}
+
+/// The rate is followed, and the seed repeats the dice: the same seed on a fresh simulator
+/// gives the same answer to every call, in order; another seed gives another sequence.
+#[tokio::test]
+async fn random_faults_follow_rates_with_a_seed() {
+    let first = statuses_with_seed(42).await;
+    let errors = first.iter().filter(|s| **s >= 500).count();
+    assert!((60..=140).contains(&errors), "{errors} errors of 200");
+    assert!(
+        first.iter().all(|s| [200, 500, 503].contains(s)),
+        "{first:?}"
+    );
+    let again = statuses_with_seed(42).await;
+    assert_eq!(first, again, "the same seed, another sequence of answers");
+    let other = statuses_with_seed(43).await;
+    assert_ne!(first, other, "another seed, the same sequence of answers");
 }
 
 #[tokio::test]
@@ -294,42 +310,81 @@ async fn a_panicking_handler_is_a_500_and_the_simulator_carries_on() {
     assert_eq!(stats(&sim).await.keys["p fail=panic"].calls, 1);
 }
 
+/// A third request while two hold the simulator's two slots is refused with 503 and
+/// `Retry-After: 1` at once: its answer comes while the other two still run (they hang for a
+/// minute), so it was not queued behind them; it is not counted as a call. Once they are gone,
+/// the slots serve again.
 #[tokio::test]
 async fn requests_beyond_the_concurrency_limit_are_503_at_once() {
     let sim = start(SimArgs {
         max_concurrency: 2,
+        hang_ms: 60_000,
         ..SimArgs::default()
     })
     .await;
-    // Two slow requests take both slots...
+    // Two requests that hang (a minute; the client waits longer) take both slots...
+    let patient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client");
     let slow: Vec<_> = (0..2)
         .map(|i| {
-            let url = format!("{}/api/query", sim.base);
-            tokio::spawn(async move {
-                client()
-                    .get(url)
-                    .query(&[("q", format!("slow-{i} latency=1000"))])
-                    .send()
-                    .await
-                    .map(|r| r.status().as_u16())
-            })
+            let req = patient
+                .get(format!("{}/api/query", sim.base))
+                .query(&[("q", format!("slow-{i} fail=hang"))]);
+            tokio::spawn(async move { req.send().await.map(|r| r.status().as_u16()) })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // ...so a third is refused straight away, with a hint when to come back.
+    // ...which shows when the test's own stats request (never two at once) finds no slot.
+    let stats_status = || async {
+        client()
+            .get(format!("{}/_sim/stats", sim.base))
+            .send()
+            .await
+            .expect("stats")
+            .status()
+            .as_u16()
+    };
     let t0 = std::time::Instant::now();
+    while stats_status().await != 503 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the two hanging requests never held both slots"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // ...so a third is refused straight away, with a hint when to come back.
     let r = get(&sim, "third polls=1").await;
     assert_eq!(r.status(), 503);
     assert_eq!(
         r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
         Some("1")
     );
-    assert!(t0.elapsed() < Duration::from_millis(500));
-    for s in slow {
-        assert_eq!(s.await.expect("join").expect("slow request"), 200);
+    assert!(
+        slow.iter().all(|s| !s.is_finished()),
+        "the refusal came only after a slot was freed"
+    );
+    // The hanging requests go away (their connections closed): the slots are free again.
+    for s in &slow {
+        s.abort();
     }
-    // The slots are free again.
+    let t0 = std::time::Instant::now();
+    while stats_status().await != 200 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the slots were not freed when their requests went away"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(get(&sim, "fourth polls=1").await.status(), 200);
+    let st = stats(&sim).await;
+    assert_eq!(st.keys["slow-0 fail=hang"].calls, 1, "{st:?}");
+    assert_eq!(st.keys["slow-1 fail=hang"].calls, 1, "{st:?}");
+    assert!(
+        !st.keys.contains_key("third polls=1"),
+        "refused, not counted: {st:?}"
+    );
+    assert_eq!(st.calls, 3, "{st:?}");
 }
 
 /// `POST /_sim/outage?ms=N`: every call is a 503 (still counted) until it ends or is ended;
