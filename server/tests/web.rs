@@ -272,9 +272,21 @@ async fn one_subscriber(mut c: redis::aio::MultiplexedConnection, channel: &str)
     false
 }
 
+/// The next event the hub routes (10 s hang guard).
+async fn next_event(
+    events: &mut tokio::sync::broadcast::Receiver<std::sync::Arc<server::live_hub::LiveEvent>>,
+) -> server::live_hub::LiveEvent {
+    let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("an event within 10 s (hang guard)")
+        .expect("the hub is running");
+    (*event).clone()
+}
+
 #[tokio::test]
 async fn a_pubsub_reconnect_bumps_every_watcher() {
     use redis::AsyncCommands;
+    use server::live_hub::LiveEvent;
     let (redis, _dir) = start_redis().await;
     let client = redis::Client::open(redis.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
@@ -285,15 +297,28 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
         Default::default(),
         Default::default(),
     );
+    // Every event the hub routes, from before its subscriber task first runs (this test's
+    // runtime has one thread and nothing has yielded to it yet).
+    let mut events = live.subscribe();
+    assert_eq!(
+        next_event(&mut events).await,
+        LiveEvent::Resync,
+        "the first connection's own resync"
+    );
+    // Made after that resync: only a later event can bump it.
+    // A real task id: a notice whose id does not parse is a resync, which would bump the
+    // watcher too (and did, in this test's first version).
+    let id = model::TaskId::of_query("watched task").to_string();
+    let mut watch = live.watch_task(&id);
     assert!(
         one_subscriber(c.clone(), channel).await,
         "the hub subscribed (10 s hang guard)"
     );
-    // Past the first connection's own resync.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut watch = live.watch_task("a-watched-task");
-    let quiet = tokio::time::timeout(Duration::from_millis(300), watch.changed()).await;
-    assert!(quiet.is_err(), "nothing changed yet");
+    assert!(
+        events.is_empty(),
+        "nothing else happened yet: {:?}",
+        events.try_recv()
+    );
 
     let killed: u64 = redis::cmd("CLIENT")
         .arg("KILL")
@@ -303,6 +328,11 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
         .await
         .unwrap();
     assert_eq!(killed, 1);
+    assert_eq!(
+        next_event(&mut events).await,
+        LiveEvent::Resync,
+        "the reconnect's resync"
+    );
     let bumped = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
     assert_eq!(bumped, Ok(true), "the reconnect bumped the watcher");
 
@@ -314,10 +344,18 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
     let _: u64 = c
         .publish(
             channel,
-            r#"{"kind":"completed","id":"a-watched-task","at_ms":1}"#,
+            format!(r#"{{"kind":"completed","id":"{id}","at_ms":1}}"#),
         )
         .await
         .unwrap();
+    assert_eq!(
+        next_event(&mut events).await,
+        LiveEvent::Task {
+            id: id.clone(),
+            kind: "completed".into()
+        },
+        "the notice, not another resync"
+    );
     let heard = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
     assert_eq!(heard, Ok(true));
     redis.stop().await;
@@ -328,6 +366,7 @@ async fn a_pubsub_reconnect_bumps_every_watcher() {
 #[tokio::test]
 async fn the_live_hub_subscribes_through_the_next_seed_when_one_is_down() {
     use redis::AsyncCommands;
+    use server::live_hub::LiveEvent;
     let (redis, _dir) = start_redis().await;
     let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -343,20 +382,36 @@ async fn the_live_hub_subscribes_through_the_next_seed_when_one_is_down() {
         Default::default(),
         Default::default(),
     );
+    // From before the subscriber task first runs (one-thread runtime, nothing yielded yet).
+    let mut events = live.subscribe();
+    // The dead seed announces nothing; the resync is the live one's subscription.
+    assert_eq!(next_event(&mut events).await, LiveEvent::Resync);
     let mut c = alive.get_multiplexed_async_connection().await.unwrap();
     assert!(
         one_subscriber(c.clone(), channel).await,
         "subscribed through the second seed (10 s hang guard)"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut watch = live.watch_task("seed-task");
+    // Made after the resync: only the notice can bump it.
+    // A real task id: a notice whose id does not parse is a resync, which would bump the
+    // watcher too (and did, in this test's first version).
+    let id = model::TaskId::of_query("seed task").to_string();
+    let mut watch = live.watch_task(&id);
     let _: () = c
         .publish(
             channel,
-            r#"{"kind":"completed","id":"seed-task","at_ms":1}"#,
+            format!(r#"{{"kind":"completed","id":"{id}","at_ms":1}}"#),
         )
         .await
         .unwrap();
+    assert_eq!(
+        next_event(&mut events).await,
+        LiveEvent::Task {
+            id: id.clone(),
+            kind: "completed".into()
+        },
+        "the notice, through the second seed"
+    );
     let changed = tokio::time::timeout(Duration::from_secs(10), watch.changed()).await;
-    assert!(changed.is_ok(), "the notice reached the watcher");
+    assert_eq!(changed, Ok(true), "the notice reached the watcher");
+    redis.stop().await;
 }
