@@ -73,7 +73,21 @@ async fn two_workers_share_one_upstream_rate_limit() {
             assert!(cj - ci <= allowed, "{} calls in {secs:.2} s", cj - ci);
         }
     }
-    // Both workers took part, and the refusals are counted.
+    // Both workers took part, and the refusals are counted: the counter is registered at 0
+    // when a worker starts, so what is asserted is its value. 32 slots asked for 45 calls
+    // with 5 tokens: the calls beyond the burst had to wait, each wait counted once per
+    // refusal (this binary runs no other worker, so every refusal is this test's).
     assert!(ra.completed > 0 && rb.completed > 0, "{ra:?} {rb:?}");
-    assert!(prom.render().contains("repoll_upstream_rate_limited_total"));
+    let page = prom.render();
+    let series = "repoll_upstream_rate_limited_total{upstream=\"default\"}";
+    let refused: f64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().expect("a number"))
+        .unwrap_or_else(|| panic!("no {series} in {page}"));
+    println!("{refused} refusals counted");
+    assert!(
+        refused > 0.0,
+        "no refusal counted for {n} calls at {per_sec}/s (burst {burst}): {page}"
+    );
 }
