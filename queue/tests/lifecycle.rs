@@ -25,11 +25,13 @@ async fn dead_claimer_is_reaped_and_fenced() {
     let Enqueued::Created(t) = q.enqueue("dead claimer", "p", &policy(5, 0)).await.unwrap() else {
         panic!("created")
     };
-    let a = one(&q, "wa", 200).await;
+    // A lease of ten minutes: nothing is reaped before its deadline, however slow the
+    // machine; then the deadline is moved into the past in Redis, as if the claimer died.
+    let a = one(&q, "wa", 600_000).await;
     assert_eq!(a.id, t.id);
-    // nothing to reap before the deadline
     assert!(q.reap(10).await.unwrap().requeued.is_empty());
-    sleep_ms(300).await;
+    assert_eq!(q.stats().await.unwrap().stuck, 0);
+    expire_lease(&q, &a.id).await;
     assert_eq!(q.stats().await.unwrap().stuck, 1);
     let r = q.reap(10).await.unwrap();
     assert_eq!(r.requeued, vec![t.id.clone()]);
@@ -89,11 +91,11 @@ async fn poison_after_max_lease_losses() {
     cfg.max_lease_losses = 2;
     let q = queue_with(cfg).await;
     q.enqueue("poison", "p", &policy(5, 0)).await.unwrap();
-    one(&q, "w", 100).await;
-    sleep_ms(150).await;
-    assert_eq!(q.reap(10).await.unwrap().requeued.len(), 1);
-    let c = one(&q, "w", 100).await;
-    sleep_ms(150).await;
+    let c = one(&q, "w", 600_000).await;
+    expire_lease(&q, &c.id).await;
+    assert_eq!(q.reap(10).await.unwrap().requeued, vec![c.id.clone()]);
+    let c = one(&q, "w", 600_000).await;
+    expire_lease(&q, &c.id).await;
     let r = q.reap(10).await.unwrap();
     assert_eq!(r.dead, vec![c.id.clone()]);
     let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
@@ -155,22 +157,24 @@ async fn fail_with_backoff_then_dead_after_max_attempts() {
     q.enqueue("failing", "p", &policy(3, 0)).await.unwrap();
     let c = one(&q, "w", 10_000).await;
     let now = q.now_ms().await.unwrap();
+    // A backoff of an hour: still in backoff at the next claim however slow the machine;
+    // then its end is moved into the past in Redis.
     let Failed::Retrying { due_at, attempts } = q
-        .fail(&c.id, c.token, "e1", Retry::After(150), 1)
+        .fail(&c.id, c.token, "e1", Retry::After(3_600_000), 1)
         .await
         .unwrap()
     else {
         panic!("retrying")
     };
     assert_eq!(attempts, 1);
-    assert!(due_at >= now + 150);
+    assert!(due_at >= now + 3_600_000);
     let s = q.stats().await.unwrap();
     assert_eq!((s.retrying, s.waiting, s.ready), (1, 0, 0));
     assert!(
         q.claim("w", 1, 1000).await.unwrap().is_empty(),
         "in backoff"
     );
-    sleep_ms(200).await;
+    bring_due(&q, &c.id).await;
     let c = one(&q, "w", 10_000).await;
     assert_eq!(c.attempts, 1);
     q.fail(&c.id, c.token, "e2", Retry::After(0), 1)
@@ -210,29 +214,39 @@ async fn fail_with_backoff_then_dead_after_max_attempts() {
 
 #[tokio::test]
 async fn whole_life_deadline() {
+    // A deadline ten minutes away: a poll due now lands before it however slow the machine.
+    // Polls and retries due after it, and a deadline moved into the past in Redis, kill.
     let q = queue("life_deadline").await;
-    let Enqueued::Created(t) = q.enqueue("deadline", "p", &policy(0, 300)).await.unwrap() else {
+    let Enqueued::Created(t) = q
+        .enqueue("deadline", "p", &policy(0, 600_000))
+        .await
+        .unwrap()
+    else {
         panic!()
     };
-    assert!(t.deadline_ms >= t.created_ms + 300);
+    assert!(t.deadline_ms >= t.created_ms + 600_000);
     let c = one(&q, "w", 10_000).await;
     assert_eq!(c.deadline_ms, t.deadline_ms);
     // a poll that lands before the deadline is fine
     assert!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap() > 0);
     let c = one(&q, "w", 10_000).await;
-    // a poll after the deadline kills it
+    // a poll due after the deadline kills it
     assert_eq!(
-        q.reschedule(&c.id, c.token, 10_000, None, 1).await.unwrap(),
+        q.reschedule(&c.id, c.token, 660_000, None, 1)
+            .await
+            .unwrap(),
         0
     );
     let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
     assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
 
-    // the same for a retry after the deadline
-    q.enqueue("deadline2", "p", &policy(0, 300)).await.unwrap();
+    // the same for a retry due after the deadline
+    q.enqueue("deadline2", "p", &policy(0, 600_000))
+        .await
+        .unwrap();
     let c = one(&q, "w", 10_000).await;
     let f = q
-        .fail(&c.id, c.token, "e", Retry::After(5_000), 1)
+        .fail(&c.id, c.token, "e", Retry::After(660_000), 1)
         .await
         .unwrap();
     assert_eq!(
@@ -241,21 +255,40 @@ async fn whole_life_deadline() {
             reason: DeadReason::Deadline
         }
     );
+
+    // once the deadline has passed (moved into the past in Redis), even a poll due now kills
+    q.enqueue("deadline3", "p", &policy(0, 600_000))
+        .await
+        .unwrap();
+    let c = one(&q, "w", 10_000).await;
+    let past = q.now_ms().await.unwrap() - 1;
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{{life_deadline}}:t:{}", c.id))
+        .arg("dl")
+        .arg(past)
+        .query_async(&mut q.connection())
+        .await
+        .unwrap();
+    assert_eq!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap(), 0);
+    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+    assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
 }
 
 #[tokio::test]
 async fn renew_extends_and_release_returns() {
     let q = queue("life_renew").await;
     q.enqueue("renew", "p", &policy(3, 0)).await.unwrap();
-    let c = one(&q, "w", 200).await;
-    let d = q.renew(&c.id, c.token, 5_000).await.unwrap();
+    // The claim's deadline is moved into the past (as a lease that ran out before the
+    // reaper came by); the renewal moves it twenty minutes ahead, so the reaper leaves it.
+    let c = one(&q, "w", 600_000).await;
+    expire_lease(&q, &c.id).await;
+    let d = q.renew(&c.id, c.token, 1_200_000).await.unwrap();
     assert!(d > c.lease_deadline_ms);
-    sleep_ms(300).await;
     assert!(
         q.reap(10).await.unwrap().requeued.is_empty(),
         "renewed lease reaped"
     );
-    let stuck = q.stuck_leases(10_000, 10).await.unwrap();
+    let stuck = q.stuck_leases(1_300_000, 10).await.unwrap();
     assert_eq!(stuck.len(), 1);
     assert_eq!(stuck[0].worker, "w");
     assert_eq!(stuck[0].token, c.token);
@@ -328,13 +361,21 @@ async fn workers_joining_and_leaving_wake_the_dashboard() {
         q.heartbeat(&w, 10_000).await.unwrap();
     }
     q.remove_worker(&w.id).await.unwrap();
+    // A pause as the end marker (Pub/Sub keeps order on one connection): every message of
+    // the heartbeats and the stop came before it, however slowly they were delivered.
+    q.pause("admin").await.unwrap();
     let mut stream = ps.on_message();
     let mut kinds = Vec::new();
-    while let Ok(Some(m)) =
-        tokio::time::timeout(std::time::Duration::from_millis(500), stream.next()).await
-    {
+    loop {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("the pause's message within 10 s")
+            .unwrap();
         let v: serde_json::Value =
             serde_json::from_str(&m.get_payload::<String>().unwrap()).unwrap();
+        if v["kind"] == "paused" {
+            break;
+        }
         assert_eq!(v["worker"], w.id.as_str());
         assert!(v.get("id").is_none(), "not a task event: {v}");
         kinds.push(v["kind"].as_str().unwrap().to_string());
@@ -558,12 +599,29 @@ async fn workers_events_stats() {
         dead: 4,
         last_seen_ms: 0,
     };
-    q.heartbeat(&w, 200).await.unwrap();
+    // A heartbeat good for ten minutes, listed however slow the machine; then its record's
+    // expiry is moved into the past in Redis (PEXPIREAT in the past: gone at once).
+    q.heartbeat(&w, 600_000).await.unwrap();
     let ws = q.workers().await.unwrap();
     assert_eq!(ws.len(), 1);
     assert_eq!(ws[0].pid, 42);
     assert!(ws[0].last_seen_ms > 0);
-    sleep_ms(300).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("{life_workers}:w:w1")
+        .query_async(&mut q.connection())
+        .await
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= 600_000,
+        "the heartbeat sets its record's expiry: {ttl}"
+    );
+    let expired: i64 = redis::cmd("PEXPIREAT")
+        .arg("{life_workers}:w:w1")
+        .arg(1)
+        .query_async(&mut q.connection())
+        .await
+        .unwrap();
+    assert_eq!(expired, 1);
     assert!(
         q.workers().await.unwrap().is_empty(),
         "expired heartbeat listed"
@@ -893,13 +951,21 @@ async fn throughput_of_a_day_rolls_up_the_minutes() {
         minute - minute % (15 * 60_000)
     );
 
-    let hour = q.throughput(60, 1).await.unwrap();
-    let stats = q.stats().await.unwrap();
-    assert_eq!(hour.len(), 60);
-    // Same minutes as stats (unless a minute turned between the two reads).
-    if stats.throughput.last().map(|b| b.minute_ms) == hour.last().map(|b| b.minute_ms) {
+    // The last hour minute by minute is what stats() returns: both read within one minute
+    // (Redis time before and after), else read again.
+    for _ in 0..3 {
+        let before = q.now_ms().await.unwrap();
+        let hour = q.throughput(60, 1).await.unwrap();
+        let stats = q.stats().await.unwrap();
+        let after = q.now_ms().await.unwrap();
+        if before / 60_000 != after / 60_000 {
+            continue;
+        }
+        assert_eq!(hour.len(), 60);
         assert_eq!(hour, stats.throughput);
+        return;
     }
+    panic!("three minutes turned between two reads");
 }
 
 /// The scripts count time to result, polls per task and upstream latency in the buckets

@@ -175,6 +175,27 @@ pub async fn expire_lease(q: &Queue, id: &str) {
         .unwrap();
 }
 
+/// Makes the waiting task `id` (a retry in backoff, or a poll due later) due one millisecond
+/// ago (Redis time), as if its wait had passed: the "after" half of a test with a long wait.
+/// Panics unless `id` waits in the due zset.
+pub async fn bring_due(q: &Queue, id: &str) {
+    let tag = q.partition_tag(q.partition_of(id));
+    let past = q.now_ms().await.unwrap() - 1;
+    let mut c = q.connection();
+    for (zset, must) in [("due", true), ("retry", false)] {
+        let changed: i64 = redis::cmd("ZADD")
+            .arg(format!("{tag}:{zset}"))
+            .arg("XX")
+            .arg("CH")
+            .arg(past)
+            .arg(id)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(changed == 1 || !must, "{id} does not wait in {tag}:{zset}");
+    }
+}
+
 /// Ends the cool-down of every open breaker of `q` now (its `to` one millisecond in the past,
 /// Redis time), so the next claim probes: a long cool-down for the "still open" half of a test
 /// and no wait for the "after" half. Returns how many partitions' breakers were open.
