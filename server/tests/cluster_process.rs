@@ -60,6 +60,39 @@ async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Waits (60 s hang guard) until a client of one of the nodes is blocked in `BLPOP` (the
+/// worker process's wake-up wait, `CLIENT LIST`: `cmd=blpop`, flag `b`); that node's port.
+async fn wait_blocked_in_blpop(ports: &[u16]) -> u16 {
+    let mut found = None;
+    wait_for(
+        "the worker blocked in BLPOP",
+        Duration::from_secs(60),
+        async || {
+            for port in ports {
+                let clients: String = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .query_async(&mut node_conn(*port).await)
+                    .await
+                    .unwrap();
+                let blocked = clients.lines().any(|l| {
+                    let field = |name: &str| {
+                        l.split(' ')
+                            .find_map(|f| f.strip_prefix(name).and_then(|f| f.strip_prefix('=')))
+                    };
+                    field("cmd") == Some("blpop") && field("flags").is_some_and(|f| f.contains('b'))
+                });
+                if blocked {
+                    found = Some(*port);
+                    return true;
+                }
+            }
+            false
+        },
+    )
+    .await;
+    found.expect("a node")
+}
+
 /// A server-function call as a page script makes it, with an optional session cookie.
 async fn post_form(
     http: &reqwest::Client,
@@ -214,8 +247,9 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
             .is_ok_and(|r| r.status().is_success())
     })
     .await;
-    // The worker registers with a heartbeat; give it the time to subscribe before submitting.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Submit only once the worker is idle, blocked in BLPOP on the wake-up list: then only a
+    // wake-up can start the task in time (a worker still starting would claim it directly).
+    let blocked_on = wait_blocked_in_blpop(&ports).await;
 
     // A query, answered through the cluster.
     let submitted: serde_json::Value = http
@@ -292,6 +326,10 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         );
     }
     let owner = all_keys.first().map(|(p, _)| *p).expect("keys");
+    assert_eq!(
+        blocked_on, owner,
+        "the worker waited for wake-ups on the slot's owner (it followed MOVED)"
+    );
     for (port, key) in &all_keys {
         assert!(key.starts_with(&tag), "key outside the queue's tag: {key}");
         assert_eq!(*port, owner, "{key} on another node");
