@@ -5,9 +5,8 @@
 mod common;
 
 use std::{
-    io::{BufRead, Read, Write},
+    io::{BufRead, Write},
     os::unix::fs::PermissionsExt,
-    path::Path,
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -221,65 +220,104 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Env var that makes [`abort_parent_role`] act as a repoll that dies by `abort()`.
-const ABORT_PARENT_DIR: &str = "REPOLL_TEST_ABORT_PARENT_DIR";
-
-/// Not a test on its own: run by [`the_child_dies_when_its_parent_aborts`] in a child process
-/// of the test binary (with [`ABORT_PARENT_DIR`] set) to play the parent that aborts. Without
-/// the variable it does nothing.
-#[test]
-fn abort_parent_role() {
-    let Some(dir) = std::env::var_os(ABORT_PARENT_DIR) else {
-        return;
-    };
-    // A multi-thread runtime like `repoll serve`'s: the child is forked on a worker thread.
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let redis = rt.block_on(async {
-        ManagedRedis::start(REDIS.as_ref(), Path::new(&dir), 0)
-            .await
-            .expect("starts")
-    });
-    println!("CHILD_PID={}", redis.pid().unwrap());
-    std::io::stdout().flush().unwrap();
-    std::process::abort();
+/// The pids of the live processes whose parent is `parent` and whose name holds `comm`.
+fn children_named(parent: u32, comm: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split at the last `)`.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some((head, rest)) = stat.rsplit_once(") ") else {
+                return false;
+            };
+            let ppid = rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
+            head.contains(comm) && ppid == Some(parent)
+        })
+        .collect()
 }
 
+/// The real `repoll serve` (a multi-thread runtime, its managed Redis forked on a runtime
+/// worker thread) dies without running any code of its own — SIGABRT, as `abort()` does,
+/// with core dumps off — and its redis-server child must die too (`PR_SET_PDEATHSIG`), which
+/// also frees the data directory's lock. Every step is asserted: no outcome of the run
+/// counts as a pass unless the child was seen alive under repoll and then seen gone.
 #[tokio::test]
 async fn the_child_dies_when_its_parent_aborts() {
+    use std::os::unix::process::CommandExt;
     let dir = tempdir::Dir::new();
-    let mut parent = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "abort_parent_role",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ABORT_PARENT_DIR, dir.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = String::new();
-    parent
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let status = parent.wait().unwrap();
-    assert!(!status.success(), "the parent aborted: {status}\n{out}");
-    let pid: u32 = out
-        .lines()
-        .find_map(|l| l.split("CHILD_PID=").nth(1))
-        .unwrap_or_else(|| panic!("no CHILD_PID in {out}"))
-        .parse()
-        .unwrap();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let redis_port = free();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("serve")
+        .env_remove("REDIS_URL")
+        .env("REPOLL_ADDR", format!("127.0.0.1:{}", free()))
+        .env("REPOLL_WORKERS", "0")
+        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
+        .env("REPOLL_MANAGED_REDIS_DIR", dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; it only reads the struct passed.
+    unsafe {
+        cmd.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::setrlimit(libc::RLIMIT_CORE, &none) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let parent = KillOnDrop(cmd.spawn().expect("spawn repoll serve"));
+    let parent_pid = parent.0.id();
 
-    let deadline = Instant::now() + Duration::from_secs(5);
+    // The managed Redis is up (it asks for its password) and is repoll's child.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        let up = std::net::TcpStream::connect(("127.0.0.1", redis_port)).is_ok()
+            && unauthenticated_ping(redis_port).starts_with("-NOAUTH");
+        match children_named(parent_pid, "redis").as_slice() {
+            [pid] if up => break *pid,
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no managed redis-server child of repoll serve (20 s hang guard)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(alive(pid));
+
+    // SAFETY: a plain kill(2) of the process this test started.
+    assert_eq!(unsafe { libc::kill(parent_pid as i32, libc::SIGABRT) }, 0);
+    let mut parent = parent;
+    let status = parent.0.wait().unwrap();
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGABRT),
+            "repoll aborted: {status}"
+        );
+    }
+
+    let deadline = Instant::now() + Duration::from_secs(10);
     while alive(pid) {
         if Instant::now() > deadline {
             // SAFETY: a plain kill(2) of the orphan this test made.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("redis-server {pid} outlived its aborted parent");
+            panic!("redis-server {pid} outlived its aborted parent (10 s hang guard)");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
