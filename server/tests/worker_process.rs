@@ -498,34 +498,58 @@ fn terminate(child: &Child) {
 /// A worker started while its Redis is down (restarting, replaying its append-only file)
 /// waits for it instead of exiting: under a process supervisor an exit would only mean
 /// another restart, and the chaos run saw workers started mid-restart exit with "LOADING".
+/// The waiting is observed, not timed: the worker logs each failed attempt ("Redis not
+/// available yet; retrying") and must still be running after it; then Redis starts and the
+/// worker registers (heartbeat), so it kept waiting. A worker that gave up at the first
+/// failure would have exited instead of logging a retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_started_before_its_redis_waits_for_it() {
+    use std::io::{BufRead, BufReader};
     let dir = std::env::temp_dir().join(format!("repoll-wp-early-{}", std::process::id()));
     let _cleanup = TempDir(dir.clone());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .arg("worker")
-        .env(
-            "REDIS_URL",
-            format!("redis://default:early@127.0.0.1:{port}/0"),
-        )
-        .env("REPOLL_QUEUE", "wpearly")
-        .env("REPOLL_HEARTBEAT_MS", "200")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn repoll worker");
-    // Nothing listens yet: the worker must still be running 10 s later (longer than the
-    // Redis client's own connection retries, ~6 s).
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    let port = free_port();
+    let mut worker = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_repoll"))
+            .arg("worker")
+            .env(
+                "REDIS_URL",
+                format!("redis://default:early@127.0.0.1:{port}/0"),
+            )
+            .env("REPOLL_QUEUE", "wpearly")
+            .env("REPOLL_HEARTBEAT_MS", "200")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn repoll worker"),
+    );
+    // The logs go to stdout: each line, as it comes, to a channel.
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = worker.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut retried = false;
+    let mut seen = String::new();
+    while !retried {
+        let line = tokio::time::timeout(Duration::from_secs(30), lines.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no retry logged (30 s hang guard):\n{seen}"));
+        let Some(line) = line else {
+            let status = worker.0.wait().unwrap();
+            panic!("the worker exited ({status}) while Redis was down:\n{seen}");
+        };
+        retried = line.contains("Redis not available yet; retrying");
+        seen.push_str(&line);
+        seen.push('\n');
+    }
     assert!(
-        worker.try_wait().unwrap().is_none(),
-        "the worker exited while Redis was down"
+        worker.0.try_wait().unwrap().is_none(),
+        "the worker exited while Redis was down:\n{seen}"
     );
     let redis =
         ManagedRedis::start_with_password("redis-server".as_ref(), &dir, port, Some("early"))
@@ -547,7 +571,6 @@ async fn a_worker_started_before_its_redis_waits_for_it() {
         async || !queue.workers().await.unwrap_or_default().is_empty(),
     )
     .await;
-    let _ = worker.kill();
-    let _ = worker.wait();
+    drop(worker);
     redis.stop().await;
 }
