@@ -659,7 +659,10 @@ async fn invalid_queries_and_config() {
         name: "a{b".into(),
         ..QueueConfig::default()
     };
-    assert!(Queue::connect(&server().url(), bad).await.is_err());
+    let e = Queue::connect(&server().url(), bad)
+        .await
+        .expect_err("a name with a brace is refused");
+    assert!(e.to_string().contains("without braces"), "{e}");
     // corrupt data never panics
     let mut c = raw().await;
     let id = "0123456789abcdef0123456789abcdef";

@@ -200,9 +200,11 @@ async fn switches_reach_every_partition_and_the_reaper_covers_them_all() {
     assert!(q.breaker().await.unwrap().is_none());
 
     // Leases of every partition expire and come back.
-    let claimed = q.claim("w", 30, 50).await.unwrap();
+    let claimed = q.claim("w", 30, 600_000).await.unwrap();
     assert_eq!(claimed.len(), 30);
-    sleep_ms(120).await;
+    for c in &claimed {
+        expire_lease(&q, &c.id).await;
+    }
     let r = q.reap(100).await.unwrap();
     assert_eq!(r.requeued.len(), 30);
     let again = q.claim("w2", 30, 60_000).await.unwrap();
@@ -269,16 +271,18 @@ async fn a_process_with_another_partition_count_is_refused() {
         .await
         .expect_err("a queue with tasks in one partition");
     assert!(e.to_string().contains("1 partition(s)"), "{e}");
-    // Bad counts and names.
-    assert!(Queue::connect(&server().url(), pcfg("pt-zero", 0))
-        .await
-        .is_err());
-    assert!(Queue::connect(&server().url(), pcfg("pt-big", 1025))
-        .await
-        .is_err());
-    assert!(Queue::connect(&server().url(), pcfg("a#1", 1))
-        .await
-        .is_err());
+    // Bad counts and names, each refused for its own reason (not any error).
+    for (conf, why) in [
+        (pcfg("pt-zero", 0), "partitions must be 1 to 1024, not 0"),
+        (
+            pcfg("pt-big", 1025),
+            "partitions must be 1 to 1024, not 1025",
+        ),
+        (pcfg("a#1", 1), "without braces or '#'"),
+    ] {
+        let e = Queue::connect(&server().url(), conf).await.expect_err(why);
+        assert!(e.to_string().contains(why), "{e}");
+    }
 }
 
 #[tokio::test]
@@ -318,9 +322,10 @@ async fn a_drained_queue_moves_to_another_count_with_its_results() {
     assert_eq!((r.from, r.to, r.results, r.moved), (1, 4, 41, 41));
     assert!(r.histories >= 1, "{r:?}");
     // The old count is refused now, the new one serves every stored result.
-    assert!(Queue::connect(&server().url(), pcfg(name, 1))
+    let e = Queue::connect(&server().url(), pcfg(name, 1))
         .await
-        .is_err());
+        .expect_err("the old count is refused");
+    assert!(e.to_string().contains("4 partition(s)"), "{e}");
     let four = queue_with(pcfg(name, 4)).await;
     for t in texts.iter().chain([&"move live".to_string()]) {
         let id = four.task_id(&normalise_query(t).unwrap());
