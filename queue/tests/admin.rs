@@ -295,7 +295,12 @@ async fn sessions_live_under_a_digest_and_expire_with_their_ttl() {
         Some(("alice".to_string(), 7))
     );
     // Only a digest names a session: a raw or odd id is never a key.
-    assert!(s.put("not-a-digest", &1, 60).await.is_err());
+    let e = s.put("not-a-digest", &1, 60).await.unwrap_err();
+    assert!(e.to_string().contains("must be a sha256 digest"), "{e}");
+    assert!(snapshot("adm_sessions")
+        .await
+        .iter()
+        .all(|(k, _)| !k.contains("not-a-digest")));
     assert_eq!(s.get::<u32>("{adm_sessions}:x").await.unwrap(), None);
     let mut c = q.connection();
     let key = format!("{{adm_sessions}}:session:{digest}");

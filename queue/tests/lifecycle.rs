@@ -706,7 +706,9 @@ async fn complete_many_mixes_fresh_and_stale() {
     assert_eq!(r.len(), 6);
     let ok: Vec<bool> = r.iter().map(|x| x.is_ok()).collect();
     assert_eq!(ok, [true, false, true, true, true, false]);
-    assert!(matches!(r[1], Err(QueueError::StaleToken)));
+    assert!(matches!(r[1], Err(QueueError::StaleToken)), "{:?}", r[1]);
+    // A task that never existed is refused the same way (its token cannot be current).
+    assert!(matches!(r[5], Err(QueueError::StaleToken)), "{:?}", r[5]);
     let s = q.stats().await.unwrap();
     assert_eq!((s.results, s.leased), (4, 1));
     let completed: u64 = s.throughput.iter().map(|b| b.completed).sum();
