@@ -69,6 +69,7 @@ async fn a_claim_lost_in_a_failover_never_gives_its_token_twice() {
     let before = dump_all("fo1").await;
     let now = q.now_ms().await.unwrap();
     let a = q.claim("worker-a", 1, 60_000).await.unwrap();
+    let claimed_by = q.now_ms().await.unwrap();
     assert_eq!(a.len(), 1);
     assert!(
         a[0].token >= u64::try_from(now).unwrap() * 1024,
@@ -77,7 +78,8 @@ async fn a_claim_lost_in_a_failover_never_gives_its_token_twice() {
     );
     // The failover: the claim's writes never reached the replica that is now the primary.
     restore_all("fo1", &before).await;
-    sleep_ms(600).await;
+    // The failover's duration, on Redis's clock: longer than take_tokens' 0.5 s lead.
+    until_redis_time(&q, claimed_by + 600).await;
     let b = q.claim("worker-b", 1, 60_000).await.unwrap();
     assert_eq!(b.len(), 1);
     assert_eq!(b[0].id, a[0].id, "the same task, claimed again");

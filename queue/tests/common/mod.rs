@@ -148,6 +148,23 @@ pub async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
+/// Waits until Redis's clock (TIME, the one every script reads) reaches `at_ms`: for time the
+/// scenario itself needs to pass, measured on the queue's own clock. Polls, with a hang guard.
+pub async fn until_redis_time(q: &Queue, at_ms: i64) {
+    let guard = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = q.now_ms().await.unwrap();
+        if now >= at_ms {
+            return;
+        }
+        assert!(
+            Instant::now() < guard,
+            "hang guard: Redis time at {now} after 60 s, waiting for {at_ms}"
+        );
+        sleep_ms(u64::try_from(at_ms - now).unwrap().min(100)).await;
+    }
+}
+
 /// Moves the lease of `id` one millisecond into the past (Redis time), as if its holder had
 /// died and its deadline had passed: what the reaper sees, by construction, without waiting
 /// for a short lease to run out (a short lease also runs out too early on a slow machine).
