@@ -24,11 +24,16 @@ async fn eight_claimers_ten_thousand_tasks_each_claimed_once() {
     assert_eq!(q.stats().await.unwrap().ready, N as u64);
 
     let mut handles = Vec::new();
+    // All eight start claiming together (not as each happens to be spawned), so "every
+    // claimer got a share" below does not rest on the order the runtime starts them in.
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(8));
     for w in 0..8 {
         let q = q.clone();
+        let start = start.clone();
         handles.push(tokio::spawn(async move {
             let me = format!("w{w}");
             let mut got = Vec::new();
+            start.wait().await;
             loop {
                 let batch = q.claim(&me, 25, 60_000).await.unwrap();
                 if batch.is_empty() {
