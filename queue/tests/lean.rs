@@ -573,9 +573,7 @@ async fn fill_every_state(q: &Queue, k: usize) {
         .map(|c| (c, Retry::After(3_600_000)))
         .chain(dead.chunks(200).map(|c| (c, Retry::Dead)))
     {
-        let fails = chunk
-            .iter()
-            .map(|c| q.fail(&c.id, c.token, "e", retry.clone(), 1));
+        let fails = chunk.iter().map(|c| q.fail(&c.id, c.token, "e", retry, 1));
         for r in futures::future::join_all(fails).await {
             r.unwrap();
         }
