@@ -34,8 +34,10 @@ async fn start(limits: ConnLimits) -> Running {
         )
         .route(
             "/hold",
+            // An hour: a held place can only come back by its connection closing, never by
+            // this handler finishing within a test.
             get(|| async {
-                tokio::time::sleep(Duration::from_secs(30)).await;
+                tokio::time::sleep(Duration::from_secs(3600)).await;
                 "late"
             }),
         );
@@ -141,11 +143,11 @@ async fn an_idle_kept_alive_connection_is_closed() {
     assert_eq!(ended, Ended::ByServer);
 }
 
-/// Asks `/healthz` on fresh connections until an answer starts with `prefix` (10 s at most);
-/// the last answer.
+/// Asks `/healthz` on fresh connections until an answer starts with `prefix` (60 s at most, a
+/// hang guard); the last answer.
 async fn healthz_until(addr: SocketAddr, prefix: &'static str) -> String {
     tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let answer = get_text(addr, "/healthz").unwrap_or_default();
             if answer.starts_with(prefix) || Instant::now() > deadline {
