@@ -62,7 +62,22 @@ pub fn leptos_options(site_root: &str) -> LeptosOptions {
 fn route_list() -> Vec<leptos_axum::AxumRouteListing> {
     static ROUTES: std::sync::OnceLock<Vec<leptos_axum::AxumRouteListing>> =
         std::sync::OnceLock::new();
-    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+    ROUTES
+        .get_or_init(|| {
+            ROUTE_LISTS_GENERATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            generate_route_list(App)
+        })
+        .clone()
+}
+
+static ROUTE_LISTS_GENERATED: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// How many times this process generated the route list: 1 once a router exists. The hang
+/// above is a race a test cannot force, so the tests check its cause instead: a second
+/// generation in a process that already serves pages.
+pub fn route_lists_generated() -> usize {
+    ROUTE_LISTS_GENERATED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Builds the whole application router. `extra` is merged in before the layers, so extra

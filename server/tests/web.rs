@@ -166,7 +166,8 @@ async fn a_panicking_handler_is_a_500_and_the_router_carries_on() {
 /// generates Leptos's route list, which suppresses resource loading through a process-global
 /// flag; a page whose resource was first polled meanwhile waited forever (leptos-rs/leptos
 /// #4773; CI saw an admin page time out that way). The router now generates the list once
-/// per process. Without that, some of these renders hang until the 5 s timeout (503).
+/// per process. Without that, some of these renders hang until the 5 s timeout (503), and the
+/// generation count is above one.
 #[tokio::test]
 async fn pages_render_while_other_routers_are_built() {
     use std::sync::{
@@ -205,6 +206,14 @@ async fn pages_render_while_other_routers_are_built() {
     stop.store(true, Ordering::Relaxed);
     let built = builder.join().unwrap();
     assert!(built > 0, "no router was built alongside");
+    // The renders above pass most of the time even when routers regenerate the list (the hang
+    // is a race); this is what fails deterministically: every router of this process, however
+    // many tests built one, reused the first list.
+    assert_eq!(
+        server::web::route_lists_generated(),
+        1,
+        "the route list was generated again after the first router ({built} built here)"
+    );
     redis.stop().await;
 }
 
