@@ -1,4 +1,5 @@
 import { test, expect, Page, Browser } from "@playwright/test";
+import { spawnServe } from "./support";
 
 // The query page end to end: the real server (`repoll serve --sim`, embedded workers, managed
 // Redis) in headless Chromium. Query keys carry simulator overrides (`polls=4`,
@@ -26,8 +27,8 @@ async function simKey(key: string): Promise<{ calls: number; done: number }> {
 }
 
 /** Opens `/`, waits for hydration (the page marks itself once its effects run) and types `text`. */
-async function prepare(page: Page, text: string) {
-  await page.goto("/");
+async function prepare(page: Page, text: string, base = "") {
+  await page.goto(`${base}/`);
   await expect(page.getByTestId("query-panel")).toHaveAttribute("data-hydrated", "true", { timeout: 15_000 });
   await page.getByTestId("query-input").fill(text);
 }
@@ -50,64 +51,92 @@ test("submit shows partial data at once, then the final result without a reload;
   page,
   context,
 }) => {
-  const errors = watchErrors(page);
-  // Polls at about 0, 0.25, 0.6, 1.2, 2.0 and 3.3 s: the 6th answers done.
-  const key = `order-${run} polls=6`;
-  // The second tab is ready (hydrated, text typed) before the first one submits.
-  const page2 = await context.newPage();
-  const errors2 = watchErrors(page2);
-  await prepare(page2, `  order-${run}   polls=6 `);
-  const t0 = await submit(page, key);
-  // A marker that only survives if the page is never reloaded.
-  await page.evaluate(() => ((window as any).__noReload = 1));
+  test.setTimeout(120_000);
+  // Every upstream answer takes a second (the simulator's `latency=`), so the first poll's
+  // partial data exists only a second after the submit. A web process of its own waits up to
+  // 30 s for it (REPOLL_FIRST_ANSWER_MS; the default 300 ms would answer without it, and so
+  // would the page's first read right after). The suite's server does the polling (this one
+  // has no workers): it is the same queue.
+  const web = await spawnServe({ REPOLL_FIRST_ANSWER_MS: "30000" });
+  try {
+    const errors = watchErrors(page);
+    // Polls at about 0, 0.25, 0.6 and 1.2 s after each answer: the 4th answers done.
+    const key = `order-${run} polls=4 latency=1000`;
+    // The second tab is ready (hydrated, text typed) before the first one submits.
+    const page2 = await context.newPage();
+    const errors2 = watchErrors(page2);
+    await prepare(page2, `  order-${run}   polls=4  latency=1000 `, web.url);
+    // The query's live stream is held back (its request waits here) until the partial data
+    // has been seen: whatever the page shows by then came from its first answer, never from
+    // an update pushed later over SSE.
+    let releaseStream!: () => void;
+    const streamHeld = new Promise<void>((resolve) => (releaseStream = resolve));
+    let streamsAsked = 0;
+    await page.route("**/api/v1/queries/*/events", async (route) => {
+      streamsAsked++;
+      await streamHeld;
+      await route.continue();
+    });
+    await prepare(page, key, web.url);
+    const t0 = await send(page);
+    // A marker that only survives if the page is never reloaded.
+    await page.evaluate(() => ((window as any).__noReload = 1));
 
-  await expect(page).toHaveURL(/\/q\/[0-9a-f]{32}$/);
-  const status = page.getByTestId("query-status");
-  const data = page.getByTestId("query-data");
-  // Answered at once with what is known: the first page of the query already carries the
-  // upstream's partial data while the task is still processing (an order, not a speed: six
-  // polls are needed for "done", and the test reads the two together).
-  await expect(data).toBeVisible();
-  const tPartial = Date.now() - t0;
-  const first = await page.evaluate(() => ({
-    status: document.querySelector("[data-testid=query-status]")?.textContent,
-    polls: document.querySelector("[data-testid=query-polls]")?.textContent,
-  }));
-  expect(first.status).toBe("processing");
-  await expect(status).toHaveText("processing");
-  await expect(page.getByText("Partial data so far")).toBeVisible();
-  await expect(page.getByTestId("query-polls")).toContainText(/\d+ polls? so far/);
-  await expect(page.getByTestId("query-elapsed")).toContainText("running for");
-  await page.screenshot({ path: shot("partial"), fullPage: true });
-  const partialText = (await data.textContent()) ?? "";
-  expect(() => JSON.parse(partialText)).not.toThrow();
+    await expect(page).toHaveURL(/\/q\/[0-9a-f]{32}$/);
+    const status = page.getByTestId("query-status");
+    const data = page.getByTestId("query-data");
+    // Answered with what is known: the first page of the query already carries the upstream's
+    // partial data while the task is still processing (four polls are needed for "done", and
+    // the test reads the two together). The stream is held, so the retries of these
+    // expectations can only see the first answer.
+    await expect(data).toBeVisible();
+    const tPartial = Date.now() - t0;
+    const first = await page.evaluate(() => ({
+      status: document.querySelector("[data-testid=query-status]")?.textContent,
+      polls: document.querySelector("[data-testid=query-polls]")?.textContent,
+    }));
+    expect(first.status).toBe("processing");
+    await expect(status).toHaveText("processing");
+    await expect(page.getByText("Partial data so far")).toBeVisible();
+    await expect(page.getByTestId("query-polls")).toContainText(/\d+ polls? so far/);
+    await expect(page.getByTestId("query-elapsed")).toContainText("running for");
+    await page.screenshot({ path: shot("partial"), fullPage: true });
+    const partialText = (await data.textContent()) ?? "";
+    expect(() => JSON.parse(partialText)).not.toThrow();
+    // The page did open its stream (held above), and only now may it carry updates.
+    await expect.poll(() => streamsAsked).toBeGreaterThanOrEqual(1);
+    releaseStream();
 
-  // The second tab asks the same query while it runs: it joins the same task.
-  await send(page2);
-  await expect(page2).toHaveURL(page.url());
-  await expect(page2.getByTestId("query-status")).toHaveText("processing");
+    // The second tab asks the same query while it runs: it joins the same task.
+    await send(page2);
+    await expect(page2).toHaveURL(page.url());
+    await expect(page2.getByTestId("query-status")).toHaveText("processing");
 
-  await expect(status).toHaveText("done", { timeout: 15_000 });
-  const tFinal = Date.now() - t0;
-  await expect(page.getByText("Result", { exact: true })).toBeVisible();
-  expect(await page.evaluate(() => (window as any).__noReload)).toBe(1);
-  await page.screenshot({ path: shot("done"), fullPage: true });
+    // Over the stream now (no reload): the final result.
+    await expect(status).toHaveText("done", { timeout: 30_000 });
+    const tFinal = Date.now() - t0;
+    await expect(page.getByText("Result", { exact: true })).toBeVisible();
+    expect(await page.evaluate(() => (window as any).__noReload)).toBe(1);
+    await page.screenshot({ path: shot("done"), fullPage: true });
 
-  await expect(page2.getByTestId("query-status")).toHaveText("done", { timeout: 15_000 });
-  const final1 = await data.textContent();
-  const final2 = await page2.getByTestId("query-data").textContent();
-  expect(final2).toBe(final1);
-  expect(JSON.parse(final1 ?? "")).toBeTruthy();
-  await page2.screenshot({ path: shot("second-tab"), fullPage: true });
+    await expect(page2.getByTestId("query-status")).toHaveText("done", { timeout: 30_000 });
+    const final1 = await data.textContent();
+    const final2 = await page2.getByTestId("query-data").textContent();
+    expect(final2).toBe(final1);
+    expect(JSON.parse(final1 ?? "")).toBeTruthy();
+    await page2.screenshot({ path: shot("second-tab"), fullPage: true });
 
-  // One chain of upstream polls for both tabs: 5 "processing" answers, then 1 "done".
-  const sim = await simKey(key);
-  expect(sim).toEqual({ calls: 6, done: 1 });
+    // One chain of upstream polls for both tabs: 3 "processing" answers, then 1 "done".
+    const sim = await simKey(key);
+    expect(sim).toEqual({ calls: 4, done: 1 });
 
-  // Timings are printed for reading, never asserted (tests do not assert speed).
-  console.log(`query timing: submit→partial ${tPartial} ms, submit→final ${tFinal} ms (first seen: ${first.polls})`);
-  expect(errors).toEqual([]);
-  expect(errors2).toEqual([]);
+    // Timings are printed for reading, never asserted (tests do not assert speed).
+    console.log(`query timing: submit→partial ${tPartial} ms, submit→final ${tFinal} ms (first seen: ${first.polls})`);
+    expect(errors).toEqual([]);
+    expect(errors2).toEqual([]);
+  } finally {
+    await web.stop();
+  }
 });
 
 test("a query whose upstream fails shows the reason", async ({ page }) => {
