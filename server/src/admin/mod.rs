@@ -70,6 +70,13 @@ pub struct AdminArgs {
     #[arg(long, env = "REPOLL_BULK_LIMIT", default_value_t = queue::DEFAULT_BULK_LIMIT,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub bulk_limit: u64,
+
+    /// The dashboard's live stream sends `changed` after this many milliseconds without any
+    /// event, so what changes with time alone (due times, lease deadlines, ages) is re-read.
+    #[arg(long, env = "REPOLL_ADMIN_QUIET_REFRESH_MS",
+          default_value_t = events::QUIET_REFRESH.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pub admin_quiet_refresh_ms: u64,
 }
 
 impl std::fmt::Debug for AdminArgs {
@@ -87,6 +94,7 @@ impl std::fmt::Debug for AdminArgs {
             .field("trust_forwarded", &self.trust_forwarded)
             .field("max_password_checks", &self.max_password_checks)
             .field("bulk_limit", &self.bulk_limit)
+            .field("admin_quiet_refresh_ms", &self.admin_quiet_refresh_ms)
             .finish()
     }
 }
@@ -131,8 +139,9 @@ pub struct MigrateArgs {
 pub struct AdminState {
     /// Shared with the server functions through `AppContext::admin`.
     pub auth: AuthConfig,
-    /// The live stream's quiet refresh ([`events::QUIET_REFRESH`]); a field so a test can
-    /// tell a change-driven event from a time-driven one without racing the clock.
+    /// The live stream's quiet refresh (REPOLL_ADMIN_QUIET_REFRESH_MS, default
+    /// [`events::QUIET_REFRESH`]); a setting so a test can tell a change-driven event from a
+    /// time-driven one without racing the clock.
     pub quiet_refresh: std::time::Duration,
 }
 
@@ -176,7 +185,11 @@ impl AdminState {
                 },
                 gone_after_ms: i64::try_from(heartbeat_ms.saturating_mul(2)).unwrap_or(i64::MAX),
             }),
-            quiet_refresh: events::QUIET_REFRESH,
+            // 0 only from `AdminArgs::default()` (the flag's range starts at 100).
+            quiet_refresh: match args.admin_quiet_refresh_ms {
+                0 => events::QUIET_REFRESH,
+                ms => std::time::Duration::from_millis(ms),
+            },
         })
     }
 }
