@@ -3,7 +3,7 @@ import { execFileSync } from "child_process";
 import { createHash } from "crypto";
 import * as fs from "fs";
 import * as path from "path";
-import { adminPassword, redis, redisUrl, signIn, waitLive, watchErrors } from "./support";
+import { adminPassword, redis, redisProxy, redisUrl, signIn, spawnServe, waitLive, watchErrors } from "./support";
 
 // What the readable dashboard promises, checked in Chromium against the release build
 // (`repoll serve --sim`, managed Redis on the e2e's private port): anonymous admin pages are a
@@ -420,6 +420,103 @@ test("bulk retry of 2,000 dead tasks picked by error text: the count first, a pr
     redis("DEL", `{repoll}:t:${taskId(q)}`);
   }
   expect(errors).toEqual([]);
+});
+
+test("Stop in the browser ends a running bulk retry after its chunk: the rest stay dead, the audit says where", async ({
+  page,
+}) => {
+  test.setTimeout(180_000);
+  const errors = watchErrors(page);
+  const marker = `bulk-stop-${run}`;
+  const at = Date.now();
+  // Three chunks (queue::bulk::BULK_CHUNK is 100 tasks).
+  const total = 300;
+  const ids: string[] = [];
+  const lines: string[] = [];
+  for (let i = 0; i < total; i++) {
+    const query = `${marker}-${i} polls=1`;
+    ids.push(taskId(query));
+    lines.push(...deadTaskLines(query, `HTTP 502 Bad Gateway (${marker})`, at));
+  }
+  redisPipe(lines);
+  const deadOf = (list: string[]) =>
+    redisPipe(list.map((id) => `HGET {repoll}:t:${id} s`))
+      .split("\n")
+      .filter((l) => l.trim() === "dead").length;
+  expect(deadOf(ids)).toBe(total);
+
+  // A run takes milliseconds, too fast to click Stop in. So it is started on a web process of
+  // its own whose Redis connection goes through a proxy that holds its commands right after
+  // the first chunk's progress write (`HSET {repoll}:bulk done 100`): the run is frozen
+  // between two chunks, before its next stop check, for as long as the test needs (60 s
+  // Redis timeout there). Stop is clicked on the suite's server (another process, its own
+  // connection), then the proxy lets the held commands through.
+  const proxy = await redisProxy({ holdAfter: Buffer.from("{repoll}:bulk\r\n$4\r\ndone\r\n") });
+  const web = await spawnServe({ REDIS_URL: proxy.url, REPOLL_REDIS_REQUEST_TIMEOUT_MS: "60000" });
+  const filterPath = `/admin/bulk?state=dead&error=${marker}`;
+  try {
+    await signIn(page);
+    // The session cookie is the host's (any port), the session in the shared Redis.
+    await page.goto(`${web.url}${filterPath}`);
+    await waitLive(page);
+    await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", String(total));
+    await page.getByTestId("bulk-retry").click();
+    await expect(page.getByTestId("bulk-result")).toHaveText(`started: retry ${total} tasks`);
+    let guard: NodeJS.Timeout | undefined;
+    await Promise.race([
+      proxy.held,
+      new Promise((_, reject) => {
+        guard = setTimeout(() => reject(new Error("the run never wrote its first chunk's progress")), 60_000);
+      }),
+    ]).finally(() => clearTimeout(guard));
+    // The held write itself was sent: Redis gets it (waited for, not assumed).
+    await expect.poll(() => redis("HGET", "{repoll}:bulk", "done"), { timeout: 10_000 }).toBe("100");
+    expect(redis("HGET", "{repoll}:bulk", "state")).toBe("running");
+    expect(deadOf(ids)).toBe(total - 100);
+
+    await page.goto(filterPath);
+    await waitLive(page);
+    const progress = page.getByTestId("bulk-progress");
+    await expect(progress).toHaveAttribute("data-state", "running");
+    await expect(progress).toHaveAttribute("data-done", "100");
+    await page.getByTestId("bulk-stop").click();
+    await expect(page.getByTestId("bulk-result")).toHaveText("stopping after the current chunk");
+    await expect(page.getByTestId("bulk-summary")).toContainText("— stopping");
+    expect(redis("HGET", "{repoll}:bulk", "stop")).toBe("1");
+
+    // The run goes on: its next stop check sees the request.
+    proxy.release();
+    await expect(progress).toHaveAttribute("data-state", "stopped", { timeout: 60_000 });
+    await expect(progress).toHaveAttribute("data-done", "100");
+    await expect(progress).toHaveAttribute("data-total", String(total));
+    await expect(page.getByTestId("bulk-summary")).toContainText(`100 of ${total} gone through, 100 changed — stopped`);
+    await expect(page.getByTestId("bulk-stop")).toHaveCount(0);
+    // In Redis: one chunk retried, the other two untouched.
+    expect(deadOf(ids)).toBe(total - 100);
+    expect(redis("HGET", "{repoll}:bulk", "done")).toBe("100");
+    expect(redis("HGET", "{repoll}:bulk", "changed")).toBe("100");
+
+    // One audit entry saying where it stopped (written by the process that ran it, once the
+    // run has ended: waited for, then read on the page).
+    await page.goto("/admin");
+    await waitLive(page);
+    const entry = page.getByTestId("audit").locator("tr", { hasText: marker });
+    await expect(entry).toHaveCount(1, { timeout: 20_000 });
+    await expect(entry).toContainText("bulk retry");
+    await expect(entry).toContainText(`(stopped after 100 of ${total})`);
+    await expect(entry.locator("td").nth(4)).toHaveText("100");
+    expect(errors).toEqual([]);
+  } finally {
+    proxy.release();
+    await web.stop();
+    await proxy.close();
+    // The ones still dead go (the retried ones are the workers' now).
+    const states = redisPipe(ids.map((id) => `HGET {repoll}:t:${id} s`)).split("\n");
+    const dead = ids.filter((_, i) => states[i]?.trim() === "dead");
+    if (dead.length > 0) {
+      redisPipe([`ZREM {repoll}:dead ${dead.join(" ")}`, `DEL ${dead.map((id) => `{repoll}:t:${id}`).join(" ")}`]);
+    }
+  }
 });
 
 test("a filter matching more than the per-action limit shows the count and the limit, and offers no action", async ({
