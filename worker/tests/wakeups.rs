@@ -1,6 +1,7 @@
-//! How idle workers find work: woken by the queue's wake-up list (their 1 s safety sleep set to
-//! a minute, so nothing else could start the work in time), the safety sleep itself when a
-//! wake-up entry is lost, and the bound on calls in flight per worker (`REPOLL_CONCURRENCY`).
+//! How idle workers find work: woken by the queue's wake-up list (each query asked only once
+//! every worker is seen asleep on it, their 1 s safety sleep set to an hour, so nothing else
+//! could start the work), the safety sleep itself when a wake-up entry is lost, and the bound
+//! on calls in flight per worker (`REPOLL_CONCURRENCY`).
 
 mod common;
 
@@ -16,32 +17,51 @@ use redis::AsyncCommands;
 use sim::SimArgs;
 use worker::{UpstreamArgs, WorkerArgs};
 
+/// Idle worker args for the wake-up tests: one slot, and an idle cap of an hour.
+///
+/// Why one slot: the listener waits on the wake-up list whenever its claim loop has a free
+/// slot and is about to sleep, and a `BLPOP` once sent is not withdrawn when the loop gets
+/// busy. With two slots a worker running one task still has a free slot, so it blocks in
+/// `BLPOP` while its task runs, and when that task ends its claim loop runs once more (a claim
+/// of its own, which could take a query asked just then). With one slot the listener sends
+/// its `BLPOP` only after the claim loop, its task done, found nothing to claim and went to
+/// sleep; so "every worker blocked in `BLPOP`" (read from `CLIENT LIST` on a server of the
+/// test's own) means every claim loop is asleep, and the only thing that wakes it before the
+/// hour is a wake-up entry (nothing is due, nothing is leased, nothing else runs). The
+/// upstream is done on the first call: a poll would leave the worker idle (`BLPOP` sent) with
+/// its task due, then busy again with that `BLPOP` still blocked.
+fn idle_args(id: String) -> WorkerArgs {
+    WorkerArgs {
+        worker_id: Some(id),
+        max_idle_ms: 3_600_000,
+        ..fast_worker_args(1)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_workers_are_woken_by_new_work() {
     let sim = start_sim(SimArgs {
-        polls: 1,
+        polls: 0,
         ..SimArgs::default()
     })
     .await;
-    let q = queue("wake_idle").await;
-    let up = sim.upstream_args(5_000);
-    let workers: Vec<_> = (0..4)
-        .map(|i| {
-            spawn(worker(
-                &q,
-                &up,
-                fast_policy(),
-                WorkerArgs {
-                    worker_id: Some(format!("idle-{i}")),
-                    // Only a wake-up can start a task within the test's deadline.
-                    max_idle_ms: 60_000,
-                    ..fast_worker_args(2)
-                },
-            ))
+    let redis = PrivateRedis::start();
+    let q = redis
+        .queue(queue::QueueConfig {
+            name: "wake_idle".into(),
+            ..queue::QueueConfig::default()
         })
+        .await;
+    let up = sim.upstream_args(5_000);
+    let n_workers = 4;
+    let workers: Vec<_> = (0..n_workers)
+        .map(|i| spawn(redis.worker(&q, &up, fast_policy(), idle_args(format!("idle-{i}")))))
         .collect();
-    // One at a time, each into idle workers.
+    // One at a time, each asked only once every worker is asleep on the wake-up list.
     for i in 0..8 {
+        redis
+            .wait_blocked_blpops(n_workers, Duration::from_secs(30))
+            .await;
         q.enqueue(&format!("wake idle {i}"), "", &Default::default())
             .await
             .unwrap();
@@ -147,48 +167,42 @@ async fn calls_in_flight_never_exceed_the_concurrency() {
 }
 
 /// A partitioned queue has a wake-up list per partition, and an idle worker process waits on
-/// all of them: each new query, whatever its partition, starts at once although the workers'
-/// idle cap (a minute) would otherwise keep them asleep.
+/// all of them: each new query, whatever its partition, is asked once every worker is asleep
+/// on every list (see [`idle_args`]) and starts although the workers' idle cap (an hour) would
+/// otherwise keep them asleep.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_workers_are_woken_by_new_work_in_any_partition() {
     let sim = start_sim(SimArgs {
-        polls: 1,
+        polls: 0,
         ..SimArgs::default()
     })
     .await;
-    let q = queue::Queue::connect(
-        &redis_url(),
-        queue::QueueConfig {
+    let redis = PrivateRedis::start();
+    let partitions = 4u16;
+    let q = redis
+        .queue(queue::QueueConfig {
             name: "wake_parts".into(),
-            partitions: 4,
+            partitions,
             ..queue::QueueConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let up = sim.upstream_args(5_000);
-    let workers: Vec<_> = (0..2)
-        .map(|i| {
-            spawn(worker(
-                &q,
-                &up,
-                fast_policy(),
-                WorkerArgs {
-                    worker_id: Some(format!("parts-{i}")),
-                    max_idle_ms: 60_000,
-                    ..fast_worker_args(2)
-                },
-            ))
         })
+        .await;
+    let up = sim.upstream_args(5_000);
+    let n_workers = 2;
+    let workers: Vec<_> = (0..n_workers)
+        .map(|i| spawn(redis.worker(&q, &up, fast_policy(), idle_args(format!("parts-{i}")))))
         .collect();
-    let mut partitions = std::collections::BTreeSet::new();
+    let mut seen = std::collections::BTreeSet::new();
     for i in 0..12 {
+        // One listener per partition per worker.
+        redis
+            .wait_blocked_blpops(n_workers * usize::from(partitions), Duration::from_secs(30))
+            .await;
         let text = format!("wake part {i}");
-        partitions.insert(q.partition_of(&id_of(&text)));
+        seen.insert(q.partition_of(&id_of(&text)));
         q.enqueue(&text, "", &Default::default()).await.unwrap();
-        wait_settled(&q, i + 1, Duration::from_secs(10)).await;
+        wait_settled(&q, i + 1, Duration::from_secs(30)).await;
     }
-    assert_eq!(partitions.len(), 4, "the queries covered every partition");
+    assert_eq!(seen.len(), 4, "the queries covered every partition");
     let mut completed = 0;
     for w in workers {
         completed += w.stop().await.completed;

@@ -3,7 +3,8 @@
 //!
 //! The redis-server listens on a free port with no persistence; a shell watchdog stops it
 //! when the test process exits (statics are never dropped). Tests share it and isolate
-//! themselves by queue name.
+//! themselves by queue name; a test that reads server-wide state starts its own
+//! ([`PrivateRedis`]).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -37,40 +38,144 @@ fn pong(port: u16) -> bool {
     s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
+/// Starts a redis-server on a free port that dies with this process (a shell watchdog stops
+/// it when the test process exits, however it exits); its port. A port taken between choosing
+/// it and the server's bind is tried again with another.
+fn start_redis_server() -> u16 {
+    for _ in 0..5 {
+        let port = free_port();
+        let me = std::process::id();
+        let watchdog = format!(
+            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no \
+             --loglevel warning & R=$!; \
+             while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
+             kill $R 2>/dev/null; wait $R"
+        );
+        // Deliberately detached: the watchdog shell stops redis and exits when this process does.
+        #[allow(clippy::zombie_processes)]
+        Command::new("sh")
+            .arg("-c")
+            .arg(watchdog)
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if pong(port) {
+                return port;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("redis-server did not start");
+}
+
 /// Starts (once per process) a redis-server that dies with this process; returns its URL.
 pub fn redis_url() -> String {
-    let port = *REDIS_PORT.get_or_init(|| {
-        for _ in 0..5 {
-            let port = free_port();
-            let me = std::process::id();
-            let watchdog = format!(
-                "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no \
-                 --loglevel warning & R=$!; \
-                 while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
-                 kill $R 2>/dev/null; wait $R"
-            );
-            // Deliberately detached: the watchdog shell stops redis and exits when this process does.
-            #[allow(clippy::zombie_processes)]
-            Command::new("sh")
-                .arg("-c")
-                .arg(watchdog)
-                .current_dir(std::env::temp_dir())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
-            let t0 = Instant::now();
-            while t0.elapsed() < Duration::from_secs(5) {
-                if pong(port) {
-                    return port;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        panic!("redis-server did not start");
-    });
+    let port = *REDIS_PORT.get_or_init(start_redis_server);
     format!("redis://127.0.0.1:{port}/")
+}
+
+/// A redis-server of one test's own, for a test that reads server-wide state (`CLIENT LIST`)
+/// which the other tests of the binary would blur. Shut down when dropped (and, like the
+/// shared one, when the process exits).
+pub struct PrivateRedis {
+    pub port: u16,
+}
+
+impl PrivateRedis {
+    pub fn start() -> PrivateRedis {
+        PrivateRedis {
+            port: start_redis_server(),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A full-history queue (as [`queue`]) on this server.
+    pub async fn queue(&self, cfg: QueueConfig) -> Queue {
+        Queue::connect(
+            &self.url(),
+            QueueConfig {
+                history: queue::HistoryLevel::Full,
+                ..cfg
+            },
+        )
+        .await
+        .expect("queue")
+    }
+
+    /// A worker (as [`worker`]) whose wake-up connections go to this server.
+    pub fn worker(
+        &self,
+        queue: &Queue,
+        up: &UpstreamArgs,
+        policy: PolicyArgs,
+        args: WorkerArgs,
+    ) -> Worker {
+        let pubsub = redis::Client::open(self.url()).expect("redis client");
+        let upstream = Upstream::new(up).expect("upstream");
+        Worker::new(queue.clone(), pubsub, upstream, policy, args)
+    }
+
+    /// How many clients are blocked in a `BLPOP` now (`CLIENT LIST`: `cmd=blpop`, flag `b`),
+    /// and the list itself for a failure message.
+    pub async fn blocked_blpops(&self) -> (usize, String) {
+        let mut c = redis::Client::open(self.url())
+            .expect("redis client")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection");
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut c)
+            .await
+            .expect("CLIENT LIST");
+        let blocked = clients
+            .lines()
+            .filter(|l| {
+                let field = |name: &str| {
+                    l.split_whitespace()
+                        .find_map(|f| f.strip_prefix(name))
+                        .unwrap_or_default()
+                };
+                field("cmd=") == "blpop" && field("flags=").contains('b')
+            })
+            .count();
+        (blocked, clients)
+    }
+
+    /// Waits until exactly `n` clients are blocked in a `BLPOP` (panics after `limit`).
+    pub async fn wait_blocked_blpops(&self, n: usize, limit: Duration) {
+        let t0 = Instant::now();
+        loop {
+            let (blocked, clients) = self.blocked_blpops().await;
+            if blocked == n {
+                return;
+            }
+            assert!(
+                t0.elapsed() < limit,
+                "{blocked} clients blocked in BLPOP after {limit:?}, {n} expected:\n{clients}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        // SHUTDOWN NOSAVE; the watchdog shell then sees the server gone and exits.
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+            let _ = s.write_all(b"SHUTDOWN NOSAVE\r\n");
+            let _ = s.read(&mut [0u8; 64]);
+        }
+    }
 }
 
 pub fn init_tracing() {
