@@ -1,8 +1,10 @@
 //! The circuit breaker seen from real workers and real HTTP upstreams, one of which goes down
 //! and comes back: during the outage its breaker opens, it stops being hammered (a probe per
-//! cool-down instead of every task's retries), none of its tasks is dead-lettered for the
-//! outage, and the other upstream (its own queue, as named upstreams are) keeps flowing; once
-//! the failing one is back, one probe closes its breaker and every task completes.
+//! cool-down instead of every task's retries: the calls, counted against the Redis clock,
+//! never exceed the threshold, the calls in flight and one per cool-down), none of its tasks
+//! is dead-lettered for the outage, and the other upstream (its own queue, as named upstreams
+//! are) keeps flowing; once the failing one is back, one probe closes its breaker and every
+//! task completes.
 
 mod common;
 
@@ -16,6 +18,7 @@ use axum::routing::any;
 use axum::{Json, Router};
 use common::*;
 use queue::{BreakerConfig, Queue, QueueConfig};
+use worker::WorkerArgs;
 
 /// An upstream with a switch: down answers 503, up answers `done`. It counts its calls.
 #[derive(Default)]
@@ -60,7 +63,7 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
     let breaker = BreakerConfig {
         failures: 5,
         error_percent: 50,
-        cooldown_ms: 400,
+        cooldown_ms: 250,
     };
     let cfg = QueueConfig {
         name: "breaker-outage".into(),
@@ -96,7 +99,55 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
         timeout_ms: 2_000,
         ..worker::UpstreamArgs::default()
     };
-    let w = spawn(worker(&q, &up, policy.clone(), fast_worker_args(8)));
+    // A lease of a minute: a probe's lease cannot run out (which would let a second probe go)
+    // however slowly the machine runs.
+    let concurrency = 8;
+    let w = spawn(worker(
+        &q,
+        &up,
+        policy.clone(),
+        WorkerArgs {
+            lease_ms: 60_000,
+            ..fast_worker_args(concurrency)
+        },
+    ));
+    // What the breaker allows, as calls made by Redis time `now`:
+    // - before it opens, the failures it counts: `failures` (the one that reaches the
+    //   threshold opens it), or a few more if a minute turns meanwhile (it counts this
+    //   minute's errors plus the last minute's weighted by what is left of it, at most
+    //   `failures` - 1 of them then, so a turn costs at most that many times the share of a
+    //   minute gone since: bounded here by the minutes since the start, rounded up);
+    // - at the opening, each of the worker's `concurrency` slots holds at most one task
+    //   claimed while it was closed (the failing call's slot may have chained into the next
+    //   one in the same script), whose call can still reach the upstream after the opening;
+    // - after that only probes: one task once a cool-down has ended, the next no sooner than
+    //   a cool-down after that one failed, so at most one per cool-down since the opening,
+    //   which came after `started`.
+    // The window is measured on the Redis clock the breaker itself uses, read after the
+    // count, so a stalled test process only widens the allowance, never fails it.
+    let started = q.now_ms().await.expect("now");
+    let allowed = |now: i64| {
+        let elapsed = u64::try_from(now - started).unwrap();
+        let f = u64::from(breaker.failures);
+        f + ((f - 1) * elapsed).div_ceil(60_000)
+            + concurrency as u64
+            + elapsed / breaker.cooldown_ms
+    };
+    let check = async |what: &str| {
+        let calls = switch.calls.load(Ordering::SeqCst);
+        let now = q.now_ms().await.expect("now");
+        assert!(
+            calls <= allowed(now),
+            "{calls} calls {what}, {} ms after the start: more than {} (threshold {}, {} \
+             slots, one probe per {} ms cool-down)",
+            now - started,
+            allowed(now),
+            breaker.failures,
+            concurrency,
+            breaker.cooldown_ms
+        );
+        calls
+    };
 
     // The breaker opens within the first few errors.
     let t0 = Instant::now();
@@ -104,19 +155,42 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
         if let Some(b) = q.breaker().await.expect("breaker") {
             break b;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "never opened");
+        assert!(t0.elapsed() < Duration::from_secs(60), "never opened");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(opened.by, "auto", "{opened:?}");
     assert!(opened.reason.contains("503"), "{opened:?}");
-    // Two seconds of outage: five cool-downs. Calls: those before it opened (at most the
-    // threshold plus what was in flight), then one probe per cool-down.
-    let at_open = switch.calls.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let during = switch.calls.load(Ordering::SeqCst) - at_open;
-    println!("breaker: {at_open} calls before it opened, {during} in 2 s while open");
-    assert!(at_open <= 5 + 8 + 8, "{at_open} calls before it opened");
-    assert!(during <= 8, "{during} calls in 2 s with a 400 ms cool-down");
+    let at_open = check("when the opening was seen").await;
+    println!("breaker: {at_open} calls when the opening was seen");
+    // The outage goes on for ten more calls (probes, one a cool-down, and any call in flight
+    // at the opening), the bound checked at every step; and each time the breaker is seen
+    // open (opened, or reopened by a failed probe) it is open for exactly the cool-down set
+    // (the default is 30 s).
+    let cooldowns = |b: &queue::BreakerInfo| {
+        if b.state == queue::BreakerState::Open {
+            assert_eq!(
+                b.until_ms - b.since_ms,
+                breaker.cooldown_ms as i64,
+                "open for the cool-down: {b:?}"
+            );
+        }
+    };
+    cooldowns(&opened);
+    loop {
+        if let Some(b) = q.breaker().await.expect("breaker") {
+            cooldowns(&b);
+        }
+        let calls = check("while open").await;
+        if calls >= at_open + 10 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{} calls in two minutes of an open breaker: no probe?",
+            calls - at_open
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let s = q.stats().await.expect("stats");
     assert_eq!(s.dead, 0, "the outage killed no task: {s:?}");
 
@@ -151,8 +225,16 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
     assert!(other.breaker().await.expect("breaker").is_none());
     assert!(q.breaker().await.expect("breaker").is_some(), "still open");
 
-    // The upstream is back: the next probe closes the breaker and everything completes.
+    // The upstream is back: the next probe closes the breaker and everything completes. The
+    // calls counted after the switch all answer done, and a task answered done is not called
+    // again: at most one call each.
     switch.down.store(false, Ordering::SeqCst);
+    let at_back = check("when the upstream came back").await;
+    println!(
+        "breaker: {at_back} calls in {} ms of outage (allowed {})",
+        q.now_ms().await.expect("now") - started,
+        allowed(q.now_ms().await.expect("now"))
+    );
     let back = Instant::now();
     let s = wait_settled(&q, n, Duration::from_secs(30)).await;
     println!(
@@ -162,9 +244,12 @@ async fn an_outage_opens_the_breaker_spares_the_upstream_and_kills_no_task() {
     w.stop().await;
     assert_eq!((s.results, s.dead), (n, 0), "{s:?}");
     assert!(q.breaker().await.expect("breaker").is_none(), "closed");
-    // Total calls: each task's one success plus the bounded failures above.
     let total = switch.calls.load(Ordering::SeqCst);
-    assert!(total <= n + at_open + during + 8, "{total} calls");
+    assert!(
+        total - at_back <= n,
+        "{} calls for {n} tasks once the upstream was back",
+        total - at_back
+    );
     // Every task has its stored result (none was lost while claims waited).
     for i in 0..n {
         let d = q
