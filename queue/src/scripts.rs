@@ -113,7 +113,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 });
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 21] {
+    pub fn all(&self) -> [&Script; 22] {
         [
             &self.enqueue,
             &self.claim,
@@ -136,6 +136,7 @@ impl Scripts {
             &self.migrate,
             &self.callback,
             &self.breaker,
+            &self.fair_sync,
         ]
     }
 }
