@@ -1,10 +1,12 @@
 //! The accept loop on a real socket: slow clients are cut at the header timeout, connections
-//! over the cap get a JSON 503 and are closed, and the client address reaches handlers.
+//! over the cap get a JSON 503 and are closed, the client address reaches handlers, and every
+//! accepted connection has `TCP_NODELAY`.
 //! (No Redis needed: the router here is a plain axum one.)
 
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpStream},
+    os::fd::{AsRawFd, RawFd},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -201,4 +203,120 @@ async fn handlers_see_the_peer_address() {
         .await
         .unwrap();
     assert!(answer.ends_with("127.0.0.1"), "{answer}");
+}
+
+/// The local and peer ports of the TCP socket `fd`, or `None` when `fd` is not a connected
+/// IPv4/IPv6 socket (a file, a pipe, a listener, or a descriptor closed meanwhile).
+fn tcp_ports(fd: RawFd) -> Option<(u16, u16)> {
+    fn port(fd: RawFd, peer: bool) -> Option<u16> {
+        // SAFETY: `addr` is a zeroed sockaddr_storage, large enough for any address, and `len`
+        // says so; the kernel writes at most `len` bytes. A stale `fd` only makes the call fail.
+        let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let ptr = &mut addr as *mut libc::sockaddr_storage as *mut libc::sockaddr;
+        let rc = unsafe {
+            if peer {
+                libc::getpeername(fd, ptr, &mut len)
+            } else {
+                libc::getsockname(fd, ptr, &mut len)
+            }
+        };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: the family says which address struct the storage holds.
+        match i32::from(addr.ss_family) {
+            libc::AF_INET => {
+                let a = unsafe { &*(ptr as *const libc::sockaddr_in) };
+                Some(u16::from_be(a.sin_port))
+            }
+            libc::AF_INET6 => {
+                let a = unsafe { &*(ptr as *const libc::sockaddr_in6) };
+                Some(u16::from_be(a.sin6_port))
+            }
+            _ => None,
+        }
+    }
+    Some((port(fd, false)?, port(fd, true)?))
+}
+
+/// The descriptors of this process that are TCP connections from `local_port` to `peer_port`.
+fn own_connections(local_port: u16, peer_port: u16) -> Vec<RawFd> {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<RawFd>().ok())
+        .filter(|&fd| tcp_ports(fd) == Some((local_port, peer_port)))
+        .collect()
+}
+
+/// `TCP_NODELAY` of the socket `fd`: 1 when set, 0 when not.
+fn nodelay(fd: RawFd) -> libc::c_int {
+    let mut value: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` describe a c_int the kernel writes into.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            &mut value as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "getsockopt(TCP_NODELAY) on fd {fd}: {}",
+        std::io::Error::last_os_error()
+    );
+    value
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accepted_connections_have_tcp_nodelay() {
+    // The accept loop runs in this process, so the server's side of a connection is one of
+    // this process's own descriptors: the one from the server's port to the client's port.
+    let r = start(ConnLimits {
+        max_connections: 8,
+        // Far longer than the test: the kept-alive connection stays open while it is examined.
+        header_timeout: Duration::from_secs(600),
+    })
+    .await;
+    let addr = r.addr;
+    tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        // An answer means the server has accepted and set up this connection.
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        let answer = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+        let client_port = s.local_addr().unwrap().port();
+        let server_side = own_connections(addr.port(), client_port);
+        assert_eq!(
+            server_side.len(),
+            1,
+            "the server's side of {client_port} -> {addr} among this process's descriptors"
+        );
+        assert_eq!(
+            nodelay(server_side[0]),
+            1,
+            "the accepted connection has no TCP_NODELAY"
+        );
+        // The check can tell the two apart: the client's socket, never set, reads 0.
+        assert_eq!(
+            own_connections(client_port, addr.port()),
+            vec![s.as_raw_fd()]
+        );
+        assert_eq!(
+            nodelay(s.as_raw_fd()),
+            0,
+            "the client's socket has TCP_NODELAY"
+        );
+    })
+    .await
+    .unwrap();
 }
