@@ -54,6 +54,8 @@ struct Env {
     search: queue::Queue,
     /// The router's credentials and password-check slots.
     auth: AuthConfig,
+    /// The live hub behind the router (its open streams are what the caps count).
+    live: server::live_hub::Live,
 }
 
 async fn start() -> Env {
@@ -76,6 +78,17 @@ async fn start_custom(
     trust_forwarded: bool,
     quiet: Duration,
     api: server::api::ApiArgs,
+    tweak: impl FnOnce(&mut AuthSettings),
+) -> Env {
+    start_capped(trust_forwarded, quiet, api, Default::default(), tweak).await
+}
+
+/// [`start_custom`] with the live streams' caps (REPOLL_MAX_STREAMS_PER_CLIENT, REPOLL_MAX_STREAMS).
+async fn start_capped(
+    trust_forwarded: bool,
+    quiet: Duration,
+    api: server::api::ApiArgs,
+    caps: server::live_hub::StreamCaps,
     tweak: impl FnOnce(&mut AuthSettings),
 ) -> Env {
     let (redis, dir) = start_redis().await;
@@ -106,11 +119,11 @@ async fn start_custom(
     let live = server::live_hub::Live::start_many(
         redis::Client::open(url.as_str()).unwrap(),
         vec![queue.channels().dashboard, search.channels().dashboard],
-        Default::default(),
+        caps,
         Default::default(),
     );
     let state = WebState {
-        live,
+        live: live.clone(),
         api: server::api::ApiState::new(&api, trust_forwarded),
         admin: AdminState {
             auth: auth.clone(),
@@ -155,6 +168,7 @@ async fn start_custom(
         queue,
         search,
         auth,
+        live,
     }
 }
 
@@ -1092,6 +1106,133 @@ async fn the_dashboard_stream_sends_heartbeats_at_the_configured_interval() {
     let seen = heartbeats(&mut body, 3, Duration::from_secs(10)).await;
     assert!(!seen.contains("event:"), "{seen}");
     env.redis.stop().await;
+}
+
+/// A live stream's request from client address `ip`: the dashboard's (`/admin/events`, with
+/// the session `cookie`) or a query's public one (`/api/v1/queries/{id}/events`).
+async fn open_stream(
+    env: &Env,
+    path: &str,
+    cookie: Option<&str>,
+    ip: [u8; 4],
+) -> axum::response::Response {
+    let mut req = Request::get(path).header("host", HOST);
+    if let Some(c) = cookie {
+        req = req.header("cookie", format!("repoll_session={c}"));
+    }
+    let mut req = req.body(Body::empty()).unwrap();
+    req.extensions_mut()
+        .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+    env.router.clone().oneshot(req).await.unwrap()
+}
+
+/// A refused stream: its status and error code, after checking the API's error shape and
+/// that the connection closes.
+async fn refusal(res: axum::response::Response) -> (u16, String) {
+    let status = res.status().as_u16();
+    assert!(
+        status >= 400,
+        "the stream was admitted ({status}), not refused"
+    );
+    assert_eq!(
+        res.headers().get("connection").map(|v| v.to_str().unwrap()),
+        Some("close")
+    );
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| panic!("{status}: {}", String::from_utf8_lossy(&body)));
+    assert!(json["error"]["message"].is_string(), "{json}");
+    (status, json["error"]["code"].as_str().unwrap().to_string())
+}
+
+/// The dashboard's live stream is under the same caps as the query streams (an open stream
+/// holds a connection as long as the client likes; a signed-in page is no exception). Caps
+/// 1 per client, 2 in all: a client holding a query stream gets 429 `too_many_streams` for
+/// the dashboard's; with both places taken, another client gets 503 `streams_full`; both in
+/// the API's error shape, closing the connection. Once the held query stream ends (its place
+/// seen back in the hub), the dashboard's stream opens, and it holds its place in turn: the
+/// client's next query stream is refused.
+#[tokio::test]
+async fn the_dashboard_stream_is_under_the_stream_caps() {
+    let env = start_capped(
+        false,
+        Duration::from_secs(3600),
+        Default::default(),
+        server::live_hub::StreamCaps {
+            per_client: 1,
+            total: 2,
+        },
+        |_| {},
+    )
+    .await;
+    let (one, two, three) = ([10, 0, 0, 51], [10, 0, 0, 52], [10, 0, 0, 53]);
+    let cookie = sign_in(&env.router, ADMIN_PW, one)
+        .await
+        .ok()
+        .expect("signed in");
+    env.queue
+        .enqueue("watched query", "", &Default::default())
+        .await
+        .unwrap();
+    let id = queue::TaskId::of_query(&queue::normalise_query("watched query").unwrap());
+    let query_stream = format!("/api/v1/queries/{id}/events");
+
+    // Client one holds a query stream: its one place.
+    let held = open_stream(&env, &query_stream, None, one).await;
+    assert_eq!(held.status().as_u16(), 200);
+    let res = open_stream(&env, "/admin/events", Some(&cookie), one).await;
+    assert_eq!(refusal(res).await, (429, "too_many_streams".to_string()));
+
+    // Client two takes the last place in all; the dashboard of client three is refused.
+    let held_two = open_stream(&env, &query_stream, None, two).await;
+    assert_eq!(held_two.status().as_u16(), 200);
+    let res = open_stream(&env, "/admin/events", Some(&cookie), three).await;
+    assert_eq!(refusal(res).await, (503, "streams_full".to_string()));
+    assert_eq!(env.live.open_streams(), 2, "the refusals took no place");
+
+    // Client one's query stream ends; once its place is back, the dashboard's opens.
+    drop(held);
+    open_streams_come_to(&env, 1).await;
+    let res = open_stream(&env, "/admin/events", Some(&cookie), one).await;
+    assert_eq!(res.status().as_u16(), 200);
+    let mut dashboard = res.into_body().into_data_stream();
+    let first = tokio::time::timeout(Duration::from_secs(30), dashboard.next())
+        .await
+        .expect("first event")
+        .expect("stream open")
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("event: resync"),
+        "{first:?}"
+    );
+    // The open dashboard stream holds client one's place (with a place free in all).
+    assert_eq!(
+        env.live.open_streams(),
+        2,
+        "the dashboard stream holds a place"
+    );
+    drop(held_two);
+    open_streams_come_to(&env, 1).await;
+    let res = open_stream(&env, &query_stream, None, one).await;
+    assert_eq!(refusal(res).await, (429, "too_many_streams".to_string()));
+    let res = open_stream(&env, &query_stream, None, two).await;
+    assert_eq!(res.status().as_u16(), 200, "the free place is client two's");
+    drop((dashboard, res));
+    env.redis.stop().await;
+}
+
+/// Waits until the hub counts `n` open streams (ended streams give their places back when
+/// their bodies are dropped); the 30 s deadline is a hang guard only.
+async fn open_streams_come_to(env: &Env, n: usize) {
+    let guard = Instant::now() + Duration::from_secs(30);
+    while env.live.open_streams() != n {
+        assert!(
+            Instant::now() < guard,
+            "{} streams open, not {n}, after 30 s (hang guard)",
+            env.live.open_streams()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The text of the element marked `data-testid="{testid}"` in `body` (its first occurrence).
