@@ -642,6 +642,64 @@ async fn exists(env: &Env, query: &str) -> bool {
     env.queue.get(&id).await.unwrap().is_some()
 }
 
+/// The query page's form posts to a server function (`/api/<fn>`, outside the public
+/// `/api/v1`), which a foreign page could make a visitor's browser send. The cross-site guard
+/// covers it: with `Sec-Fetch-Site` other than same-origin, or an `Origin` that is not this
+/// host (or `null`), the submission is a 403 before any handler runs, and no task is
+/// created. The same submission from this site's own page goes through (so the refusals
+/// were the guard, not the request).
+#[tokio::test]
+async fn cross_site_posts_to_the_query_pages_server_function_are_refused() {
+    use leptos::server_fn::ServerFn;
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let host = "repoll.test:3000";
+    let form = |query: &str, headers: &[(&'static str, &'static str)]| {
+        let mut req = Request::post(app::pages::SubmitQuery::PATH)
+            .header("host", host)
+            .header("content-type", "application/x-www-form-urlencoded");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.body(Body::from(format!("query={query}"))).unwrap()
+    };
+    let before = env.queue.stats().await.unwrap().ready;
+    let hostile: [(&str, &[(&str, &str)]); 4] = [
+        ("crosssite1", &[("sec-fetch-site", "cross-site")]),
+        ("crosssite2", &[("sec-fetch-site", "same-site")]),
+        ("crosssite3", &[("origin", "https://evil.example")]),
+        ("crosssite4", &[("origin", "null")]),
+    ];
+    for (query, headers) in hostile {
+        let r = env.send(form(query, headers)).await;
+        assert_eq!(
+            (r.status, r.text.as_str()),
+            (403, "cross-site request refused"),
+            "{headers:?}"
+        );
+        assert!(!exists(&env, query).await, "{headers:?} created {query}");
+    }
+    assert_eq!(env.queue.stats().await.unwrap().ready, before);
+
+    // From the site's own page: accepted (a redirect to the query's page), and created.
+    let ours = [
+        ("sec-fetch-site", "same-origin"),
+        ("origin", "http://repoll.test:3000"),
+    ];
+    let r = env.send(form("samesite1", &ours)).await;
+    assert!(r.status < 400, "{} {}", r.status, r.text);
+    assert!(exists(&env, "samesite1").await);
+    assert_eq!(env.queue.stats().await.unwrap().ready, before + 1);
+    env.stop().await;
+}
+
 /// The per-client submit limit through the real accept loop and real TCP connections (the
 /// router-level test above injects `ConnectInfo` by hand; here it must come from the socket).
 /// Burst 2 at 1 a minute: a client's third submission is refused with 429 and `Retry-After`,
