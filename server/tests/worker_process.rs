@@ -1,7 +1,8 @@
 //! `repoll worker` as a real process against a private redis-server and the simulator over
 //! HTTP: a SIGKILLed worker's tasks are finished by another worker after the lease, none is
 //! lost or completed twice; a SIGSTOPped worker that wakes up after another finished its tasks
-//! writes nothing; SIGTERM releases in-flight leases and exits 0.
+//! writes nothing, and a worker whose call outlives its lease cannot complete the task while
+//! the newer owner still holds it; SIGTERM releases in-flight leases and exits 0.
 
 use std::{
     path::PathBuf,
@@ -393,6 +394,238 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     assert_eq!((k.calls, k.done), (2, 2), "{k:?}");
     let k = sim_key(&env, partial_key).await;
     assert_eq!((k.calls, k.done), (2, 1), "exactly one done: {k:?}");
+    env.redis.stop().await;
+}
+
+/// Moves the lease of `id` one millisecond into the past (Redis time), as if its deadline
+/// had passed while its holder was still calling: what the reaper sees, by construction,
+/// without a short lease (which would also make the holder renew, or run out too early on a
+/// slow machine). As `expire_lease` in queue/tests/common. Panics unless `id` holds a lease.
+async fn expire_lease(q: &queue::Queue, id: &str) {
+    let tag = q.partition_tag(q.partition_of(id));
+    let past = q.now_ms().await.unwrap() - 1;
+    let mut c = q.connection();
+    let changed: i64 = redis::cmd("ZADD")
+        .arg(format!("{tag}:lease"))
+        .arg("XX")
+        .arg("CH")
+        .arg(past)
+        .arg(id)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert_eq!(changed, 1, "{id} holds no lease to expire");
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{tag}:t:{id}"))
+        .arg("ld")
+        .arg(past)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
+
+/// An upstream held by the test: each call (`?q=<key>&w=<worker>`) is announced on
+/// `arrived` (the worker's name) and answered `done` with `{"by": <worker>}` only once the
+/// test has opened that worker's gate.
+struct HeldUpstream {
+    port: u16,
+    arrived: tokio::sync::mpsc::UnboundedReceiver<String>,
+    open: tokio::sync::watch::Sender<Vec<String>>,
+}
+
+impl HeldUpstream {
+    async fn start() -> HeldUpstream {
+        use axum::extract::{Query, State};
+        use std::collections::HashMap;
+        type Gates = (
+            tokio::sync::mpsc::UnboundedSender<String>,
+            tokio::sync::watch::Receiver<Vec<String>>,
+        );
+        async fn call(
+            State((arrived, open)): State<Gates>,
+            Query(q): Query<HashMap<String, String>>,
+        ) -> axum::Json<serde_json::Value> {
+            let who = q.get("w").cloned().unwrap_or_default();
+            let _ = arrived.send(who.clone());
+            let mut open = open.clone();
+            let _ = open.wait_for(|o| o.contains(&who)).await;
+            axum::Json(serde_json::json!({"status": "done", "data": {"by": who}}))
+        }
+        let (arrived_tx, arrived) = tokio::sync::mpsc::unbounded_channel();
+        let (open, open_rx) = tokio::sync::watch::channel(Vec::new());
+        let app = axum::Router::new()
+            .route("/api/query", axum::routing::get(call))
+            .with_state((arrived_tx, open_rx));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        HeldUpstream {
+            port,
+            arrived,
+            open,
+        }
+    }
+
+    /// The URL template of worker `who`.
+    fn url(&self, who: &str) -> String {
+        format!("http://127.0.0.1:{}/api/query?q={{key}}&w={who}", self.port)
+    }
+
+    /// Waits for the next call to arrive (60 s hang guard); the caller's name.
+    async fn next_call(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(60), self.arrived.recv())
+            .await
+            .expect("an upstream call within 60 s (hang guard)")
+            .expect("upstream running")
+    }
+
+    /// Lets `who`'s calls (held or future) be answered.
+    fn answer(&self, who: &str) {
+        self.open.send_modify(|o| o.push(who.to_string()));
+    }
+}
+
+/// The fencing token of `complete` while the newer owner still holds its lease (the case the
+/// test above cannot reach: there, B has finished and the task record is gone, so any write
+/// of A finds nothing). Worker A (a real process, one slot) claims the task and calls an
+/// upstream the test holds. Its lease runs out meanwhile (moved into the past in Redis time;
+/// A's real lease of 10 min means it never renews within the test, so nothing but the write
+/// can tell it the lease is lost). Worker B reaps, claims it with a newer token and calls
+/// too, held as well. Only then does the upstream answer A `done`: A's completion meets a
+/// task leased (to B) under another token, and must be refused (A's
+/// `repoll_stale_tokens_total` 1). Then B is answered: B's result is the one stored, with one
+/// `completed` in the history, B's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_completion_is_refused_while_the_new_owner_holds_the_lease() {
+    let env = setup("wpfence", sim::SimArgs::default()).await;
+    let mut upstream = HeldUpstream::start().await;
+    let id = match env
+        .queue
+        .enqueue("fenced", "", &queue::EnqueuePolicy::default())
+        .await
+        .unwrap()
+    {
+        queue::Enqueued::Created(t) => t.id,
+        other => panic!("expected a new task, got {other:?}"),
+    };
+    // Leases and call timeouts far beyond every hang guard: no renewal, no timeout, so the
+    // only write A makes is its completion.
+    let lease_ms = 600_000;
+    let (url_a, url_b) = (upstream.url("a"), upstream.url("b"));
+    let worker = |who: &str, url: &str| {
+        let mut cmd = worker_command(&env, lease_ms, 1_000);
+        cmd.env("REPOLL_UPSTREAM_URL", url)
+            .env("REPOLL_UPSTREAM_TIMEOUT_MS", "600000")
+            .env("REPOLL_CONCURRENCY", "1")
+            .env("REPOLL_WORKER_ID", format!("fence-{who}"));
+        cmd
+    };
+    let metrics_a = free_port();
+    let mut a = Reaped(
+        worker("a", &url_a)
+            .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics_a}"))
+            .spawn()
+            .expect("spawn worker A"),
+    );
+    assert_eq!(upstream.next_call().await, "a");
+    let leased_by = |who: &'static str| {
+        let q = env.queue.clone();
+        let id = id.clone();
+        async move {
+            let t = q
+                .get(&id)
+                .await
+                .unwrap()
+                .and_then(|d| d.task)
+                .expect("task");
+            assert_eq!(
+                (t.state, t.worker.as_deref()),
+                (queue::TaskState::Leased, Some(who)),
+                "{t:?}"
+            );
+            t.token
+        }
+    };
+    let token_a = leased_by("fence-a").await;
+    // Metrics up (the counter reads 0, not "no page"), before anything is refused.
+    wait_for("A's metrics", Duration::from_secs(30), async || {
+        counter(metrics_a, "repoll_stale_tokens_total{upstream=\"default\"}").await == Some(0.0)
+    })
+    .await;
+
+    expire_lease(&env.queue, &id).await;
+    let mut b = Reaped(worker("b", &url_b).spawn().expect("spawn worker B"));
+    assert_eq!(upstream.next_call().await, "b");
+    let token_b = leased_by("fence-b").await;
+    assert!(
+        token_b > token_a,
+        "B's token {token_b} is newer than A's {token_a}"
+    );
+
+    // A hears `done` while B holds the lease: its completion is written, and must be
+    // refused. Waited for: A's write, refused (stale token) or accepted (a completion).
+    upstream.answer("a");
+    let a_counter = async |name: &str| {
+        counter(metrics_a, &format!("{name}{{upstream=\"default\"}}"))
+            .await
+            .unwrap_or(0.0)
+    };
+    wait_for(
+        "A's completion to be written",
+        Duration::from_secs(60),
+        async || {
+            a_counter("repoll_stale_tokens_total").await
+                + a_counter("repoll_completions_total").await
+                >= 1.0
+        },
+    )
+    .await;
+    let d = env.queue.get(&id).await.unwrap().expect("detail");
+    assert!(d.result.is_none(), "A's answer was stored: {:?}", d.result);
+    assert_eq!(
+        (
+            a_counter("repoll_stale_tokens_total").await,
+            a_counter("repoll_completions_total").await
+        ),
+        (1.0, 0.0),
+        "A's completion refused by the fencing token"
+    );
+    assert_eq!(leased_by("fence-b").await, token_b, "B's lease stands");
+
+    // B is answered: its result is stored.
+    upstream.answer("b");
+    let q = env.queue.clone();
+    wait_for("B's result", Duration::from_secs(60), async || {
+        q.stats()
+            .await
+            .map(|s| s.results == 1 && s.leased == 0)
+            .unwrap_or(false)
+    })
+    .await;
+    terminate(&a.0);
+    assert!(a.0.wait().unwrap().success(), "worker A exits 0");
+    terminate(&b.0);
+    assert!(b.0.wait().unwrap().success(), "worker B exits 0");
+
+    let d = env.queue.get(&id).await.unwrap().expect("detail");
+    assert!(d.task.is_none(), "no task record left: {:?}", d.task);
+    let data: serde_json::Value = serde_json::from_str(&d.result.expect("result").data).unwrap();
+    assert_eq!(data, serde_json::json!({"by": "b"}));
+    let h: Vec<_> = d.history.iter().rev().collect();
+    let kinds: Vec<_> = h.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "enqueued",
+            "claimed",
+            "lease_expired",
+            "claimed",
+            "completed"
+        ],
+        "{h:?}"
+    );
+    assert!(h[1].detail.contains("by fence-a"), "{h:?}");
+    assert!(h[4].detail.contains("by fence-b"), "{h:?}");
     env.redis.stop().await;
 }
 
