@@ -234,9 +234,11 @@ fn epoch_ms() -> i64 {
 /// mid-call, so it cannot renew its 1.5 s leases either. Worker B reaps the expired leases,
 /// claims and completes both. Only then is A continued, with the upstream's answers waiting
 /// for it: a final one (marked `payload=late`) for one task, a "processing" one for the
-/// other. A must write nothing: both outcomes are refused by the fencing token (counted in
-/// `repoll_stale_tokens_total`), B's results stand, each history has exactly one
-/// `completed` (B's), and no task record comes back.
+/// other. A must write nothing: on waking it finds each lease lost (counted in
+/// `repoll_stale_tokens_total`) — in practice by its overdue renewal, before any outcome
+/// write (A's log says `op="renew"`) — and drops both answers; B's results stand, each
+/// history has exactly one `completed` (B's), and no task record comes back. (A's outcome
+/// write itself, refused by its token while B still holds the lease, is the next test's.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_worker_cannot_overwrite_the_newer_result() {
     let env = setup("wplate", sim::SimArgs::default()).await;
@@ -389,7 +391,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         assert!(h[4].detail.contains("by late-b"), "{h:?}");
     }
     // The upstream's view: A's call and B's for each key. Only the final key answered A
-    // `done` (refused); the other answered A "processing" and B `done`.
+    // `done` (dropped); the other answered A "processing" and B `done`.
     let k = sim_key(&env, final_key).await;
     assert_eq!((k.calls, k.done), (2, 2), "{k:?}");
     let k = sim_key(&env, partial_key).await;
