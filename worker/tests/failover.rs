@@ -749,18 +749,7 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
             .query_async(&mut node_conn(serving).await)
             .await
             .unwrap();
-        let blocked = clients
-            .lines()
-            .filter(|l| {
-                let field = |name: &str| {
-                    l.split_whitespace()
-                        .find_map(|f| f.strip_prefix(name))
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                field("cmd=") == "blpop" && field("flags=").contains('b')
-            })
-            .count();
+        let blocked = count_blocked_blpops(&clients);
         if blocked == expected {
             break;
         }

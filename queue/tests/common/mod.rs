@@ -173,16 +173,8 @@ pub async fn expire_lease(q: &Queue, id: &str) {
     let tag = q.partition_tag(q.partition_of(id));
     let past = q.now_ms().await.unwrap() - 1;
     let mut c = q.connection();
-    let changed: i64 = redis::cmd("ZADD")
-        .arg(format!("{tag}:lease"))
-        .arg("XX")
-        .arg("CH")
-        .arg(past)
-        .arg(id)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(changed, 1, "{id} holds no lease to expire");
+    let changed = rescore_member(&mut c, &format!("{tag}:lease"), id, past).await;
+    assert!(changed, "{id} holds no lease to expire");
     let _: () = redis::cmd("HSET")
         .arg(format!("{tag}:t:{id}"))
         .arg("ld")
@@ -200,17 +192,29 @@ pub async fn bring_due(q: &Queue, id: &str) {
     let past = q.now_ms().await.unwrap() - 1;
     let mut c = q.connection();
     for (zset, must) in [("due", true), ("retry", false)] {
-        let changed: i64 = redis::cmd("ZADD")
-            .arg(format!("{tag}:{zset}"))
-            .arg("XX")
-            .arg("CH")
-            .arg(past)
-            .arg(id)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        assert!(changed == 1 || !must, "{id} does not wait in {tag}:{zset}");
+        let changed = rescore_member(&mut c, &format!("{tag}:{zset}"), id, past).await;
+        assert!(changed || !must, "{id} does not wait in {tag}:{zset}");
     }
+}
+
+/// Gives `member` of the sorted set `key` the score `score` if it is there (ZADD XX CH);
+/// true when it was there.
+async fn rescore_member(
+    c: &mut impl redis::aio::ConnectionLike,
+    key: &str,
+    member: &str,
+    score: i64,
+) -> bool {
+    let changed: i64 = redis::cmd("ZADD")
+        .arg(key)
+        .arg("XX")
+        .arg("CH")
+        .arg(score)
+        .arg(member)
+        .query_async(c)
+        .await
+        .unwrap();
+    changed == 1
 }
 
 /// Ends the cool-down of every open breaker of `q` now (its `to` one millisecond in the past,

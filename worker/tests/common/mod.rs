@@ -136,18 +136,7 @@ impl PrivateRedis {
             .query_async(&mut c)
             .await
             .expect("CLIENT LIST");
-        let blocked = clients
-            .lines()
-            .filter(|l| {
-                let field = |name: &str| {
-                    l.split_whitespace()
-                        .find_map(|f| f.strip_prefix(name))
-                        .unwrap_or_default()
-                };
-                field("cmd=") == "blpop" && field("flags=").contains('b')
-            })
-            .count();
-        (blocked, clients)
+        (count_blocked_blpops(&clients), clients)
     }
 
     /// Waits until exactly `n` clients are blocked in a `BLPOP` (panics after `limit`).
@@ -346,4 +335,20 @@ pub async fn serve_upstream(app: axum::Router) -> String {
     let addr = listener.local_addr().expect("upstream addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
+}
+
+/// How many clients of a `CLIENT LIST` answer are blocked in a `BLPOP` (`cmd=blpop`, flag
+/// `b`): workers asleep on their wake-up lists.
+pub fn count_blocked_blpops(client_list: &str) -> usize {
+    client_list
+        .lines()
+        .filter(|l| {
+            let field = |name: &str| {
+                l.split_whitespace()
+                    .find_map(|f| f.strip_prefix(name))
+                    .unwrap_or_default()
+            };
+            field("cmd=") == "blpop" && field("flags=").contains('b')
+        })
+        .count()
 }
