@@ -320,10 +320,9 @@ mod scales_and_rendering {
     }
 }
 
-#[cfg(test)]
 mod marker_tests {
-    use super::super::*;
     use super::super::scale::*;
+    use super::super::*;
     use leptos::prelude::*;
     use model::ThroughputBucket as Bucket;
 
