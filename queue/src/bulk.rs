@@ -24,6 +24,7 @@ use crate::error::Result;
 use crate::keys::Keys;
 use crate::model::TaskId;
 use crate::queue::Queue;
+use crate::slot::Slot;
 
 /// Tasks one bulk action may touch unless configured otherwise (`REPOLL_BULK_LIMIT`).
 pub const DEFAULT_BULK_LIMIT: u64 = 10_000;
@@ -318,33 +319,32 @@ impl Queue {
         keep: usize,
         max_scan: u64,
     ) -> Result<BulkSelection> {
-        if let Some(parts) = self.parts() {
-            // Partition after partition, sharing the one scan budget.
-            let mut out = BulkSelection {
-                complete: true,
-                ..BulkSelection::default()
-            };
-            for p in parts {
-                let left = max_scan.saturating_sub(out.scanned);
-                if left == 0 {
-                    out.complete = false;
-                    break;
-                }
-                let s: BulkSelection =
-                    (p.select_bounded_one(filter, keep.saturating_sub(out.ids.len()), left))
-                        .await?;
-                out.scanned += s.scanned;
-                out.matched += s.matched;
-                out.ids.extend(s.ids);
-                out.complete &= s.complete;
+        // Slot after slot, sharing the one scan budget.
+        let mut out = BulkSelection {
+            complete: true,
+            ..BulkSelection::default()
+        };
+        for slot in self.slots() {
+            let left = max_scan.saturating_sub(out.scanned);
+            if left == 0 {
+                out.complete = false;
+                break;
             }
-            return Ok(out);
+            let s = slot
+                .select_bounded(filter, keep.saturating_sub(out.ids.len()), left)
+                .await?;
+            out.scanned += s.scanned;
+            out.matched += s.matched;
+            out.ids.extend(s.ids);
+            out.complete &= s.complete;
         }
-        self.select_bounded_one(filter, keep, max_scan).await
+        Ok(out)
     }
+}
 
-    /// [`Queue::select_bounded`] on this partition alone (or the whole queue of one partition).
-    async fn select_bounded_one(
+impl Slot {
+    /// [`Queue::select_bounded`] in this slot: its state's set(s) page by page.
+    async fn select_bounded(
         &self,
         filter: &BulkFilter,
         keep: usize,
@@ -419,7 +419,9 @@ impl Queue {
         }
         Ok(out)
     }
+}
 
+impl Queue {
     /// Starts a run of `action` on what `filter` selects, if at most `limit` tasks match (and,
     /// with `confirmed`, no more than the operator was shown), and no other run is going.
     /// The returned job does the work ([`BulkJob::run`]); its progress is readable at once.
