@@ -155,6 +155,7 @@ impl Queue {
         }
     }
 
+    /// The configuration this handle was made with (the queue's, not a partition's share).
     pub fn config(&self) -> &QueueConfig {
         &self.inner.cfg
     }
@@ -170,6 +171,7 @@ impl Queue {
         self.conn.clone()
     }
 
+    /// The queue's Pub/Sub channel names (the dashboard's live feed).
     pub fn channels(&self) -> Channels {
         self.inner.control.channels().clone()
     }

@@ -23,12 +23,15 @@ use crate::{Queue, RedisConn};
 /// What [`Queue::repartition`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Repartitioned {
+    /// The partition count the queue had.
     pub from: u16,
+    /// The partition count it has now.
     pub to: u16,
     /// Stored results in the new layout (moved, or already where the new count puts them).
     pub results: u64,
     /// Of those, the ones moved to another partition, and the histories moved with them.
     pub moved: u64,
+    /// Task histories moved with the moved results.
     pub histories: u64,
 }
 
