@@ -125,7 +125,7 @@ impl Queue {
             page.items.extend(got.items);
             if page.items.len() >= limit {
                 page.next_cursor = match got.next_cursor {
-                    Some(c) => Some(self.ready_cursor(p, &c)),
+                    Some(c) => Some(ready_cursor(slots.len(), p, &c)),
                     None => seq[n + 1..]
                         .iter()
                         .find(|q| counts[**q] > 0)
@@ -134,16 +134,6 @@ impl Queue {
             }
         }
         Ok(page)
-    }
-
-    /// The ready cursor handed out for slot `p`'s cursor `c`: it names the slot when there
-    /// are several (a queue of one slot hands out the slot's own cursors, as it always has).
-    fn ready_cursor(&self, p: usize, c: &str) -> String {
-        if self.partitions() > 1 {
-            format!("{p}/{c}")
-        } else {
-            c.to_string()
-        }
     }
 
     /// Records of `ids` (with their due score where known), in the order of `ids`, skipping
@@ -229,5 +219,30 @@ pub(super) fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, String)>
             let (s, id) = c.split_once(':').ok_or_else(|| bad_cursor(c))?;
             Ok(Some((parse_i64(s)?, id.to_string())))
         }
+    }
+}
+
+/// The ready cursor a queue of `slots` slots hands out for slot `p`'s cursor `c`: it names
+/// the slot when there are several; a queue of one slot hands out the slot's own cursors (as
+/// it always has, so a cursor a client kept stays valid).
+fn ready_cursor(slots: usize, p: usize, c: &str) -> String {
+    if slots > 1 {
+        format!("{p}/{c}")
+    } else {
+        c.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_cursors_name_the_slot_only_when_there_are_several() {
+        assert_eq!(ready_cursor(1, 0, "i:abc"), "i:abc");
+        assert_eq!(ready_cursor(3, 2, "i:abc"), "2/i:abc");
+        // Both shapes are cursors the API accepts back.
+        assert!(is_list_cursor(&ready_cursor(1, 0, "z:5:abc")));
+        assert!(is_list_cursor(&ready_cursor(3, 1, "z:5:abc")));
     }
 }
