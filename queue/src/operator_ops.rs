@@ -342,16 +342,8 @@ impl Queue {
         }
         let slot = &self.slots()[0];
         let k = slot.keys();
-        let name: String = self
-            .config()
-            .name
-            .chars()
-            .flat_map(|c| match c {
-                '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
-                c => vec![c],
-            })
-            .collect();
-        let pattern = format!("{{{name}}}:[tr]:*");
+        // Every live-task and result key of the queue's one tag (the name escaped for globbing).
+        let pattern = k.task_or_result_pattern("");
         let mut out = Migrated::default();
         let mut seen = std::collections::HashSet::new();
         let mut c = self.conn.clone();

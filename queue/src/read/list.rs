@@ -94,17 +94,7 @@ impl Queue {
         };
         let (first, mut inner) = match cursor {
             None | Some("") => (seq[0], None),
-            // A cursor of one partition's shape starts at the first partition.
-            Some(c) => match c.split_once('/') {
-                None => (seq[0], Some(c.to_string())),
-                Some((p, rest)) => {
-                    let p: usize = p.parse().map_err(|_| bad_cursor(c))?;
-                    if p >= slots.len() {
-                        return Err(bad_cursor(c));
-                    }
-                    (p, Some(rest.to_string()))
-                }
-            },
+            Some(c) => resume_at(c, slots.len(), seq[0])?,
         };
         let mut page = Page {
             total: counts.iter().sum(),
@@ -123,14 +113,17 @@ impl Queue {
                 .list_ready(order, inner.take().as_deref(), want)
                 .await?;
             page.items.extend(got.items);
+            // The slot has more (its page was full, though records that vanished since they
+            // were listed may leave this page short): resume in it.
+            if let Some(c) = got.next_cursor {
+                page.next_cursor = Some(ready_cursor(slots.len(), p, &c));
+                break;
+            }
             if page.items.len() >= limit {
-                page.next_cursor = match got.next_cursor {
-                    Some(c) => Some(ready_cursor(slots.len(), p, &c)),
-                    None => seq[n + 1..]
-                        .iter()
-                        .find(|q| counts[**q] > 0)
-                        .map(|q| format!("{q}/")),
-                };
+                page.next_cursor = seq[n + 1..]
+                    .iter()
+                    .find(|q| counts[**q] > 0)
+                    .map(|q| format!("{q}/"));
             }
         }
         Ok(page)
@@ -222,6 +215,22 @@ pub(super) fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, String)>
     }
 }
 
+/// Where ready cursor `c` resumes in a queue of `slots` slots: (slot, that slot's cursor).
+/// "<p>/<cursor>" names slot p; a cursor without one (a slot's own shape) starts at slot
+/// `first`. A queue of one slot reads any "<x>/<cursor>" as its cursor, as it always has.
+fn resume_at(c: &str, slots: usize, first: usize) -> Result<(usize, Option<String>)> {
+    let Some((p, rest)) = c.split_once('/') else {
+        return Ok((first, Some(c.to_string())));
+    };
+    if slots == 1 {
+        return Ok((0, Some(rest.to_string())));
+    }
+    match p.parse::<usize>() {
+        Ok(p) if p < slots => Ok((p, Some(rest.to_string()))),
+        _ => Err(bad_cursor(c)),
+    }
+}
+
 /// The ready cursor a queue of `slots` slots hands out for slot `p`'s cursor `c`: it names
 /// the slot when there are several; a queue of one slot hands out the slot's own cursors (as
 /// it always has, so a cursor a client kept stays valid).
@@ -244,5 +253,18 @@ mod tests {
         // Both shapes are cursors the API accepts back.
         assert!(is_list_cursor(&ready_cursor(1, 0, "z:5:abc")));
         assert!(is_list_cursor(&ready_cursor(3, 1, "z:5:abc")));
+    }
+
+    #[test]
+    fn ready_cursors_resume_in_the_slot_they_name() {
+        let at = |c: &str, slots| resume_at(c, slots, 0).ok();
+        assert_eq!(at("2/i:abc", 3), Some((2, Some("i:abc".into()))));
+        assert_eq!(at("1/", 3), Some((1, Some(String::new()))));
+        assert_eq!(at("i:abc", 3), Some((0, Some("i:abc".into()))));
+        assert_eq!(at("3/i:abc", 3), None);
+        assert_eq!(at("x/i:abc", 3), None);
+        // One slot: any prefix is read as the slot's cursor, as before partitions existed.
+        assert_eq!(at("2/i:abc", 1), Some((0, Some("i:abc".into()))));
+        assert_eq!(at("i:abc", 1), Some((0, Some("i:abc".into()))));
     }
 }
