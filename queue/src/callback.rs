@@ -5,6 +5,7 @@ use crate::decode::int;
 use crate::error::Result;
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
+use crate::slot::Slot;
 
 impl Queue {
     /// Stores `result` as the final data of the life of task `id` created at `created_ms` and
@@ -19,15 +20,15 @@ impl Queue {
         expires_ms: i64,
         result: &str,
     ) -> Result<bool> {
-        if let Some(p) = self.part_for(id) {
-            return (p.complete_by_callback_one(id, created_ms, expires_ms, result)).await;
-        }
-        self.complete_by_callback_one(id, created_ms, expires_ms, result)
+        self.slot_of(id)
+            .complete_by_callback(id, created_ms, expires_ms, result)
             .await
     }
+}
 
-    /// [`Queue::complete_by_callback`] on this partition alone (or the whole queue of one partition).
-    async fn complete_by_callback_one(
+impl Slot {
+    /// [`Queue::complete_by_callback`] in this slot (callback.lua).
+    async fn complete_by_callback(
         &self,
         id: &str,
         created_ms: i64,

@@ -21,6 +21,14 @@ pub(crate) fn string(v: &Value) -> Result<String> {
     }
 }
 
+/// A string reply, or None for nil.
+pub(crate) fn opt_string(v: &Value) -> Result<Option<String>> {
+    match v {
+        Value::Nil => Ok(None),
+        other => string(other).map(Some),
+    }
+}
+
 /// A task id read from Redis: anything that is not one is damage, not a task.
 pub(crate) fn task_id(v: &Value) -> Result<TaskId> {
     parse_id(&string(v)?)

@@ -2,13 +2,14 @@
 //! any producer) calls; one atomic script per query creates the task, joins the live one, or
 //! answers with the fresh stored result.
 
-use crate::decode::{self, status, string};
+use crate::decode::{self, opt_string, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::model::{EnqueuePolicy, Enqueued, Priority};
 use crate::normalise_query;
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
-use crate::worker_ops::{opt_string, MAX_BATCH};
+use crate::slot::Slot;
+use crate::worker_ops::MAX_BATCH;
 use redis::{ScriptInvocation, Value};
 
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored.
@@ -64,7 +65,7 @@ impl Queue {
         check_tenant(&policy.tenant)?;
         let q = normalise_query(query)?;
         let id = self.task_id(&q);
-        let at = self.part_for(&id).unwrap_or(self);
+        let at = self.slot_of(&id);
         let inv = at.enqueue_invocation(&id, &q, payload, policy);
         decode_enqueued(&id, at.run(&inv).await?)
     }
@@ -92,12 +93,9 @@ impl Queue {
         }
         // One pipeline per partition (a pipeline goes to one node), sent together.
         let ids: Vec<&str> = valid.iter().map(|(_, id, _, _)| id.as_str()).collect();
-        let groups = match self.parts() {
-            Some(_) => self.group_by_part(&ids),
-            None => vec![(0, (0..valid.len()).collect())],
-        };
+        let groups = self.group_by_slot(&ids);
         let answers = futures::future::try_join_all(groups.iter().map(|(p, idx)| {
-            let at = self.parts().map_or(self, |parts| &parts[*p]);
+            let at = &self.slots()[*p];
             let items: Vec<_> = idx.iter().map(|&j| &valid[j]).collect();
             async move {
                 let mut out = Vec::with_capacity(items.len());
@@ -131,7 +129,10 @@ impl Queue {
             .map(|r| r.unwrap_or_else(|| Err(corrupt("enqueue_many: item without an answer"))))
             .collect())
     }
+}
 
+impl Slot {
+    /// The enqueue script call of one task of this slot (enqueue.lua).
     fn enqueue_invocation<'a>(
         &self,
         id: &str,

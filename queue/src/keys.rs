@@ -64,6 +64,17 @@ impl Keys {
         Keys::with_tag(partition_tag(name, i, n))
     }
 
+    /// The keys of slot `i` of a queue of `n` partitions: the queue's own tag `{name}` when
+    /// it has one partition (so data written before partitions existed is found), else
+    /// partition `i`'s tag.
+    pub fn slot(name: &str, i: usize, n: usize) -> Keys {
+        if n <= 1 {
+            Keys::new(name)
+        } else {
+            Keys::partition(name, i, n)
+        }
+    }
+
     /// This queue's hash tag, braces included.
     pub fn tag(&self) -> &str {
         &self.tag
@@ -152,6 +163,17 @@ impl Keys {
         match escaped.split_once("}:[tr]:") {
             Some((tag, rest)) => format!("{tag}#*}}:[tr]:{rest}"),
             None => escaped,
+        }
+    }
+
+    /// The `SCAN MATCH` pattern for the live-task and result keys starting with `id_prefix`
+    /// in every slot of a queue of `partitions` partitions whose control keys these are: one
+    /// pattern, so one scan of the keyspace finds them all.
+    pub fn id_prefix_pattern(&self, id_prefix: &str, partitions: usize) -> String {
+        if partitions <= 1 {
+            self.task_or_result_pattern(id_prefix)
+        } else {
+            self.any_partition_task_or_result_pattern(id_prefix)
         }
     }
 

@@ -1,39 +1,48 @@
-//! repoll's queue core: unique polling tasks in Redis sorted sets, claimed under leases with
-//! fencing tokens, every transition one atomic Lua script timed by Redis `TIME`.
+//! repoll's queue core: unique polling tasks in Redis, claimed under leases with fencing
+//! tokens, every transition one atomic Lua script timed by Redis `TIME`.
 //!
-//! A short tour, in reading order:
+//! The entry point is [`Queue`]: [`Queue::connect`] (or [`Queue::connect_cluster`]) with a
+//! [`QueueConfig`], then [`Queue::enqueue`] from producers, [`Queue::claim`] /
+//! [`Queue::complete`] / [`Queue::reschedule`] / [`Queue::fail`] from workers, and the reads
+//! and operator actions for the dashboard. Errors are [`QueueError`]; `StaleToken` is the one
+//! a worker acts on (its lease was lost, so it must drop the task).
 //!
-//! - [`id`]: a task's id is a hash of its normalised query, so the same query is the same task
-//!   (the rules, like the views of tasks and the queue, are in the shared `model` crate).
-//! - [`model`]: the public data types (settings, call outcomes, and the shared views).
-//! - [`error`]: [`QueueError`]; `StaleToken` is the one workers act on.
-//! - `keys`: the key layout; every key carries the hash tag `{name}` (Redis Cluster safe).
-//! - [`scripts`]: the Lua scripts from `lua/*.lua`, loaded once and run by SHA.
-//! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
-//! - `queue`: the [`Queue`] handle and shared plumbing.
-//! - [`partition`]: one logical queue over P hash tags (a Redis Cluster spreads it over its
-//!   nodes): routing by id, claims across partitions, merged reads.
+//! # A tour, in reading order
+//!
+//! - [`id`]: a task's id is a hash of its normalised query, so the same query is one task (the
+//!   shared views and rules live in the `model` crate, re-exported through [`model`]).
+//! - `keys`: every key name; each carries a hash tag, so a Redis Cluster keeps what one script
+//!   touches in one slot.
+//! - `slot`: a `Slot` is everything under one hash tag and the only code that talks to it:
+//!   connection, keys, settings, and the script call plumbing (`invocation`, `run`).
+//! - `queue`: the [`Queue`] handle. It owns one slot per partition (one slot when the queue
+//!   has one partition: the same code either way) and the control slot `{name}`, and only
+//!   routes.
+//! - [`partition`]: how the queue routes: a task's slot by its id ([`partition_of`]), the one
+//!   fan-out to every slot, claims that sweep the slots, chained claims, breaker mirroring.
+//! - [`scripts`] and `conn`: the Lua scripts, and one connection type ([`RedisConn`]) for a
+//!   server or a cluster.
+//! - The operations, each a `Queue` method that routes and a `Slot` method that does the
+//!   work: `enqueue`, `worker_ops` (claim, renew, complete, reschedule, fail, release, reap,
+//!   heartbeats), `callback`, `operator_ops` (retry, cancel, pause, breaker, purge,
+//!   migrate), [`bulk`] (actions by filter, in the background), `read` (stats, cursor pages,
+//!   details, throughput, tenants, events; `read::merge` merges the slots' answers).
+//! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per task).
 //! - `repartition`: moving a drained queue to another partition count.
-//! - `conn`: [`RedisConn`], one server or a Redis Cluster behind one connection type.
-//! - `enqueue`: enqueue and enqueue_many (create, join, or answer with the stored result).
-//! - `worker_ops`: claim, renew, complete, reschedule, fail (each able to claim the next tasks
-//!   in the same call), release, reap, heartbeats.
-//! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per unit of work).
-//! - `callback`: a task completed at once by the upstream's callback (the token was checked
-//!   by the web process).
-//! - `operator_ops`: retry, cancel, pause/resume, purge (chunked): what an operator does.
-//! - [`bulk`]: bulk actions by filter (select, count, act in chunks in the background, stop).
-//! - `read`: stats, list (cursor pages), get, workers, stuck leases, events, the pause flag,
-//!   id-prefix search, the Redis server's facts.
-//! - `sessions`, `signin`, `audit`: what the admin dashboard keeps next to the queue (its
-//!   sessions, the sign-in attempt limit, the audit log), so no other crate builds a key.
+//! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
+//! - `sessions`, `signin`, `audit`: what the dashboard keeps next to the queue.
 //!
 //! ARCHITECTURE.md ("Queue core: keys, states, transitions") has the key table and the
 //! state machine.
 
+#![deny(missing_docs)]
+
 mod audit;
 pub mod bulk;
 mod callback;
+// RedisConn's variants are documented with the connection code (conn.rs, being reworked
+// with the script machinery); until then they are exempt from the crate's missing_docs.
+#[allow(missing_docs)]
 mod conn;
 mod decode;
 mod enqueue;
@@ -44,10 +53,11 @@ pub mod model;
 mod operator_ops;
 pub mod partition;
 mod queue;
-mod read;
+pub(crate) mod read;
 mod repartition;
 pub mod scripts;
 mod sessions;
+mod slot;
 mod signin;
 mod wake;
 mod worker_ops;

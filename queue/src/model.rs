@@ -200,17 +200,25 @@ pub enum Enqueued {
 /// A task handed to a worker by [`crate::Queue::claim`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claimed {
+    /// The task's id.
     pub id: TaskId,
+    /// The normalised query to send upstream.
     pub query: String,
+    /// The producer's payload, as enqueued.
     pub payload: String,
     /// Fencing token: pass it back to every call about this lease.
     pub token: u64,
+    /// Errors recorded so far (each failed call is one attempt).
     pub attempts: u32,
+    /// "Still processing" answers so far (polls are not attempts).
     pub polls: u32,
+    /// Attempts allowed before the task is dead.
     pub max_attempts: u32,
+    /// When the task was enqueued (Redis time, ms).
     pub created_ms: i64,
     /// Whole-life deadline, 0 = none.
     pub deadline_ms: i64,
+    /// When this lease ends unless renewed (Redis time, ms).
     pub lease_deadline_ms: i64,
 }
 
@@ -218,9 +226,13 @@ pub struct Claimed {
 /// finishes many tasks acks them in one script call).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completion {
+    /// The task.
     pub id: TaskId,
+    /// The lease's fencing token.
     pub token: u64,
+    /// The final result to store.
     pub result: String,
+    /// How long the upstream call took (for the latency charts).
     pub latency_ms: u64,
 }
 
@@ -228,10 +240,15 @@ pub struct Completion {
 /// `delay_ms`", with the latest partial data if the upstream sent some.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reschedule {
+    /// The task.
     pub id: TaskId,
+    /// The lease's fencing token.
     pub token: u64,
+    /// How long until the next poll.
     pub delay_ms: u64,
+    /// The latest partial data to keep, if the upstream sent some.
     pub partial: Option<String>,
+    /// How long the upstream call took (for the latency charts).
     pub latency_ms: u64,
 }
 
@@ -247,12 +264,16 @@ pub enum Retry {
 /// Outcome of [`crate::Queue::fail`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Failed {
+    /// Due again later.
     Retrying {
+        /// When it is due again (Redis time, ms).
         due_at: i64,
+        /// Attempts so far, this one included.
         attempts: u32,
     },
     /// Gave up: max attempts, deadline or fatal.
     Dead {
+        /// Why it died.
         reason: DeadReason,
     },
 }
@@ -260,7 +281,9 @@ pub enum Failed {
 /// Outcome of [`crate::Queue::reap`].
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reaped {
+    /// Tasks whose lease expired, due again now.
     pub requeued: Vec<TaskId>,
+    /// Tasks that lost too many leases (dead as "poison").
     pub dead: Vec<TaskId>,
 }
 

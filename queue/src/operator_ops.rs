@@ -7,6 +7,7 @@ use crate::error::{corrupt, Result};
 use crate::model::{PurgeTarget, TaskId};
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
+use crate::slot::Slot;
 use redis::AsyncCommands;
 
 /// Ids per bulk script call.
@@ -21,15 +22,111 @@ impl Queue {
 
     /// Retries every dead task; returns how many.
     pub async fn retry_all_dead(&self, who: &str) -> Result<u64> {
-        if let Some(parts) = self.parts() {
-            let n = Queue::fan(parts, |p| async move { p.retry_all_dead_one(who).await }).await?;
-            return Ok(n.into_iter().sum());
-        }
-        self.retry_all_dead_one(who).await
+        let n = self
+            .fan(|s| async move { s.retry_all_dead(who).await })
+            .await?;
+        Ok(n.into_iter().sum())
     }
 
-    /// [`Queue::retry_all_dead`] on this partition alone (or the whole queue of one partition).
-    async fn retry_all_dead_one(&self, who: &str) -> Result<u64> {
+    /// Retries `ids` (mode "dead": dead ones only; "any": dead or waiting), each in its slot;
+    /// returns how many changed.
+    pub(crate) async fn retry_ids<S: AsRef<str>>(
+        &self,
+        ids: &[S],
+        who: &str,
+        mode: &str,
+    ) -> Result<u64> {
+        let ids: Vec<&str> = ids.iter().map(AsRef::as_ref).collect();
+        let n = self
+            .by_slot(
+                &ids,
+                |id| *id,
+                |s, chunk| async move { s.retry_ids(&chunk, who, mode).await },
+            )
+            .await?;
+        Ok(n.into_iter().map(|(_, n)| n).sum())
+    }
+
+    /// Removes a live task (due, leased or dead) for good. Ok(false) if there is none.
+    pub async fn cancel(&self, id: &str, who: &str) -> Result<bool> {
+        self.slot_of(id).cancel(id, who).await
+    }
+
+    /// Opens the upstream's circuit breaker by hand for `for_ms` (then a probe goes, as after
+    /// an automatic opening): claims take nothing, leases in flight carry on.
+    pub async fn open_breaker(&self, who: &str, for_ms: u64) -> Result<()> {
+        self.breaker_action("open", who, for_ms).await.map(|_| ())
+    }
+
+    /// Closes the breaker at once and wakes a worker per ready task. Ok(false): it was closed.
+    pub async fn close_breaker(&self, who: &str) -> Result<bool> {
+        self.breaker_action("close", who, 1).await
+    }
+
+    /// Opens or closes (`mode`) the breaker of every slot; true if any changed.
+    async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
+        // Every slot's claims read their own breaker (partition.rs).
+        let changed = self
+            .fan(|s| async move { s.breaker_action(mode, who, for_ms).await })
+            .await?;
+        Ok(changed.into_iter().any(|c| c))
+    }
+
+    /// Stops claims (they return nothing) until resume. Leases in flight carry on.
+    pub async fn pause(&self, who: &str) -> Result<()> {
+        self.set_paused("pause", who).await
+    }
+
+    /// Lets claims run again and wakes idle workers.
+    pub async fn resume(&self, who: &str) -> Result<()> {
+        self.set_paused("resume", who).await
+    }
+
+    /// Pauses or resumes (`mode`) every slot.
+    async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
+        // Every slot's claims read their own flag (partition.rs); an error leaves some slots
+        // switched and is returned, so the operator asks again.
+        self.fan(|s| async move { s.set_paused(mode, who).await })
+            .await?;
+        Ok(())
+    }
+
+    /// Whether the queue is paused (every slot holds the flag; the first slot's is read).
+    pub async fn is_paused(&self) -> Result<bool> {
+        self.slots()[0].is_paused().await
+    }
+
+    /// Removes everything of one kind, chunk by chunk; returns how many were removed.
+    pub async fn purge(&self, target: PurgeTarget, who: &str) -> Result<u64> {
+        let n = self
+            .fan(|s| async move { s.purge(target, who).await })
+            .await?;
+        Ok(n.into_iter().sum())
+    }
+
+    /// Purges `ids` as `target` says ("dead", "results", "queued", "history"), each in its
+    /// slot; returns how many were removed.
+    pub(crate) async fn purge_chunk<S: AsRef<str>>(
+        &self,
+        target: &str,
+        ids: &[S],
+        who: &str,
+    ) -> Result<u64> {
+        let ids: Vec<&str> = ids.iter().map(AsRef::as_ref).collect();
+        let n = self
+            .by_slot(
+                &ids,
+                |id| *id,
+                |s, chunk| async move { s.purge_chunk(target, &chunk, who).await },
+            )
+            .await?;
+        Ok(n.into_iter().map(|(_, n)| n).sum())
+    }
+}
+
+impl Slot {
+    /// [`Queue::retry_all_dead`] in this slot.
+    pub(crate) async fn retry_all_dead(&self, who: &str) -> Result<u64> {
         let mut total = 0;
         loop {
             let ids = self.zrange_chunk(&self.keys().dead.clone(), 0).await?;
@@ -45,25 +142,13 @@ impl Queue {
         }
     }
 
+    /// [`Queue::retry_ids`] of ids of this slot (retry.lua).
     pub(crate) async fn retry_ids<S: AsRef<str>>(
         &self,
         ids: &[S],
         who: &str,
         mode: &str,
     ) -> Result<u64> {
-        if let Some(parts) = self.parts() {
-            let mut n = 0;
-            for (p, idx) in self.group_by_part(ids) {
-                let chunk: Vec<&str> = idx.iter().map(|&i| ids[i].as_ref()).collect();
-                n += (parts[p].retry_ids_one(&chunk, who, mode)).await?;
-            }
-            return Ok(n);
-        }
-        self.retry_ids_one(ids, who, mode).await
-    }
-
-    /// [`Queue::retry_ids`] on this partition alone (or the whole queue of one partition).
-    async fn retry_ids_one<S: AsRef<str>>(&self, ids: &[S], who: &str, mode: &str) -> Result<u64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
         inv.key(&k.ready)
@@ -82,16 +167,8 @@ impl Queue {
         count(int(&self.run(&inv).await?)?)
     }
 
-    /// Removes a live task (due, leased or dead) for good. Ok(false) if there is none.
-    pub async fn cancel(&self, id: &str, who: &str) -> Result<bool> {
-        if let Some(p) = self.part_for(id) {
-            return (p.cancel_one(id, who)).await;
-        }
-        self.cancel_one(id, who).await
-    }
-
-    /// [`Queue::cancel`] on this partition alone (or the whole queue of one partition).
-    async fn cancel_one(&self, id: &str, who: &str) -> Result<bool> {
+    /// [`Queue::cancel`] in this slot.
+    pub(crate) async fn cancel(&self, id: &str, who: &str) -> Result<bool> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.cancel);
         inv.key(k.task(id))
@@ -112,36 +189,9 @@ impl Queue {
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 
-    /// Opens the upstream's circuit breaker by hand for `for_ms` (then a probe goes, as after
-    /// an automatic opening): claims take nothing, leases in flight carry on.
-    pub async fn open_breaker(&self, who: &str, for_ms: u64) -> Result<()> {
-        self.breaker_action("open", who, for_ms).await.map(|_| ())
-    }
-
-    /// Closes the breaker at once and wakes a worker per ready task. Ok(false): it was closed.
-    pub async fn close_breaker(&self, who: &str) -> Result<bool> {
-        self.breaker_action("close", who, 1).await
-    }
-
-    async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
-        if let Some(parts) = self.parts() {
-            // Every partition's claims read their own breaker (partition.rs).
-            let changed = Queue::fan(parts, |p| async move {
-                p.breaker_action_one(mode, who, for_ms).await
-            })
-            .await?;
-            return Ok(changed.into_iter().any(|c| c));
-        }
-        self.breaker_action_one(mode, who, for_ms).await
-    }
-
-    /// [`Queue::breaker_action`] on this partition alone (or the whole queue of one partition).
-    pub(crate) async fn breaker_action_one(
-        &self,
-        mode: &str,
-        who: &str,
-        for_ms: u64,
-    ) -> Result<bool> {
+    /// [`Queue::breaker_action`] on this slot's breaker (breaker.lua); also the mirror of
+    /// another slot's opening (`partition`).
+    pub(crate) async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.breaker);
         inv.key(&k.breaker)
@@ -156,28 +206,8 @@ impl Queue {
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 
-    /// Stops claims (they return nothing) until resume. Leases in flight carry on.
-    pub async fn pause(&self, who: &str) -> Result<()> {
-        self.set_paused("pause", who).await
-    }
-
-    /// Lets claims run again and wakes idle workers.
-    pub async fn resume(&self, who: &str) -> Result<()> {
-        self.set_paused("resume", who).await
-    }
-
-    async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
-        if let Some(parts) = self.parts() {
-            // Every partition's claims read their own flag (partition.rs); an error leaves
-            // some partitions switched and is returned, so the operator asks again.
-            Queue::fan(parts, |p| async move { p.set_paused_one(mode, who).await }).await?;
-            return Ok(());
-        }
-        self.set_paused_one(mode, who).await
-    }
-
-    /// [`Queue::set_paused`] on this partition alone (or the whole queue of one partition).
-    async fn set_paused_one(&self, mode: &str, who: &str) -> Result<()> {
+    /// [`Queue::set_paused`] on this slot's flag (pause.lua).
+    pub(crate) async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.pause);
         inv.key(&k.paused)
@@ -192,30 +222,14 @@ impl Queue {
         Ok(())
     }
 
-    pub async fn is_paused(&self) -> Result<bool> {
-        if let Some(parts) = self.parts() {
-            return (parts[0].is_paused_one()).await;
-        }
-        self.is_paused_one().await
-    }
-
-    /// [`Queue::is_paused`] on this partition alone (or the whole queue of one partition).
-    async fn is_paused_one(&self) -> Result<bool> {
+    /// [`Queue::is_paused`] by this slot's flag.
+    pub(crate) async fn is_paused(&self) -> Result<bool> {
         let mut c = self.conn.clone();
         Ok(c.exists(&self.keys().paused).await?)
     }
 
-    /// Removes everything of one kind, chunk by chunk; returns how many were removed.
-    pub async fn purge(&self, target: PurgeTarget, who: &str) -> Result<u64> {
-        if let Some(parts) = self.parts() {
-            let n = Queue::fan(parts, |p| async move { p.purge_one(target, who).await }).await?;
-            return Ok(n.into_iter().sum());
-        }
-        self.purge_one(target, who).await
-    }
-
-    /// [`Queue::purge`] on this partition alone (or the whole queue of one partition).
-    async fn purge_one(&self, target: PurgeTarget, who: &str) -> Result<u64> {
+    /// [`Queue::purge`] of this slot, chunk by chunk.
+    pub(crate) async fn purge(&self, target: PurgeTarget, who: &str) -> Result<u64> {
         let k = self.keys().clone();
         let (name, sources): (&str, Vec<&String>) = match target {
             PurgeTarget::Dead => ("dead", vec![&k.dead]),
@@ -268,25 +282,8 @@ impl Queue {
         Ok(total)
     }
 
+    /// [`Queue::purge_chunk`] of ids of this slot (purge.lua).
     pub(crate) async fn purge_chunk<S: AsRef<str>>(
-        &self,
-        target: &str,
-        ids: &[S],
-        who: &str,
-    ) -> Result<u64> {
-        if let Some(parts) = self.parts() {
-            let mut n = 0;
-            for (p, idx) in self.group_by_part(ids) {
-                let chunk: Vec<&str> = idx.iter().map(|&i| ids[i].as_ref()).collect();
-                n += (parts[p].purge_chunk_one(target, &chunk, who)).await?;
-            }
-            return Ok(n);
-        }
-        self.purge_chunk_one(target, ids, who).await
-    }
-
-    /// [`Queue::purge_chunk`] on this partition alone (or the whole queue of one partition).
-    async fn purge_chunk_one<S: AsRef<str>>(
         &self,
         target: &str,
         ids: &[S],
@@ -340,20 +337,13 @@ impl Queue {
     ///
     /// A partitioned queue has nothing to migrate (partitions came after the lean layout).
     pub async fn migrate(&self) -> Result<Migrated> {
-        if self.parts().is_some() {
+        if self.partitions() > 1 {
             return Ok(Migrated::default());
         }
-        let k = self.keys();
-        let name: String = self
-            .config()
-            .name
-            .chars()
-            .flat_map(|c| match c {
-                '*' | '?' | '[' | ']' | '\\' => vec!['\\', c],
-                c => vec![c],
-            })
-            .collect();
-        let pattern = format!("{{{name}}}:[tr]:*");
+        let slot = &self.slots()[0];
+        let k = slot.keys();
+        // Every live-task and result key of the queue's one tag (the name escaped for globbing).
+        let pattern = k.task_or_result_pattern("");
         let mut out = Migrated::default();
         let mut seen = std::collections::HashSet::new();
         let mut c = self.conn.clone();
@@ -375,12 +365,12 @@ impl Queue {
                 if !TaskId::is_valid(id) || !seen.insert(id.to_string()) {
                     continue;
                 }
-                let mut inv = self.invocation(&SCRIPTS.migrate);
+                let mut inv = slot.invocation(&SCRIPTS.migrate);
                 inv.key(k.task(id))
                     .key(k.result(id))
                     .key(k.partial(id))
                     .arg(id);
-                let r = array(self.run(&inv).await?)?;
+                let r = array(slot.run(&inv).await?)?;
                 if r.first().map(string).transpose()?.as_deref() == Some("migrated") {
                     out.records += 1;
                 }

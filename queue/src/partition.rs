@@ -40,6 +40,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::error::{corrupt, Result};
 use crate::model::{QueueConfig, TaskId};
+use crate::slot::Slot;
 use crate::Queue;
 
 /// Most partitions a queue may have.
@@ -69,11 +70,9 @@ pub fn partition_of(id: &str, n: usize) -> usize {
 /// task `id`'s keys: `{name}` for one partition. For tools that read a task's keys directly
 /// (the chaos suite reads histories).
 pub fn task_tag(name: &str, id: &str, partitions: usize) -> String {
-    if partitions <= 1 {
-        format!("{{{name}}}")
-    } else {
-        crate::keys::partition_tag(name, partition_of(id, partitions), partitions)
-    }
+    crate::keys::Keys::slot(name, partition_of(id, partitions), partitions)
+        .tag()
+        .to_string()
 }
 
 /// The configuration of each partition of a queue configured with `cfg`: one partition, and
@@ -174,16 +173,14 @@ pub(crate) async fn check_layout(q: &Queue) -> Result<()> {
 impl Queue {
     /// How many partitions this queue has (1: one hash tag).
     pub fn partitions(&self) -> usize {
-        self.inner.parts.len().max(1)
+        self.inner.slots.len()
     }
 
     /// The hash tag of partition `i` (braces included; see `keys::partition_tag`), or
-    /// the queue's one tag.
+    /// the queue's one tag. An `i` past the last partition is read as the last.
     pub fn partition_tag(&self, i: usize) -> String {
-        match self.parts() {
-            Some(p) => p[i.min(p.len() - 1)].keys().tag().to_string(),
-            None => self.keys().tag().to_string(),
-        }
+        let slots = self.slots();
+        slots[i.min(slots.len() - 1)].keys().tag().to_string()
     }
 
     /// The partition of `id` in this queue.
@@ -191,16 +188,14 @@ impl Queue {
         partition_of(id, self.partitions())
     }
 
-    /// The partitions' handles, or None for a queue of one partition (this handle is then
-    /// the whole queue).
-    pub(crate) fn parts(&self) -> Option<&[Queue]> {
-        let p = &self.inner.parts;
-        (!p.is_empty()).then_some(p.as_slice())
+    /// The queue's slots, one per partition (never empty).
+    pub(crate) fn slots(&self) -> &[Slot] {
+        &self.inner.slots
     }
 
-    /// The handle of `id`'s partition, or None for a queue of one partition.
-    pub(crate) fn part_for(&self, id: &str) -> Option<&Queue> {
-        self.parts().map(|p| &p[partition_of(id, p.len())])
+    /// The slot task `id` lives in.
+    pub(crate) fn slot_of(&self, id: &str) -> &Slot {
+        &self.inner.slots[self.partition_of(id)]
     }
 
     /// The next partition of this process's rotation.
@@ -216,23 +211,25 @@ impl Queue {
         self.inner.chain_hops.fetch_add(1, Ordering::Relaxed) % CHAIN_ROTATE == CHAIN_ROTATE - 1
     }
 
-    /// Runs `f` on every partition (at most [`FAN_OUT`] at once); the answers in partition
-    /// order. `f` gets a handle of its own (a cheap clone), so the futures borrow nothing from
-    /// the slice (which keeps them `Send` for any caller).
-    pub(crate) async fn fan<T, F, Fut>(parts: &[Queue], f: F) -> Result<Vec<T>>
+    /// Runs `f` on every slot (at most [`FAN_OUT`] at once); the answers in slot order. `f`
+    /// gets a slot of its own (a cheap clone), so the futures borrow nothing from the queue
+    /// (which keeps them `Send` for any caller). Every read or switch that concerns the whole
+    /// queue goes through here; the merges of the answers are in `read::merge`.
+    pub(crate) async fn fan<T, F, Fut>(&self, f: F) -> Result<Vec<T>>
     where
-        F: FnMut(Queue) -> Fut,
+        F: FnMut(Slot) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let futs: Vec<Fut> = parts.iter().cloned().map(f).collect();
+        let futs: Vec<Fut> = self.slots().iter().cloned().map(f).collect();
         futures::stream::iter(futs)
             .buffered(FAN_OUT)
             .try_collect()
             .await
     }
 
-    /// Groups `ids` by partition: (partition, the indices of its ids in `ids`).
-    pub(crate) fn group_by_part<S: AsRef<str>>(&self, ids: &[S]) -> Vec<(usize, Vec<usize>)> {
+    /// Groups `ids` by slot: (slot, the indices of its ids in `ids`), slots without ids left
+    /// out.
+    pub(crate) fn group_by_slot<S: AsRef<str>>(&self, ids: &[S]) -> Vec<(usize, Vec<usize>)> {
         let n = self.partitions();
         let mut groups: Vec<Vec<usize>> = vec![Vec::new(); n];
         for (i, id) in ids.iter().enumerate() {
@@ -245,13 +242,48 @@ impl Queue {
             .collect()
     }
 
+    /// Runs `f` on each slot with the items of `items` that live there (in their order; at
+    /// most [`FAN_OUT`] slots at once) and returns the answers as (slot's items' indices in
+    /// `items`, its answer), so a caller can put per-item answers back in item order or sum
+    /// the counts.
+    pub(crate) async fn by_slot<I, T, F, Fut>(
+        &self,
+        items: &[I],
+        id_of: impl Fn(&I) -> &str,
+        mut f: F,
+    ) -> Result<Vec<(Vec<usize>, T)>>
+    where
+        I: Clone,
+        F: FnMut(Slot, Vec<I>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let ids: Vec<&str> = items.iter().map(&id_of).collect();
+        let futs: Vec<_> = self
+            .group_by_slot(&ids)
+            .into_iter()
+            .map(|(s, idx)| {
+                let chunk: Vec<I> = idx.iter().map(|&i| items[i].clone()).collect();
+                let fut = f(self.slots()[s].clone(), chunk);
+                async move { Ok::<_, crate::QueueError>((idx, fut.await?)) }
+            })
+            .collect();
+        futures::stream::iter(futs)
+            .buffered(FAN_OUT)
+            .try_collect()
+            .await
+    }
+
     /// Keeps the breaker global across partitions: a partition's breaker that opened by
     /// itself (its share of the errors) opens the closed ones for the rest of its cool-down
     /// (breaker.lua, mode `mirror`). Each partition then sends its own probe after the
     /// cool-down (at most P probes), and each closes on its probe's success. Run by every
     /// worker's reaper (each second by default), so the others follow within about a second.
-    pub(crate) async fn mirror_breakers(&self, parts: &[Queue]) -> Result<()> {
-        let all = Queue::fan(parts, |p| async move { p.breaker_one().await }).await?;
+    /// A queue of one slot has no other breaker to open: nothing to read.
+    pub(crate) async fn mirror_breakers(&self) -> Result<()> {
+        if self.partitions() < 2 {
+            return Ok(());
+        }
+        let all = self.fan(|s| async move { s.breaker().await }).await?;
         let Some((i, open)) = all
             .iter()
             .enumerate()
@@ -270,22 +302,22 @@ impl Queue {
             return Ok(());
         }
         let who = format!("partition {i}");
-        for (p, b) in parts.iter().zip(&all) {
+        for (s, b) in self.slots().iter().zip(&all) {
             if b.is_none() {
-                p.breaker_action_one("mirror", &who, left.unsigned_abs())
+                s.breaker_action("mirror", &who, left.unsigned_abs())
                     .await?;
             }
         }
         Ok(())
     }
 
-    /// A batched write of a partitioned queue (completions, reschedules): each partition's
-    /// items in one call, and the `next_n` tasks asked for claimed in the partition of the
-    /// last item (or, every [`CHAIN_ROTATE`]-th time, in the rotation's next one: then it is
-    /// a call of its own unless that partition has items too). Results in item order.
-    pub(crate) async fn partitioned_write<I, R, F, Fut>(
+    /// A batched write (completions, reschedules): each slot's items in one call, and the
+    /// `next_n` tasks asked for claimed in the slot of the last item (or, every
+    /// [`CHAIN_ROTATE`]-th time, in the rotation's next one: then it is a call of its own
+    /// unless that slot has items too). No items is a plain claim: a sweep of the slots from
+    /// the rotation's next, as `claim` does. Results in item order.
+    pub(crate) async fn chained_write<I, R, F, Fut>(
         &self,
-        parts: &[Queue],
         items: &[I],
         id_of: impl Fn(&I) -> &TaskId,
         next_n: usize,
@@ -293,25 +325,26 @@ impl Queue {
     ) -> Result<(Vec<R>, Vec<crate::Claimed>)>
     where
         I: Clone,
-        F: Fn(Queue, Vec<I>, usize) -> Fut,
+        F: Fn(Slot, Vec<I>, usize) -> Fut,
         Fut: Future<Output = Result<(Vec<R>, Vec<crate::Claimed>)>>,
     {
+        let slots = self.slots();
         let ids: Vec<&str> = items.iter().map(|i| id_of(i).as_str()).collect();
-        let groups = self.group_by_part(&ids);
+        let groups = self.group_by_slot(&ids);
         let claim_in = match ids.last() {
-            Some(last) if !self.chain_rotates() => partition_of(last, parts.len()),
+            Some(last) if !self.chain_rotates() => partition_of(last, slots.len()),
             _ => self.next_partition(),
         };
         let mut out: Vec<Option<R>> = (0..items.len()).map(|_| None).collect();
         let mut claimed = Vec::new();
         let mut claimed_done = next_n == 0;
-        for (p, idx) in &groups {
-            let next = if *p == claim_in { next_n } else { 0 };
-            claimed_done |= *p == claim_in;
+        for (s, idx) in &groups {
+            let next = if *s == claim_in { next_n } else { 0 };
+            claimed_done |= *s == claim_in;
             let chunk: Vec<I> = idx.iter().map(|&i| items[i].clone()).collect();
-            let (rs, cl) = call(parts[*p].clone(), chunk, next).await?;
+            let (rs, cl) = call(slots[*s].clone(), chunk, next).await?;
             if rs.len() != idx.len() {
-                return Err(corrupt("partitioned write: reply length differs"));
+                return Err(corrupt("chained write: reply length differs"));
             }
             for (&i, r) in idx.iter().zip(rs) {
                 out[i] = Some(r);
@@ -319,23 +352,22 @@ impl Queue {
             claimed.extend(cl);
         }
         if !claimed_done && items.is_empty() {
-            // A plain claim: a sweep, as `claim` does.
-            for i in 0..parts.len() {
+            for i in 0..slots.len() {
                 let want = next_n - claimed.len();
-                let p = &parts[(claim_in + i) % parts.len()];
-                let (_, cl) = call(p.clone(), Vec::new(), want).await?;
+                let s = &slots[(claim_in + i) % slots.len()];
+                let (_, cl) = call(s.clone(), Vec::new(), want).await?;
                 claimed.extend(cl);
                 if claimed.len() >= next_n {
                     break;
                 }
             }
         } else if !claimed_done {
-            let (_, cl) = call(parts[claim_in].clone(), Vec::new(), next_n).await?;
+            let (_, cl) = call(slots[claim_in].clone(), Vec::new(), next_n).await?;
             claimed.extend(cl);
         }
         let out = out
             .into_iter()
-            .map(|r| r.ok_or_else(|| corrupt("partitioned write: item without an answer")))
+            .map(|r| r.ok_or_else(|| corrupt("chained write: item without an answer")))
             .collect::<Result<Vec<R>>>()?;
         Ok((out, claimed))
     }

@@ -1,14 +1,14 @@
-//! The [`Queue`] handle: configuration, connection and the plumbing every operation shares
-//! (common script arguments, Redis time). The operations themselves live in `worker_ops`,
-//! `admin` and `read`.
+//! The [`Queue`] handle: configuration, connection, and its slots (one per partition; see
+//! `slot` and `partition`). The operations live in `enqueue`, `worker_ops`, `operator_ops`,
+//! `callback`, `bulk` and `read`: each routes to the slot(s) concerned.
 
 use crate::conn::RedisConn;
 use crate::error::{corrupt, Result};
 use crate::keys::Keys;
 use crate::model::{Channels, QueueConfig, TaskId};
 use crate::scripts::SCRIPTS;
+use crate::slot::Slot;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, ScriptInvocation, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,14 +25,13 @@ pub struct Queue {
 
 pub(crate) struct Inner {
     pub cfg: QueueConfig,
-    pub keys: Keys,
-    pub channels: Channels,
-    /// When this process last recounted the per-tenant leases (local ms; `Queue::reap`).
-    pub last_fair_sync_ms: std::sync::atomic::AtomicI64,
-    /// The partitions of a partitioned queue (`cfg.partitions` > 1), each a one-partition
-    /// handle on the same connection; empty when the queue is one partition (this handle's
-    /// keys are then the queue's). See the `partition` module.
-    pub parts: Vec<Queue>,
+    /// The control slot `{name}`: what belongs to the queue and to no task (meta, audit,
+    /// sessions, sign-in limits, worker registry, upstream rate, bulk runs), with the
+    /// queue's whole configuration. With one partition it is also the queue's one slot.
+    pub control: Slot,
+    /// The queue's slots, one per partition (`cfg.partitions`, 1 included); a task lives in
+    /// `slots[partition_of(id, P)]`. See the `partition` module.
+    pub slots: Vec<Slot>,
     /// Where this process's next claim sweep starts (round robin over the partitions).
     pub next_part: std::sync::atomic::AtomicUsize,
     /// Chained claims since this process last sent one to another partition.
@@ -131,32 +130,21 @@ impl Queue {
     /// A handle of `cfg.partitions` partitions, not checked against what the queue records
     /// (`with_connection` checks; a repartition reads both layouts).
     pub(crate) fn layout(conn: RedisConn, cfg: QueueConfig) -> Queue {
-        let parts = if cfg.partitions > 1 {
-            (0..usize::from(cfg.partitions))
-                .map(|i| {
-                    Queue::handle(
-                        conn.clone(),
-                        crate::partition::part_config(&cfg),
-                        Keys::partition(&cfg.name, i, usize::from(cfg.partitions)),
-                        Vec::new(),
-                    )
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Queue::handle(conn, cfg.clone(), Keys::new(&cfg.name), parts)
-    }
-
-    fn handle(conn: RedisConn, cfg: QueueConfig, keys: Keys, parts: Vec<Queue>) -> Queue {
+        let n = usize::from(cfg.partitions.max(1));
+        let control = Slot::new(conn.clone(), cfg.clone(), Keys::new(&cfg.name));
+        let slot_cfg = crate::partition::part_config(&cfg);
+        let slots = (0..n)
+            .map(|i| {
+                let keys = Keys::slot(&cfg.name, i, n);
+                Slot::new(conn.clone(), slot_cfg.clone(), keys)
+            })
+            .collect();
         Queue {
             conn,
             inner: Arc::new(Inner {
-                keys,
-                channels: Channels::new(&cfg.name),
                 cfg,
-                last_fair_sync_ms: std::sync::atomic::AtomicI64::new(0),
-                parts,
+                control,
+                slots,
                 // Each process starts its rotation elsewhere, so idle workers that start
                 // together do not all sweep the same partition first.
                 next_part: std::sync::atomic::AtomicUsize::new(
@@ -167,6 +155,7 @@ impl Queue {
         }
     }
 
+    /// The configuration this handle was made with (the queue's, not a partition's share).
     pub fn config(&self) -> &QueueConfig {
         &self.inner.cfg
     }
@@ -182,41 +171,33 @@ impl Queue {
         self.conn.clone()
     }
 
+    /// The queue's Pub/Sub channel names (the dashboard's live feed).
     pub fn channels(&self) -> Channels {
-        self.inner.channels.clone()
+        self.inner.control.channels().clone()
     }
 
     /// Redis `TIME` in ms: the clock every script uses. (For this process's own clock, see
     /// [`local_ms`].)
     pub async fn now_ms(&self) -> Result<i64> {
-        let mut c = self.conn.clone();
-        let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
-        Ok(s * 1000 + us / 1000)
+        redis_now_ms(&self.conn).await
     }
 
+    /// The control slot's keys (`{name}`; see [`Inner::control`]).
     pub(crate) fn keys(&self) -> &Keys {
-        &self.inner.keys
+        self.inner.control.keys()
     }
 
-    /// An invocation with the six common ARGV of the prelude already set.
-    pub(crate) fn invocation<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
-        let cfg = &self.inner.cfg;
-        let ch = &self.inner.channels;
-        let mut inv = script.prepare_invoke();
-        inv.arg(cfg.history_cap)
-            .arg(cfg.events_cap)
-            .arg(&ch.dashboard)
-            .arg(cfg.history.as_str())
-            .arg(crate::wake::WAKE_CAP)
-            .arg(&self.inner.keys.prefix);
-        inv
+    /// The control slot (see [`Inner::control`]).
+    pub(crate) fn control(&self) -> &Slot {
+        &self.inner.control
     }
+}
 
-    /// Runs an invocation and returns the raw reply.
-    pub(crate) async fn run(&self, inv: &ScriptInvocation<'_>) -> Result<Value> {
-        let mut c = self.conn.clone();
-        Ok(inv.invoke_async::<Value>(&mut c).await?)
-    }
+/// Redis `TIME` in ms, asked on `conn`.
+pub(crate) async fn redis_now_ms(conn: &RedisConn) -> Result<i64> {
+    let mut c = conn.clone();
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
+    Ok(s * 1000 + us / 1000)
 }
 
 /// Durations arrive as u64 but Lua numbers are doubles: cap them (at ~100 years) so scores

@@ -16,18 +16,22 @@
 use redis::AsyncCommands;
 
 use crate::error::{corrupt, Result};
+use crate::keys::Keys;
 use crate::model::QueueConfig;
 use crate::{Queue, RedisConn};
 
 /// What [`Queue::repartition`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Repartitioned {
+    /// The partition count the queue had.
     pub from: u16,
+    /// The partition count it has now.
     pub to: u16,
     /// Stored results in the new layout (moved, or already where the new count puts them).
     pub results: u64,
     /// Of those, the ones moved to another partition, and the histories moved with them.
     pub moved: u64,
+    /// Task histories moved with the moved results.
     pub histories: u64,
 }
 
@@ -49,14 +53,14 @@ impl Queue {
                 crate::partition::MAX_PARTITIONS
             )));
         }
-        let control = Queue::layout(
-            conn.clone(),
-            QueueConfig {
-                partitions: 1,
+        let layout = |partitions| {
+            let cfg = QueueConfig {
+                partitions,
                 ..cfg.clone()
-            },
-        );
-        let meta = control.keys().meta();
+            };
+            Queue::layout(conn.clone(), cfg)
+        };
+        let meta = Keys::new(&cfg.name).meta();
         let mut c = conn.clone();
         let (have, moving): (Option<u16>, Option<u16>) = redis::pipe()
             .hget(&meta, "partitions")
@@ -69,20 +73,7 @@ impl Queue {
                 "repartition: a move to {m} partitions is unfinished; run it with --to {m} first"
             )));
         }
-        let old = Queue::layout(
-            conn.clone(),
-            QueueConfig {
-                partitions: from,
-                ..cfg.clone()
-            },
-        );
-        let new = Queue::layout(
-            conn.clone(),
-            QueueConfig {
-                partitions: to,
-                ..cfg.clone()
-            },
-        );
+        let (old, new) = (layout(from), layout(to));
         let mut out = Repartitioned {
             from,
             to,
@@ -92,172 +83,29 @@ impl Queue {
             return Ok(out);
         }
         if moving.is_none() {
-            let s = old.stats().await?;
-            let live = s.ready + s.waiting + s.retrying + s.leased + s.dead;
-            if live > 0 {
-                return Err(corrupt(format!(
-                    "repartition: {live} tasks are live ({} ready, {} waiting, {} leased, {} dead); \
-                     drain the queue first (pause it, let the workers finish, retry or purge the \
-                     dead ones)",
-                    s.ready,
-                    s.waiting + s.retrying,
-                    s.leased,
-                    s.dead
-                )));
-            }
-            let workers = old.workers().await?;
-            if !workers.is_empty() {
-                return Err(corrupt(format!(
-                    "repartition: {} workers are running ({}…); stop every repoll process of \
-                     this queue first",
-                    workers.len(),
-                    workers[0].id
-                )));
-            }
+            old.refuse_unless_drained().await?;
             let _: () = c.hset(&meta, "moving_to", to).await?;
         }
-        let olds: Vec<Queue> = match old.parts() {
-            Some(p) => p.to_vec(),
-            None => vec![old.clone()],
-        };
-        let target = |id: &str| new.part_for(id).unwrap_or(&new).clone();
-        let first_new = new.parts().map_or(new.clone(), |p| p[0].clone());
         // Every partition's index as it is before anything moves (a moved id joins the index
         // of its new partition, which may be an old partition's too).
-        let mut indexes: Vec<Vec<(String, f64)>> = Vec::new();
-        for part in &olds {
-            let mut rows: Vec<(String, f64)> = Vec::new();
-            loop {
-                let start = rows.len() as isize;
-                let chunk: Vec<(String, f64)> = c
-                    .zrange_withscores(&part.keys().results, start, start + CHUNK - 1)
-                    .await?;
-                if chunk.is_empty() {
-                    break;
-                }
-                rows.extend(chunk);
-            }
-            indexes.push(rows);
+        let mut indexes = Vec::new();
+        for part in old.slots() {
+            indexes.push(results_index(&mut c, part.keys()).await?);
         }
-        for (part, rows) in olds.iter().zip(indexes) {
+        let new_tags: Vec<&str> = new.slots().iter().map(|q| q.keys().tag()).collect();
+        for (part, rows) in old.slots().iter().zip(indexes) {
             let k = part.keys();
-            for (id, score) in rows {
-                out.results += 1;
-                let dest = target(&id);
-                let dk = dest.keys();
-                if dk.tag() == k.tag() {
-                    continue;
-                }
-                // Copy, then delete: a run stopped between the two copies again next time.
-                for (from_key, to_key, is_result) in [
-                    (k.result(&id), dk.result(&id), true),
-                    (k.hist(&id), dk.hist(&id), false),
-                ] {
-                    let (dump, ttl): (Option<Vec<u8>>, i64) = redis::pipe()
-                        .cmd("DUMP")
-                        .arg(&from_key)
-                        .cmd("PTTL")
-                        .arg(&from_key)
-                        .query_async(&mut c)
-                        .await?;
-                    let Some(dump) = dump else { continue };
-                    let _: () = redis::cmd("RESTORE")
-                        .arg(&to_key)
-                        .arg(ttl.max(0))
-                        .arg(dump)
-                        .arg("REPLACE")
-                        .query_async(&mut c)
-                        .await?;
-                    if is_result {
-                        out.moved += 1;
-                    } else {
-                        out.histories += 1;
-                    }
-                }
-                let _: () = c.zadd(&dk.results, &id, score).await?;
-                let _: () = redis::pipe()
-                    .del(k.result(&id))
-                    .ignore()
-                    .del(k.hist(&id))
-                    .ignore()
-                    .zrem(&k.results, &id)
-                    .ignore()
-                    .query_async(&mut c)
-                    .await?;
-            }
-            // The charts' counters: summed into the new partition 0 (a hash's fields add up;
-            // an index is a set of names).
-            let fk = first_new.keys();
-            let kept = match new.parts() {
-                Some(p) => p.iter().any(|q| q.keys().tag() == k.tag()),
-                None => new.keys().tag() == k.tag(),
-            };
-            if !kept {
-                for (hash, index, to_hash, to_index) in [
-                    (&k.tp, &k.tpmin, &fk.tp, &fk.tpmin),
-                    (&k.tphour, &k.tphourix, &fk.tphour, &fk.tphourix),
-                ] {
-                    let fields: Vec<(String, i64)> = c.hgetall(hash).await?;
-                    for chunk in fields.chunks(500) {
-                        let mut p = redis::pipe();
-                        for (f, v) in chunk {
-                            p.hincr(to_hash, f, *v).ignore();
-                        }
-                        p.query_async::<()>(&mut c).await?;
-                    }
-                    let members: Vec<(String, f64)> = c.zrange_withscores(index, 0, -1).await?;
-                    for chunk in members.chunks(500) {
-                        let items: Vec<(f64, &str)> =
-                            chunk.iter().map(|(m, s)| (*s, m.as_str())).collect();
-                        let _: () = c.zadd_multiple(to_index, &items).await?;
-                    }
-                    // At once, so a run stopped here does not add them twice when run again.
-                    let _: () = redis::pipe()
-                        .del(hash)
-                        .ignore()
-                        .del(index)
-                        .ignore()
-                        .query_async(&mut c)
-                        .await?;
-                }
+            move_results(&mut c, k, &new, rows, &mut out).await?;
+            if !new_tags.contains(&k.tag()) {
+                // The charts' counters: summed into the new partition 0.
+                move_counters(&mut c, k, new.slots()[0].keys()).await?;
             }
         }
         // Every result moved: the old partitions' queue-wide keys go, unless the new layout
         // has the same tag (then they are its own).
-        let new_tags: Vec<String> = match new.parts() {
-            Some(p) => p.iter().map(|q| q.keys().tag().to_string()).collect(),
-            None => vec![new.keys().tag().to_string()],
-        };
-        for part in &olds {
-            let k = part.keys();
-            if new_tags.iter().any(|t| t == k.tag()) {
-                continue;
-            }
-            for key in [
-                &k.ready,
-                &k.ready_bg,
-                &k.share,
-                &k.due,
-                &k.lease,
-                &k.dead,
-                &k.retry,
-                &k.events,
-                &k.paused,
-                &k.token,
-                &k.tp,
-                &k.tpmin,
-                &k.tphour,
-                &k.tphourix,
-                &k.breaker,
-                &k.wakeups,
-                &k.fair,
-                &k.fairt,
-                &k.fairv,
-                &k.fairc,
-                &k.fairr,
-                &k.results,
-            ] {
-                let _: () = c.del(key).await?;
+        for part in old.slots() {
+            if !new_tags.contains(&part.keys().tag()) {
+                drop_slot_keys(&mut c, part.keys()).await?;
             }
         }
         let _: () = redis::pipe()
@@ -267,4 +115,169 @@ impl Queue {
             .await?;
         Ok(out)
     }
+}
+
+impl Queue {
+    /// Errors (writing nothing) while any task of this layout is live or a worker heartbeats:
+    /// only a drained queue can move.
+    async fn refuse_unless_drained(&self) -> Result<()> {
+        let s = self.stats().await?;
+        let live = s.ready + s.waiting + s.retrying + s.leased + s.dead;
+        if live > 0 {
+            return Err(corrupt(format!(
+                "repartition: {live} tasks are live ({} ready, {} waiting, {} leased, {} dead); \
+             drain the queue first (pause it, let the workers finish, retry or purge the \
+             dead ones)",
+                s.ready,
+                s.waiting + s.retrying,
+                s.leased,
+                s.dead
+            )));
+        }
+        let workers = self.workers().await?;
+        if !workers.is_empty() {
+            return Err(corrupt(format!(
+                "repartition: {} workers are running ({}…); stop every repoll process of \
+             this queue first",
+                workers.len(),
+                workers[0].id
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A results index (id, completion time), read in chunks of [`CHUNK`].
+async fn results_index(c: &mut RedisConn, k: &Keys) -> Result<Vec<(String, f64)>> {
+    let mut rows: Vec<(String, f64)> = Vec::new();
+    loop {
+        let start = rows.len() as isize;
+        let chunk: Vec<(String, f64)> = c
+            .zrange_withscores(&k.results, start, start + CHUNK - 1)
+            .await?;
+        if chunk.is_empty() {
+            return Ok(rows);
+        }
+        rows.extend(chunk);
+    }
+}
+
+/// Moves the results (and their histories) of `rows`, the results index of the slot of keys
+/// `k`, to their slots in `new`, counting them in `out`. Copy, then delete: a run stopped
+/// between the two copies again next time.
+async fn move_results(
+    c: &mut RedisConn,
+    k: &Keys,
+    new: &Queue,
+    rows: Vec<(String, f64)>,
+    out: &mut Repartitioned,
+) -> Result<()> {
+    for (id, score) in rows {
+        out.results += 1;
+        let dest = new.slot_of(&id);
+        let dk = dest.keys();
+        if dk.tag() == k.tag() {
+            continue;
+        }
+        // Copy, then delete: a run stopped between the two copies again next time.
+        for (from_key, to_key, is_result) in [
+            (k.result(&id), dk.result(&id), true),
+            (k.hist(&id), dk.hist(&id), false),
+        ] {
+            let (dump, ttl): (Option<Vec<u8>>, i64) = redis::pipe()
+                .cmd("DUMP")
+                .arg(&from_key)
+                .cmd("PTTL")
+                .arg(&from_key)
+                .query_async(&mut *c)
+                .await?;
+            let Some(dump) = dump else { continue };
+            let _: () = redis::cmd("RESTORE")
+                .arg(&to_key)
+                .arg(ttl.max(0))
+                .arg(dump)
+                .arg("REPLACE")
+                .query_async(&mut *c)
+                .await?;
+            if is_result {
+                out.moved += 1;
+            } else {
+                out.histories += 1;
+            }
+        }
+        let _: () = c.zadd(&dk.results, &id, score).await?;
+        let _: () = redis::pipe()
+            .del(k.result(&id))
+            .ignore()
+            .del(k.hist(&id))
+            .ignore()
+            .zrem(&k.results, &id)
+            .ignore()
+            .query_async(&mut *c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Adds the throughput counters of the slot of keys `k` into the slot of keys `to` (a hash's
+/// fields add up; an index is a set of names) and deletes them.
+async fn move_counters(c: &mut RedisConn, k: &Keys, fk: &Keys) -> Result<()> {
+    for (hash, index, to_hash, to_index) in [
+        (&k.tp, &k.tpmin, &fk.tp, &fk.tpmin),
+        (&k.tphour, &k.tphourix, &fk.tphour, &fk.tphourix),
+    ] {
+        let fields: Vec<(String, i64)> = c.hgetall(hash).await?;
+        for chunk in fields.chunks(500) {
+            let mut p = redis::pipe();
+            for (f, v) in chunk {
+                p.hincr(to_hash, f, *v).ignore();
+            }
+            p.query_async::<()>(&mut *c).await?;
+        }
+        let members: Vec<(String, f64)> = c.zrange_withscores(index, 0, -1).await?;
+        for chunk in members.chunks(500) {
+            let items: Vec<(f64, &str)> = chunk.iter().map(|(m, s)| (*s, m.as_str())).collect();
+            let _: () = c.zadd_multiple(to_index, &items).await?;
+        }
+        // At once, so a run stopped here does not add them twice when run again.
+        let _: () = redis::pipe()
+            .del(hash)
+            .ignore()
+            .del(index)
+            .ignore()
+            .query_async(&mut *c)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Deletes the queue-wide keys of an old slot no longer in the layout.
+async fn drop_slot_keys(c: &mut RedisConn, k: &Keys) -> Result<()> {
+    for key in [
+        &k.ready,
+        &k.ready_bg,
+        &k.share,
+        &k.due,
+        &k.lease,
+        &k.dead,
+        &k.retry,
+        &k.events,
+        &k.paused,
+        &k.token,
+        &k.tp,
+        &k.tpmin,
+        &k.tphour,
+        &k.tphourix,
+        &k.breaker,
+        &k.wakeups,
+        &k.fair,
+        &k.fairt,
+        &k.fairv,
+        &k.fairc,
+        &k.fairr,
+        &k.results,
+    ] {
+        let _: () = c.del(key).await?;
+    }
+    Ok(())
 }

@@ -23,6 +23,7 @@ pub struct Sessions {
 }
 
 impl Queue {
+    /// The dashboard's session store of this queue (keys in the control slot `{name}`).
     pub fn sessions(&self) -> Sessions {
         Sessions {
             conn: self.conn.clone(),

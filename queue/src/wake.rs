@@ -62,10 +62,24 @@ impl Queue {
     ///
     /// Of a partitioned queue, this is partition 0's list; see [`Queue::partition_wakeups`].
     pub fn wakeups(&self, client: Client) -> Wakeups {
-        let key = match self.parts() {
-            Some(parts) => parts[0].keys().wakeups.clone(),
-            None => self.keys().wakeups.clone(),
-        };
+        Wakeups::on(client, self.slots()[0].keys().wakeups.clone())
+    }
+
+    /// One waiter per partition (index = partition), each to run on its own: a partition's
+    /// scripts can only push onto a list in its own slot, so a worker process waits on every
+    /// partition's list and claims from the one that woke it
+    /// ([`Queue::claim_woken_at`]). One waiter for a queue of one partition.
+    pub fn partition_wakeups(&self, client: &Client) -> Vec<Wakeups> {
+        self.slots()
+            .iter()
+            .map(|s| Wakeups::on(client.clone(), s.keys().wakeups.clone()))
+            .collect()
+    }
+}
+
+impl Wakeups {
+    /// A waiter on the wake-up list `key`, connecting through `client` on first use.
+    fn on(client: Client, key: String) -> Wakeups {
         Wakeups {
             seed: client.clone(),
             client,
@@ -74,27 +88,6 @@ impl Queue {
         }
     }
 
-    /// One waiter per partition (index = partition), each to run on its own: a partition's
-    /// scripts can only push onto a list in its own slot, so a worker process waits on every
-    /// partition's list and claims from the one that woke it
-    /// ([`Queue::claim_woken_at`]). One waiter for a queue of one partition.
-    pub fn partition_wakeups(&self, client: &Client) -> Vec<Wakeups> {
-        match self.parts() {
-            Some(parts) => parts
-                .iter()
-                .map(|p| Wakeups {
-                    seed: client.clone(),
-                    client: client.clone(),
-                    key: p.keys().wakeups.clone(),
-                    conn: None,
-                })
-                .collect(),
-            None => vec![self.wakeups(client.clone())],
-        }
-    }
-}
-
-impl Wakeups {
     /// Blocks up to `timeout` (at most 60 s) for a wake-up entry. `Ok(true)`: this process
     /// took one, so its next claim should be [`Queue::claim_woken`] with `woken = true`.
     /// `Ok(false)`: none came in time. On an error the connection is dropped and re-made by

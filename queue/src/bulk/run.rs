@@ -1,0 +1,283 @@
+//! A bulk run: begun under the queue's one run lock, worked through chunk by chunk with its
+//! progress in Redis, stoppable from any web process.
+
+use std::future::Future;
+
+use redis::AsyncCommands;
+
+use crate::error::Result;
+use crate::model::TaskId;
+use crate::queue::Queue;
+
+use super::{BulkAction, BulkFilter, BulkJob, BulkProgress, BulkRefused, BulkState};
+use super::{BULK_CHUNK, BULK_SCAN_MAX, KEEP_MS, LOCK_MS};
+
+impl Queue {
+    /// The current or last run's progress and stop request (a hash in the control slot).
+    fn bulk_key(&self) -> String {
+        format!("{}bulk", self.keys().prefix)
+    }
+
+    /// The lock that keeps runs one at a time (its value: the run id).
+    fn bulk_lock_key(&self) -> String {
+        format!("{}bulk:lock", self.keys().prefix)
+    }
+
+    /// Starts a run of `action` on what `filter` selects, if at most `limit` tasks match (and,
+    /// with `confirmed`, no more than the operator was shown), and no other run is going.
+    /// The returned job does the work ([`BulkJob::run`]); its progress is readable at once.
+    pub async fn bulk_begin(
+        &self,
+        action: BulkAction,
+        filter: &BulkFilter,
+        who: &str,
+        limit: u64,
+        confirmed: Option<u64>,
+    ) -> Result<std::result::Result<BulkJob, BulkRefused>> {
+        if !action.applies_to(filter.state) {
+            return Ok(Err(BulkRefused::NotApplicable));
+        }
+        let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+        let sel = self.bulk_select(filter, keep).await?;
+        if sel.matched > limit {
+            return Ok(Err(BulkRefused::OverLimit {
+                matched: sel.matched,
+                limit,
+            }));
+        }
+        if let Some(confirmed) = confirmed.filter(|c| sel.matched > *c) {
+            return Ok(Err(BulkRefused::CountGrew {
+                confirmed,
+                matched: sel.matched,
+            }));
+        }
+        if sel.ids.is_empty() {
+            return Ok(Err(BulkRefused::Nothing));
+        }
+        let run = format!("{:016x}", rand_u64());
+        let mut c = self.conn.clone();
+        let locked: Option<String> = redis::cmd("SET")
+            .arg(self.bulk_lock_key())
+            .arg(&run)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOCK_MS)
+            .query_async(&mut c)
+            .await?;
+        if locked.is_none() {
+            let current = self.bulk_progress().await?.unwrap_or_default();
+            return Ok(Err(BulkRefused::Busy(Box::new(current))));
+        }
+        let mut filter_text = filter.describe();
+        if !sel.complete {
+            filter_text.push_str(&format!(" (among the first {BULK_SCAN_MAX} looked at)"));
+        }
+        let progress = BulkProgress {
+            run,
+            action: action.as_str().into(),
+            filter: filter_text,
+            who: who.into(),
+            total: sel.ids.len() as u64,
+            done: 0,
+            changed: 0,
+            state: "running".into(),
+            started_ms: self.now_ms().await?,
+            ended_ms: None,
+            stop_requested: false,
+        };
+        self.bulk_write(&progress, true).await?;
+        Ok(Ok(BulkJob {
+            queue: self.clone(),
+            action,
+            state: filter.state,
+            ids: sel.ids,
+            progress,
+        }))
+    }
+
+    /// The current or last run's progress (kept [`KEEP_MS`] after it ended).
+    pub async fn bulk_progress(&self) -> Result<Option<BulkProgress>> {
+        let mut c = self.conn.clone();
+        let h: std::collections::HashMap<String, String> = c.hgetall(self.bulk_key()).await?;
+        if h.is_empty() {
+            return Ok(None);
+        }
+        let num = |f: &str| h.get(f).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let text = |f: &str| h.get(f).cloned().unwrap_or_default();
+        Ok(Some(BulkProgress {
+            run: text("run"),
+            action: text("action"),
+            filter: text("filter"),
+            who: text("who"),
+            total: num("total"),
+            done: num("done"),
+            changed: num("changed"),
+            state: text("state"),
+            started_ms: h.get("started").and_then(|v| v.parse().ok()).unwrap_or(0),
+            ended_ms: h.get("ended").and_then(|v| v.parse().ok()),
+            stop_requested: h.contains_key("stop"),
+        }))
+    }
+
+    /// Asks the running run to stop after its current chunk; false when none is running.
+    pub async fn bulk_stop(&self) -> Result<bool> {
+        match self.bulk_progress().await? {
+            Some(p) if p.running() => {
+                let mut c = self.conn.clone();
+                let _: () = c.hset(self.bulk_key(), "stop", "1").await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn bulk_write(&self, p: &BulkProgress, fresh: bool) -> Result<()> {
+        let key = self.bulk_key();
+        let mut pipe = redis::pipe();
+        if fresh {
+            pipe.del(&key).ignore();
+        }
+        pipe.hset_multiple(
+            &key,
+            &[
+                ("run", p.run.clone()),
+                ("action", p.action.clone()),
+                ("filter", p.filter.clone()),
+                ("who", p.who.clone()),
+                ("total", p.total.to_string()),
+                ("done", p.done.to_string()),
+                ("changed", p.changed.to_string()),
+                ("state", p.state.clone()),
+                ("started", p.started_ms.to_string()),
+            ],
+        )
+        .ignore();
+        if let Some(end) = p.ended_ms {
+            pipe.hset(&key, "ended", end).ignore();
+            pipe.pexpire(&key, KEEP_MS as i64).ignore();
+        } else {
+            pipe.persist(&key).ignore();
+        }
+        let mut c = self.conn.clone();
+        pipe.query_async::<()>(&mut c).await?;
+        Ok(())
+    }
+
+    /// Acts on one chunk; returns how many tasks changed.
+    async fn bulk_chunk(
+        &self,
+        action: BulkAction,
+        state: BulkState,
+        ids: &[TaskId],
+        who: &str,
+    ) -> Result<u64> {
+        match (action, state) {
+            (BulkAction::Retry, BulkState::Dead) => self.retry_ids(ids, who, "dead").await,
+            (BulkAction::Retry, _) => self.retry_ids(ids, who, "any").await,
+            (BulkAction::Purge, BulkState::Dead) => self.purge_chunk("dead", ids, who).await,
+            (BulkAction::Purge, _) => self.purge_chunk("queued", ids, who).await,
+            (BulkAction::Cancel, _) => {
+                // One script per task (cancel.lua), sent together on the multiplexed
+                // connection.
+                let done =
+                    futures::future::join_all(ids.iter().map(|id| self.cancel(id, who))).await;
+                let mut n = 0;
+                for d in done {
+                    n += u64::from(d?);
+                }
+                Ok(n)
+            }
+        }
+    }
+}
+
+impl BulkJob {
+    /// The run's progress as it started.
+    pub fn progress(&self) -> &BulkProgress {
+        &self.progress
+    }
+
+    /// Works through the selected ids chunk by chunk until done or stopped; returns the final
+    /// progress (also stored). On a Redis error the run is marked `failed` (when Redis
+    /// allows) and the error returned.
+    pub async fn run(self) -> Result<BulkProgress> {
+        self.run_with(|_| async {}).await
+    }
+
+    /// As [`BulkJob::run`], calling `after_chunk` with the progress after every chunk (tests
+    /// use it to stop a run at a known point).
+    pub async fn run_with<F, Fut>(mut self, mut after_chunk: F) -> Result<BulkProgress>
+    where
+        F: FnMut(BulkProgress) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let q = self.queue.clone();
+        let result = self.work(&mut after_chunk).await;
+        self.progress.ended_ms = Some(q.now_ms().await.unwrap_or_default());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, run = %self.progress.run, "bulk run failed");
+            self.progress.state = "failed".into();
+        }
+        let written = q.bulk_write(&self.progress, false).await;
+        // Free the slot only if it is still ours (it may have expired and been taken).
+        let mut c = q.conn.clone();
+        let holder: Option<String> = c.get(q.bulk_lock_key()).await.unwrap_or(None);
+        if holder.as_deref() == Some(self.progress.run.as_str()) {
+            let _: redis::RedisResult<()> = c.del(q.bulk_lock_key()).await;
+        }
+        result?;
+        written?;
+        Ok(self.progress)
+    }
+
+    async fn work<F, Fut>(&mut self, after_chunk: &mut F) -> Result<()>
+    where
+        F: FnMut(BulkProgress) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let q = self.queue.clone();
+        let who = self.progress.who.clone();
+        let ids = std::mem::take(&mut self.ids);
+        for chunk in ids.chunks(BULK_CHUNK) {
+            let mut c = q.conn.clone();
+            let (stop, holder): (Option<String>, Option<String>) = redis::pipe()
+                .hget(q.bulk_key(), "stop")
+                .get(q.bulk_lock_key())
+                .query_async(&mut c)
+                .await?;
+            if stop.is_some() || holder.as_deref() != Some(self.progress.run.as_str()) {
+                self.progress.stop_requested = true;
+                self.progress.state = "stopped".into();
+                return Ok(());
+            }
+            let changed = q.bulk_chunk(self.action, self.state, chunk, &who).await?;
+            self.progress.done += chunk.len() as u64;
+            self.progress.changed += changed;
+            let _: () = redis::pipe()
+                .hset(q.bulk_key(), "done", self.progress.done)
+                .ignore()
+                .hset(q.bulk_key(), "changed", self.progress.changed)
+                .ignore()
+                .pexpire(q.bulk_lock_key(), LOCK_MS as i64)
+                .ignore()
+                .query_async(&mut c)
+                .await?;
+            after_chunk(self.progress.clone()).await;
+        }
+        self.progress.state = "finished".into();
+        Ok(())
+    }
+}
+
+/// A random id for a run (no extra dependency: the std hasher's random keys).
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}

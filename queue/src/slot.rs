@@ -1,0 +1,101 @@
+//! A [`Slot`]: everything of a queue that lives under one hash tag, and the only code that
+//! talks to it.
+//!
+//! A Lua script may touch keys of one cluster slot only, so every script call of a queue goes
+//! to exactly one slot: the queue's one tag `{name}` when it has one partition, or the tag of
+//! one partition (`{name#i}`) when it has several. The [`Queue`](crate::Queue) handle only
+//! routes (by a task's id to its slot, or to every slot and merging the answers; see
+//! `partition`), so one partition and many run the same single-slot code.
+//!
+//! The single-slot operations themselves are `impl Slot` blocks in the module of their job
+//! (`worker_ops`, `operator_ops`, `enqueue`, `callback`, `bulk`, `read::*`), next to the
+//! `Queue` method that routes to them.
+
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+use redis::{Script, ScriptInvocation, Value};
+
+use crate::conn::RedisConn;
+use crate::error::Result;
+use crate::keys::Keys;
+use crate::model::{Channels, QueueConfig};
+
+/// One hash tag of a queue: its connection (a clone of the queue's), its key names, the
+/// settings its scripts read, and its channels. Cheap to clone (the rest is shared), so a
+/// fan-out hands each future a slot of its own.
+#[derive(Clone)]
+pub(crate) struct Slot {
+    pub(crate) conn: RedisConn,
+    inner: Arc<SlotInner>,
+}
+
+struct SlotInner {
+    /// The settings as this slot's scripts must see them: for a partition, the limits checked
+    /// inside a script are its share of the queue's (`partition::part_config`).
+    cfg: QueueConfig,
+    keys: Keys,
+    channels: Channels,
+    /// When this process last recounted this slot's per-tenant leases (local ms; reap).
+    last_fair_sync_ms: AtomicI64,
+}
+
+impl Slot {
+    /// A slot of `keys` on `conn`, its scripts run with `cfg`.
+    pub(crate) fn new(conn: RedisConn, cfg: QueueConfig, keys: Keys) -> Slot {
+        Slot {
+            conn,
+            inner: Arc::new(SlotInner {
+                channels: Channels::new(&cfg.name),
+                cfg,
+                keys,
+                last_fair_sync_ms: AtomicI64::new(0),
+            }),
+        }
+    }
+
+    /// The settings this slot's scripts run with.
+    pub(crate) fn config(&self) -> &QueueConfig {
+        &self.inner.cfg
+    }
+
+    /// This slot's key names.
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// The queue's channels (the same for every slot of a queue).
+    pub(crate) fn channels(&self) -> &Channels {
+        &self.inner.channels
+    }
+
+    /// When this process last recounted this slot's per-tenant leases.
+    pub(crate) fn last_fair_sync_ms(&self) -> &AtomicI64 {
+        &self.inner.last_fair_sync_ms
+    }
+
+    /// Redis `TIME` in ms, asked of the node that serves this connection.
+    pub(crate) async fn now_ms(&self) -> Result<i64> {
+        crate::queue::redis_now_ms(&self.conn).await
+    }
+
+    /// An invocation with the six common ARGV of the prelude already set.
+    pub(crate) fn invocation<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
+        let cfg = &self.inner.cfg;
+        let ch = &self.inner.channels;
+        let mut inv = script.prepare_invoke();
+        inv.arg(cfg.history_cap)
+            .arg(cfg.events_cap)
+            .arg(&ch.dashboard)
+            .arg(cfg.history.as_str())
+            .arg(crate::wake::WAKE_CAP)
+            .arg(&self.inner.keys.prefix);
+        inv
+    }
+
+    /// Runs an invocation and returns the raw reply.
+    pub(crate) async fn run(&self, inv: &ScriptInvocation<'_>) -> Result<Value> {
+        let mut c = self.conn.clone();
+        Ok(inv.invoke_async::<Value>(&mut c).await?)
+    }
+}

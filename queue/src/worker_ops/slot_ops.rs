@@ -1,0 +1,435 @@
+//! The worker operations of one slot: each one script call on the slot's keys (reap: a peek,
+//! then the acting script), plus the KEYS and ARGV every claiming script shares.
+
+use crate::decode::{self, array, int, status, string};
+use crate::error::{corrupt, QueueError, Result};
+use crate::keys::Keys;
+use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry, TenantLimits};
+use crate::queue::clamp_ms;
+use crate::scripts::SCRIPTS;
+use crate::slot::Slot;
+use crate::TaskId;
+use redis::{ScriptInvocation, Value};
+
+use super::{FAIR_SYNC_EVERY_MS, FAIR_SYNC_MAX_LEASES, MAX_BATCH};
+use super::{THROUGHPUT_HOURLY_RETENTION_MS, THROUGHPUT_RETENTION_MS};
+
+fn stale_or(tag: &str, what: &str) -> QueueError {
+    if tag == "stale" {
+        QueueError::StaleToken
+    } else {
+        corrupt(format!("{what}: unexpected reply {tag:?}"))
+    }
+}
+
+/// The last seven KEYS of every claiming script (the fair-share keys, the breaker, the wake-up
+/// list) and its last three ARGV (the per-tenant limits), added after the script's own.
+fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &TenantLimits) {
+    inv.key(&k.fair)
+        .key(&k.fairt)
+        .key(&k.fairv)
+        .key(&k.fairc)
+        .key(&k.fairr)
+        .key(&k.breaker)
+        .key(&k.wakeups)
+        .arg(limits.concurrency)
+        .arg(
+            if limits.rate_per_sec.is_finite() && limits.rate_per_sec > 0.0 {
+                format!("{:.6}", limits.rate_per_sec.min(1e6))
+            } else {
+                "0".to_string()
+            },
+        )
+        .arg(limits.burst.max(1));
+}
+
+/// The nine KEYS every claiming script starts with (claim.lua's header); its tail
+/// ([`claim_tail`]) is added after the script's own keys and arguments.
+fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
+    inv.key(&k.ready)
+        .key(&k.ready_bg)
+        .key(&k.due)
+        .key(&k.retry)
+        .key(&k.lease)
+        .key(&k.token)
+        .key(&k.paused)
+        .key(&k.share)
+        .key(&k.events);
+}
+
+/// The script calls of a batched write: chunks of at most [`MAX_BATCH`] items, the next
+/// tasks asked for with the last one (an empty batch is a plain claim; nothing at all is no
+/// call).
+fn calls<T>(items: &[T], next_n: usize) -> Vec<(&[T], usize)> {
+    let next_n = next_n.min(MAX_BATCH);
+    if items.is_empty() {
+        return if next_n > 0 {
+            vec![(items, next_n)]
+        } else {
+            Vec::new()
+        };
+    }
+    let n = items.len().div_ceil(MAX_BATCH);
+    items
+        .chunks(MAX_BATCH)
+        .enumerate()
+        .map(|(i, c)| (c, if i + 1 == n { next_n } else { 0 }))
+        .collect()
+}
+
+fn claimed_rows(v: Value) -> Result<Vec<Claimed>> {
+    array(v)?.into_iter().map(claimed_row).collect()
+}
+
+impl Slot {
+    /// A claim in this slot (claim.lua).
+    /// A claim in this partition alone (or the whole queue of one partition).
+    pub(crate) async fn claim(
+        &self,
+        worker: &str,
+        max_n: usize,
+        lease_ms: u64,
+        woken: bool,
+    ) -> Result<Vec<Claimed>> {
+        if max_n == 0 {
+            return Ok(Vec::new());
+        }
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.claim);
+        claim_keys(&mut inv, k);
+        inv.arg(worker)
+            .arg(max_n.min(MAX_BATCH))
+            .arg(clamp_ms(lease_ms).max(1))
+            .arg(u8::from(woken));
+        claim_tail(&mut inv, k, &self.config().tenants);
+        claimed_rows(self.run(&inv).await?)
+    }
+
+    /// [`Queue::renew`] in this slot.
+    pub(crate) async fn renew(&self, id: &str, token: u64, lease_ms: u64) -> Result<i64> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.renew);
+        inv.key(k.task(id))
+            .key(&k.lease)
+            .arg(id)
+            .arg(token)
+            .arg(clamp_ms(lease_ms).max(1));
+        let (tag, rest) = status(self.run(&inv).await?)?;
+        match (tag.as_str(), rest.first()) {
+            ("ok", Some(d)) => int(d),
+            (t, _) => Err(stale_or(t, "renew")),
+        }
+    }
+
+    /// [`Queue::complete_and_claim`] of this slot's items, and its claim.
+    pub(crate) async fn complete_and_claim(
+        &self,
+        items: &[Completion],
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
+        let k = self.keys();
+        let mut out = Vec::with_capacity(items.len());
+        let mut claimed = Vec::new();
+        for (chunk, next) in calls(items, next_n) {
+            let mut inv = self.invocation(&SCRIPTS.complete);
+            claim_keys(&mut inv, k);
+            inv.key(&k.results)
+                .key(&k.tp)
+                .key(&k.tpmin)
+                .arg(clamp_ms(self.config().result_ttl_ms).max(1))
+                .arg(worker)
+                .arg(next)
+                .arg(clamp_ms(lease_ms).max(1));
+            for c in chunk {
+                inv.key(k.task(&c.id))
+                    .key(k.hist(&c.id))
+                    .key(k.result(&c.id))
+                    .key(k.partial(&c.id))
+                    .arg(c.id.as_str())
+                    .arg(c.token)
+                    .arg(&c.result)
+                    .arg(clamp_ms(c.latency_ms));
+            }
+            claim_tail(&mut inv, k, &self.config().tenants);
+            let mut parts = array(self.run(&inv).await?)?.into_iter();
+            let flags = array(parts.next().unwrap_or(Value::Nil))?;
+            if flags.len() != chunk.len() {
+                return Err(corrupt("complete: reply length differs from the batch"));
+            }
+            for f in &flags {
+                out.push(if int(f)? == 1 {
+                    Ok(())
+                } else {
+                    Err(QueueError::StaleToken)
+                });
+            }
+            claimed.extend(claimed_rows(parts.next().unwrap_or(Value::Nil))?);
+        }
+        Ok((out, claimed))
+    }
+
+    /// [`Queue::reschedule_and_claim`] of this slot's items, and its claim.
+    pub(crate) async fn reschedule_and_claim(
+        &self,
+        items: &[Reschedule],
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
+        let k = self.keys();
+        let mut out = Vec::with_capacity(items.len());
+        let mut claimed = Vec::new();
+        for (chunk, next) in calls(items, next_n) {
+            let mut inv = self.invocation(&SCRIPTS.reschedule);
+            claim_keys(&mut inv, k);
+            inv.key(&k.dead)
+                .key(&k.tp)
+                .key(&k.tpmin)
+                .arg(worker)
+                .arg(next)
+                .arg(clamp_ms(lease_ms).max(1));
+            for r in chunk {
+                inv.key(k.task(&r.id))
+                    .key(k.hist(&r.id))
+                    .key(k.partial(&r.id))
+                    .arg(r.id.as_str())
+                    .arg(r.token)
+                    .arg(clamp_ms(r.delay_ms))
+                    .arg(if r.partial.is_some() { "1" } else { "0" })
+                    .arg(r.partial.as_deref().unwrap_or(""))
+                    .arg(clamp_ms(r.latency_ms));
+            }
+            claim_tail(&mut inv, k, &self.config().tenants);
+            let mut parts = array(self.run(&inv).await?)?.into_iter();
+            let flat = array(parts.next().unwrap_or(Value::Nil))?;
+            if flat.len() != 2 * chunk.len() {
+                return Err(corrupt("reschedule: reply length differs from the batch"));
+            }
+            for pair in flat.chunks(2) {
+                out.push(match string(&pair[0])?.as_str() {
+                    "ok" => Ok(int(&pair[1])?),
+                    "dead" => Ok(0),
+                    t => Err(stale_or(t, "reschedule")),
+                });
+            }
+            claimed.extend(claimed_rows(parts.next().unwrap_or(Value::Nil))?);
+        }
+        Ok((out, claimed))
+    }
+
+    /// [`Queue::fail_and_claim`] of a task of this slot, and its claim.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn fail_and_claim(
+        &self,
+        id: &str,
+        token: u64,
+        error: &str,
+        retry: Retry,
+        latency_ms: u64,
+        worker: &str,
+        next_n: usize,
+        lease_ms: u64,
+    ) -> Result<(Result<Failed>, Vec<Claimed>)> {
+        let k = self.keys();
+        let (mode, delay) = match retry {
+            Retry::After(d) => ("after", clamp_ms(d)),
+            Retry::Dead => ("dead", 0),
+        };
+        let cfg = self.config();
+        let mut inv = self.invocation(&SCRIPTS.fail);
+        claim_keys(&mut inv, k);
+        inv.key(&k.dead)
+            .key(&k.tp)
+            .key(&k.tpmin)
+            .key(k.task(id))
+            .key(k.hist(id))
+            .arg(worker)
+            .arg(next_n.min(MAX_BATCH))
+            .arg(clamp_ms(lease_ms).max(1))
+            .arg(id)
+            .arg(token)
+            .arg(error)
+            .arg(mode)
+            .arg(delay)
+            .arg(clamp_ms(latency_ms))
+            .arg(cfg.breaker.failures)
+            .arg(format!(
+                "{:.4}",
+                f64::from(cfg.breaker.error_percent.min(100)) / 100.0
+            ))
+            .arg(clamp_ms(cfg.breaker.cooldown_ms).max(1));
+        claim_tail(&mut inv, k, &cfg.tenants);
+        let mut parts = array(self.run(&inv).await?)?.into_iter();
+        let (tag, rest) = status(parts.next().unwrap_or(Value::Nil))?;
+        let outcome = match (tag.as_str(), rest.as_slice()) {
+            ("retry", [due, attempts, ..]) => Ok(Failed::Retrying {
+                due_at: int(due)?,
+                attempts: u32::try_from(int(attempts)?)
+                    .map_err(|_| corrupt("fail: attempts out of range"))?,
+            }),
+            ("dead", [reason, ..]) => Ok(Failed::Dead {
+                reason: string(reason)?
+                    .parse()
+                    .map_err(|e: model::UnknownName| corrupt(e.to_string()))?,
+            }),
+            (t, _) => Err(stale_or(t, "fail")),
+        };
+        if let Err(e @ QueueError::Corrupt(_)) = outcome {
+            return Err(e);
+        }
+        let claimed = claimed_rows(parts.next().unwrap_or(Value::Nil))?;
+        Ok((outcome, claimed))
+    }
+
+    /// [`Queue::release`] in this slot.
+    pub(crate) async fn release(&self, id: &str, token: Option<u64>, who: &str) -> Result<bool> {
+        let k = self.keys();
+        let mut inv = self.invocation(&SCRIPTS.release);
+        inv.key(k.task(id))
+            .key(k.hist(id))
+            .key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
+            .key(&k.lease)
+            .key(&k.retry)
+            .key(&k.events)
+            .arg(id)
+            .arg(token.map(|t| t.to_string()).unwrap_or_default())
+            .arg(who)
+            .key(&k.wakeups)
+            .key(&k.fairc);
+        let (tag, _) = status(self.run(&inv).await?)?;
+        match tag.as_str() {
+            "ok" => Ok(true),
+            "no" => Ok(false),
+            t => Err(stale_or(t, "release")),
+        }
+    }
+
+    /// [`Queue::reap`] of this slot.
+    pub(crate) async fn reap(&self, max_n: usize) -> Result<Reaped> {
+        let k = self.keys();
+        let mut peek = self.invocation(&SCRIPTS.peek_expired);
+        peek.key(&k.lease).arg(max_n.clamp(1, MAX_BATCH));
+        let flat = array(self.run(&peek).await?)?;
+        if flat.len() % 2 != 0 {
+            return Err(corrupt("peek_expired: odd reply"));
+        }
+        let cfg = self.config();
+        let mut inv = self.invocation(&SCRIPTS.reap);
+        inv.key(&k.ready)
+            .key(&k.ready_bg)
+            .key(&k.due)
+            .key(&k.lease)
+            .key(&k.retry)
+            .key(&k.dead)
+            .key(&k.events)
+            .key(&k.tp)
+            .key(&k.tpmin)
+            .key(&k.results)
+            .key(&k.tphour)
+            .key(&k.tphourix)
+            .arg(cfg.max_lease_losses)
+            .arg(THROUGHPUT_RETENTION_MS)
+            .arg(clamp_ms(cfg.result_ttl_ms))
+            .arg(THROUGHPUT_HOURLY_RETENTION_MS);
+        for pair in flat.chunks(2) {
+            let id = string(&pair[0])?;
+            let seen = string(&pair[1])?;
+            inv.key(k.task(&id)).key(k.hist(&id)).arg(id).arg(seen);
+        }
+        inv.key(&k.wakeups).key(&k.fairc);
+        let mut parts = array(self.run(&inv).await?)?.into_iter();
+        if cfg.tenants.concurrency > 0 {
+            self.fair_sync_now_and_then().await?;
+        }
+        let mut ids = || -> Result<Vec<TaskId>> {
+            array(parts.next().unwrap_or(Value::Nil))?
+                .iter()
+                .map(decode::task_id)
+                .collect()
+        };
+        let requeued = ids()?;
+        let dead = ids()?;
+        Ok(Reaped { requeued, dead })
+    }
+
+    /// The per-tenant cap counts on running lease counts: recount them from the lease zset
+    /// (fair_sync.lua) at most every [`FAIR_SYNC_EVERY_MS`] per process, so no drift can block
+    /// a tenant for long.
+    async fn fair_sync_now_and_then(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        let now = crate::local_ms();
+        let last = self.last_fair_sync_ms();
+        let before = last.load(Ordering::Relaxed);
+        if now - before < FAIR_SYNC_EVERY_MS
+            || last
+                .compare_exchange(before, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return Ok(());
+        }
+        let k = self.keys();
+        let mut sync = self.invocation(&SCRIPTS.fair_sync);
+        sync.key(&k.lease).key(&k.fairc).arg(FAIR_SYNC_MAX_LEASES);
+        self.run(&sync).await?;
+        Ok(())
+    }
+
+    /// [`Queue::next_due_ms`] of this slot.
+    pub(crate) async fn next_due_ms(&self) -> Result<Option<i64>> {
+        let k = self.keys();
+        let mut c = self.conn.clone();
+        let (ready, bg, fair, head): (u64, u64, u64, Value) = redis::pipe()
+            .llen(&k.ready)
+            .llen(&k.ready_bg)
+            .zcard(&k.fair)
+            .cmd("ZRANGE")
+            .arg(&k.due)
+            .arg(0)
+            .arg(0)
+            .arg("WITHSCORES")
+            .query_async(&mut c)
+            .await?;
+        if ready + bg + fair > 0 {
+            return Ok(Some(0));
+        }
+        let a = array(head)?;
+        match a.as_slice() {
+            [] => Ok(None),
+            [_, score] => Ok(Some(decode::parse_i64(&string(score)?)?)),
+            // RESP3 returns [[member, score]]
+            [pair] => match array(pair.clone())?.as_slice() {
+                [_, score] => Ok(Some(decode::parse_i64(&string(score)?)?)),
+                _ => Err(corrupt("next_due: bad reply")),
+            },
+            _ => Err(corrupt("next_due: bad reply")),
+        }
+    }
+}
+
+fn claimed_row(v: Value) -> Result<Claimed> {
+    let a = array(v)?;
+    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease] =
+        a.as_slice()
+    else {
+        return Err(corrupt("claim: bad row"));
+    };
+    let u32_of = |v: &Value| -> Result<u32> {
+        u32::try_from(int(v)?).map_err(|_| corrupt("claim: counter out of range"))
+    };
+    Ok(Claimed {
+        id: decode::task_id(id)?,
+        query: string(query)?,
+        payload: string(payload)?,
+        token: u64::try_from(int(token)?).map_err(|_| corrupt("claim: bad token"))?,
+        attempts: u32_of(attempts)?,
+        polls: u32_of(polls)?,
+        max_attempts: u32_of(max_attempts)?,
+        created_ms: int(created)?,
+        deadline_ms: int(deadline)?,
+        lease_deadline_ms: int(lease)?,
+    })
+}
