@@ -1,5 +1,6 @@
--- prelude.lua: shared helpers, prepended to every script by scripts.rs (Redis has no `require`).
--- Every script receives the same six leading ARGV so these helpers need no per-script wiring:
+-- prelude.lua: shared helpers, at the top of the one Lua library (scripts.rs builds it; Redis
+-- has no `require`). Every function but
+-- login_attempt receives the same six leading ARGV so these helpers need no per-call wiring:
 --   ARGV[1] history_cap   ARGV[2] events_cap   ARGV[3] dashboard channel
 --   ARGV[4] history level ('full' | 'transitions' | 'off')   ARGV[5] wake-up token cap
 --   ARGV[6] per-task key prefix ('{name}:'), used only by the scripts whose header says so
@@ -21,16 +22,26 @@
 --   dl whole-life deadline   tk token   w worker   ld lease deadline   e last error
 --   dr dead reason   ll lease losses   pl payload   tn tenant (who asked; omitted = none)
 --   (omitted numbers are 0, strings empty)
-local HIST_CAP = tonumber(ARGV[1])
-local EVENTS_CAP = tonumber(ARGV[2])
-local CH_DASH = ARGV[3]
-local HIST_LEVEL = ARGV[4]
-local WAKE_CAP = tonumber(ARGV[5])
-local PREFIX = ARGV[6]
-if not HIST_CAP or HIST_CAP < 1 or not EVENTS_CAP or EVENTS_CAP < 1 or CH_DASH == nil
-  or (HIST_LEVEL ~= 'full' and HIST_LEVEL ~= 'transitions' and HIST_LEVEL ~= 'off')
-  or not WAKE_CAP or WAKE_CAP < 1 or PREFIX == nil or PREFIX == '' then
-  return redis.error_reply('ERR repoll: bad common ARGV')
+-- The common ARGV of the call being served. The library's helpers are built once when it loads
+-- (not per call), so these are upvalues that read_common() sets at the start of every call:
+-- Redis runs one call at a time, and each call sets all six before any helper reads them.
+local HIST_CAP, EVENTS_CAP, CH_DASH, HIST_LEVEL, WAKE_CAP, PREFIX
+
+-- read_common(ARGV): reads and checks ARGV[1..6]. Returns an error reply when they are bad
+-- (the call must return it before writing anything), nil otherwise.
+local function read_common(ARGV)
+  HIST_CAP = tonumber(ARGV[1])
+  EVENTS_CAP = tonumber(ARGV[2])
+  CH_DASH = ARGV[3]
+  HIST_LEVEL = ARGV[4]
+  WAKE_CAP = tonumber(ARGV[5])
+  PREFIX = ARGV[6]
+  if not HIST_CAP or HIST_CAP < 1 or not EVENTS_CAP or EVENTS_CAP < 1 or CH_DASH == nil
+    or (HIST_LEVEL ~= 'full' and HIST_LEVEL ~= 'transitions' and HIST_LEVEL ~= 'off')
+    or not WAKE_CAP or WAKE_CAP < 1 or PREFIX == nil or PREFIX == '' then
+    return redis.error_reply('ERR repoll: bad common ARGV')
+  end
+  return nil
 end
 
 -- Milliseconds from the Redis clock, so every client agrees on "now".

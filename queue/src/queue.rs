@@ -5,10 +5,11 @@
 use crate::conn::RedisConn;
 use crate::error::{corrupt, Result};
 use crate::keys::Keys;
+use crate::library::Invocation;
 use crate::model::{Channels, QueueConfig, TaskId};
-use crate::scripts::SCRIPTS;
+use crate::scripts::FunctionDef;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, ScriptInvocation, Value};
+use redis::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,7 +99,8 @@ impl Queue {
     }
 
     /// Uses an existing connection (shared with other parts of the app). Checks the
-    /// configuration and loads every script once so later calls are plain EVALSHA.
+    /// configuration and the Redis version, and loads the Lua library on every primary once
+    /// so later calls are plain FCALL.
     pub async fn with_connection(conn: impl Into<RedisConn>, cfg: QueueConfig) -> Result<Queue> {
         let conn = conn.into();
         if cfg.name.is_empty() || cfg.name.contains(['{', '}', '#']) {
@@ -120,10 +122,8 @@ impl Queue {
             ));
         }
         let q = Queue::layout(conn, cfg);
-        let mut c = q.conn.clone();
-        for s in SCRIPTS.all() {
-            s.prepare_invoke().load_async(&mut c).await?;
-        }
+        crate::library::check_version(&q.conn).await?;
+        crate::library::load(&q.conn).await?;
         crate::partition::check_layout(&q).await?;
         Ok(q)
     }
@@ -198,11 +198,11 @@ impl Queue {
         &self.inner.keys
     }
 
-    /// An invocation with the six common ARGV of the prelude already set.
-    pub(crate) fn invocation<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
+    /// A call of a library function with the six common ARGV of the prelude already set.
+    pub(crate) fn invocation<'a>(&self, function: &'a FunctionDef) -> Invocation<'a> {
         let cfg = &self.inner.cfg;
         let ch = &self.inner.channels;
-        let mut inv = script.prepare_invoke();
+        let mut inv = Invocation::new(function);
         inv.arg(cfg.history_cap)
             .arg(cfg.events_cap)
             .arg(&ch.dashboard)
@@ -212,10 +212,9 @@ impl Queue {
         inv
     }
 
-    /// Runs an invocation and returns the raw reply.
-    pub(crate) async fn run(&self, inv: &ScriptInvocation<'_>) -> Result<Value> {
-        let mut c = self.conn.clone();
-        Ok(inv.invoke_async::<Value>(&mut c).await?)
+    /// Runs a call and returns the raw reply (loading the library again if Redis lost it).
+    pub(crate) async fn run(&self, inv: &Invocation<'_>) -> Result<Value> {
+        crate::library::call(&self.conn, inv).await
     }
 }
 

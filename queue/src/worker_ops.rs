@@ -10,13 +10,14 @@
 use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::keys::Keys;
+use crate::library::Invocation;
 use crate::model::{
     Claimed, Completion, Failed, Reaped, Reschedule, Retry, TenantLimits, WorkerInfo,
 };
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::TaskId;
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 
 /// Most tasks one claim, completion batch or reap call handles, so one script never runs long.
 pub const MAX_BATCH: usize = 1000;
@@ -43,7 +44,7 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
 
 /// The last seven KEYS of every claiming script (the fair-share keys, the breaker, the wake-up
 /// list) and its last three ARGV (the per-tenant limits), added after the script's own.
-pub(crate) fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &TenantLimits) {
+pub(crate) fn claim_tail(inv: &mut Invocation<'_>, k: &Keys, limits: &TenantLimits) {
     inv.key(&k.fair)
         .key(&k.fairt)
         .key(&k.fairv)
@@ -64,7 +65,7 @@ pub(crate) fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &Tena
 
 /// The nine KEYS every claiming script starts with (claim.lua's header); its tail
 /// ([`claim_tail`]) is added after the script's own keys and arguments.
-fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
+fn claim_keys(inv: &mut Invocation<'_>, k: &Keys) {
     inv.key(&k.ready)
         .key(&k.ready_bg)
         .key(&k.due)
