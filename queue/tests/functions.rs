@@ -104,18 +104,17 @@ async fn a_call_after_a_restart_without_persistence_loads_the_library_again() {
     );
 }
 
-#[tokio::test]
-async fn enqueue_many_resends_only_the_items_that_met_a_flushed_library() {
-    let srv = spawn_redis();
-    let q = Queue::connect(&srv.url(), cfg("fn_pipeline"))
-        .await
-        .unwrap();
-    let mut blocker = conn_to(&srv).await;
-    let mut flusher = conn_to(&srv).await;
-    let mut c = conn_to(&srv).await;
-    // ~600 bytes an item: the pipeline is many times Redis's 16 KB read buffer, so Redis runs
+/// One `enqueue_many` of 400 fresh items into queue `name` with a `FUNCTION FLUSH` sent while
+/// it is in flight. Checks every item is created and only failed items were sent again;
+/// returns how many failed (met the flushed library) on their first send.
+async fn enqueue_many_across_a_flush(srv: &Server, name: &str) -> u64 {
+    let q = Queue::connect(&srv.url(), cfg(name)).await.unwrap();
+    let mut blocker = conn_to(srv).await;
+    let mut flusher = conn_to(srv).await;
+    let mut c = conn_to(srv).await;
+    // ~500 bytes an item: the pipeline is many times Redis's 16 KB read buffer, so Redis runs
     // it over several turns of its event loop, and the flush (queued behind its first part)
-    // lands in the middle.
+    // can land in the middle.
     let queries: Vec<String> = (0..400)
         .map(|i| format!("in flight {i} {}", "x".repeat(480)))
         .collect();
@@ -158,18 +157,29 @@ async fn enqueue_many_resends_only_the_items_that_met_a_flushed_library() {
     }
     let (calls, failed) = fcall_counts(&mut c).await;
     let failed = failed - failed_before;
-    let calls = calls - calls_before;
-    assert!(
-        failed > 0 && failed < queries.len() as u64,
-        "the flush met the pipeline part-way: {failed} of {} items failed",
-        queries.len()
-    );
     assert_eq!(
-        calls,
+        calls - calls_before,
         queries.len() as u64 + failed,
         "only the failed items were sent again"
     );
     assert_eq!(q.stats().await.unwrap().ready, queries.len() as u64);
+    failed
+}
+
+#[tokio::test]
+async fn enqueue_many_resends_only_the_items_that_met_a_flushed_library() {
+    let srv = spawn_redis();
+    // Where the flush lands depends on the scheduling of a shared machine: try until it met
+    // the pipeline part-way (some items ran, some failed). Every try checks the healing.
+    let mut partly = Vec::new();
+    for attempt in 0..12 {
+        let failed = enqueue_many_across_a_flush(&srv, &format!("fn_pipeline{attempt}")).await;
+        partly.push(failed);
+        if failed > 0 && failed < 400 {
+            return;
+        }
+    }
+    panic!("the flush never met the pipeline part-way (failed items per try: {partly:?})");
 }
 
 #[tokio::test]
