@@ -4,9 +4,10 @@
 //! closures built per call): the helpers are built once when the library loads.
 //!
 //! The source is the files under `queue/lua/` compiled in with `include_str!`: the shared
-//! helpers by concern ([`PRELUDE_PARTS`]) then every function's body ([`FUNCTIONS`]), each
-//! wrapped as `function(KEYS, ARGV) ... end` so the bodies read exactly as scripts did. Every
-//! body keeps its KEYS/ARGV/returns contract in its header comment.
+//! helpers by concern ([`PRELUDE_PARTS`]: `prelude.lua`, then `prelude/*.lua`), then every
+//! function's body ([`FUNCTIONS`]), each wrapped as `function(KEYS, ARGV) ... end` so the
+//! bodies read exactly as scripts did. Every body keeps its KEYS/ARGV/returns contract in its
+//! header comment.
 //!
 //! The library is named `repoll_<hash8>` (hash8: the SHA-1 of its source) and its functions
 //! `repoll_<hash8>_<name>`: two builds of repoll run side by side during a rolling upgrade,
@@ -30,7 +31,15 @@ pub struct FunctionDef {
 }
 
 /// The shared helpers, by concern, in load order (a file uses only helpers defined above it).
-pub const PRELUDE_PARTS: &[(&str, &str)] = &[("prelude", include_str!("../lua/prelude.lua"))];
+pub const PRELUDE_PARTS: &[(&str, &str)] = &[
+    ("prelude", include_str!("../lua/prelude.lua")),
+    ("history", include_str!("../lua/prelude/history.lua")),
+    ("counters", include_str!("../lua/prelude/counters.lua")),
+    ("records", include_str!("../lua/prelude/records.lua")),
+    ("fair", include_str!("../lua/prelude/fair.lua")),
+    ("breaker", include_str!("../lua/prelude/breaker.lua")),
+    ("claims", include_str!("../lua/prelude/claims.lua")),
+];
 
 /// One list of every function: builds [`FUNCTIONS`] (loading, the key tests, docs) and
 /// [`SCRIPTS`] (the call sites' handles), so the two cannot drift apart.
