@@ -124,6 +124,31 @@ fn every_function_has_a_keys_argv_returns_header() {
     }
 }
 
+/// The library is one Lua 5.1 chunk: a function may use at most 60 upvalues, and every
+/// top-level local of the prelude parts is one a function body can use. Kept at or under 60
+/// names, no body can pass the limit however many helpers it calls (FUNCTION LOAD would fail
+/// at connect). Counts the names of the unindented `local` lines.
+#[test]
+fn the_prelude_declares_at_most_60_top_level_locals() {
+    let names: usize = PRELUDE_PARTS
+        .iter()
+        .flat_map(|(_, src)| src.lines())
+        .filter_map(|l| l.strip_prefix("local "))
+        .map(|decl| {
+            let lhs = decl
+                .strip_prefix("function ")
+                .map(|f| f.split('(').next().unwrap_or(""))
+                .unwrap_or_else(|| decl.split('=').next().unwrap_or(""));
+            lhs.split(',').filter(|n| !n.trim().is_empty()).count()
+        })
+        .sum();
+    assert!(names > 40, "the count found the prelude's locals: {names}");
+    assert!(
+        names <= 60,
+        "{names} top-level locals: some function could pass 60 upvalues"
+    );
+}
+
 #[test]
 fn scripts_name_keys_only_through_keys() {
     let prelude_src: String = PRELUDE_PARTS.iter().map(|(_, p)| *p).collect();
