@@ -41,9 +41,11 @@ local function claim_read(K, FP, max_n, now)
   end
   local zs = redis.call('ZRANGEBYSCORE', K.due, '-inf', now, 'LIMIT', 0,
     max_n + (fair_on and FAIR_PROMOTE or 0))
-  local ilen = redis.call('LLEN', K.ready)
-  local blen = redis.call('LLEN', K.bg)
-  if #zs == 0 and ilen == 0 and blen == 0 and not fair_on then return nil, br end
+  -- The heads of both ready lists. A non-empty list is always read, so reading it at once saves
+  -- the LLEN that used to come first; an empty one answers {} as cheaply as LLEN answered 0.
+  local li = redis.call('LRANGE', K.ready, 0, max_n - 1)
+  local lb = redis.call('LRANGE', K.bg, 0, max_n - 1)
+  if #zs == 0 and #li == 0 and #lb == 0 and not fair_on then return nil, br end
   local function rd(id)
     return redis.call('HMGET', PREFIX .. 't:' .. id, unpack(CLAIM_FIELDS))
   end
@@ -174,8 +176,6 @@ local function claim_read(K, FP, max_n, now)
     end
     return nil
   end
-  local li = ilen > 0 and redis.call('LRANGE', K.ready, 0, max_n - 1) or {}
-  local lb = blen > 0 and redis.call('LRANGE', K.bg, 0, max_n - 1) or {}
   -- One source per priority: its due zset members first, then its list, whose consumed head
   -- entries are popped even when stale (a list entry whose record is not due any more is a
   -- leftover of a join that moved the task, or of a cancel). `popped` counts list entries.
@@ -223,7 +223,7 @@ local function claim_read(K, FP, max_n, now)
     return fcand
   end
   local function next_b() return next_of(src_b) end
-  local bg_waits = #zb > 0 or blen > 0
+  local bg_waits = #zb > 0 or #lb > 0
   local turn = 0
   if bg_waits then turn = num(redis.call('GET', K.share), 0) end
   while #plan.take < max_n do
