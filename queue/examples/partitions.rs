@@ -54,7 +54,7 @@ async fn snap(masters: &[u16]) -> Vec<(f64, u64)> {
             .unwrap();
         let calls: u64 = stats
             .lines()
-            .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+            .filter(|l| l.starts_with("cmdstat_fcall:") || l.starts_with("cmdstat_fcall_ro:"))
             .filter_map(|l| {
                 l.split(',')
                     .find_map(|kv| kv.split_once("calls=").map(|(_, n)| n))

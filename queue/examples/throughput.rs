@@ -9,7 +9,7 @@
 //! 4. "still processing": BATCH slots, each going from task to task with
 //!    `reschedule_and_claim` (one call per task, as the worker runtime does).
 //!
-//! Script calls (EVALSHA, each one round trip) are counted from the server's INFO commandstats,
+//! Script calls (FCALL/FCALL_RO, each one round trip) are counted from the server's INFO commandstats,
 //! as are all commands Redis executed (every `cmdstat_*` but INFO; Redis counts the commands
 //! a script runs there too, so that is the work done inside Redis, not what the client sent).
 //! Two Redis-side costs are reported per task: `usec` inside the scripts (commandstats; wall

@@ -1,4 +1,3 @@
-#!lua
 -- login_attempt.lua: one client's sign-in attempts in a fixed window, counted *before* the
 -- password is checked, so parallel guesses cannot all pass a "not yet blocked" check.
 --
@@ -8,8 +7,8 @@
 -- Returns  the count after this call (0 when there is no counter).
 --
 -- Validates its arguments before writing. Its one key is under the queue's hash tag (Rust
--- builds it: queue/src/signin.rs). Runs without the prelude: it needs none of the queue's
--- common arguments.
+-- builds it: queue/src/signin.rs). A function of the library that does not read the
+-- prelude's common arguments: it needs none of them.
 
 local window = tonumber(ARGV[1])
 if not window or window < 1 then

@@ -1,10 +1,11 @@
 //! The connection a [`crate::Queue`] talks through: one Redis server, or a Redis Cluster.
 //!
-//! Everything above this module speaks `redis::aio::ConnectionLike`, so the queue's scripts,
-//! pipelines and plain reads run unchanged on either. On a cluster, each command is routed by
-//! its keys' slot (all of a queue's keys share the slot of its `{name}` hash tag), MOVED/ASK
-//! redirects are followed and the topology is refreshed; keyless commands (TIME, INFO) go to
-//! some primary, and SCRIPT LOAD to every primary.
+//! Everything above this module speaks `redis::aio::ConnectionLike`, so the queue's function
+//! calls (FCALL), pipelines and plain reads run unchanged on either. On a cluster, each command
+//! is routed by its keys' slot (all of a queue's keys share the slot of its `{name}` hash tag),
+//! MOVED/ASK redirects are followed and the topology is refreshed; keyless commands (TIME,
+//! INFO) go to some primary. The Lua library is loaded on every primary, one FUNCTION LOAD
+//! per node (`library.rs`).
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;

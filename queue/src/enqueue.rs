@@ -10,7 +10,8 @@ use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
 use crate::worker_ops::MAX_BATCH;
-use redis::{ScriptInvocation, Value};
+use crate::library::Invocation;
+use redis::Value;
 
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored.
 fn decode_enqueued(id: &str, reply: Value) -> Result<Enqueued> {
@@ -100,19 +101,13 @@ impl Queue {
             async move {
                 let mut out = Vec::with_capacity(items.len());
                 for chunk in items.chunks(MAX_BATCH) {
-                    let mut pipe = redis::pipe();
-                    // Loaded with the batch: a pipeline does not retry after NOSCRIPT as a
-                    // single invocation does (e.g. after a Redis restart emptied the cache).
-                    pipe.load_script(&SCRIPTS.enqueue).ignore();
-                    for (_, id, q, payload) in chunk {
-                        let inv = at.enqueue_invocation(id, q, payload, policy);
-                        pipe.invoke_script(&inv);
-                    }
-                    let mut c = at.conn.clone();
-                    let replies: Vec<Value> = pipe.query_async(&mut c).await?;
-                    if replies.len() != chunk.len() {
-                        return Err(corrupt("enqueue_many: reply count differs from the batch"));
-                    }
+                    // One round trip per chunk; items that find the library gone (a restart
+                    // mid-batch) are resent alone after a reload, the others keep their answer.
+                    let invs: Vec<_> = chunk
+                        .iter()
+                        .map(|(_, id, q, payload)| at.enqueue_invocation(id, q, payload, policy))
+                        .collect();
+                    let replies = crate::library::call_many(&at.conn, &invs).await?;
                     for ((i, id, _, _), v) in chunk.iter().zip(replies) {
                         out.push((*i, decode_enqueued(id, v)));
                     }
@@ -139,7 +134,7 @@ impl Slot {
         q: &str,
         payload: &str,
         policy: &EnqueuePolicy,
-    ) -> ScriptInvocation<'a> {
+    ) -> Invocation<'a> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.enqueue);
         inv.key(k.task(id))

@@ -49,6 +49,7 @@ mod enqueue;
 pub mod error;
 pub mod id;
 mod keys;
+mod library;
 pub mod model;
 mod operator_ops;
 pub mod partition;

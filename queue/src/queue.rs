@@ -6,7 +6,6 @@ use crate::conn::RedisConn;
 use crate::error::{corrupt, Result};
 use crate::keys::Keys;
 use crate::model::{Channels, QueueConfig, TaskId};
-use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::sync::Arc;
@@ -97,7 +96,8 @@ impl Queue {
     }
 
     /// Uses an existing connection (shared with other parts of the app). Checks the
-    /// configuration and loads every script once so later calls are plain EVALSHA.
+    /// configuration and the Redis version, and loads the Lua library on every primary once
+    /// so later calls are plain FCALL.
     pub async fn with_connection(conn: impl Into<RedisConn>, cfg: QueueConfig) -> Result<Queue> {
         let conn = conn.into();
         if cfg.name.is_empty() || cfg.name.contains(['{', '}', '#']) {
@@ -119,10 +119,8 @@ impl Queue {
             ));
         }
         let q = Queue::layout(conn, cfg);
-        let mut c = q.conn.clone();
-        for s in SCRIPTS.all() {
-            s.prepare_invoke().load_async(&mut c).await?;
-        }
+        crate::library::check_version(&q.conn).await?;
+        crate::library::load(&q.conn).await?;
         crate::partition::check_layout(&q).await?;
         Ok(q)
     }

@@ -1,142 +1,148 @@
-//! The Lua scripts. Each is `prelude.lua` + its own file, compiled into the binary with
-//! `include_str!`, hashed once and called with EVALSHA (`redis::Script` falls back to loading
-//! on NOSCRIPT, e.g. after a Redis restart). Every script keeps its KEYS/ARGV/returns contract
-//! in its header comment.
+//! The Lua library. Redis Functions (Redis 7.0+): one library, loaded once per primary at
+//! connect (`library.rs`), whose functions every call names with FCALL / FCALL_RO. Unlike
+//! EVALSHA of "prelude + script", a call no longer re-runs the prelude's top level (≈ 35
+//! closures built per call): the helpers are built once when the library loads.
 //!
-//! Each script starts with a `#!lua` shebang (Redis 7.0+): with it, Redis Cluster refuses a
-//! script whose declared KEYS span two slots instead of running it, and the read-only ones
-//! carry `flags=no-writes`, so Redis refuses them any write and lets them run on replicas.
+//! The source is the files under `queue/lua/` compiled in with `include_str!`: the shared
+//! helpers by concern ([`PRELUDE_PARTS`]: `prelude.lua`, then `prelude/*.lua`), then every
+//! function's body ([`FUNCTIONS`]), each wrapped as `function(KEYS, ARGV) ... end` so the
+//! bodies read exactly as scripts did. Every body keeps its KEYS/ARGV/returns contract in its
+//! header comment.
+//!
+//! The library is named `repoll_<hash8>` (hash8: the SHA-1 of its source) and its functions
+//! `repoll_<hash8>_<name>`: two builds of repoll run side by side during a rolling upgrade,
+//! each calling its own code. Functions declare their keys like scripts, so Redis Cluster
+//! refuses a call whose keys span two slots; the read-only ones carry the `no-writes` flag,
+//! so Redis refuses them any write and lets them run on replicas (called with FCALL_RO).
 
-use redis::Script;
 use std::sync::LazyLock;
 
-/// Shared helpers prepended to every script.
-pub const PRELUDE: &str = include_str!("../lua/prelude.lua");
+/// One function of the library.
+#[derive(Clone, Copy, Debug)]
+pub struct FunctionDef {
+    /// Short name (`claim`); Redis knows it as `repoll_<hash8>_claim`.
+    pub name: &'static str,
+    /// Its Lua body (header comment included), from `queue/lua/<name>.lua`.
+    pub source: &'static str,
+    /// Only reads: `no-writes` flag, called with FCALL_RO.
+    pub read_only: bool,
+    /// Takes the six common ARGV of the prelude (all but `login_attempt`).
+    pub common_argv: bool,
+}
 
-/// (name, source without prelude) of every script, for tests and docs.
-pub const SOURCES: &[(&str, &str)] = &[
-    ("enqueue", include_str!("../lua/enqueue.lua")),
-    ("claim", include_str!("../lua/claim.lua")),
-    ("renew", include_str!("../lua/renew.lua")),
-    ("complete", include_str!("../lua/complete.lua")),
-    ("reschedule", include_str!("../lua/reschedule.lua")),
-    ("fail", include_str!("../lua/fail.lua")),
-    ("release", include_str!("../lua/release.lua")),
-    ("peek_expired", include_str!("../lua/peek_expired.lua")),
-    ("reap", include_str!("../lua/reap.lua")),
-    ("retry", include_str!("../lua/retry.lua")),
-    ("cancel", include_str!("../lua/cancel.lua")),
-    ("pause", include_str!("../lua/pause.lua")),
-    ("purge", include_str!("../lua/purge.lua")),
-    ("purge_ready", include_str!("../lua/purge_ready.lua")),
-    ("stats", include_str!("../lua/stats.lua")),
-    ("list", include_str!("../lua/list.lua")),
-    ("heartbeat", include_str!("../lua/heartbeat.lua")),
-    ("upstream_rate", include_str!("../lua/upstream_rate.lua")),
-    ("migrate", include_str!("../lua/migrate.lua")),
-    ("callback", include_str!("../lua/callback.lua")),
-    ("breaker", include_str!("../lua/breaker.lua")),
-    ("fair_sync", include_str!("../lua/fair_sync.lua")),
+/// The shared helpers, by concern, in load order (a file uses only helpers defined above it).
+pub const PRELUDE_PARTS: &[(&str, &str)] = &[
+    ("prelude", include_str!("../lua/prelude.lua")),
+    ("history", include_str!("../lua/prelude/history.lua")),
+    ("counters", include_str!("../lua/prelude/counters.lua")),
+    ("records", include_str!("../lua/prelude/records.lua")),
+    ("fair", include_str!("../lua/prelude/fair.lua")),
+    ("breaker", include_str!("../lua/prelude/breaker.lua")),
+    ("claims", include_str!("../lua/prelude/claims.lua")),
 ];
 
-/// Compiled scripts, one field per file.
-pub(crate) struct Scripts {
-    pub enqueue: Script,
-    pub claim: Script,
-    pub renew: Script,
-    pub complete: Script,
-    pub reschedule: Script,
-    pub fail: Script,
-    pub release: Script,
-    pub peek_expired: Script,
-    pub reap: Script,
-    pub retry: Script,
-    pub cancel: Script,
-    pub pause: Script,
-    pub purge: Script,
-    pub purge_ready: Script,
-    pub stats: Script,
-    pub list: Script,
-    pub heartbeat: Script,
-    pub upstream_rate: Script,
-    pub migrate: Script,
-    pub callback: Script,
-    pub breaker: Script,
-    pub fair_sync: Script,
+/// One list of every function: builds [`FUNCTIONS`] (loading, the key tests, docs) and
+/// [`SCRIPTS`] (the call sites' handles), so the two cannot drift apart.
+macro_rules! functions {
+    ($($name:ident: read_only = $ro:expr, common_argv = $common:expr;)*) => {
+        #[allow(non_upper_case_globals)]
+        mod defs {
+            use super::FunctionDef;
+            $(pub const $name: FunctionDef = FunctionDef {
+                name: stringify!($name),
+                source: include_str!(concat!("../lua/", stringify!($name), ".lua")),
+                read_only: $ro,
+                common_argv: $common,
+            };)*
+        }
+
+        /// Every function of the library: (name, source, read-only, common ARGV).
+        pub const FUNCTIONS: &[FunctionDef] = &[$(defs::$name),*];
+
+        /// A handle per function, for call sites (`self.invocation(&SCRIPTS.claim)`).
+        pub(crate) struct Scripts {
+            $(pub $name: FunctionDef,)*
+        }
+
+        pub(crate) static SCRIPTS: Scripts = Scripts { $($name: defs::$name,)* };
+    };
 }
 
-fn build(name: &str) -> Script {
-    let body = SOURCES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .unwrap_or("return redis.error_reply('ERR repoll: unknown script')");
-    Script::new(&format!("{}\n{PRELUDE}\n{body}", shebang(name)))
+functions! {
+    enqueue: read_only = false, common_argv = true;
+    claim: read_only = false, common_argv = true;
+    renew: read_only = false, common_argv = true;
+    complete: read_only = false, common_argv = true;
+    reschedule: read_only = false, common_argv = true;
+    fail: read_only = false, common_argv = true;
+    release: read_only = false, common_argv = true;
+    peek_expired: read_only = true, common_argv = true;
+    reap: read_only = false, common_argv = true;
+    retry: read_only = false, common_argv = true;
+    cancel: read_only = false, common_argv = true;
+    pause: read_only = false, common_argv = true;
+    purge: read_only = false, common_argv = true;
+    purge_ready: read_only = false, common_argv = true;
+    stats: read_only = true, common_argv = true;
+    list: read_only = true, common_argv = true;
+    heartbeat: read_only = false, common_argv = true;
+    upstream_rate: read_only = false, common_argv = true;
+    migrate: read_only = false, common_argv = true;
+    callback: read_only = false, common_argv = true;
+    breaker: read_only = false, common_argv = true;
+    fair_sync: read_only = false, common_argv = true;
+    login_attempt: read_only = false, common_argv = false;
 }
 
-/// Scripts that only read.
-pub const READ_ONLY: &[&str] = &["peek_expired", "stats", "list"];
+/// The library as Redis loads it.
+pub struct Library {
+    /// `repoll_<hash8>`.
+    pub name: String,
+    /// The `FUNCTION LOAD` payload (starts with `#!lua name=<name>`).
+    pub source: String,
+}
 
-/// The first line of a script: `#!lua`, with `flags=no-writes` for the read-only ones.
-pub fn shebang(name: &str) -> &'static str {
-    if READ_ONLY.contains(&name) {
-        "#!lua flags=no-writes"
-    } else {
-        "#!lua"
+impl Library {
+    /// The name Redis knows `f` by in this library.
+    pub fn function_name(&self, f: &FunctionDef) -> String {
+        format!("{}_{}", self.name, f.name)
     }
 }
 
-/// Built once per process: hashing is done here, loading happens on first NOSCRIPT.
-pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    enqueue: build("enqueue"),
-    claim: build("claim"),
-    renew: build("renew"),
-    complete: build("complete"),
-    reschedule: build("reschedule"),
-    fail: build("fail"),
-    release: build("release"),
-    peek_expired: build("peek_expired"),
-    reap: build("reap"),
-    retry: build("retry"),
-    cancel: build("cancel"),
-    pause: build("pause"),
-    purge: build("purge"),
-    purge_ready: build("purge_ready"),
-    stats: build("stats"),
-    list: build("list"),
-    heartbeat: build("heartbeat"),
-    upstream_rate: build("upstream_rate"),
-    migrate: build("migrate"),
-    callback: build("callback"),
-    breaker: build("breaker"),
-    fair_sync: build("fair_sync"),
+/// The library text under a given name. The name is a parameter because it depends on the
+/// text's own hash: hashed once with a placeholder, then built with the real name.
+fn library_source(name: &str) -> String {
+    let mut src = format!("#!lua name={name}\n");
+    for (_, part) in PRELUDE_PARTS {
+        src.push_str(part);
+        src.push('\n');
+    }
+    for f in FUNCTIONS {
+        // Validate the common ARGV before the body runs (and before it writes anything).
+        let check = if f.common_argv {
+            "local bad_common = read_common(ARGV)\nif bad_common then return bad_common end\n"
+        } else {
+            ""
+        };
+        let flags = if f.read_only { "{ 'no-writes' }" } else { "{}" };
+        src.push_str(&format!(
+            "redis.register_function{{ function_name = '{name}_{}', flags = {flags},\n\
+             callback = function(KEYS, ARGV)\n{check}{}\nend }}\n",
+            f.name, f.source
+        ));
+    }
+    src
+}
+
+/// Built once per process.
+pub static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    // `Script::new` hashes its code with SHA-1: the same digest Redis would give it.
+    let digest = redis::Script::new(&library_source("repoll"))
+        .get_hash()
+        .to_owned();
+    let name = format!("repoll_{}", &digest[..8]);
+    Library {
+        source: library_source(&name),
+        name,
+    }
 });
-
-impl Scripts {
-    pub fn all(&self) -> [&Script; 22] {
-        [
-            &self.enqueue,
-            &self.claim,
-            &self.renew,
-            &self.complete,
-            &self.reschedule,
-            &self.fail,
-            &self.release,
-            &self.peek_expired,
-            &self.reap,
-            &self.retry,
-            &self.cancel,
-            &self.pause,
-            &self.purge,
-            &self.purge_ready,
-            &self.stats,
-            &self.list,
-            &self.heartbeat,
-            &self.upstream_rate,
-            &self.migrate,
-            &self.callback,
-            &self.breaker,
-            &self.fair_sync,
-        ]
-    }
-}

@@ -2,27 +2,22 @@
 //!
 //! Counting in Redis (not in process memory) keeps the limit when several web processes
 //! share a queue. An attempt is counted **before** the password is checked (one atomic
-//! script, `lua/login_attempt.lua`): checking "blocked?" first and counting the failure after
+//! function of the library, `lua/login_attempt.lua`): checking "blocked?" first and counting the failure after
 //! the slow password check let a burst of parallel guesses all pass the check. A successful
 //! sign-in gives its attempt back, so a user who types the password right is never locked out
 //! by their own success.
 
-use std::sync::LazyLock;
-
-use redis::Script;
-
 use crate::conn::RedisConn;
 use crate::error::Result;
+use crate::library::Invocation;
 use crate::queue::Queue;
+use crate::scripts::SCRIPTS;
 
 /// Window of the attempt count.
 pub const SIGN_IN_WINDOW_MS: u64 = 60_000;
 
 /// Longest client name kept in a key; longer ones are cut (an address is at most 45 bytes).
 const MAX_CLIENT: usize = 64;
-
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/login_attempt.lua")));
 
 /// One client's sign-in attempts ([`Queue::sign_in_attempts`]).
 pub struct SignInLimiter {
@@ -73,13 +68,16 @@ impl SignInLimiter {
     }
 
     async fn call(&self, mode: &str) -> Result<i64> {
-        let mut c = self.conn.clone();
-        Ok(SCRIPT
-            .key(&self.key)
-            .arg(SIGN_IN_WINDOW_MS)
-            .arg(mode)
-            .invoke_async(&mut c)
-            .await?)
+        // A library function without the queue's common ARGV (it needs none of them).
+        let mut inv = Invocation::new(&SCRIPTS.login_attempt);
+        inv.key(&self.key).arg(SIGN_IN_WINDOW_MS).arg(mode);
+        let reply = crate::library::call(&self.conn, &inv).await?;
+        match reply {
+            redis::Value::Int(n) => Ok(n),
+            other => Err(crate::error::corrupt(format!(
+                "login_attempt: expected a count, got {other:?}"
+            ))),
+        }
     }
 }
 

@@ -14,9 +14,11 @@
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
-use redis::{Script, ScriptInvocation, Value};
+use redis::Value;
 
 use crate::conn::RedisConn;
+use crate::library::Invocation;
+use crate::scripts::FunctionDef;
 use crate::error::Result;
 use crate::keys::Keys;
 use crate::model::{Channels, QueueConfig};
@@ -79,11 +81,11 @@ impl Slot {
         crate::queue::redis_now_ms(&self.conn).await
     }
 
-    /// An invocation with the six common ARGV of the prelude already set.
-    pub(crate) fn invocation<'a>(&self, script: &'a Script) -> ScriptInvocation<'a> {
+    /// A call of a library function with the six common ARGV of the prelude already set.
+    pub(crate) fn invocation<'a>(&self, function: &'a FunctionDef) -> Invocation<'a> {
         let cfg = &self.inner.cfg;
         let ch = &self.inner.channels;
-        let mut inv = script.prepare_invoke();
+        let mut inv = Invocation::new(function);
         inv.arg(cfg.history_cap)
             .arg(cfg.events_cap)
             .arg(&ch.dashboard)
@@ -93,9 +95,8 @@ impl Slot {
         inv
     }
 
-    /// Runs an invocation and returns the raw reply.
-    pub(crate) async fn run(&self, inv: &ScriptInvocation<'_>) -> Result<Value> {
-        let mut c = self.conn.clone();
-        Ok(inv.invoke_async::<Value>(&mut c).await?)
+    /// Runs a call and returns the raw reply (loading the library again if Redis lost it).
+    pub(crate) async fn run(&self, inv: &Invocation<'_>) -> Result<Value> {
+        crate::library::call(&self.conn, inv).await
     }
 }

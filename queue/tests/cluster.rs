@@ -187,3 +187,70 @@ async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
         }
     }
 }
+
+/// Names of the function libraries one node holds.
+async fn libraries_on(node: &Server) -> Vec<String> {
+    let list: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut node_conn(node).await)
+        .await
+        .unwrap();
+    list.iter()
+        .filter_map(|lib| lib.get("library_name"))
+        .filter_map(|v| redis::from_redis_value::<String>(v.clone()).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_library_is_loaded_on_every_primary_and_heals_after_a_flush() {
+    let nodes = three_node_cluster().await;
+    let seeds: Vec<String> = nodes.iter().map(|n| n.url()).collect();
+    let q = Queue::connect_cluster(&seeds, cfg("clfn"))
+        .await
+        .expect("connect through the cluster");
+    let lib = queue::scripts::LIBRARY.name.clone();
+    for n in &nodes {
+        assert_eq!(libraries_on(n).await, vec![lib.clone()], "node {}", n.port);
+    }
+    // A second process connects: every primary answers "already exists", which is success.
+    let q2 = Queue::connect_cluster(&seeds, cfg("clfn"))
+        .await
+        .expect("connect again: the library is there");
+
+    // The nodes lose the library (as a primary promoted from a replica that missed the load
+    // would lack it): the next single call and the next pipeline load it again.
+    for n in &nodes {
+        let () = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async(&mut node_conn(n).await)
+            .await
+            .unwrap();
+    }
+    q.enqueue("after the flush", "p", &EnqueuePolicy::default())
+        .await
+        .expect("a single call heals");
+    for n in &nodes {
+        assert_eq!(libraries_on(n).await, vec![lib.clone()], "node {}", n.port);
+    }
+    for n in &nodes {
+        let () = redis::cmd("FUNCTION")
+            .arg("FLUSH")
+            .query_async(&mut node_conn(n).await)
+            .await
+            .unwrap();
+    }
+    let answers = q2
+        .enqueue_many(
+            &[("many 1", "p"), ("many 2", "p")],
+            &EnqueuePolicy::default(),
+        )
+        .await
+        .expect("the pipeline heals");
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, Ok(Enqueued::Created(_)))),
+        "{answers:?}"
+    );
+    assert_eq!(q.stats().await.unwrap().ready, 3);
+}

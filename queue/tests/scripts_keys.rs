@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use queue::scripts::{PRELUDE, SOURCES};
+use queue::scripts::{FUNCTIONS, PRELUDE_PARTS};
 use queue::*;
 use std::collections::{HashMap, HashSet};
 
@@ -107,9 +107,52 @@ fn calls(src: &str, name: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Every function of the library keeps its contract in its header comment: its KEYS, its
+/// ARGV and what it returns, before its first line of code.
+#[test]
+fn every_function_has_a_keys_argv_returns_header() {
+    for f in FUNCTIONS {
+        let header: String = f
+            .source
+            .lines()
+            .take_while(|l| l.starts_with("--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for part in ["KEYS[", "ARGV[", "Returns"] {
+            assert!(header.contains(part), "{}: header lacks {part}", f.name);
+        }
+    }
+}
+
+/// The library is one Lua 5.1 chunk: a function may use at most 60 upvalues, and every
+/// top-level local of the prelude parts is one a function body can use. Kept at or under 60
+/// names, no body can pass the limit however many helpers it calls (FUNCTION LOAD would fail
+/// at connect). Counts the names of the unindented `local` lines.
+#[test]
+fn the_prelude_declares_at_most_60_top_level_locals() {
+    let names: usize = PRELUDE_PARTS
+        .iter()
+        .flat_map(|(_, src)| src.lines())
+        .filter_map(|l| l.strip_prefix("local "))
+        .map(|decl| {
+            let lhs = decl
+                .strip_prefix("function ")
+                .map(|f| f.split('(').next().unwrap_or(""))
+                .unwrap_or_else(|| decl.split('=').next().unwrap_or(""));
+            lhs.split(',').filter(|n| !n.trim().is_empty()).count()
+        })
+        .sum();
+    assert!(names > 40, "the count found the prelude's locals: {names}");
+    assert!(
+        names <= 60,
+        "{names} top-level locals: some function could pass 60 upvalues"
+    );
+}
+
 #[test]
 fn scripts_name_keys_only_through_keys() {
-    let prelude = code(PRELUDE);
+    let prelude_src: String = PRELUDE_PARTS.iter().map(|(_, p)| *p).collect();
+    let prelude = code(&prelude_src);
     let funcs = functions(&prelude);
     // Which parameter positions of each helper are keys: positions used as a redis.call key
     // or passed on at a key position of another helper (to a fixpoint).
@@ -160,7 +203,8 @@ fn scripts_name_keys_only_through_keys() {
         "{key_pos:?}"
     );
 
-    for (name, src) in SOURCES {
+    for f in FUNCTIONS {
+        let (name, src) = (&f.name, f.source);
         let body = code(src);
         // identifiers holding keys: exactly `local x = KEYS[...]`, never reassigned
         let mut key_vars = HashSet::new();
@@ -251,17 +295,37 @@ fn scripts_name_keys_only_through_keys() {
     }
 }
 
+/// The ACL rule README.md gives for a queue's user (the one line with `ACL SETUSER`), its
+/// placeholders filled in: the test runs exactly what a reader would.
+fn readme_acl_rule(user: &str, password: &str, queue: &str) -> Vec<String> {
+    let readme = include_str!("../../README.md");
+    let rules: Vec<&str> = readme
+        .lines()
+        .filter_map(|l| l.split('`').find(|part| part.starts_with("ACL SETUSER ")))
+        .collect();
+    assert_eq!(
+        rules.len(),
+        1,
+        "README.md gives one ACL SETUSER rule: {rules:?}"
+    );
+    rules[0]
+        .split_whitespace()
+        .skip(2)
+        .map(|w| {
+            w.replace("<user>", user)
+                .replace("<password>", password)
+                .replace("<queue>", queue)
+        })
+        .collect()
+}
+
 async fn acl_queue(name: &str) -> Queue {
     let mut c = raw().await;
+    let rule = readme_acl_rule("qonly", "pw", "aclq");
+    assert_eq!(rule[0], "qonly");
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
-        .arg("qonly")
-        .arg("reset")
-        .arg("on")
-        .arg(">pw")
-        .arg("~*{aclq}*")
-        .arg("&*")
-        .arg("+@all")
+        .arg(&rule)
         .query_async(&mut c)
         .await
         .unwrap();
@@ -282,6 +346,24 @@ async fn every_operation_runs_under_a_key_restricted_acl_user() {
     let q = acl_queue("aclq").await;
     let q = Queue::with_connection(q.connection(), conf).await.unwrap();
     exercise_every_operation(&q).await;
+
+    // The user loaded the library (at connect) but may not remove functions: neither its own
+    // library nor another version's.
+    let mut c = q.connection();
+    for sub in [
+        &["FLUSH"][..],
+        &["DELETE", queue::scripts::LIBRARY.name.as_str()][..],
+    ] {
+        let err = redis::cmd("FUNCTION")
+            .arg(sub)
+            .query_async::<redis::Value>(&mut c)
+            .await
+            .unwrap_err();
+        assert!(
+            format!("{err:?}").contains("NoPerm") || err.to_string().contains("NOPERM"),
+            "{err:?}"
+        );
+    }
 
     // negative control: the same user may not touch another queue, so the ACL really bites
     // (already when connecting, which records the queue's partition count)

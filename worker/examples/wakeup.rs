@@ -13,7 +13,7 @@
 //!
 //! The BullMQ peer (`bench/bullmq/wakeup.mjs`) does the same with 4 Workers of concurrency 1
 //! by default (latency = processor start − `queue.add` call); `scripts/bench` runs both.
-//! It also counts Redis script calls per task (`INFO commandstats`, EVALSHA): an enqueue, a
+//! It also counts Redis script calls per task (`INFO commandstats`, FCALL/FCALL_RO): an enqueue, a
 //! claim and a completion are three; with every idle worker woken per enqueue (Pub/Sub, before
 //! the wake-up list) it was one more per idle worker.
 //! Machine-readable: `RESULT peer=repoll phase=wakeup n= rate= p50_ms= p90_ms= p99_ms= max_ms= mean_ms= scripts_per_task=`
@@ -62,20 +62,20 @@ fn pct(v: &[Duration], p: f64) -> f64 {
     v[rank - 1].as_secs_f64() * 1e3
 }
 
-/// EVALSHA calls so far on this server (every queue operation is one script call).
-async fn evalsha_calls(
+/// Library function calls so far on this server (FCALL and FCALL_RO: every queue operation is
+/// one of them).
+async fn function_calls(
     c: &mut redis::aio::MultiplexedConnection,
 ) -> Result<u64, Box<dyn std::error::Error>> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(c)
         .await?;
-    Ok(info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0))
+    Ok(["cmdstat_fcall:calls=", "cmdstat_fcall_ro:calls="]
+        .iter()
+        .filter_map(|prefix| info.lines().find_map(|l| l.strip_prefix(prefix)))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum())
 }
 
 #[tokio::main]
@@ -126,7 +126,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut stats_conn = redis::Client::open(redis_url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let scripts_before = evalsha_calls(&mut stats_conn).await?;
+    let scripts_before = function_calls(&mut stats_conn).await?;
 
     let issued: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; total]));
     let policy = EnqueuePolicy::default();
@@ -157,7 +157,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let scripts = evalsha_calls(&mut stats_conn).await? - scripts_before;
+    let scripts = function_calls(&mut stats_conn).await? - scripts_before;
     for r in running {
         r.stop().await;
     }

@@ -9,7 +9,8 @@ use crate::queue::clamp_ms;
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
 use crate::TaskId;
-use redis::{ScriptInvocation, Value};
+use crate::library::Invocation;
+use redis::Value;
 
 use super::{FAIR_SYNC_EVERY_MS, FAIR_SYNC_MAX_LEASES, MAX_BATCH};
 use super::{THROUGHPUT_HOURLY_RETENTION_MS, THROUGHPUT_RETENTION_MS};
@@ -24,7 +25,7 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
 
 /// The last seven KEYS of every claiming script (the fair-share keys, the breaker, the wake-up
 /// list) and its last three ARGV (the per-tenant limits), added after the script's own.
-fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &TenantLimits) {
+fn claim_tail(inv: &mut Invocation<'_>, k: &Keys, limits: &TenantLimits) {
     inv.key(&k.fair)
         .key(&k.fairt)
         .key(&k.fairv)
@@ -45,7 +46,7 @@ fn claim_tail(inv: &mut ScriptInvocation<'_>, k: &Keys, limits: &TenantLimits) {
 
 /// The nine KEYS every claiming script starts with (claim.lua's header); its tail
 /// ([`claim_tail`]) is added after the script's own keys and arguments.
-fn claim_keys(inv: &mut ScriptInvocation<'_>, k: &Keys) {
+fn claim_keys(inv: &mut Invocation<'_>, k: &Keys) {
     inv.key(&k.ready)
         .key(&k.ready_bg)
         .key(&k.due)

@@ -53,38 +53,45 @@ pub fn spawn_redis() -> Server {
 
 /// As [`spawn_redis`], with extra `redis-server` arguments (its working directory is a fresh
 /// temp dir, so relative file names such as a cluster config land there).
-#[allow(clippy::zombie_processes)]
 pub fn spawn_redis_with(extra: &str) -> Server {
     for _ in 0..5 {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("repoll-queue-test-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let me = std::process::id();
-        let script = format!(
-            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
-             --loglevel warning {extra} & R=$!; \
-             while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
-             kill $R 2>/dev/null; wait $R; rm -rf '{dir}'",
-            dir = dir.display()
-        );
-        Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server (is it installed?)");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if ping(port) {
-                return Server { port };
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(server) = spawn_redis_on(free_port(), extra) {
+            return server;
         }
     }
     panic!("redis-server did not start");
+}
+
+/// As [`spawn_redis_with`] on a given port (`None` when it did not answer within 5 s): a test
+/// restarts "the same" Redis, empty, where its clients will reconnect.
+#[allow(clippy::zombie_processes)]
+pub fn spawn_redis_on(port: u16, extra: &str) -> Option<Server> {
+    let dir = std::env::temp_dir().join(format!("repoll-queue-test-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let me = std::process::id();
+    let script = format!(
+        "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
+         --loglevel warning {extra} & R=$!; \
+         while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
+         kill $R 2>/dev/null; wait $R; rm -rf '{dir}'",
+        dir = dir.display()
+    );
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn redis-server (is it installed?)");
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if ping(port) {
+            return Some(Server { port });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 pub fn server() -> &'static Server {

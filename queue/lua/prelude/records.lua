@@ -1,0 +1,54 @@
+-- prelude/records.lua: moving a task record between states (dead, due, out of its queue).
+
+-- Move a task record to dead. Callers have already removed it from the due/lease/retry sets
+-- and ready lists.
+local function to_dead(tkey, hkey, ekey, deadz, id, now, reason, detail)
+  redis.call('HSET', tkey, 's', 'dead', 'dr', reason, 'u', fmt(now))
+  redis.call('HDEL', tkey, 'w', 'ld')
+  redis.call('ZADD', deadz, now, id)
+  hist(hkey, now, 'dead', reason .. (detail ~= '' and (': ' .. detail) or ''))
+  event(ekey, now, 'dead', id, reason)
+end
+
+-- The ready list of a priority ('bg' or anything else = interactive).
+local function ready_list(pr, readyk, bgk)
+  if pr == 'bg' then return bgk end
+  return readyk
+end
+
+-- Make a task due: now (the tail of its ready list) or later (the due zset). The retry zset
+-- mirrors due-later members that have failed at least once, so stats count "retrying" with one
+-- ZCOUNT. Callers have removed it from wherever it was. `extra`: more fields for the same HSET.
+-- A tenant's interactive task made ready now goes to the due zset at `now` instead: the next
+-- claim gives it its fair-share place ("Fair shares" below), which needs the claim's keys.
+local function to_due(tkey, readyk, bgk, duez, retryz, id, pr, at, attempts, now, extra)
+  if at <= now and (pr == 'bg' or redis.call('HEXISTS', tkey, 'tn') == 0) then
+    redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
+  elseif at <= now then
+    redis.call('ZADD', duez, now, id)
+  else
+    redis.call('ZADD', duez, at, id)
+    if attempts > 0 then redis.call('ZADD', retryz, at, id) end
+  end
+  local f = { 's', 'due', 'u', fmt(now) }
+  if extra then
+    for i = 1, #extra do f[#f + 1] = extra[i] end
+  end
+  redis.call('HSET', tkey, unpack(f))
+  redis.call('HDEL', tkey, 'w', 'ld')
+end
+
+-- Take a due task out of wherever it waits (the due zset, or its ready list: LREM is O(n) in
+-- the list's length, so it is only used by rare admin actions, never by workers).
+-- A tenant's task may instead wait in the fair zset, as "<tenant>|<id>".
+local function unqueue(readyk, bgk, duez, retryz, id, pr, fairz, tn)
+  if redis.call('ZREM', duez, id) == 1 then
+    redis.call('ZREM', retryz, id)
+    return
+  end
+  if tn and tn ~= '' and redis.call('ZREM', fairz, tn .. '|' .. id) == 1 then return end
+  if redis.call('LREM', ready_list(pr, readyk, bgk), 1, id) == 0 then
+    -- Its priority changed while it waited (a join) or it sits in the other list.
+    redis.call('LREM', ready_list(pr == 'bg' and '' or 'bg', readyk, bgk), 1, id)
+  end
+end
