@@ -4,13 +4,13 @@
 
 use crate::decode::{self, opt_string, status, string};
 use crate::error::{corrupt, QueueError, Result};
+use crate::library::Invocation;
 use crate::model::{EnqueuePolicy, Enqueued, Priority};
 use crate::normalise_query;
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
 use crate::worker_ops::MAX_BATCH;
-use crate::library::Invocation;
 use redis::Value;
 
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored.

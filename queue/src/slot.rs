@@ -17,11 +17,11 @@ use std::sync::Arc;
 use redis::Value;
 
 use crate::conn::RedisConn;
-use crate::library::Invocation;
-use crate::scripts::FunctionDef;
 use crate::error::Result;
 use crate::keys::Keys;
+use crate::library::Invocation;
 use crate::model::{Channels, QueueConfig};
+use crate::scripts::FunctionDef;
 
 /// One hash tag of a queue: its connection (a clone of the queue's), its key names, the
 /// settings its scripts read, and its channels. Cheap to clone (the rest is shared), so a

@@ -4,12 +4,12 @@
 use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::keys::Keys;
+use crate::library::Invocation;
 use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry, TenantLimits};
 use crate::queue::clamp_ms;
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
 use crate::TaskId;
-use crate::library::Invocation;
 use redis::Value;
 
 use super::{FAIR_SYNC_EVERY_MS, FAIR_SYNC_MAX_LEASES, MAX_BATCH};
