@@ -1,5 +1,5 @@
 //! Turning Redis replies into model types. Nothing here panics: anything unexpected becomes
-//! [`QueueError::Corrupt`], because a damaged key must not take down a worker or the server.
+//! [`crate::QueueError::Corrupt`], because a damaged key must not take down a worker or the server.
 
 use crate::error::{corrupt, Result};
 use crate::model::{HistoryEntry, Priority, StoredResult, Task, TaskId, TaskState, WorkerInfo};

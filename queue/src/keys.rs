@@ -40,7 +40,7 @@ pub(crate) struct Keys {
     pub wakeups: String,
     /// Admin actions, newest first, capped (audit.rs).
     pub audit: String,
-    /// Fair shares (prelude.lua): tenants' interactive tasks ready now, "<tenant>|<id>" scored
+    /// Fair shares (prelude.lua): tenants' interactive tasks ready now, `"<tenant>|<id>"` scored
     /// by start tag.
     pub fair: String,
     /// Each tenant with a backlog -> its latest start tag ('' = the untenanted lane).

@@ -7,6 +7,15 @@
 //! and operator actions for the dashboard. Errors are [`QueueError`]; `StaleToken` is the one
 //! a worker acts on (its lease was lost, so it must drop the task).
 //!
+//! # Errors
+//!
+//! Every `async` method can fail with [`QueueError::Redis`] (Redis unreachable, a timeout, a
+//! cluster redirect not followed) and [`QueueError::Corrupt`] (a reply or a stored value that
+//! does not decode, or a configuration refused at connect); a method's own doc names any
+//! other error it returns (`StaleToken`, `NotFound`, `InvalidQuery`). A method that reads or
+//! writes every partition returns the first partition's error; what other partitions did
+//! before it stays done (each partition's change is atomic, the whole is not).
+//!
 //! # A tour, in reading order
 //!
 //! - [`id`]: a task's id is a hash of its normalised query, so the same query is one task (the

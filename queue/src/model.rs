@@ -170,7 +170,7 @@ pub struct EnqueuePolicy {
     pub priority: Priority,
     /// Who asked ("" = nobody in particular): tenants share the upstream fairly and each may
     /// be capped ([`TenantLimits`]). At most 64 bytes of `[A-Za-z0-9._:@-]`
-    /// ([`is_valid_tenant`]). A join keeps the task's own tenant.
+    /// ([`crate::is_valid_tenant`]). A join keeps the task's own tenant.
     #[serde(default)]
     pub tenant: String,
 }

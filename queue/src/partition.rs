@@ -16,11 +16,11 @@
 //!   after a wake-up goes to the partition whose wake-up list woke the process (each partition
 //!   has its own list; a worker process waits on all of them). A busy slot's chained claim
 //!   (`complete_and_claim`) stays in the partition of the task it finished (one call per
-//!   task), except every [`CHAIN_ROTATE`]-th hop, which goes to the next partition of the
+//!   task), except every `CHAIN_ROTATE`-th hop, which goes to the next partition of the
 //!   rotation, so a partition whose tasks nobody is chaining cannot wait behind another's
 //!   backlog for long.
 //! - **Reads** (stats, lists, tenants, events, throughput, stuck leases) ask every partition,
-//!   at most [`FAN_OUT`] at once, and merge: sorted-set pages by (score, id) with the same
+//!   at most `FAN_OUT` at once, and merge: sorted-set pages by (score, id) with the same
 //!   cursor to each partition (so the merged order and paging are exact), the ready work
 //!   partition after partition.
 //! - **Switches** an operator flips (pause, the breaker by hand) are written to every
@@ -28,11 +28,11 @@
 //! - **Limits**: the upstream's rate limit is one key in the control slot `{name}` (exactly
 //!   global, as before). The breaker's threshold and the per-tenant limits are checked inside
 //!   the claim and fail scripts, so each partition holds its own, set to an even share of the
-//!   configured value ([`part_config`]): ids are uniform hashes, so each partition sees ~1/P of
+//!   configured value (`part_config`): ids are uniform hashes, so each partition sees ~1/P of
 //!   the calls and of each tenant's tasks.
 //! - **The control slot** `{name}` keeps what belongs to no task: sessions, sign-in limits,
 //!   the audit log, the worker registry, the upstream rate limit, bulk-run state, and the
-//!   partition count the queue was created with ([`check_layout`]).
+//!   partition count the queue was created with (`check_layout`).
 
 use std::future::Future;
 

@@ -16,6 +16,10 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Handle to one queue. Cheap to clone: the connection manager multiplexes one connection
 /// (concurrent calls are pipelined on it) and the rest is shared.
+///
+/// It routes: a call about one task goes to that task's slot, a call about the whole queue
+/// to every slot (their answers merged), the same way whether the queue has one partition
+/// or many (see the `partition` module).
 #[derive(Clone)]
 pub struct Queue {
     pub(crate) conn: RedisConn,
@@ -26,7 +30,8 @@ pub(crate) struct Inner {
     pub cfg: QueueConfig,
     /// The control slot `{name}`: what belongs to the queue and to no task (meta, audit,
     /// sessions, sign-in limits, worker registry, upstream rate, bulk runs), with the
-    /// queue's whole configuration. With one partition it is also the queue's one slot.
+    /// queue's whole configuration. With one partition its tag `{name}` is also the one
+    /// task slot's (a second handle on the same keys).
     pub control: Slot,
     /// The queue's slots, one per partition (`cfg.partitions`, 1 included); a task lives in
     /// `slots[partition_of(id, P)]`. See the `partition` module.

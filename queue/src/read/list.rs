@@ -16,7 +16,7 @@ impl Queue {
     /// while tasks come and go (nothing is skipped or repeated that stayed put). Ready work is
     /// the due-now part of the due zset (polls and retries, by due time), then the interactive
     /// ready list, then the background one (each oldest first); there the cursor names the
-    /// last id listed ("i:<id>"), found again with LPOS (O(n) in the list: a dashboard read,
+    /// last id listed (`"i:<id>"`), found again with LPOS (O(n) in the list: a dashboard read,
     /// never a worker's). Pass the cursor back with the same order.
     ///
     /// Several slots: the same (score, id) cursor goes to every slot and their pages are
@@ -80,8 +80,8 @@ impl Queue {
     }
 
     /// Ready work (see [`Queue::list`]): slot after slot, each slot's ready work in its
-    /// segments' order; with several slots the cursor is "<partition>/<that slot's ready
-    /// cursor>", with one it is the slot's cursor.
+    /// segments' order; with several slots the cursor is `"<partition>/<slot cursor>"`, with
+    /// one it is the slot's cursor.
     async fn list_ready(&self, order: Order, cursor: Option<&str>, limit: usize) -> Result<Page> {
         let now = self.now_ms().await?;
         let counts = self
@@ -216,8 +216,8 @@ pub(super) fn parse_cursor(cursor: Option<&str>) -> Result<Option<(i64, String)>
 }
 
 /// Where ready cursor `c` resumes in a queue of `slots` slots: (slot, that slot's cursor).
-/// "<p>/<cursor>" names slot p; a cursor without one (a slot's own shape) starts at slot
-/// `first`. A queue of one slot reads any "<x>/<cursor>" as its cursor, as it always has.
+/// `"<p>/<cursor>"` names slot p; a cursor without one (a slot's own shape) starts at slot
+/// `first`. A queue of one slot reads any `"<x>/<cursor>"` as its cursor, as it always has.
 fn resume_at(c: &str, slots: usize, first: usize) -> Result<(usize, Option<String>)> {
     let Some((p, rest)) = c.split_once('/') else {
         return Ok((first, Some(c.to_string())));

@@ -34,7 +34,7 @@ impl Slot {
             .await?)
     }
 
-    /// This slot's ready work, across its places in `order` (see [`Queue::list`]): the
+    /// This slot's ready work, across its places in `order` (see [`crate::Queue::list`]): the
     /// due-now polls, the tenants' fair queue, the interactive list, the background list.
     pub(super) async fn list_ready(
         &self,
@@ -100,7 +100,7 @@ impl Slot {
     }
 
     /// Up to `want` rows of a ready zset (Z: due now, with their due time; F: the tenants'
-    /// fair queue, members "<tenant>|<id>") after `cursor`.
+    /// fair queue, members `"<tenant>|<id>"`) after `cursor`.
     async fn zset_slice(
         &self,
         seg: Seg,
@@ -316,9 +316,9 @@ struct SegPage {
 /// A sorted-set cursor: the (score, member) of the last row listed.
 type ZCursor = (i64, String);
 
-/// Where a slot's ready cursor resumes: the segment, the list anchor ("i:<id>" / "b:<id>": the
-/// last id listed) or the zset cursor ("z:<score>:<id>", "f:<score>:<member>", or a bare
-/// "<score>:<id>"); no cursor starts at `first`.
+/// Where a slot's ready cursor resumes: the segment, the list anchor (`"i:<id>"` / `"b:<id>"`: the
+/// last id listed) or the zset cursor (`"z:<score>:<id>"`, `"f:<score>:<member>"`, or a bare
+/// `"<score>:<id>"`); no cursor starts at `first`.
 fn parse_ready_cursor(
     cursor: Option<&str>,
     first: Seg,

@@ -106,7 +106,7 @@ impl Slot {
         claimed_rows(self.run(&inv).await?)
     }
 
-    /// [`Queue::renew`] in this slot.
+    /// [`crate::Queue::renew`] in this slot.
     pub(crate) async fn renew(&self, id: &str, token: u64, lease_ms: u64) -> Result<i64> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.renew);
@@ -122,7 +122,7 @@ impl Slot {
         }
     }
 
-    /// [`Queue::complete_and_claim`] of this slot's items, and its claim.
+    /// [`crate::Queue::complete_and_claim`] of this slot's items, and its claim.
     pub(crate) async fn complete_and_claim(
         &self,
         items: &[Completion],
@@ -171,7 +171,7 @@ impl Slot {
         Ok((out, claimed))
     }
 
-    /// [`Queue::reschedule_and_claim`] of this slot's items, and its claim.
+    /// [`crate::Queue::reschedule_and_claim`] of this slot's items, and its claim.
     pub(crate) async fn reschedule_and_claim(
         &self,
         items: &[Reschedule],
@@ -220,7 +220,7 @@ impl Slot {
         Ok((out, claimed))
     }
 
-    /// [`Queue::fail_and_claim`] of a task of this slot, and its claim.
+    /// [`crate::Queue::fail_and_claim`] of a task of this slot, and its claim.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn fail_and_claim(
         &self,
@@ -284,7 +284,7 @@ impl Slot {
         Ok((outcome, claimed))
     }
 
-    /// [`Queue::release`] in this slot.
+    /// [`crate::Queue::release`] in this slot.
     pub(crate) async fn release(&self, id: &str, token: Option<u64>, who: &str) -> Result<bool> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.release);
@@ -309,7 +309,7 @@ impl Slot {
         }
     }
 
-    /// [`Queue::reap`] of this slot.
+    /// [`crate::Queue::reap`] of this slot.
     pub(crate) async fn reap(&self, max_n: usize) -> Result<Reaped> {
         let k = self.keys();
         let mut peek = self.invocation(&SCRIPTS.peek_expired);
@@ -379,7 +379,7 @@ impl Slot {
         Ok(())
     }
 
-    /// [`Queue::next_due_ms`] of this slot.
+    /// [`crate::Queue::next_due_ms`] of this slot.
     pub(crate) async fn next_due_ms(&self) -> Result<Option<i64>> {
         let k = self.keys();
         let mut c = self.conn.clone();
