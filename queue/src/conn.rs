@@ -14,7 +14,9 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 /// One server (a connection manager that reconnects by itself) or a cluster.
 #[derive(Clone)]
 pub enum RedisConn {
+    /// One Redis server, through a connection manager that reconnects by itself.
     Single(ConnectionManager),
+    /// A Redis Cluster: commands are routed by their keys' slot.
     Cluster(ClusterConnection),
 }
 

@@ -49,9 +49,6 @@
 mod audit;
 pub mod bulk;
 mod callback;
-// RedisConn's variants are documented with the connection code (conn.rs, being reworked
-// with the script machinery); until then they are exempt from the crate's missing_docs.
-#[allow(missing_docs)]
 mod conn;
 mod decode;
 mod enqueue;
