@@ -6,7 +6,7 @@
 //! Buckets: every value below 16 has its own; above, each doubling is cut in four (16–19,
 //! 20–23, 24–27, 28–31, 32–39, …), so a bucket is at most 25% of its lower bound wide and a
 //! percentile read from buckets is within about 12% of the exact one (we report the bucket's
-//! middle). `queue/lua/prelude.lua` (`hbucket`) computes the same index; a queue test checks
+//! middle). `queue/lua/prelude/counters.lua` (`hbucket`) computes the same index; a queue test checks
 //! that they agree at every bucket edge.
 
 use std::collections::BTreeMap;

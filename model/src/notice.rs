@@ -3,7 +3,7 @@
 //! A notice says *that* something changed, never the new state: whoever cares re-reads the
 //! state from Redis, so a lost or reordered notice can delay a page but never show it a wrong
 //! state. The Lua scripts build the JSON by hand (cheaper than cjson on the hot path;
-//! `queue/lua/prelude.lua`, `wake_msg` and `notify_dash_batch`); this type is the one reader,
+//! `queue/lua/prelude/history.lua`, `wake_msg` and `notify_dash_batch`); this type is the one reader,
 //! and `queue/tests` checks that what the scripts publish parses into it.
 
 use serde::{Deserialize, Deserializer, Serialize};

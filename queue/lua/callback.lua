@@ -10,7 +10,7 @@
 -- KEYS[1] task hash   KEYS[2] history   KEYS[3] result   KEYS[4] partial   KEYS[5] ready list
 -- KEYS[6] background ready list   KEYS[7] due zset   KEYS[8] lease zset   KEYS[9] retry zset
 -- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] events stream   KEYS[14] fair zset   KEYS[15] leases held per tenant (prelude.lua,
+-- KEYS[13] events stream   KEYS[14] fair zset   KEYS[15] leases held per tenant (prelude/fair.lua,
 -- "Fair shares")
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
 -- (0 = never)   ARGV[10] result data   ARGV[11] result_ttl_ms

@@ -4,7 +4,7 @@
 -- KEYS[1] task hash   KEYS[2] history   KEYS[3] partial   KEYS[4] ready list
 -- KEYS[5] background ready list   KEYS[6] due zset   KEYS[7] lease zset   KEYS[8] retry zset
 -- KEYS[9] dead zset   KEYS[10] events stream   KEYS[11] fair zset   KEYS[12] leases held per
--- tenant (prelude.lua, "Fair shares")
+-- tenant (prelude/fair.lua)
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] who   ARGV[9] result_ttl_ms
 -- Returns 1 if a task was cancelled, 0 if there was none.
 local tkey = KEYS[1]

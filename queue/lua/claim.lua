@@ -11,7 +11,7 @@
 -- KEYS[9] events stream
 -- KEYS[10..14] the fair-share keys (the last seven keys of every claiming script are these five,
 -- the breaker and the wake-up list): fair zset, tenants' last tags zset, V string, leases held
--- per tenant hash, per-tenant rate zset (prelude.lua, "Fair shares")
+-- per tenant hash, per-tenant rate zset (prelude/fair.lua)
 -- KEYS[15] breaker hash   KEYS[16] wake-up list
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] max_n   ARGV[9] lease_ms
 -- ARGV[10] woken: 1 if the caller's BLPOP took a wake-up entry for this claim, else 0

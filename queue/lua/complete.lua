@@ -18,7 +18,7 @@
 -- KEYS[9+4i] task hash i   KEYS[10+4i] history i   KEYS[11+4i] result i   KEYS[12+4i] partial i
 -- KEYS[13+4n .. 17+4n] the fair-share keys (claim.lua)   KEYS[18+4n] breaker hash
 -- KEYS[19+4n] (last) wake-up list. A success of the breaker's probe closes the breaker
--- (prelude.lua); the breaker is read with the claim, or alone when next_n = 0. A tenant's
+-- (prelude/breaker.lua); the breaker is read with the claim, or alone when next_n = 0. A tenant's
 -- completed task gives back its lease (fair_release).
 -- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
 -- ARGV[7+4i] id i   ARGV[8+4i] token i   ARGV[9+4i] result data i   ARGV[10+4i] latency_ms i

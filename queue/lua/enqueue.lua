@@ -7,7 +7,7 @@
 -- KEYS[1] task hash   KEYS[2] result string   KEYS[3] partial string   KEYS[4] history list
 -- KEYS[5] ready list   KEYS[6] background ready list   KEYS[7] dead zset   KEYS[8] due zset
 -- KEYS[9] wake-up list (prelude: one entry per task made ready)
--- KEYS[10] fair zset   KEYS[11] tenants' last tags zset   KEYS[12] V string (prelude.lua, "Fair
+-- KEYS[10] fair zset   KEYS[11] tenants' last tags zset   KEYS[12] V string (prelude/fair.lua, "Fair
 -- shares": a tenant's new interactive task waits in the fair zset, not the ready list)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)

@@ -3,7 +3,7 @@
 -- Optionally leases the caller its next tasks in the same call. Errors are transitions: they
 -- go to the history at the 'transitions' level. Counted per minute: 'failed', and the call's
 -- upstream latency in its histogram bucket 'l'.
--- The circuit breaker (prelude.lua): an error of mode 'after' is the upstream's (a timeout, a
+-- The circuit breaker (prelude/breaker.lua): an error of mode 'after' is the upstream's (a timeout, a
 -- refused connection, a 5xx, a 429, a bad body; 'dead' is the task's own: a permanent 4xx or
 -- the upstream's "failed"). While the breaker is open or half-open such an error is not the
 -- task's fault: no attempt is counted and the task waits ready for the breaker to close (a

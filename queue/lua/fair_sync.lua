@@ -1,5 +1,5 @@
 -- fair_sync.lua: recount the leases each tenant holds from the lease zset itself, so the
--- per-tenant cap (prelude.lua, "Fair shares") heals from any drift of its running counts (a
+-- per-tenant cap (prelude/fair.lua) heals from any drift of its running counts (a
 -- record deleted while leased, a script of an older version). Run by the reaper of a queue
 -- with a per-tenant cap. Skipped (returns -1) above max_n leases: the scan would be long, and
 -- the running counts are kept by every lease end anyway.

@@ -1,6 +1,6 @@
 -- migrate.lua: bring one task from the first layout (long field names, every field written,
 -- the result a hash, partial data and a deferred claim entry inside the record) to the lean
--- one (prelude.lua's record table). Idempotent: a task already in the lean layout is left as
+-- one (prelude.lua's record layout). Idempotent: a task already in the lean layout is left as
 -- it is. Due tasks stay in the due zset: a claim takes due members whose time has come.
 -- KEYS[1] task hash   KEYS[2] result   KEYS[3] partial string
 -- ARGV[1..6] common   ARGV[7] id

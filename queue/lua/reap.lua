@@ -14,7 +14,7 @@
 -- KEYS[9] throughput minutes zset   KEYS[10] results index zset   KEYS[11] hourly throughput hash
 -- KEYS[12] hourly throughput index zset
 -- KEYS[11+2i] task hash i   KEYS[12+2i] history i   (i = 1..n)   KEYS[13+2n] wake-up list
--- KEYS[14+2n] (last) leases held per tenant (prelude.lua, "Fair shares")
+-- KEYS[14+2n] (last) leases held per tenant (prelude/fair.lua)
 -- ARGV[1..6] common   ARGV[7] max_lease_losses (0 = never poison)   ARGV[8] throughput retention ms
 -- ARGV[9] result_ttl_ms   ARGV[10] hourly throughput retention ms
 -- ARGV[9+2i] id i   ARGV[10+2i] peeked deadline i
@@ -94,7 +94,7 @@ for _, m in ipairs(old) do
     -- Not written by a script (no leading minute): nothing to roll up.
     redis.call('HDEL', tp, m)
   elseif string.find(m, ':', 1, true) then
-    -- A histogram bucket's field, indexed by its own name (prelude.lua, bump_tally).
+    -- A histogram bucket's field, indexed by its own name (prelude/counters.lua, bump_tally).
     local v = tonumber(redis.call('HGET', tp, m))
     if v and v > 0 then
       local field = hour_s .. string.sub(m, #string.match(m, '^%d+') + 1)

@@ -2,7 +2,7 @@
 -- With a token only that lease may be released; without one (admin) any live lease.
 -- KEYS[1] task hash   KEYS[2] history   KEYS[3] ready list   KEYS[4] background ready list
 -- KEYS[5] due zset   KEYS[6] lease zset   KEYS[7] retry zset   KEYS[8] events stream
--- KEYS[9] wake-up list   KEYS[10] leases held per tenant (prelude.lua, "Fair shares")
+-- KEYS[9] wake-up list   KEYS[10] leases held per tenant (prelude/fair.lua)
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] token ('' = admin)   ARGV[9] who
 -- Returns {'ok'} | {'no'} (admin: nothing leased) | {'stale'} (token given, not current)
 local tkey = KEYS[1]

@@ -10,7 +10,7 @@
 -- KEYS[10+3i] task hash i   KEYS[11+3i] history i   KEYS[12+3i] partial i   (i = 1..n)
 -- KEYS[13+3n .. 17+3n] the fair-share keys (claim.lua)   KEYS[18+3n] breaker hash
 -- KEYS[19+3n] (last) wake-up list. A poll of the breaker's probe is a success: it closes the
--- breaker (prelude.lua). A tenant's polled task gives back its lease (fair_release).
+-- breaker (prelude/breaker.lua). A tenant's polled task gives back its lease (fair_release).
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
 -- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
 -- ARGV[8+6i] partial i   ARGV[9+6i] latency_ms i

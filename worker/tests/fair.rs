@@ -1,7 +1,7 @@
 //! Fair shares seen from a real worker and a real HTTP upstream (the simulator, 20 ms a call):
 //! tenant A floods one upstream with 5,000 queries, then tenant B asks 20; with 8 slots, B's
 //! 20 all reach final while the upstream makes a few dozen calls for A, because claims go
-//! round the tenants with ready work (prelude.lua, "Fair shares") instead of first come, first
+//! round the tenants with ready work (queue/lua/prelude/fair.lua) instead of first come, first
 //! served (where B would wait behind the first calls of A's 5,000). The control, the same flood
 //! without tenants, serves A's backlog first: B has not been called once while A has been
 //! called hundreds of times. What is asserted is an order (whose work is done before whose);

@@ -34,7 +34,7 @@ const FAIR_SYNC_EVERY_MS: i64 = 10_000;
 impl Queue {
     /// Leases up to `max_n` ready tasks to `worker` for `lease_ms`, each with a new fencing
     /// token, in one call: due polls and retries first, then interactive, then background work
-    /// (with its share: prelude.lua). Empty while paused.
+    /// (with its share: queue/lua/prelude/fair.lua). Empty while paused.
     pub async fn claim(&self, worker: &str, max_n: usize, lease_ms: u64) -> Result<Vec<Claimed>> {
         self.claim_woken(worker, max_n, lease_ms, false).await
     }
