@@ -30,22 +30,34 @@ use std::time::Instant;
 
 /// Redis-side counters at one moment: script calls, microseconds inside them, all commands
 /// executed but INFO (commandstats) and the CPU seconds the server process used (INFO cpu).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Snap {
     calls: u64,
     usec: u64,
     cmds: u64,
     cpu: f64,
+    /// Per command name (scripts' inner commands included): (calls, usec).
+    by_cmd: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 impl std::ops::Sub for Snap {
     type Output = Snap;
     fn sub(self, o: Snap) -> Snap {
+        let by_cmd = self
+            .by_cmd
+            .iter()
+            .map(|(k, &(c, u))| {
+                let (oc, ou) = o.by_cmd.get(k).copied().unwrap_or((0, 0));
+                (k.clone(), (c - oc, u - ou))
+            })
+            .filter(|(_, (c, _))| *c > 0)
+            .collect();
         Snap {
             calls: self.calls - o.calls,
             usec: self.usec - o.usec,
             cmds: self.cmds - o.cmds,
             cpu: self.cpu - o.cpu,
+            by_cmd,
         }
     }
 }
@@ -79,6 +91,8 @@ async fn snap(q: &Queue) -> Snap {
                 .unwrap_or(0)
         };
         s.cmds += field("calls=");
+        s.by_cmd
+            .insert(name.to_string(), (field("calls="), field("usec=")));
         // script calls (the commands they run are counted again under their own names)
         if SCRIPT_CMDS.contains(&name) {
             s.calls += field("calls=");
@@ -106,7 +120,7 @@ const SCRIPT_CMDS: [&str; 6] = [
 ];
 
 /// "x.xx script calls per task, n commands/task, y us/task inside scripts, z us/task Redis CPU".
-fn redis_cost(d: Snap, tasks: usize) -> String {
+fn redis_cost(d: &Snap, tasks: usize) -> String {
     let t = tasks.max(1) as f64;
     format!(
         "{:.3} script calls (= round trips)/task, {:.2} Redis commands/task (incl. inside scripts), \
@@ -118,9 +132,24 @@ fn redis_cost(d: Snap, tasks: usize) -> String {
     )
 }
 
-/// The machine-readable line for scripts/bench (same fields as bench/bullmq/bench.mjs).
-fn result_line(phase: &str, tasks: usize, secs: f64, d: Snap) {
+/// Where a phase's Redis time goes, per task: every command's calls and microseconds (a
+/// script's own time includes its inner commands'), the costliest first. This is what says
+/// which Redis cost stands between a phase and a cheaper one.
+fn by_command(d: &Snap, tasks: usize) -> String {
     let t = tasks.max(1) as f64;
+    let mut rows: Vec<_> = d.by_cmd.iter().collect();
+    rows.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+    rows.iter()
+        .map(|(name, (c, u))| format!("{name} {:.2}x {:.1}us", *c as f64 / t, *u as f64 / t))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The machine-readable line for scripts/bench (same fields as bench/bullmq/bench.mjs),
+/// followed by the per-command breakdown (`BY_COMMAND phase=…`).
+fn result_line(phase: &str, tasks: usize, secs: f64, d: &Snap) {
+    let t = tasks.max(1) as f64;
+    println!("BY_COMMAND phase={phase} {}", by_command(d, tasks));
     println!(
         "RESULT peer=repoll phase={phase} n={tasks} secs={secs:.3} tps={:.0} cpu_us={:.2} \
          script_us={:.2} scripts={:.3} cmds={:.2}",
@@ -180,9 +209,9 @@ async fn main() {
     println!(
         "enqueue (pipelined):          {:>9.0} tasks/s  ({})",
         n as f64 / secs,
-        redis_cost(d, n)
+        redis_cost(&d, n)
     );
-    result_line("enqueue", n, secs, d);
+    result_line("enqueue", n, secs, &d);
 
     // batched claim + complete
     let s0 = snap(&q).await;
@@ -230,8 +259,8 @@ async fn main() {
     println!(
         "batched claim+complete:       {batched_rate:>9.0} tasks/s  ({done} tasks in {secs:.2} s, {batches} batches of <= {batch}, {workers} workers)"
     );
-    println!("  {}", redis_cost(d, done));
-    result_line("batched", done, secs, d);
+    println!("  {}", redis_cost(&d, done));
+    result_line("batched", done, secs, &d);
     let cpu_per = d.cpu * 1e6 / done.max(1) as f64;
     println!(
         "  (per batch: peek + claim + complete_many) -> Redis CPU ceiling {:.0} tasks/s on one free core",
@@ -264,8 +293,8 @@ async fn main() {
     println!(
         "one at a time (complete+next): {single_rate:>8.0} tasks/s  ({done1} tasks, one slot, sequential)"
     );
-    println!("  {}", redis_cost(d, done1));
-    result_line("single", done1, secs, d);
+    println!("  {}", redis_cost(&d, done1));
+    result_line("single", done1, secs, &d);
 
     // reschedule ("still processing"): BATCH slots in flight together, each going from task
     // to task with one reschedule_and_claim call per task, as the worker runtime does
@@ -303,8 +332,8 @@ async fn main() {
         "reschedule+next ({batch} slots):  {:>9.0} tasks/s  ({done2} tasks)",
         done2 as f64 / secs
     );
-    println!("  {}", redis_cost(d, done2));
-    result_line("poll", done2, secs, d);
+    println!("  {}", redis_cost(&d, done2));
+    result_line("poll", done2, secs, &d);
     println!();
     println!(
         "batched vs unbatched:         {:>9.1} x  (claim+complete tasks/s, same run)",
