@@ -33,6 +33,11 @@ pub struct RedisOptions {
     pub extra: Vec<String>,
     /// How long a start (or a restart replaying an AOF) may take before it is an error.
     pub ready_within: Duration,
+    /// The data directory, kept when the server is dropped; a fresh temp dir (removed on drop)
+    /// when `None`.
+    pub dir: Option<PathBuf>,
+    /// Where the server's output is appended; `redis.log` in its directory when `None`.
+    pub log_file: Option<PathBuf>,
 }
 
 impl Default for RedisOptions {
@@ -44,6 +49,8 @@ impl Default for RedisOptions {
             loglevel: Some("warning".into()),
             extra: Vec::new(),
             ready_within: Duration::from_secs(10),
+            dir: None,
+            log_file: None,
         }
     }
 }
@@ -148,12 +155,7 @@ impl RedisServer {
     pub fn start_with(opts: RedisOptions) -> Result<RedisServer, String> {
         let mut last = String::new();
         for _ in 0..PORT_TRIES {
-            let mut r = Self::unstarted(
-                crate::free_port(),
-                crate::fresh_dir("redis"),
-                true,
-                opts.clone(),
-            );
+            let mut r = Self::unstarted(crate::free_port(), opts.clone());
             match r.launch_blocking() {
                 Ok(()) => return Ok(r),
                 Err(Launch::PortTaken(log)) => last = log,
@@ -170,12 +172,7 @@ impl RedisServer {
     pub async fn start_async(opts: RedisOptions) -> Result<RedisServer, String> {
         let mut last = String::new();
         for _ in 0..PORT_TRIES {
-            let mut r = Self::unstarted(
-                crate::free_port(),
-                crate::fresh_dir("redis"),
-                true,
-                opts.clone(),
-            );
+            let mut r = Self::unstarted(crate::free_port(), opts.clone());
             match r.launch().await {
                 Ok(()) => return Ok(r),
                 Err(Launch::PortTaken(log)) => last = log,
@@ -188,23 +185,18 @@ impl RedisServer {
     }
 
     /// A server on `port` exactly (a test that told another process the port before the
-    /// server exists), in `dir` when given (kept), else a fresh temp dir (removed). No retry:
-    /// a taken port is an error.
-    pub fn start_on(
-        port: u16,
-        dir: Option<&Path>,
-        opts: RedisOptions,
-    ) -> Result<RedisServer, String> {
-        let (dir, owns_dir) = match dir {
-            Some(d) => (d.to_path_buf(), false),
-            None => (crate::fresh_dir("redis"), true),
-        };
-        let mut r = Self::unstarted(port, dir, owns_dir, opts);
+    /// server exists). No retry: a taken port is an error.
+    pub fn start_on(port: u16, opts: RedisOptions) -> Result<RedisServer, String> {
+        let mut r = Self::unstarted(port, opts);
         r.launch_blocking().map_err(Launch::into_message)?;
         Ok(r)
     }
 
-    fn unstarted(port: u16, dir: PathBuf, owns_dir: bool, opts: RedisOptions) -> RedisServer {
+    fn unstarted(port: u16, opts: RedisOptions) -> RedisServer {
+        let (dir, owns_dir) = match &opts.dir {
+            Some(d) => (d.clone(), false),
+            None => (crate::fresh_dir("redis"), true),
+        };
         RedisServer {
             port,
             dir,
@@ -224,7 +216,10 @@ impl RedisServer {
     }
 
     pub fn log_path(&self) -> PathBuf {
-        self.dir.join("redis.log")
+        self.opts
+            .log_file
+            .clone()
+            .unwrap_or_else(|| self.dir.join("redis.log"))
     }
 
     /// The server's log so far (for failure messages).

@@ -133,7 +133,7 @@ async fn a_stalled_server_answers_only_after_sigcont() {
 fn a_taken_port_is_an_error_with_the_servers_log() {
     let first = RedisServer::start();
     let t0 = Instant::now();
-    let err = RedisServer::start_on(first.port, None, RedisOptions::default())
+    let err = RedisServer::start_on(first.port, RedisOptions::default())
         .err()
         .expect("a second server on a taken port fails");
     assert!(err.contains("Address already in use"), "{err}");
