@@ -20,284 +20,304 @@ async fn one(q: &Queue, w: &str, lease: u64) -> Claimed {
 
 #[tokio::test]
 async fn dead_claimer_is_reaped_and_fenced() {
-    let name = "life_dead";
-    let q = queue(name).await;
-    let Enqueued::Created(t) = q.enqueue("dead claimer", "p", &policy(5, 0)).await.unwrap() else {
-        panic!("created")
-    };
-    // A lease of ten minutes: nothing is reaped before its deadline, however slow the
-    // machine; then the deadline is moved into the past in Redis, as if the claimer died.
-    let a = one(&q, "wa", 600_000).await;
-    assert_eq!(a.id, t.id);
-    assert!(q.reap(10).await.unwrap().requeued.is_empty());
-    assert_eq!(q.stats().await.unwrap().stuck, 0);
-    expire_lease(&q, &a.id).await;
-    assert_eq!(q.stats().await.unwrap().stuck, 1);
-    let r = q.reap(10).await.unwrap();
-    assert_eq!(r.requeued, vec![t.id.clone()]);
-    let b = one(&q, "wb", 10_000).await;
-    assert!(b.token > a.token, "fencing token must grow");
+    on_each_layout("life_dead", async |conf: QueueConfig| {
+        let name = conf.name.clone();
+        let name = name.as_str();
+        let q = queue_with(conf.clone()).await;
+        let Enqueued::Created(t) = q.enqueue("dead claimer", "p", &policy(5, 0)).await.unwrap()
+        else {
+            panic!("created")
+        };
+        // A lease of ten minutes: nothing is reaped before its deadline, however slow the
+        // machine; then the deadline is moved into the past in Redis, as if the claimer died.
+        let a = one(&q, "wa", 600_000).await;
+        assert_eq!(a.id, t.id);
+        assert!(q.reap(10).await.unwrap().requeued.is_empty());
+        assert_eq!(q.stats().await.unwrap().stuck, 0);
+        expire_lease(&q, &a.id).await;
+        assert_eq!(q.stats().await.unwrap().stuck, 1);
+        let r = q.reap(10).await.unwrap();
+        assert_eq!(r.requeued, vec![t.id.clone()]);
+        let b = one(&q, "wb", 10_000).await;
+        assert!(b.token > a.token, "fencing token must grow");
 
-    let before = snapshot(name).await;
-    assert!(matches!(
-        q.complete(&a.id, a.token, "late", 5).await,
-        Err(QueueError::StaleToken)
-    ));
-    assert!(matches!(
-        q.renew(&a.id, a.token, 1000).await,
-        Err(QueueError::StaleToken)
-    ));
-    assert!(matches!(
-        q.reschedule(&a.id, a.token, 10, None, 1).await,
-        Err(QueueError::StaleToken)
-    ));
-    assert!(matches!(
-        q.fail(&a.id, a.token, "e", Retry::After(1), 1).await,
-        Err(QueueError::StaleToken)
-    ));
-    assert!(matches!(
-        q.release(&a.id, Some(a.token), "wa").await,
-        Err(QueueError::StaleToken)
-    ));
-    assert_eq!(before, snapshot(name).await, "a stale call wrote something");
-    assert!(q.result_by_id(&a.id).await.unwrap().is_none());
+        let before = snapshot(name).await;
+        assert!(matches!(
+            q.complete(&a.id, a.token, "late", 5).await,
+            Err(QueueError::StaleToken)
+        ));
+        assert!(matches!(
+            q.renew(&a.id, a.token, 1000).await,
+            Err(QueueError::StaleToken)
+        ));
+        assert!(matches!(
+            q.reschedule(&a.id, a.token, 10, None, 1).await,
+            Err(QueueError::StaleToken)
+        ));
+        assert!(matches!(
+            q.fail(&a.id, a.token, "e", Retry::After(1), 1).await,
+            Err(QueueError::StaleToken)
+        ));
+        assert!(matches!(
+            q.release(&a.id, Some(a.token), "wa").await,
+            Err(QueueError::StaleToken)
+        ));
+        assert_eq!(before, snapshot(name).await, "a stale call wrote something");
+        assert!(q.result_by_id(&a.id).await.unwrap().is_none());
 
-    q.complete(&b.id, b.token, "fresh", 5).await.unwrap();
-    let r = q.result_by_id(&b.id).await.unwrap().unwrap();
-    assert_eq!(r.data, "fresh");
-    let d = q.get(&b.id).await.unwrap().unwrap();
-    assert!(d.task.is_none());
-    let kinds: Vec<_> = d.history.iter().map(|h| h.kind.as_str()).collect();
-    assert_eq!(kinds, ["completed", "lease_expired", "claimed", "enqueued"]);
-    // The lost lease is stored with the claim it ended; the completion is read from the result.
-    assert!(d.history[1].detail.contains("from wa"));
-    assert!(d.history[2].detail.contains("by wa"));
-    assert!(d.history[0].detail.contains("by wb"));
-    // now a finished task is stale too
-    assert!(matches!(
-        q.complete(&b.id, b.token, "again", 5).await,
-        Err(QueueError::StaleToken)
-    ));
-    // enqueue returns the stored result
-    assert!(matches!(
-        q.enqueue("dead  claimer", "p", &policy(5, 0)).await.unwrap(),
-        Enqueued::Stored(s) if s.data == "fresh"
-    ));
+        q.complete(&b.id, b.token, "fresh", 5).await.unwrap();
+        let r = q.result_by_id(&b.id).await.unwrap().unwrap();
+        assert_eq!(r.data, "fresh");
+        let d = q.get(&b.id).await.unwrap().unwrap();
+        assert!(d.task.is_none());
+        let kinds: Vec<_> = d.history.iter().map(|h| h.kind.as_str()).collect();
+        assert_eq!(kinds, ["completed", "lease_expired", "claimed", "enqueued"]);
+        // The lost lease is stored with the claim it ended; the completion is read from the result.
+        assert!(d.history[1].detail.contains("from wa"));
+        assert!(d.history[2].detail.contains("by wa"));
+        assert!(d.history[0].detail.contains("by wb"));
+        // now a finished task is stale too
+        assert!(matches!(
+            q.complete(&b.id, b.token, "again", 5).await,
+            Err(QueueError::StaleToken)
+        ));
+        // enqueue returns the stored result
+        assert!(matches!(
+            q.enqueue("dead  claimer", "p", &policy(5, 0)).await.unwrap(),
+            Enqueued::Stored(s) if s.data == "fresh"
+        ));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn poison_after_max_lease_losses() {
-    let mut cfg = cfg("life_poison");
-    cfg.max_lease_losses = 2;
-    let q = queue_with(cfg).await;
-    q.enqueue("poison", "p", &policy(5, 0)).await.unwrap();
-    let c = one(&q, "w", 600_000).await;
-    expire_lease(&q, &c.id).await;
-    assert_eq!(q.reap(10).await.unwrap().requeued, vec![c.id.clone()]);
-    let c = one(&q, "w", 600_000).await;
-    expire_lease(&q, &c.id).await;
-    let r = q.reap(10).await.unwrap();
-    assert_eq!(r.dead, vec![c.id.clone()]);
-    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
-    assert_eq!(t.state, TaskState::Dead);
-    assert_eq!(t.dead_reason, Some(DeadReason::Poison));
+    on_each_layout("life_poison", async |conf: QueueConfig| {
+        let mut cfg = conf;
+        cfg.max_lease_losses = 2;
+        let q = queue_with(cfg).await;
+        q.enqueue("poison", "p", &policy(5, 0)).await.unwrap();
+        let c = one(&q, "w", 600_000).await;
+        expire_lease(&q, &c.id).await;
+        assert_eq!(q.reap(10).await.unwrap().requeued, vec![c.id.clone()]);
+        let c = one(&q, "w", 600_000).await;
+        expire_lease(&q, &c.id).await;
+        let r = q.reap(10).await.unwrap();
+        assert_eq!(r.dead, vec![c.id.clone()]);
+        let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!(t.state, TaskState::Dead);
+        assert_eq!(t.dead_reason, Some(DeadReason::Poison));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn reschedule_keeps_attempts_counts_polls() {
-    let q = queue("life_resched").await;
-    q.enqueue("resched", "p", &policy(5, 0)).await.unwrap();
-    let c = one(&q, "w", 10_000).await;
-    let f = q
-        .fail(&c.id, c.token, "boom", Retry::After(0), 3)
-        .await
-        .unwrap();
-    assert!(matches!(f, Failed::Retrying { attempts: 1, .. }));
-    let c = one(&q, "w", 10_000).await;
-    assert_eq!((c.attempts, c.polls), (1, 0));
-    let now = q.now_ms().await.unwrap();
-    let due = q
-        .reschedule(&c.id, c.token, 60_000, Some("half"), 7)
-        .await
-        .unwrap();
-    assert!(due >= now + 60_000 && due < now + 70_000);
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.ready, s.waiting + s.retrying), (0, 1));
-    assert_eq!(q.next_due_ms().await.unwrap(), Some(due));
-    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
-    assert_eq!((t.attempts, t.polls), (1, 1));
-    assert_eq!(t.partial.as_deref(), Some("half"));
-    assert_eq!(t.due_ms, Some(due));
-    assert!(
-        q.claim("w", 1, 1000).await.unwrap().is_empty(),
-        "not due yet"
-    );
-    // a poll due now goes straight back
-    q.retry(&c.id, "admin").await.unwrap();
-    let c = one(&q, "w", 10_000).await;
-    assert_eq!((c.attempts, c.polls), (1, 1));
-    let due = q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap();
-    assert!(due > 0);
-    let c = one(&q, "w", 10_000).await;
-    assert_eq!(c.polls, 2);
-    let polled: u64 = q
-        .stats()
-        .await
-        .unwrap()
-        .throughput
-        .iter()
-        .map(|b| b.polled)
-        .sum();
-    assert_eq!(polled, 2);
+    on_each_layout("life_resched", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        q.enqueue("resched", "p", &policy(5, 0)).await.unwrap();
+        let c = one(&q, "w", 10_000).await;
+        let f = q
+            .fail(&c.id, c.token, "boom", Retry::After(0), 3)
+            .await
+            .unwrap();
+        assert!(matches!(f, Failed::Retrying { attempts: 1, .. }));
+        let c = one(&q, "w", 10_000).await;
+        assert_eq!((c.attempts, c.polls), (1, 0));
+        let now = q.now_ms().await.unwrap();
+        let due = q
+            .reschedule(&c.id, c.token, 60_000, Some("half"), 7)
+            .await
+            .unwrap();
+        assert!(due >= now + 60_000 && due < now + 70_000);
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.ready, s.waiting + s.retrying), (0, 1));
+        assert_eq!(q.next_due_ms().await.unwrap(), Some(due));
+        let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!((t.attempts, t.polls), (1, 1));
+        assert_eq!(t.partial.as_deref(), Some("half"));
+        assert_eq!(t.due_ms, Some(due));
+        assert!(
+            q.claim("w", 1, 1000).await.unwrap().is_empty(),
+            "not due yet"
+        );
+        // a poll due now goes straight back
+        q.retry(&c.id, "admin").await.unwrap();
+        let c = one(&q, "w", 10_000).await;
+        assert_eq!((c.attempts, c.polls), (1, 1));
+        let due = q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap();
+        assert!(due > 0);
+        let c = one(&q, "w", 10_000).await;
+        assert_eq!(c.polls, 2);
+        let polled: u64 = q
+            .stats()
+            .await
+            .unwrap()
+            .throughput
+            .iter()
+            .map(|b| b.polled)
+            .sum();
+        assert_eq!(polled, 2);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn fail_with_backoff_then_dead_after_max_attempts() {
-    let q = queue("life_fail").await;
-    q.enqueue("failing", "p", &policy(3, 0)).await.unwrap();
-    let c = one(&q, "w", 10_000).await;
-    let now = q.now_ms().await.unwrap();
-    // A backoff of an hour: still in backoff at the next claim however slow the machine;
-    // then its end is moved into the past in Redis.
-    let Failed::Retrying { due_at, attempts } = q
-        .fail(&c.id, c.token, "e1", Retry::After(3_600_000), 1)
-        .await
-        .unwrap()
-    else {
-        panic!("retrying")
-    };
-    assert_eq!(attempts, 1);
-    assert!(due_at >= now + 3_600_000);
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.retrying, s.waiting, s.ready), (1, 0, 0));
-    assert!(
-        q.claim("w", 1, 1000).await.unwrap().is_empty(),
-        "in backoff"
-    );
-    bring_due(&q, &c.id).await;
-    let c = one(&q, "w", 10_000).await;
-    assert_eq!(c.attempts, 1);
-    q.fail(&c.id, c.token, "e2", Retry::After(0), 1)
-        .await
-        .unwrap();
-    let c = one(&q, "w", 10_000).await;
-    let f = q
-        .fail(&c.id, c.token, "e3", Retry::After(0), 1)
-        .await
-        .unwrap();
-    assert_eq!(
-        f,
-        Failed::Dead {
-            reason: DeadReason::MaxAttempts
-        }
-    );
-    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
-    assert_eq!(t.state, TaskState::Dead);
-    assert_eq!(t.last_error.as_deref(), Some("e3"));
-    assert_eq!(t.attempts, 3);
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.dead, s.retrying, s.ready), (1, 0, 0));
-    let failed: u64 = s.throughput.iter().map(|b| b.failed).sum();
-    assert_eq!(failed, 3);
+    on_each_layout("life_fail", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        q.enqueue("failing", "p", &policy(3, 0)).await.unwrap();
+        let c = one(&q, "w", 10_000).await;
+        let now = q.now_ms().await.unwrap();
+        // A backoff of an hour: still in backoff at the next claim however slow the machine;
+        // then its end is moved into the past in Redis.
+        let Failed::Retrying { due_at, attempts } = q
+            .fail(&c.id, c.token, "e1", Retry::After(3_600_000), 1)
+            .await
+            .unwrap()
+        else {
+            panic!("retrying")
+        };
+        assert_eq!(attempts, 1);
+        assert!(due_at >= now + 3_600_000);
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.retrying, s.waiting, s.ready), (1, 0, 0));
+        assert!(
+            q.claim("w", 1, 1000).await.unwrap().is_empty(),
+            "in backoff"
+        );
+        bring_due(&q, &c.id).await;
+        let c = one(&q, "w", 10_000).await;
+        assert_eq!(c.attempts, 1);
+        q.fail(&c.id, c.token, "e2", Retry::After(0), 1)
+            .await
+            .unwrap();
+        let c = one(&q, "w", 10_000).await;
+        let f = q
+            .fail(&c.id, c.token, "e3", Retry::After(0), 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            f,
+            Failed::Dead {
+                reason: DeadReason::MaxAttempts
+            }
+        );
+        let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!(t.state, TaskState::Dead);
+        assert_eq!(t.last_error.as_deref(), Some("e3"));
+        assert_eq!(t.attempts, 3);
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.dead, s.retrying, s.ready), (1, 0, 0));
+        let failed: u64 = s.throughput.iter().map(|b| b.failed).sum();
+        assert_eq!(failed, 3);
 
-    // Retry::Dead is immediate
-    q.enqueue("fatal", "p", &policy(3, 0)).await.unwrap();
-    let c = one(&q, "w", 10_000).await;
-    let f = q.fail(&c.id, c.token, "bad", Retry::Dead, 1).await.unwrap();
-    assert_eq!(
-        f,
-        Failed::Dead {
-            reason: DeadReason::Fatal
-        }
-    );
+        // Retry::Dead is immediate
+        q.enqueue("fatal", "p", &policy(3, 0)).await.unwrap();
+        let c = one(&q, "w", 10_000).await;
+        let f = q.fail(&c.id, c.token, "bad", Retry::Dead, 1).await.unwrap();
+        assert_eq!(
+            f,
+            Failed::Dead {
+                reason: DeadReason::Fatal
+            }
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn whole_life_deadline() {
-    // A deadline ten minutes away: a poll due now lands before it however slow the machine.
-    // Polls and retries due after it, and a deadline moved into the past in Redis, kill.
-    let q = queue("life_deadline").await;
-    let Enqueued::Created(t) = q
-        .enqueue("deadline", "p", &policy(0, 600_000))
-        .await
-        .unwrap()
-    else {
-        panic!()
-    };
-    assert!(t.deadline_ms >= t.created_ms + 600_000);
-    let c = one(&q, "w", 10_000).await;
-    assert_eq!(c.deadline_ms, t.deadline_ms);
-    // a poll that lands before the deadline is fine
-    assert!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap() > 0);
-    let c = one(&q, "w", 10_000).await;
-    // a poll due after the deadline kills it
-    assert_eq!(
-        q.reschedule(&c.id, c.token, 660_000, None, 1)
+    on_each_layout("life_deadline", async |conf: QueueConfig| {
+        // A deadline ten minutes away: a poll due now lands before it however slow the machine.
+        // Polls and retries due after it, and a deadline moved into the past in Redis, kill.
+        let q = queue_with(conf).await;
+        let Enqueued::Created(t) = q
+            .enqueue("deadline", "p", &policy(0, 600_000))
             .await
-            .unwrap(),
-        0
-    );
-    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
-    assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert!(t.deadline_ms >= t.created_ms + 600_000);
+        let c = one(&q, "w", 10_000).await;
+        assert_eq!(c.deadline_ms, t.deadline_ms);
+        // a poll that lands before the deadline is fine
+        assert!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap() > 0);
+        let c = one(&q, "w", 10_000).await;
+        // a poll due after the deadline kills it
+        assert_eq!(
+            q.reschedule(&c.id, c.token, 660_000, None, 1)
+                .await
+                .unwrap(),
+            0
+        );
+        let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
 
-    // the same for a retry due after the deadline
-    q.enqueue("deadline2", "p", &policy(0, 600_000))
-        .await
-        .unwrap();
-    let c = one(&q, "w", 10_000).await;
-    let f = q
-        .fail(&c.id, c.token, "e", Retry::After(660_000), 1)
-        .await
-        .unwrap();
-    assert_eq!(
-        f,
-        Failed::Dead {
-            reason: DeadReason::Deadline
-        }
-    );
+        // the same for a retry due after the deadline
+        q.enqueue("deadline2", "p", &policy(0, 600_000))
+            .await
+            .unwrap();
+        let c = one(&q, "w", 10_000).await;
+        let f = q
+            .fail(&c.id, c.token, "e", Retry::After(660_000), 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            f,
+            Failed::Dead {
+                reason: DeadReason::Deadline
+            }
+        );
 
-    // once the deadline has passed (moved into the past in Redis), even a poll due now kills
-    q.enqueue("deadline3", "p", &policy(0, 600_000))
-        .await
-        .unwrap();
-    let c = one(&q, "w", 10_000).await;
-    let past = q.now_ms().await.unwrap() - 1;
-    let _: () = redis::cmd("HSET")
-        .arg(format!("{{life_deadline}}:t:{}", c.id))
-        .arg("dl")
-        .arg(past)
-        .query_async(&mut q.connection())
-        .await
-        .unwrap();
-    assert_eq!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap(), 0);
-    let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
-    assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
+        // once the deadline has passed (moved into the past in Redis), even a poll due now kills
+        q.enqueue("deadline3", "p", &policy(0, 600_000))
+            .await
+            .unwrap();
+        let c = one(&q, "w", 10_000).await;
+        let past = q.now_ms().await.unwrap() - 1;
+        let _: () = redis::cmd("HSET")
+            .arg(task_key(&q, &c.id))
+            .arg("dl")
+            .arg(past)
+            .query_async(&mut q.connection())
+            .await
+            .unwrap();
+        assert_eq!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap(), 0);
+        let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn renew_extends_and_release_returns() {
-    let q = queue("life_renew").await;
-    q.enqueue("renew", "p", &policy(3, 0)).await.unwrap();
-    // The claim's deadline is moved into the past (as a lease that ran out before the
-    // reaper came by); the renewal moves it twenty minutes ahead, so the reaper leaves it.
-    let c = one(&q, "w", 600_000).await;
-    expire_lease(&q, &c.id).await;
-    let d = q.renew(&c.id, c.token, 1_200_000).await.unwrap();
-    assert!(d > c.lease_deadline_ms);
-    assert!(
-        q.reap(10).await.unwrap().requeued.is_empty(),
-        "renewed lease reaped"
-    );
-    let stuck = q.stuck_leases(1_300_000, 10).await.unwrap();
-    assert_eq!(stuck.len(), 1);
-    assert_eq!(stuck[0].worker, "w");
-    assert_eq!(stuck[0].token, c.token);
-    assert!(stuck[0].overdue_ms < 0);
-    assert!(q.stuck_leases(0, 10).await.unwrap().is_empty());
-    assert!(q.release(&c.id, Some(c.token), "w").await.unwrap());
-    let c2 = one(&q, "w2", 1000).await;
-    assert!(c2.token > c.token);
-    assert_eq!(c2.attempts, 0);
+    on_each_layout("life_renew", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        q.enqueue("renew", "p", &policy(3, 0)).await.unwrap();
+        // The claim's deadline is moved into the past (as a lease that ran out before the
+        // reaper came by); the renewal moves it twenty minutes ahead, so the reaper leaves it.
+        let c = one(&q, "w", 600_000).await;
+        expire_lease(&q, &c.id).await;
+        let d = q.renew(&c.id, c.token, 1_200_000).await.unwrap();
+        assert!(d > c.lease_deadline_ms);
+        assert!(
+            q.reap(10).await.unwrap().requeued.is_empty(),
+            "renewed lease reaped"
+        );
+        let stuck = q.stuck_leases(1_300_000, 10).await.unwrap();
+        assert_eq!(stuck.len(), 1);
+        assert_eq!(stuck[0].worker, "w");
+        assert_eq!(stuck[0].token, c.token);
+        assert!(stuck[0].overdue_ms < 0);
+        assert!(q.stuck_leases(0, 10).await.unwrap().is_empty());
+        assert!(q.release(&c.id, Some(c.token), "w").await.unwrap());
+        let c2 = one(&q, "w2", 1000).await;
+        assert!(c2.token > c.token);
+        assert_eq!(c2.attempts, 0);
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -440,71 +460,74 @@ async fn upstream_rate_limit_is_shared_and_admits_a_burst() {
 
 #[tokio::test]
 async fn list_pages_are_stable_and_complete() {
-    let q = queue("life_list").await;
-    for i in 0..57 {
-        q.enqueue(&format!("list {i}"), "p", &EnqueuePolicy::default())
+    on_each_layout("life_list", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        for i in 0..57 {
+            q.enqueue(&format!("list {i}"), "p", &EnqueuePolicy::default())
+                .await
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut pages = 0;
+        loop {
+            let p = q
+                .list(ListState::Ready, Order::OldestFirst, cursor.as_deref(), 10)
+                .await
+                .unwrap();
+            assert_eq!(p.total, 57 - if pages >= 2 { 1 } else { 0 });
+            pages += 1;
+            seen.extend(p.items.iter().map(|t| t.id.clone()));
+            if pages == 2 {
+                // removing an already listed item must not shift later pages
+                q.cancel(&seen[0], "admin").await.unwrap();
+            }
+            match p.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 6);
+        let uniq: std::collections::HashSet<_> = seen.iter().collect();
+        assert_eq!(uniq.len(), 57);
+        assert_eq!(seen.len(), 57);
+        // Waiting / Leased / Dead / Results listings
+        let c = one(&q, "w", 10_000).await;
+        let l = q
+            .list(ListState::Leased, Order::OldestFirst, None, 10)
             .await
             .unwrap();
-    }
-    let mut seen = Vec::new();
-    let mut cursor: Option<String> = None;
-    let mut pages = 0;
-    loop {
-        let p = q
-            .list(ListState::Ready, Order::OldestFirst, cursor.as_deref(), 10)
+        assert_eq!(l.items.len(), 1);
+        assert_eq!(l.items[0].state, TaskState::Leased);
+        q.reschedule(&c.id, c.token, 60_000, None, 1).await.unwrap();
+        let w = q
+            .list(ListState::Waiting, Order::OldestFirst, None, 10)
             .await
             .unwrap();
-        assert_eq!(p.total, 57 - if pages >= 2 { 1 } else { 0 });
-        pages += 1;
-        seen.extend(p.items.iter().map(|t| t.id.clone()));
-        if pages == 2 {
-            // removing an already listed item must not shift later pages
-            q.cancel(&seen[0], "admin").await.unwrap();
-        }
-        match p.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
-    }
-    assert_eq!(pages, 6);
-    let uniq: std::collections::HashSet<_> = seen.iter().collect();
-    assert_eq!(uniq.len(), 57);
-    assert_eq!(seen.len(), 57);
-    // Waiting / Leased / Dead / Results listings
-    let c = one(&q, "w", 10_000).await;
-    let l = q
-        .list(ListState::Leased, Order::OldestFirst, None, 10)
-        .await
-        .unwrap();
-    assert_eq!(l.items.len(), 1);
-    assert_eq!(l.items[0].state, TaskState::Leased);
-    q.reschedule(&c.id, c.token, 60_000, None, 1).await.unwrap();
-    let w = q
-        .list(ListState::Waiting, Order::OldestFirst, None, 10)
-        .await
-        .unwrap();
-    assert_eq!((w.total, w.items.len()), (1, 1));
-    assert_eq!(
-        q.list(ListState::Ready, Order::OldestFirst, None, 100)
+        assert_eq!((w.total, w.items.len()), (1, 1));
+        assert_eq!(
+            q.list(ListState::Ready, Order::OldestFirst, None, 100)
+                .await
+                .unwrap()
+                .total,
+            55
+        );
+        let c = one(&q, "w", 10_000).await;
+        q.complete(&c.id, c.token, "data", 1).await.unwrap();
+        let r = q
+            .list(ListState::Results, Order::OldestFirst, None, 10)
+            .await
+            .unwrap();
+        assert_eq!(r.results.len(), 1);
+        assert_eq!(r.results[0].data, "data");
+        assert!(q
+            .list(ListState::Dead, Order::OldestFirst, None, 10)
             .await
             .unwrap()
-            .total,
-        55
-    );
-    let c = one(&q, "w", 10_000).await;
-    q.complete(&c.id, c.token, "data", 1).await.unwrap();
-    let r = q
-        .list(ListState::Results, Order::OldestFirst, None, 10)
-        .await
-        .unwrap();
-    assert_eq!(r.results.len(), 1);
-    assert_eq!(r.results[0].data, "data");
-    assert!(q
-        .list(ListState::Dead, Order::OldestFirst, None, 10)
-        .await
-        .unwrap()
-        .items
-        .is_empty());
+            .items
+            .is_empty());
+    })
+    .await;
 }
 
 /// Walks every page of `state` in `order` (10 per page), optionally cancelling the first item
@@ -532,196 +555,225 @@ async fn walk(q: &Queue, state: ListState, order: Order, cancel_first: bool) -> 
 
 #[tokio::test]
 async fn newest_first_is_the_exact_reverse_and_stable() {
-    let q = queue("life_list_desc").await;
-    // Several tasks share a due time (same millisecond), so ties are ordered by id.
-    for i in 0..43 {
-        q.enqueue(&format!("desc {i}"), "p", &EnqueuePolicy::default())
+    on_each_layout("life_list_desc", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        // Several tasks share a due time (same millisecond), so ties are ordered by id.
+        for i in 0..43 {
+            q.enqueue(&format!("desc {i}"), "p", &EnqueuePolicy::default())
+                .await
+                .unwrap();
+        }
+        let asc = walk(&q, ListState::Ready, Order::OldestFirst, false).await;
+        let mut desc = walk(&q, ListState::Ready, Order::NewestFirst, false).await;
+        assert_eq!(asc.len(), 43);
+        desc.reverse();
+        assert_eq!(asc, desc, "newest first lists the same ids in reverse");
+
+        // Ready tasks wait in a list in arrival order: newest first, their ready times go down
+        // (ties keep the reverse arrival order, which the walk above checked). A partitioned
+        // queue lists its ready work partition after partition (Queue::list), so the order
+        // holds within each partition.
+        let p = q
+            .list(ListState::Ready, Order::NewestFirst, None, 43)
             .await
             .unwrap();
-    }
-    let asc = walk(&q, ListState::Ready, Order::OldestFirst, false).await;
-    let mut desc = walk(&q, ListState::Ready, Order::NewestFirst, false).await;
-    assert_eq!(asc.len(), 43);
-    desc.reverse();
-    assert_eq!(asc, desc, "newest first lists the same ids in reverse");
+        assert_eq!(p.items.len(), 43);
+        for part in 0..q.partitions() {
+            let keys: Vec<i64> = p
+                .items
+                .iter()
+                .filter(|t| q.partition_of(&t.id) == part)
+                .map(|t| t.due_ms.unwrap_or(0))
+                .collect();
+            let mut sorted = keys.clone();
+            sorted.sort_by(|a, b| b.cmp(a));
+            assert_eq!(keys, sorted, "partition {part}");
+        }
+        assert!(p.next_cursor.is_none());
 
-    // Ready tasks wait in a list in arrival order: newest first, their ready times go down
-    // (ties keep the reverse arrival order, which the walk above checked).
-    let p = q
-        .list(ListState::Ready, Order::NewestFirst, None, 43)
-        .await
-        .unwrap();
-    let keys: Vec<i64> = p.items.iter().map(|t| t.due_ms.unwrap_or(0)).collect();
-    let mut sorted = keys.clone();
-    sorted.sort_by(|a, b| b.cmp(a));
-    assert_eq!(keys, sorted);
-    assert!(p.next_cursor.is_none());
+        // Removing an already listed task does not shift later pages: nothing skipped or repeated.
+        let newest = walk(&q, ListState::Ready, Order::NewestFirst, true).await;
+        let uniq: std::collections::HashSet<_> = newest.iter().collect();
+        assert_eq!((newest.len(), uniq.len()), (43, 43));
 
-    // Removing an already listed task does not shift later pages: nothing skipped or repeated.
-    let newest = walk(&q, ListState::Ready, Order::NewestFirst, true).await;
-    let uniq: std::collections::HashSet<_> = newest.iter().collect();
-    assert_eq!((newest.len(), uniq.len()), (43, 43));
-
-    // Bounds hold in both orders: the waiting set excludes ready tasks.
-    let c = one(&q, "w", 10_000).await;
-    q.reschedule(&c.id, c.token, 60_000, None, 1).await.unwrap();
-    for order in [Order::OldestFirst, Order::NewestFirst] {
-        let w = q.list(ListState::Waiting, order, None, 10).await.unwrap();
-        assert_eq!((w.total, w.items.len()), (1, 1));
-        assert_eq!(w.items[0].id, c.id);
-        let r = q.list(ListState::Ready, order, None, 1000).await.unwrap();
-        assert_eq!(r.total, 41);
-        assert!(r.items.iter().all(|t| t.id != c.id));
-    }
-    // An empty set and a cursor past the end give empty pages, not errors.
-    let d = q
-        .list(ListState::Dead, Order::NewestFirst, None, 10)
-        .await
-        .unwrap();
-    assert!(d.items.is_empty() && d.next_cursor.is_none());
-    let d = q
-        .list(ListState::Ready, Order::NewestFirst, Some("0:0"), 10)
-        .await
-        .unwrap();
-    assert!(d.items.is_empty() && d.next_cursor.is_none());
+        // Bounds hold in both orders: the waiting set excludes ready tasks.
+        let c = one(&q, "w", 10_000).await;
+        q.reschedule(&c.id, c.token, 60_000, None, 1).await.unwrap();
+        for order in [Order::OldestFirst, Order::NewestFirst] {
+            let w = q.list(ListState::Waiting, order, None, 10).await.unwrap();
+            assert_eq!((w.total, w.items.len()), (1, 1));
+            assert_eq!(w.items[0].id, c.id);
+            let r = q.list(ListState::Ready, order, None, 1000).await.unwrap();
+            assert_eq!(r.total, 41);
+            assert!(r.items.iter().all(|t| t.id != c.id));
+        }
+        // An empty set and a cursor past the end give empty pages, not errors.
+        let d = q
+            .list(ListState::Dead, Order::NewestFirst, None, 10)
+            .await
+            .unwrap();
+        assert!(d.items.is_empty() && d.next_cursor.is_none());
+        // Past the end of the last partition listed newest first (partition 0; a cursor of a
+        // partitioned queue's ready work is "<partition>/<its cursor>").
+        let past_end = if q.partitions() == 1 { "0:0" } else { "0/0:0" };
+        let d = q
+            .list(ListState::Ready, Order::NewestFirst, Some(past_end), 10)
+            .await
+            .unwrap();
+        assert!(d.items.is_empty() && d.next_cursor.is_none());
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn workers_events_stats() {
-    let q = queue("life_workers").await;
-    let w = WorkerInfo {
-        id: "w1".into(),
-        host: "h".into(),
-        pid: 42,
-        started_ms: 1,
-        in_flight: 2,
-        completed: 3,
-        dead: 4,
-        last_seen_ms: 0,
-    };
-    // A heartbeat good for ten minutes, listed however slow the machine; then its record's
-    // expiry is moved into the past in Redis (PEXPIREAT in the past: gone at once).
-    q.heartbeat(&w, 600_000).await.unwrap();
-    let ws = q.workers().await.unwrap();
-    assert_eq!(ws.len(), 1);
-    assert_eq!(ws[0].pid, 42);
-    assert!(ws[0].last_seen_ms > 0);
-    let ttl: i64 = redis::cmd("PTTL")
-        .arg("{life_workers}:w:w1")
-        .query_async(&mut q.connection())
-        .await
-        .unwrap();
-    assert!(
-        ttl > 0 && ttl <= 600_000,
-        "the heartbeat sets its record's expiry: {ttl}"
-    );
-    let expired: i64 = redis::cmd("PEXPIREAT")
-        .arg("{life_workers}:w:w1")
-        .arg(1)
-        .query_async(&mut q.connection())
-        .await
-        .unwrap();
-    assert_eq!(expired, 1);
-    assert!(
-        q.workers().await.unwrap().is_empty(),
-        "expired heartbeat listed"
-    );
-    q.heartbeat(&w, 10_000).await.unwrap();
-    q.remove_worker("w1").await.unwrap();
-    assert!(q.workers().await.unwrap().is_empty());
+    on_each_layout("life_workers", async |conf: QueueConfig| {
+        let name = conf.name.clone();
+        let q = queue_with(conf).await;
+        let w = WorkerInfo {
+            id: "w1".into(),
+            host: "h".into(),
+            pid: 42,
+            started_ms: 1,
+            in_flight: 2,
+            completed: 3,
+            dead: 4,
+            last_seen_ms: 0,
+        };
+        // A heartbeat good for ten minutes, listed however slow the machine; then its record's
+        // expiry is moved into the past in Redis (PEXPIREAT in the past: gone at once).
+        q.heartbeat(&w, 600_000).await.unwrap();
+        let ws = q.workers().await.unwrap();
+        assert_eq!(ws.len(), 1);
+        assert_eq!(ws[0].pid, 42);
+        assert!(ws[0].last_seen_ms > 0);
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{{{name}}}:w:w1"))
+            .query_async(&mut q.connection())
+            .await
+            .unwrap();
+        assert!(
+            ttl > 0 && ttl <= 600_000,
+            "the heartbeat sets its record's expiry: {ttl}"
+        );
+        let expired: i64 = redis::cmd("PEXPIREAT")
+            .arg(format!("{{{name}}}:w:w1"))
+            .arg(1)
+            .query_async(&mut q.connection())
+            .await
+            .unwrap();
+        assert_eq!(expired, 1);
+        assert!(
+            q.workers().await.unwrap().is_empty(),
+            "expired heartbeat listed"
+        );
+        q.heartbeat(&w, 10_000).await.unwrap();
+        q.remove_worker("w1").await.unwrap();
+        assert!(q.workers().await.unwrap().is_empty());
 
-    q.enqueue("ev", "p", &EnqueuePolicy::default())
-        .await
-        .unwrap();
-    q.pause("root").await.unwrap();
-    let ev = q.events(10).await.unwrap();
-    // An enqueue writes no stream entry (the dashboard is told over Pub/Sub); a pause does.
-    assert_eq!(ev[0].kind, "paused");
-    let s = q.stats().await.unwrap();
-    assert!(s.paused);
-    assert_eq!(s.ready, 1);
-    assert_eq!(s.throughput.len(), 60);
-    assert!(s
-        .throughput
-        .windows(2)
-        .all(|w| w[1].minute_ms - w[0].minute_ms == 60_000));
-    assert!(s.oldest_ready_age_ms >= 0);
+        q.enqueue("ev", "p", &EnqueuePolicy::default())
+            .await
+            .unwrap();
+        q.pause("root").await.unwrap();
+        let ev = q.events(10).await.unwrap();
+        // An enqueue writes no stream entry (the dashboard is told over Pub/Sub); a pause does.
+        assert_eq!(ev[0].kind, "paused");
+        let s = q.stats().await.unwrap();
+        assert!(s.paused);
+        assert_eq!(s.ready, 1);
+        assert_eq!(s.throughput.len(), 60);
+        assert!(s
+            .throughput
+            .windows(2)
+            .all(|w| w[1].minute_ms - w[0].minute_ms == 60_000));
+        assert!(s.oldest_ready_age_ms >= 0);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn invalid_queries_and_config() {
-    let q = queue("life_invalid").await;
-    assert!(matches!(
-        q.enqueue("   ", "p", &EnqueuePolicy::default()).await,
-        Err(QueueError::InvalidQuery(_))
-    ));
-    let bad = QueueConfig {
-        name: "a{b".into(),
-        ..QueueConfig::default()
-    };
-    let e = Queue::connect(&server().url(), bad)
-        .await
-        .expect_err("a name with a brace is refused");
-    assert!(e.to_string().contains("without braces"), "{e}");
-    // corrupt data never panics
-    let mut c = raw().await;
-    let id = "0123456789abcdef0123456789abcdef";
-    let _: () = redis::cmd("HSET")
-        .arg(format!("{{life_invalid}}:t:{id}"))
-        .arg("state")
-        .arg("weird")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert!(matches!(q.get(id).await, Err(QueueError::Corrupt(_))));
+    on_each_layout("life_invalid", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        assert!(matches!(
+            q.enqueue("   ", "p", &EnqueuePolicy::default()).await,
+            Err(QueueError::InvalidQuery(_))
+        ));
+        let bad = QueueConfig {
+            name: "a{b".into(),
+            ..QueueConfig::default()
+        };
+        let e = Queue::connect(&server().url(), bad)
+            .await
+            .expect_err("a name with a brace is refused");
+        assert!(e.to_string().contains("without braces"), "{e}");
+        // corrupt data never panics
+        let mut c = raw().await;
+        let id = "0123456789abcdef0123456789abcdef";
+        let _: () = redis::cmd("HSET")
+            .arg(task_key(&q, id))
+            .arg("state")
+            .arg("weird")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        assert!(matches!(q.get(id).await, Err(QueueError::Corrupt(_))));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn complete_many_mixes_fresh_and_stale() {
-    let q = queue("life_many").await;
-    for i in 0..5 {
-        q.enqueue(&format!("many {i}"), "p", &EnqueuePolicy::default())
-            .await
-            .unwrap();
-    }
-    let got = q.claim("w", 5, 60_000).await.unwrap();
-    assert_eq!(got.len(), 5);
-    let mut items: Vec<Completion> = got
-        .iter()
-        .map(|c| Completion {
-            id: c.id.clone(),
-            token: c.token,
-            result: format!("r{}", c.query),
+    on_each_layout("life_many", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        for i in 0..5 {
+            q.enqueue(&format!("many {i}"), "p", &EnqueuePolicy::default())
+                .await
+                .unwrap();
+        }
+        let got = q.claim("w", 5, 60_000).await.unwrap();
+        assert_eq!(got.len(), 5);
+        let mut items: Vec<Completion> = got
+            .iter()
+            .map(|c| Completion {
+                id: c.id.clone(),
+                token: c.token,
+                result: format!("r{}", c.query),
+                latency_ms: 1,
+            })
+            .collect();
+        items[1].token += 100; // stale
+        items.push(Completion {
+            id: "ffffffffffffffffffffffffffffffff".parse().unwrap(),
+            token: 1,
+            result: "x".into(),
             latency_ms: 1,
-        })
-        .collect();
-    items[1].token += 100; // stale
-    items.push(Completion {
-        id: "ffffffffffffffffffffffffffffffff".parse().unwrap(),
-        token: 1,
-        result: "x".into(),
-        latency_ms: 1,
-    });
-    let r = q.complete_many(&items).await.unwrap();
-    assert_eq!(r.len(), 6);
-    let ok: Vec<bool> = r.iter().map(|x| x.is_ok()).collect();
-    assert_eq!(ok, [true, false, true, true, true, false]);
-    assert!(matches!(r[1], Err(QueueError::StaleToken)), "{:?}", r[1]);
-    // A task that never existed is refused the same way (its token cannot be current).
-    assert!(matches!(r[5], Err(QueueError::StaleToken)), "{:?}", r[5]);
-    let s = q.stats().await.unwrap();
-    assert_eq!((s.results, s.leased), (4, 1));
-    let completed: u64 = s.throughput.iter().map(|b| b.completed).sum();
-    assert_eq!(completed, 4);
-    assert_eq!(
-        q.result_by_id(&got[0].id).await.unwrap().unwrap().data,
-        format!("r{}", got[0].query)
-    );
+        });
+        let r = q.complete_many(&items).await.unwrap();
+        assert_eq!(r.len(), 6);
+        let ok: Vec<bool> = r.iter().map(|x| x.is_ok()).collect();
+        assert_eq!(ok, [true, false, true, true, true, false]);
+        assert!(matches!(r[1], Err(QueueError::StaleToken)), "{:?}", r[1]);
+        // A task that never existed is refused the same way (its token cannot be current).
+        assert!(matches!(r[5], Err(QueueError::StaleToken)), "{:?}", r[5]);
+        let s = q.stats().await.unwrap();
+        assert_eq!((s.results, s.leased), (4, 1));
+        let completed: u64 = s.throughput.iter().map(|b| b.completed).sum();
+        assert_eq!(completed, 4);
+        assert_eq!(
+            q.result_by_id(&got[0].id).await.unwrap().unwrap().data,
+            format!("r{}", got[0].query)
+        );
+    })
+    .await;
 }
 
 /// Batched claim/complete: the deferred "claimed" history entry is visible while leased and
 /// lands in order once the lease ends (complete, reschedule, fail, release, cancel); the
 /// dashboard gets one message per batch with every id.
+/// P = 1 only: it reads the dashboard notices of batched operations, which a partitioned
+/// queue publishes per partition touched (a claim, a pause, a batch of completions each
+/// send one per partition), so their count and grouping are the one-slot layout's.
 #[tokio::test]
 async fn batched_history_and_dashboard_ids() {
     use futures::StreamExt;

@@ -34,6 +34,46 @@ pub fn cfg(name: &str) -> QueueConfig {
     }
 }
 
+/// The layouts every behavioural test runs on: an unpartitioned queue (P = 1) and a
+/// partitioned one (P = 3), whose tasks, leases and counts spread over three hash tags.
+pub const LAYOUTS: [u16; 2] = [1, 3];
+
+/// Runs `body` once per layout of [`LAYOUTS`], each on a queue of its own (`name` for
+/// P = 1, `name-p3` for P = 3: a queue's partition count is fixed when it is first connected).
+/// `body` gets the queue's config (name and partition count set) to connect with
+/// [`queue_with`] or adapt. A failure says which P failed, then fails the test.
+pub async fn on_each_layout(name: &str, body: impl AsyncFn(QueueConfig)) {
+    for p in LAYOUTS {
+        let conf = QueueConfig {
+            name: if p == 1 {
+                name.to_string()
+            } else {
+                format!("{name}-p{p}")
+            },
+            partitions: p,
+            ..QueueConfig::default()
+        };
+        let _says_which = LayoutOnPanic(p);
+        body(conf).await;
+    }
+}
+
+/// Names the layout of a failing body (a panic unwinds through it).
+struct LayoutOnPanic(u16);
+
+impl Drop for LayoutOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("^ failed on the queue of P = {} partitions", self.0);
+        }
+    }
+}
+
+/// The Redis key of the task hash of `id`, in the partition that holds it.
+pub fn task_key(q: &Queue, id: &str) -> String {
+    format!("{}:t:{id}", q.partition_tag(q.partition_of(id)))
+}
+
 pub async fn queue(name: &str) -> Queue {
     queue_with(cfg(name)).await
 }
@@ -51,14 +91,20 @@ pub async fn raw() -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-/// Every key (and its type+content digest) of one queue: used to prove "nothing written".
+/// Every key (and its type+content digest) of one queue, every partition's included: used to
+/// prove "nothing written".
 pub async fn snapshot(name: &str) -> Vec<(String, String)> {
     let mut c = raw().await;
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{name}}}*"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    // The queue's own tag and its partitions' (`{name#i}`, `{name#i.k}`).
+    let mut keys: Vec<String> = Vec::new();
+    for pattern in [format!("{{{name}}}*"), format!("{{{name}#*")] {
+        let found: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        keys.extend(found);
+    }
     // The partition count recorded when the queue was first connected (partition.rs) is
     // the connection's write, not an operation's.
     keys.retain(|k| *k != format!("{{{name}}}:meta"));
