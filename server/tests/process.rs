@@ -6,39 +6,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use testkit::http::{Answer, BlockingHttp};
+use testkit::{free_port, ChildGuard, RedisOptions, RedisServer};
 
+/// Whether `GET /readyz` on `port` answered 200 within `limit`.
 fn wait_ready(port: u16, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Ok(body) = http_get(port, "/readyz") {
-            if body.starts_with("HTTP/1.1 200") {
-                return true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
+    BlockingHttp::local(port).wait_ok("/readyz", limit)
 }
 
-/// A minimal HTTP/1.1 GET so this test needs no client crate or async runtime.
-fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
+/// `GET path` on `port`: the answer, or the transport error (nothing listening yet).
+fn http_get(port: u16, path: &str) -> reqwest::Result<Answer> {
+    let http = BlockingHttp::local(port);
+    http.try_send(http.client.get(http.url(path)))
 }
 
 /// `repoll serve` on `web_port` with a managed redis-server on `redis_port` keeping its data
@@ -53,23 +32,19 @@ fn serve_managed_command(web_port: u16, redis_port: u16, dir: &std::path::Path) 
     cmd
 }
 
-/// Submits `query` (plain text, no quotes) to `POST /api/v1/queries`; its task id.
+/// Submits `query` to `POST /api/v1/queries`; its task id.
 fn submit_query(web_port: u16, query: &str) -> String {
-    let body = format!(r#"{{"query":"{query}"}}"#);
-    let mut s = send(
-        web_port,
-        &format!(
-            "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let answer = read_until(&mut s, "\"id\":\"");
-    answer
-        .split("\"id\":\"")
-        .nth(1)
-        .map(|rest| rest.chars().take(32).collect())
-        .unwrap()
+    let answer = BlockingHttp::local(web_port)
+        .post_json("/api/v1/queries", &serde_json::json!({ "query": query }));
+    id_in(&answer)
+}
+
+/// The task id of an answer to `POST /api/v1/queries` (panics with the answer if none).
+fn id_in(answer: &Answer) -> String {
+    answer.json()["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no id in {answer:?}"))
+        .to_string()
 }
 
 /// One request on its own connection; the connection, after the request is written.
@@ -139,19 +114,21 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
     let web_port = free_port();
     let redis_port = free_port();
     let dir = std::env::temp_dir().join(format!("repoll-proc-{}", std::process::id()));
-    let mut child = Reaped(vec![serve_managed_command(web_port, redis_port, &dir)
-        // No workers: the query stays processing, so its stream stays open.
-        .env("REPOLL_WORKERS", "0")
-        .env(
-            "REPOLL_SHUTDOWN_GRACE_MS",
-            TEST_GRACE.as_millis().to_string(),
-        )
-        // Heartbeats on the stream while it waits: the client must not end it.
-        .env("REPOLL_SSE_KEEPALIVE_MS", "500")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn repoll")]);
+    let mut child = Reaped(vec![ChildGuard::adopt(
+        serve_managed_command(web_port, redis_port, &dir)
+            // No workers: the query stays processing, so its stream stays open.
+            .env("REPOLL_WORKERS", "0")
+            .env(
+                "REPOLL_SHUTDOWN_GRACE_MS",
+                TEST_GRACE.as_millis().to_string(),
+            )
+            // Heartbeats on the stream while it waits: the client must not end it.
+            .env("REPOLL_SSE_KEEPALIVE_MS", "500")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn repoll"),
+    )]);
     assert!(
         wait_ready(web_port, Duration::from_secs(20)),
         "repoll serve became ready"
@@ -186,7 +163,7 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
          used (the default is 1.5 s)"
     );
     let status = loop {
-        if let Some(status) = child.0[0].try_wait().unwrap() {
+        if let Some(status) = child.0[0].child_mut().try_wait().unwrap() {
             break status;
         }
         assert!(
@@ -321,46 +298,32 @@ fn a_worker_needs_redis_url() {
     assert!(stderr.contains("needs REDIS_URL"), "{stderr}");
 }
 
-/// A plain `redis-server` on `port` (no persistence) with `args` added, once it accepts
-/// connections (10 s hang guard).
-fn spawn_redis(port: u16, args: &[&str]) -> std::process::Child {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
-/// Children killed however the test ends.
-struct Reaped(Vec<std::process::Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
+/// A plain `redis-server` (the test kit's: no persistence) on `port` exactly, with `args`
+/// added, once it answers; killed when dropped.
+fn spawn_redis(port: u16, args: &[&str]) -> RedisServer {
+    let opts = RedisOptions {
+        extra: args.iter().map(|a| a.to_string()).collect(),
+        ..RedisOptions::default()
+    };
+    // The readiness check authenticates with the password the test gave.
+    let opts = match args.iter().position(|a| *a == "--requirepass") {
+        Some(i) => {
+            let mut extra = opts.extra.clone();
+            let pair: Vec<String> = extra.drain(i..i + 2).collect();
+            RedisOptions {
+                password: Some(pair[1].clone()),
+                extra,
+                ..opts
+            }
         }
-    }
+        None => opts,
+    };
+    RedisServer::start_on(port, opts).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The test's `repoll` processes (the kit's guards), killed however the test ends.
+#[derive(Default)]
+struct Reaped(Vec<ChildGuard>);
 
 #[test]
 fn a_wrong_redis_password_stops_the_start_at_once_and_is_never_printed() {
@@ -368,7 +331,7 @@ fn a_wrong_redis_password_stops_the_start_at_once_and_is_never_printed() {
     // for a server that is down or loading, not for one that refuses us: the worker must stop
     // long before that wait would end.
     let port = free_port();
-    let _redis = Reaped(vec![spawn_redis(port, &["--requirepass", "the-right-one"])]);
+    let _redis = spawn_redis(port, &["--requirepass", "the-right-one"]);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
     cmd.arg("worker").env(
         "REDIS_URL",
@@ -672,7 +635,7 @@ fn serve_started_before_its_redis_waits_while_it_loads_or_is_down() {
         serve.child.try_wait().unwrap().is_none(),
         "serve is still waiting"
     );
-    let _redis = Reaped(vec![spawn_redis(port, &["--requirepass", "early-pw"])]);
+    let _redis = spawn_redis(port, &["--requirepass", "early-pw"]);
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve became ready once Redis answered:\n{}",
@@ -682,39 +645,16 @@ fn serve_started_before_its_redis_waits_while_it_loads_or_is_down() {
     assert!(!serve.text().contains("early-pw"), "{}", serve.text());
 }
 
-/// A minimal HTTP/1.1 request with `headers` (each "Name: value") and a form body; the
-/// whole answer.
-fn http_post_form(port: u16, path: &str, headers: &[&str], body: &str) -> String {
-    use std::io::Read;
-    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-    let mut s = send(
-        port,
-        &format!(
-            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-             content-type: application/x-www-form-urlencoded\r\naccept: application/json\r\n\
-             {extra}content-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+/// A form POST as a page script sends it, with `headers` (name, value).
+fn http_post_form(port: u16, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+    BlockingHttp::local(port).post_form(path, headers, body)
 }
 
-/// A GET with `headers`; the whole answer.
-fn http_get_with(port: u16, path: &str, headers: &[&str]) -> String {
-    use std::io::Read;
-    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-    let mut s = send(
-        port,
-        &format!(
-            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-             accept: text/html\r\n{extra}\r\n"
-        ),
-    );
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+/// A page GET (`accept: text/html`) with `headers` (name, value).
+fn http_get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut all = vec![("accept", "text/html")];
+    all.extend_from_slice(headers);
+    BlockingHttp::local(port).get_with(path, &all)
 }
 
 /// `serve` with no admin password configured prints a random one for the run: that one
@@ -727,7 +667,7 @@ fn without_an_admin_password_serve_prints_one_for_the_run_and_reads_the_old_trus
     use leptos::server_fn::ServerFn;
     let redis_port = free_port();
     let web_port = free_port();
-    let _redis = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
     let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
     cmd.env("REPOLL_TRUST_FORWARDED_FOR", "true")
         .env("REPOLL_LOGIN_MAX_FAILURES", "1")
@@ -750,8 +690,8 @@ fn without_an_admin_password_serve_prints_one_for_the_run_and_reads_the_old_trus
 
     // Anonymous: the dashboard is a redirect to the sign-in page.
     let page = http_get_with(web_port, "/admin", &[]);
-    assert!(page.starts_with("HTTP/1.1 303"), "{page}");
-    assert!(page.contains("location: /admin/login"), "{page}");
+    assert_eq!(page.status, 303, "{page:?}");
+    assert_eq!(page.header("location"), Some("/admin/login"), "{page:?}");
 
     let path = app::pages::admin::login::SignIn::PATH;
     let encoded: String = password
@@ -767,44 +707,40 @@ fn without_an_admin_password_serve_prints_one_for_the_run_and_reads_the_old_trus
         let reply = http_post_form(
             web_port,
             path,
-            &[&format!("x-forwarded-for: {who}")],
+            &[("x-forwarded-for", who)],
             &format!("password={password}"),
         );
-        assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+        assert_eq!(reply.status, 401, "{reply:?}");
     }
     let reply = http_post_form(
         web_port,
         path,
-        &["x-forwarded-for: 198.51.100.1"],
+        &[("x-forwarded-for", "198.51.100.1")],
         &format!("password={encoded}"),
     );
-    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
+    assert_eq!(reply.status, 429, "{reply:?}");
     // ...while the printed password signs in from another forwarded address (the same TCP
     // peer: only the trusted header tells them apart).
     let reply = http_post_form(
         web_port,
         path,
-        &["x-forwarded-for: 198.51.100.1, 198.51.100.2"],
+        &[("x-forwarded-for", "198.51.100.1, 198.51.100.2")],
         &format!("password={encoded}"),
     );
-    let status = reply.split(' ').nth(1).unwrap_or_default();
-    assert!(
-        status.starts_with('2') || status.starts_with('3'),
-        "{reply}"
-    );
+    assert!((200..400).contains(&reply.status), "{reply:?}");
     let cookie = reply
-        .lines()
-        .filter_map(|l| l.strip_prefix("set-cookie: repoll_session="))
-        .map(|v| v.split(';').next().unwrap_or_default())
+        .cookies()
+        .iter()
+        .filter_map(|c| c.strip_prefix("repoll_session="))
+        .map(|v| v.split(';').next().unwrap_or_default().to_string())
         .find(|v| !v.is_empty())
-        .unwrap_or_else(|| panic!("a session cookie: {reply}"))
-        .to_string();
+        .unwrap_or_else(|| panic!("a session cookie: {reply:?}"));
     let page = http_get_with(
         web_port,
         "/admin",
-        &[&format!("cookie: repoll_session={cookie}")],
+        &[("cookie", &format!("repoll_session={cookie}"))],
     );
-    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert_eq!(page.status, 200, "{page:?}");
     assert!(serve.terminate().success());
 }
 
@@ -897,8 +833,9 @@ fn metrics_carry_every_named_series() {
     ];
     let t0 = Instant::now();
     let settled = |id: &str| {
-        http_get(web_port, &format!("/api/v1/queries/{id}"))
-            .is_ok_and(|r| r.contains("\"status\":\"done\"") || r.contains("\"status\":\"failed\""))
+        http_get(web_port, &format!("/api/v1/queries/{id}")).is_ok_and(|r| {
+            r.body.contains("\"status\":\"done\"") || r.body.contains("\"status\":\"failed\"")
+        })
     };
     while !ids.iter().all(|id| settled(id)) {
         if t0.elapsed() > Duration::from_secs(60) {
@@ -923,7 +860,9 @@ fn metrics_carry_every_named_series() {
         "repoll_connections_refused_total",
     ];
     while t0.elapsed() < Duration::from_secs(90) {
-        page = http_get(web_port, "/metrics").unwrap_or_default();
+        page = http_get(web_port, "/metrics")
+            .map(|a| a.body)
+            .unwrap_or_default();
         if wanted.iter().all(|w| page.contains(w)) {
             break;
         }
@@ -950,20 +889,15 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// POSTs a JSON body; the whole answer.
-fn http_post_json(port: u16, path: &str, body: &str) -> String {
-    use std::io::Read;
-    let mut s = send(
-        port,
-        &format!(
-            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
+/// POSTs `body` (JSON text, sent as is) as `application/json`.
+fn http_post_json(port: u16, path: &str, body: &str) -> Answer {
+    let http = BlockingHttp::local(port);
+    http.send(
+        http.client
+            .post(http.url(path))
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+    )
 }
 
 /// `repoll serve` on `url` with queue `queue`, 4 embedded worker slots, the simulator on
@@ -1001,7 +935,8 @@ fn serve_with_sim_and_callbacks(
 fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothing() {
     const SECRET: &str = "callback-secret-of-this-test-0123456789";
     let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
     let url = format!("redis://127.0.0.1:{redis_port}");
     let mut cmd = serve_with_sim_and_callbacks(&url, "cbq", web_port, sim_port, SECRET);
     cmd.env("REPOLL_SIM_MS", "1000")
@@ -1010,7 +945,9 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
             format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}&callback={{callback_url}}"),
         )
         .env("REPOLL_POLL_INTERVAL_MS", "60000");
-    children.0.push(cmd.spawn().expect("spawn repoll"));
+    children
+        .0
+        .push(ChildGuard::adopt(cmd.spawn().expect("spawn repoll")));
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready"
@@ -1019,7 +956,9 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     let t0 = Instant::now();
     let id = submit_query(web_port, "callback-one");
     let done = loop {
-        let body = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
+        let body = http_get(web_port, &format!("/api/v1/queries/{id}"))
+            .unwrap()
+            .body;
         if body.contains(r#""status":"done""#) {
             break t0.elapsed();
         }
@@ -1033,7 +972,7 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
         "callback: submit to done in {} ms (upstream done after 1000 ms, poll interval 60 s)",
         done.as_millis()
     );
-    let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap();
+    let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap().body;
     assert!(sim.contains(r#""calls":1,"#), "one poll only: {sim}");
     assert!(sim.contains(r#""callbacks":1"#), "one callback: {sim}");
     let result_key = format!("{{cbq}}:r:{id}");
@@ -1097,7 +1036,7 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     ];
     for (what, token) in &refused {
         let answer = post(token);
-        assert!(answer.starts_with("HTTP/1.1 404"), "{what}: {answer}");
+        assert_eq!(answer.status, 404, "{what}: {answer:?}");
     }
     let after = (
         redis_cli(redis_port, &["HGETALL", &other_key]),
@@ -1108,11 +1047,9 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     // The right token for the live task: done at once, and a second use is refused.
     let good = signer.token(&other, other_created, 0);
     let answer = post(&good);
-    assert!(
-        answer.starts_with("HTTP/1.1 200") && answer.contains(r#""completed":true"#),
-        "{answer}"
-    );
-    assert!(post(&good).starts_with("HTTP/1.1 404"), "a used token");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.json()["completed"], true, "{answer:?}");
+    assert_eq!(post(&good).status, 404, "a used token");
     let stored = redis_cli(redis_port, &["GET", &format!("{{cbq}}:r:{other}")]);
     assert!(stored.ends_with(r#"{"forged":true}"#), "{stored}");
 }
@@ -1127,7 +1064,8 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
 fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     const SECRET: &str = "callback-secret-of-the-upstreams-test-0123";
     let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
     let url = format!("redis://127.0.0.1:{redis_port}");
     let dir = std::env::temp_dir().join(format!("repoll-upstreams-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -1152,32 +1090,32 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
             format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
         )
         .env("REPOLL_POLL_INTERVAL_MS", "50");
-    children.0.push(cmd.spawn().expect("spawn repoll"));
+    children
+        .0
+        .push(ChildGuard::adopt(cmd.spawn().expect("spawn repoll")));
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready"
     );
 
-    let id_of = |answer: &str| -> String {
-        answer
-            .split("\"id\":\"")
-            .nth(1)
-            .map(|rest| rest.chars().take(32).collect())
-            .unwrap_or_else(|| panic!("no id in {answer}"))
-    };
     let post = |body: &str| http_post_json(web_port, "/api/v1/queries", body);
-    let a = id_of(&post(r#"{"query":"same text"}"#));
-    let b = id_of(&post(r#"{"query":"same text","upstream":"search"}"#));
+    let a = id_in(&post(r#"{"query":"same text"}"#));
+    let b = id_in(&post(r#"{"query":"same text","upstream":"search"}"#));
     assert_ne!(a, b, "one text, two upstreams: two tasks");
     let unknown = post(r#"{"query":"x","upstream":"nope"}"#);
-    assert!(unknown.starts_with("HTTP/1.1 422"), "{unknown}");
-    assert!(unknown.contains("unknown_upstream"), "{unknown}");
-    assert!(unknown.contains("known: default, search"), "{unknown}");
+    assert_eq!(unknown.status, 422, "{unknown:?}");
+    assert!(unknown.body.contains("unknown_upstream"), "{unknown:?}");
+    assert!(
+        unknown.body.contains("known: default, search"),
+        "{unknown:?}"
+    );
 
     let done = |id: &str| {
         let t0 = Instant::now();
         loop {
-            let body = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
+            let body = http_get(web_port, &format!("/api/v1/queries/{id}"))
+                .unwrap()
+                .body;
             if body.contains(r#""status":"done""#) {
                 return body;
             }
@@ -1187,7 +1125,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     };
     assert!(done(&a).contains(r#""upstream":"default""#));
     let t0 = Instant::now();
-    let c = id_of(&post(r#"{"query":"find-x ms=800","upstream":"search"}"#));
+    let c = id_in(&post(r#"{"query":"find-x ms=800","upstream":"search"}"#));
     // Its live stream (Pub/Sub of the named upstream's queue) brings the final state.
     let mut events = send(
         web_port,
@@ -1202,7 +1140,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     let body_c = done(&c);
     let c_done = t0.elapsed();
     // Its page names the upstream.
-    let page = http_get(web_port, &format!("/q/{c}")).unwrap();
+    let page = http_get(web_port, &format!("/q/{c}")).unwrap().body;
     assert!(page.contains("via search"), "{page}");
     println!(
         "named upstream callback: done {} ms after the submit (poll interval 10 s)",
@@ -1223,15 +1161,17 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
         redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{b}")]),
         "0"
     );
-    let sim = http_get(sim_port, "/_sim/stats").unwrap();
+    let sim = http_get(sim_port, "/_sim/stats").unwrap().body;
     assert!(sim.contains(r#""same text":{"calls":"#), "{sim}");
     assert!(!sim.contains("find-x"), "{sim}");
-    let search = http_get(sim_port, "/search/_sim/stats").unwrap();
+    let search = http_get(sim_port, "/search/_sim/stats").unwrap().body;
     assert!(
         search.contains(r#""same text":{"calls":1,"done":1}"#),
         "{search}"
     );
-    let cb = http_get(sim_port, "/search/_sim/key?q=find-x%20ms%3D800").unwrap();
+    let cb = http_get(sim_port, "/search/_sim/key?q=find-x%20ms%3D800")
+        .unwrap()
+        .body;
     assert!(cb.contains(r#""callbacks":1"#), "{cb}");
     assert!(
         cb.contains(r#""calls":1,"#),
@@ -1239,7 +1179,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     );
 
     // The query page offers both upstreams.
-    let page = http_get(web_port, "/").unwrap();
+    let page = http_get(web_port, "/").unwrap().body;
     assert!(page.contains(r#"data-testid="query-upstream""#), "{page}");
     assert!(page.contains(r#"<option value="search""#), "{page}");
 
@@ -1265,7 +1205,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
 #[test]
 fn admin_repartition_moves_a_drained_queue_and_old_counts_are_refused() {
     let port = free_port();
-    let _redis = Reaped(vec![spawn_redis(port, &[])]);
+    let _redis = spawn_redis(port, &[]);
     let url = format!("redis://127.0.0.1:{port}/");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let cfg = queue::QueueConfig {
@@ -1365,7 +1305,8 @@ fn serve_raises_its_soft_descriptor_limit_to_the_hard_one() {
         "this test needs a hard descriptor limit of at least 1,024 (it is {hard})"
     );
     let (web_port, redis_port) = (free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
     let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: setrlimit is async-signal-safe and only reads the struct passed.
@@ -1381,8 +1322,10 @@ fn serve_raises_its_soft_descriptor_limit_to_the_hard_one() {
             Ok(())
         });
     }
-    children.0.push(cmd.spawn().expect("spawn repoll"));
-    let pid = children.0[1].id();
+    children
+        .0
+        .push(ChildGuard::adopt(cmd.spawn().expect("spawn repoll")));
+    let pid = children.0[0].id();
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready (30 s hang guard)"
@@ -1453,13 +1396,15 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
     let _ = std::fs::remove_dir_all(&dir);
     let redis_port = free_port();
     let start = |web_port: u16| {
-        let mut child = Reaped(vec![serve_managed_command(web_port, redis_port, &dir)
-            .env("REPOLL_WORKERS", "0")
-            .env("REPOLL_FIRST_ANSWER_MS", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn repoll")]);
+        let mut child = Reaped(vec![ChildGuard::adopt(
+            serve_managed_command(web_port, redis_port, &dir)
+                .env("REPOLL_WORKERS", "0")
+                .env("REPOLL_FIRST_ANSWER_MS", "0")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn repoll"),
+        )]);
         if !wait_ready(web_port, Duration::from_secs(30)) {
             let _ = child.0[0].kill();
             panic!("repoll serve not ready (30 s hang guard)");
@@ -1480,7 +1425,7 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
         ],
     );
     assert_eq!(wrote, "written");
-    let status = sigterm_and_wait(&mut first.0[0]);
+    let status = sigterm_and_wait(first.0[0].child_mut());
     assert!(status.success(), "exit status {status}");
     let log = std::fs::read_to_string(dir.join("redis.log")).expect("redis.log");
     assert!(
@@ -1491,8 +1436,8 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
     let web_port = free_port();
     let mut second = start(web_port);
     let task = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
-    assert!(task.starts_with("HTTP/1.1 200"), "{task}");
-    assert!(task.contains("kept across a restart"), "{task}");
+    assert_eq!(task.status, 200, "{task:?}");
+    assert!(task.body.contains("kept across a restart"), "{task:?}");
     assert_eq!(
         managed_cli(&dir, redis_port, &["GET", "aof-key-10000"]),
         "10000"
@@ -1505,7 +1450,7 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
         ),
         "10000"
     );
-    assert!(sigterm_and_wait(&mut second.0[0]).success());
+    assert!(sigterm_and_wait(second.0[0].child_mut()).success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1517,7 +1462,8 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
 #[test]
 fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
     let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
     let url = format!("redis://127.0.0.1:{redis_port}/");
     let upstream = format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}");
     // serve_command sets REPOLL_WORKERS=0.
@@ -1530,7 +1476,9 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
         .env("REPOLL_FIRST_ANSWER_MS", "3000")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    children.0.push(cmd.spawn().expect("spawn repoll"));
+    children
+        .0
+        .push(ChildGuard::adopt(cmd.spawn().expect("spawn repoll")));
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready (30 s hang guard)"
@@ -1584,9 +1532,9 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    children
-        .0
-        .push(worker.spawn().expect("spawn repoll worker"));
+    children.0.push(ChildGuard::adopt(
+        worker.spawn().expect("spawn repoll worker"),
+    ));
     let t0 = Instant::now();
     while calls() == 0 || rt.block_on(q.workers()).unwrap().is_empty() {
         assert!(

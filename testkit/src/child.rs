@@ -118,8 +118,13 @@ impl ChildGuard {
     }
 
     /// SIGKILL (SIGCONT first: a stopped process keeps a pending SIGKILL only until it is
-    /// continued) and reap; the exit status.
+    /// continued) and reap; the exit status. A child that has already exited and been reaped
+    /// is not signalled: its pid may belong to another process by now.
     pub fn kill(&mut self) -> Option<ExitStatus> {
+        if let Some(status) = self.exited() {
+            self.child = None;
+            return Some(status);
+        }
         self.signal(libc::SIGCONT);
         self.signal(libc::SIGKILL);
         let mut child = self.child.take()?;
