@@ -167,3 +167,35 @@ async fn a_cluster_has_its_masters_and_linked_replicas() {
     }
     assert_eq!(masters, 3);
 }
+
+#[test]
+fn a_guarded_child_and_its_group_are_killed_on_drop() {
+    // A shell in its own group with a child of its own: both must go with the guard.
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "sleep 300 & echo $! ; wait"])
+        .stdout(std::process::Stdio::piped());
+    let mut guard = testkit::ChildGuard::spawn_group(cmd).unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(guard.child_mut().stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let grandchild: i32 = line.trim().parse().unwrap();
+    let shell = i32::try_from(guard.id()).unwrap();
+    // SAFETY: kill(pid, 0) only checks that the process exists.
+    let alive = |pid: i32| unsafe { libc::kill(pid, 0) } == 0;
+    assert!(alive(shell) && alive(grandchild));
+    drop(guard);
+    // The shell is reaped by the guard; the grandchild, orphaned, is reaped by init, which
+    // may take a moment (a hang guard, not a speed assertion).
+    let t0 = Instant::now();
+    while alive(grandchild) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the group's other process survived the guard"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!alive(shell), "the guarded child survived its guard");
+}
