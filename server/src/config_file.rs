@@ -25,9 +25,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use clap::{ArgMatches, Command, CommandFactory, FromArgMatches};
-
-use crate::cli::Cli;
+use clap::Command;
 
 /// Environment variable naming the config file (the `--config` flag wins).
 pub const CONFIG_ENV: &str = "REPOLL_CONFIG";
@@ -56,30 +54,8 @@ pub enum ConfigError {
     },
 }
 
-/// Parses the command line like `Cli::parse()`, with defaults from the config file named by
-/// `--config` or `REPOLL_CONFIG` (when there is one). Exits with clap's message on bad flags.
-pub fn parse_cli() -> Result<Cli, ConfigError> {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let path = config_path(&args).or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
-    let cmd = match &path {
-        Some(p) => with_file_defaults(Cli::command(), p)?,
-        None => Cli::command(),
-    };
-    let matches = cmd.get_matches_from(args);
-    let mut cli = from_matches(&matches);
-    if let Some(p) = path {
-        let sections = crate::upstreams::sections_from_table(&p, &read_table(&p)?)?;
-        match &mut cli.command {
-            crate::cli::Command::Serve(a) => a.upstreams = sections,
-            crate::cli::Command::Worker(a) => a.upstreams = sections,
-            _ => {}
-        }
-    }
-    Ok(cli)
-}
-
 /// The file's TOML table.
-fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
+pub fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
@@ -95,15 +71,9 @@ fn parse_table(path: &Path, text: &str) -> Result<toml::Table, ConfigError> {
         })
 }
 
-/// `Cli` from matches; clap's own error exit when they do not fit (cannot happen for
-/// matches of `Cli::command()`, but the message is clap's either way).
-fn from_matches(m: &ArgMatches) -> Cli {
-    Cli::from_arg_matches(m).unwrap_or_else(|e| e.exit())
-}
-
 /// The value of `--config <p>` / `--config=<p>` in raw arguments, before clap runs (clap
 /// needs the file's values to build the command it parses with).
-fn config_path(args: &[OsString]) -> Option<PathBuf> {
+pub fn config_path(args: &[OsString]) -> Option<PathBuf> {
     let mut it = args.iter().skip(1);
     while let Some(a) = it.next() {
         let s = a.to_string_lossy();
@@ -310,7 +280,8 @@ pub(crate) fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Command as Sub;
+    use crate::cli::{Cli, Command as Sub};
+    use clap::{CommandFactory, FromArgMatches};
 
     fn parse(file: &str, argv: &[&str]) -> Result<Cli, String> {
         let cmd = with_defaults_from_str(Cli::command(), Path::new("test.toml"), file)

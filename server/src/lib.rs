@@ -23,6 +23,15 @@
 //!   listener, graceful drain.
 //! - [`work`]: the `repoll worker` command — a worker process without the web app.
 //! - [`simulate`]: the `repoll sim` command — the simulated upstream API.
+//! - [`settings`]: the settings every command shares (Redis, breaker, tenants).
+//! - [`startup`]: opening the queue, Pub/Sub clients and the listener; the commands' error.
+//! - [`state`]: the process state every handler shares (`WebState`).
+//!
+//! The modules form layers with no import circle (checked by `server/tests/import_layers.rs`):
+//! `settings` at the bottom; then `config_file`, `upstreams`, `live_hub`, `managed_redis`,
+//! `startup`; then the state (`state`, `api::state`, `admin::state`) and `api::error`; the
+//! routes and handlers (`api`, `admin`, `web`, `security`, `http_server`) above them; and the
+//! commands (`cli`, `serve`, `work`, `simulate`) at the top.
 
 pub mod admin;
 pub mod api;
@@ -34,8 +43,11 @@ pub mod managed_redis;
 pub mod metrics;
 pub mod security;
 pub mod serve;
+pub mod settings;
 pub mod shutdown;
 pub mod simulate;
+pub mod startup;
+pub mod state;
 pub mod upstreams;
 pub mod web;
 pub mod work;

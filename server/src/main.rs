@@ -6,7 +6,7 @@ use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let cli = match server::config_file::parse_cli() {
+    let cli = match server::cli::parse_cli() {
         Ok(cli) => cli,
         Err(e) => {
             eprintln!("repoll: {e}");

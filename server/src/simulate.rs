@@ -3,7 +3,7 @@
 
 use tokio_util::sync::CancellationToken;
 
-use crate::{cli::SimCmdArgs, serve::ServeError, shutdown};
+use crate::{cli::SimCmdArgs, shutdown, startup::ServeError};
 
 /// Serves the simulator on `listener` until `stop` is cancelled.
 pub async fn serve(
@@ -17,7 +17,7 @@ pub async fn serve(
 /// Runs `repoll sim` until SIGINT/SIGTERM.
 pub async fn run(args: SimCmdArgs) -> Result<(), ServeError> {
     let stop = shutdown::on_signal();
-    let listener = crate::serve::bind(args.addr).await?;
+    let listener = crate::startup::bind(args.addr).await?;
     tracing::info!("simulated upstream on http://{}", args.addr);
     serve(listener, args.sim, stop).await?;
     Ok(())

@@ -29,8 +29,8 @@ use std::path::Path;
 
 use clap::{Args, Command, FromArgMatches};
 
-use crate::cli::{BreakerArgs, RedisArgs, TenantArgs};
 use crate::config_file::{self, ConfigError};
+use crate::settings::{BreakerArgs, RedisArgs, TenantArgs};
 
 /// Most named upstreams one deployment may declare: each is a queue with its own worker
 /// slots, so the number is a resource decision, not a free label.

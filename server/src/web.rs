@@ -5,33 +5,18 @@
 
 use std::time::Duration;
 
-use app::{context::AppContext, shell, App};
-use axum::{
-    extract::{FromRef, State},
-    http::StatusCode,
-    response::IntoResponse,
-    routing::get,
-    Router,
-};
+use app::{shell, App};
+use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
 use leptos::prelude::*;
 use leptos_axum::{generate_route_list, LeptosRoutes};
+// The process state lives below the routes (`crate::state`); the paths `web::WebState` &
+// co. stay for callers.
+pub use crate::state::{ClientIp, WebState};
+
 use tower_http::{
     catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, timeout::TimeoutLayer,
     trace::TraceLayer,
 };
-
-/// Everything a request handler may need.
-#[derive(Clone, FromRef)]
-pub struct WebState {
-    pub leptos_options: LeptosOptions,
-    pub app: AppContext,
-    /// Fan-out of the queue's Pub/Sub notifications to live streams.
-    pub live: crate::live_hub::Live,
-    /// Public API settings and state (rate limiter, ...).
-    pub api: crate::api::ApiState,
-    /// Admin settings and state (credentials, sessions, ...).
-    pub admin: crate::admin::AdminState,
-}
 
 /// Limits applied to every request.
 #[derive(Clone, Copy, Debug)]
@@ -200,24 +185,6 @@ async fn form_error_page(
             page
         }
         _ => res,
-    }
-}
-
-/// The client address of a request, by the one rule every per-client limit shares
-/// (`app::client`): the TCP peer, or the entry a trusted proxy appended.
-pub struct ClientIp(pub Option<std::net::IpAddr>);
-
-impl axum::extract::FromRequestParts<WebState> for ClientIp {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        state: &WebState,
-    ) -> Result<Self, Self::Rejection> {
-        Ok(ClientIp(app::client::client_ip_of(
-            parts,
-            state.api.trust_forwarded,
-        )))
     }
 }
 

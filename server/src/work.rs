@@ -4,8 +4,8 @@
 
 use crate::{
     cli::WorkerCmdArgs,
-    serve::{open_queue, pubsub_client, upstream_queue, ServeError},
     shutdown,
+    startup::{open_queue, pubsub_client, upstream_queue, ServeError},
 };
 
 /// Runs the worker until SIGINT/SIGTERM, then releases unfinished leases and exits.

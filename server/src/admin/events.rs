@@ -26,20 +26,14 @@ use axum::{
 use futures::stream::{self, Stream};
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
+pub use super::state::QUIET_REFRESH;
 use crate::{
     live_hub::{LiveEvent, StreamPermit},
-    web::{ClientIp, WebState},
+    state::{ClientIp, WebState},
 };
 
 /// Quiet time after an event before the next one may be sent.
 pub const COALESCE: Duration = Duration::from_millis(250);
-
-/// After this long without any event the stream sends `changed` anyway. Some state changes
-/// with time alone and publishes nothing: a waiting task becomes ready when its due time
-/// passes, a lease becomes stuck when its deadline passes, a worker killed without a goodbye
-/// becomes "gone" when its heartbeat ages; relative times ("3 s ago") move too. One re-read
-/// per open page every few seconds while nothing else happens keeps all of them current.
-pub const QUIET_REFRESH: Duration = Duration::from_secs(5);
 
 /// The handler: 401 without a session; 429 / 503 over the stream caps (see `crate::live`).
 pub async fn stream(

@@ -17,32 +17,10 @@ use axum::{
     Json,
 };
 use serde::Serialize;
-use worker::upstream::AnswerReader;
-use worker::{Answer, Callbacks};
+use worker::Answer;
 
 use super::error::{ApiError, ErrorBody, ErrorCode};
-use crate::web::WebState;
-
-/// What the web process needs to take callbacks: the key that checks tokens, and per upstream
-/// its queue and how its answers are read.
-#[derive(Clone, Debug)]
-pub struct CallbackReceiver {
-    pub callbacks: Callbacks,
-    pub upstreams: Vec<CallbackUpstream>,
-}
-
-/// One upstream as the callback receiver sees it. The token names its upstream (signed), so
-/// the body is read with that upstream's pointers and completes a task of its queue only.
-#[derive(Clone, Debug)]
-pub struct CallbackUpstream {
-    /// "" for the default upstream (as in the tokens).
-    pub name: String,
-    pub queue: queue::Queue,
-    pub reader: AnswerReader,
-    /// Largest answer body, as for polls (`REPOLL_UPSTREAM_MAX_BODY`; `REPOLL_BODY_LIMIT`
-    /// applies to every request too).
-    pub max_body: usize,
-}
+use crate::state::WebState;
 
 /// The answer to a callback.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

@@ -25,7 +25,7 @@ use futures::{stream, Stream};
 use super::error::ApiError;
 use crate::{
     live_hub::{StreamPermit, TaskWatch},
-    web::{ClientIp, WebState},
+    state::{ClientIp, WebState},
 };
 
 /// Opens the stream; 404 (JSON, before any streaming) for an unknown id, 429 / 503 over the
@@ -39,9 +39,9 @@ use crate::{
     params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
     responses(
         (status = 200, content_type = "text/event-stream", body = String, description = "`event: state`, `id: <updated_at>`, `data: <Query as JSON>` records, and `:` heartbeat comments."),
-        (status = 404, body = super::ErrorBody, description = "Unknown or malformed id (code not_found)."),
-        (status = 429, body = super::ErrorBody, description = "This client holds its maximum of live streams (code too_many_streams); the connection is closed."),
-        (status = 503, body = super::ErrorBody, description = "The queue (Redis) is unavailable (code unavailable), or the server holds its maximum of live streams (code streams_full)."),
+        (status = 404, body = super::error::ErrorBody, description = "Unknown or malformed id (code not_found)."),
+        (status = 429, body = super::error::ErrorBody, description = "This client holds its maximum of live streams (code too_many_streams); the connection is closed."),
+        (status = 503, body = super::error::ErrorBody, description = "The queue (Redis) is unavailable (code unavailable), or the server holds its maximum of live streams (code streams_full)."),
     )
 )]
 pub async fn events(

@@ -26,7 +26,7 @@ use utoipa::OpenApi;
         super::callbacks::receive,
         document
     ),
-    components(schemas(super::ErrorCode))
+    components(schemas(super::error::ErrorCode))
 )]
 struct ApiDoc;
 

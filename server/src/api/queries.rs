@@ -10,11 +10,10 @@ use axum::{
 };
 use serde::Deserialize;
 
-use super::{
-    error::{ApiError, ApiJson, ErrorBody},
-    rate::RateLimited,
-};
-use crate::web::WebState;
+use axum::{extract::FromRequestParts, http::request::Parts};
+
+use super::error::{ApiError, ApiJson, ErrorBody};
+use crate::state::WebState;
 
 /// Body of `POST /api/v1/queries`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -121,4 +120,23 @@ pub async fn get(
         .await?
         .map(Json)
         .ok_or_else(ApiError::not_found)
+}
+
+/// Extractor that admits a request under the rate limit or rejects it with 429 and
+/// `Retry-After`. It reads no body, so it runs before the body is parsed: invalid requests
+/// cost a token too.
+pub struct RateLimited;
+
+impl FromRequestParts<WebState> for RateLimited {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, ApiError> {
+        let Some(limiter) = &state.api.limiter else {
+            return Ok(RateLimited);
+        };
+        limiter
+            .check_parts(parts)
+            .map(|()| RateLimited)
+            .map_err(ApiError::rate_limited)
+    }
 }

@@ -8,15 +8,12 @@
 
 use std::{net::IpAddr, num::NonZeroU32, sync::Arc};
 
-use axum::{extract::FromRequestParts, http::request::Parts};
+use axum::http::request::Parts;
 use governor::{
     clock::{Clock, DefaultClock},
     state::keyed::DefaultKeyedStateStore,
     Quota, RateLimiter,
 };
-
-use super::error::ApiError;
-use crate::web::WebState;
 
 /// Buckets kept before idle ones are dropped (a full bucket carries no information).
 const MAX_TRACKED_CLIENTS: usize = 10_000;
@@ -60,25 +57,6 @@ impl Limiter {
     /// Takes one token for the client that sent `parts` (the address rule of `app::client`).
     pub fn check_parts(&self, parts: &Parts) -> Result<(), u64> {
         self.check(app::client::client_ip_of(parts, self.trust_forwarded_for))
-    }
-}
-
-/// Extractor that admits a request under the rate limit or rejects it with 429 and
-/// `Retry-After`. It reads no body, so it runs before the body is parsed: invalid requests
-/// cost a token too.
-pub struct RateLimited;
-
-impl FromRequestParts<WebState> for RateLimited {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, ApiError> {
-        let Some(limiter) = &state.api.limiter else {
-            return Ok(RateLimited);
-        };
-        limiter
-            .check_parts(parts)
-            .map(|()| RateLimited)
-            .map_err(ApiError::rate_limited)
     }
 }
 

@@ -1,0 +1,25 @@
+//! Line charts of the last hour or the last 24 hours, drawn as inline SVG by us: a few polylines, axes and `<title>`
+//! tooltips need no chart library in the wasm, and the server renders them like any other
+//! markup.
+//!
+//! Everything drawn is a pure function of the buckets (times come from their `minute_ms`, never
+//! from the clock), so the server's markup and the hydrating browser's are the same.
+//!
+//! One file per job: `scale` (geometry, ticks, labels, the frame), `window` (the span and its
+//! points), `parts` (axes, hover bands, markers, empty note), `throughput` and `distribution`
+//! (one chart each, from its series to its markup).
+
+mod distribution;
+mod parts;
+mod scale;
+#[cfg(test)]
+mod tests;
+mod throughput;
+mod window;
+
+pub use distribution::{DistributionChart, Measure};
+pub use parts::Marker;
+pub use throughput::ThroughputChart;
+pub use window::Window;
+
+use super::ui::duration as ui_duration;

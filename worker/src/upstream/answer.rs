@@ -1,0 +1,246 @@
+//! What an answer means: [`Answer`], the typed [`UpstreamError`], and the pure
+//! [`AnswerReader`] that reads a body with the configured JSON pointers and status values.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{truncate, UpstreamArgs};
+
+/// What the upstream said about a key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// Not done yet; `data` is the partial data (may be `null`), `retry_after` the upstream's
+    /// own hint from a `Retry-After` header.
+    Processing {
+        data: Value,
+        retry_after: Option<Duration>,
+    },
+    /// Done; `data` is the final result.
+    Done { data: Value },
+    /// The upstream gave up on this key: no point polling again.
+    Failed { message: String, data: Value },
+}
+
+/// Why a poll got no answer.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("timeout after {after_ms} ms")]
+    Timeout { after_ms: u64 },
+    #[error("connection failed: {0}")]
+    Connect(String),
+    /// A non-2xx answer; `message` is the upstream's own (its error pointer, or a short text
+    /// body), cut short and with configured secrets masked.
+    #[error("HTTP {code}{}", .message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Status {
+        code: u16,
+        retry_after: Option<Duration>,
+        message: Option<String>,
+    },
+    #[error("bad body: {0}")]
+    BadBody(String),
+    /// The query cannot be sent to this upstream at all (e.g. `..` where `{key}` is a path
+    /// segment): permanent, the task goes dead with this message.
+    #[error("{0}")]
+    BadKey(String),
+}
+
+impl UpstreamError {
+    /// The upstream's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            UpstreamError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// A 4xx other than 408 (timeout), 425 (too early) and 429 (rate limit) says the request
+    /// itself is wrong: asking again the same way cannot succeed, so the task goes dead at once.
+    /// A query that cannot be placed in the URL is permanent too.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            UpstreamError::Status { code, .. } => {
+                (400..500).contains(code) && !matches!(code, 408 | 425 | 429)
+            }
+            UpstreamError::BadKey(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A short label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Timeout { .. } => "timeout",
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Status { .. } => "status",
+            UpstreamError::BadBody(_) => "bad_body",
+            UpstreamError::BadKey(_) => "bad_key",
+        }
+    }
+}
+
+/// A setting that cannot work, found when the client is built.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("upstream config: {0}")]
+pub struct ConfigError(pub String);
+
+/// How to read an answer body: pure, so it is unit tested without HTTP.
+#[derive(Clone, Debug)]
+pub struct AnswerReader {
+    status_pointer: String,
+    data_pointer: String,
+    pub(super) error_pointer: String,
+    processing: Vec<String>,
+    done: Vec<String>,
+    failed: Vec<String>,
+}
+
+impl AnswerReader {
+    pub fn new(args: &UpstreamArgs) -> AnswerReader {
+        let clean = |v: &[String]| -> Vec<String> {
+            v.iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        };
+        AnswerReader {
+            status_pointer: args.status_pointer.clone(),
+            data_pointer: args.data_pointer.clone(),
+            error_pointer: args.error_pointer.clone(),
+            processing: clean(&args.processing_values),
+            done: clean(&args.done_values),
+            failed: clean(&args.failed_values),
+        }
+    }
+
+    /// Reads a parsed body. A missing or unknown status is a bad body (the API changed or the
+    /// pointers are wrong — retrying may help if it was a glitch, the error policy decides).
+    pub fn read(
+        &self,
+        body: &Value,
+        retry_after: Option<Duration>,
+    ) -> Result<Answer, UpstreamError> {
+        let status = match body.pointer(&self.status_pointer) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => {
+                return Err(UpstreamError::BadBody(format!(
+                    "no status at {}",
+                    self.status_pointer
+                )))
+            }
+            Some(other) => other.to_string(),
+        };
+        let data = body
+            .pointer(&self.data_pointer)
+            .cloned()
+            .unwrap_or(Value::Null);
+        let is = |set: &[String]| set.iter().any(|v| v.eq_ignore_ascii_case(&status));
+        if is(&self.done) {
+            Ok(Answer::Done { data })
+        } else if is(&self.processing) {
+            Ok(Answer::Processing { data, retry_after })
+        } else if is(&self.failed) {
+            let message = match body.pointer(&self.error_pointer) {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::Null) | None => format!("upstream status {status}"),
+                Some(other) => other.to_string(),
+            };
+            Ok(Answer::Failed { message, data })
+        } else {
+            Err(UpstreamError::BadBody(format!(
+                "unknown status {}",
+                truncate(&status, 80)
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::upstream::args::list;
+    use crate::upstream::{parse_retry_after, parse_retry_after_at};
+    use serde_json::json;
+
+    fn reader() -> AnswerReader {
+        AnswerReader::new(&UpstreamArgs::default())
+    }
+
+    #[test]
+    fn reads_the_three_answers() {
+        let r = reader();
+        let ra = Some(Duration::from_secs(2));
+        assert_eq!(
+            r.read(&json!({"status": "processing", "data": {"k": 1}}), ra),
+            Ok(Answer::Processing {
+                data: json!({"k": 1}),
+                retry_after: ra
+            })
+        );
+        assert_eq!(
+            r.read(&json!({"status": "DONE", "data": [1]}), None),
+            Ok(Answer::Done { data: json!([1]) })
+        );
+        assert_eq!(
+            r.read(&json!({"status": "failed", "error": "nope"}), None),
+            Ok(Answer::Failed {
+                message: "nope".into(),
+                data: Value::Null
+            })
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_are_bad_bodies() {
+        let r = reader();
+        for body in [
+            json!({"result": 1}),
+            json!({"status": "weird"}),
+            json!([1, 2]),
+        ] {
+            assert!(
+                matches!(r.read(&body, None), Err(UpstreamError::BadBody(_))),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn custom_pointers_and_values() {
+        let args = UpstreamArgs {
+            status_pointer: "/job/state".into(),
+            data_pointer: "".into(),
+            processing_values: list("RUNNING"),
+            done_values: list("SUCCEEDED"),
+            ..UpstreamArgs::default()
+        };
+        let r = AnswerReader::new(&args);
+        let body = json!({"job": {"state": "SUCCEEDED"}, "rows": 3});
+        assert_eq!(r.read(&body, None), Ok(Answer::Done { data: body.clone() }));
+    }
+
+    #[test]
+    fn permanent_errors() {
+        let s = |code| UpstreamError::Status {
+            code,
+            retry_after: None,
+            message: None,
+        };
+        assert!(s(404).is_permanent());
+        assert!(!s(429).is_permanent());
+        assert!(!s(503).is_permanent());
+        assert_eq!(parse_retry_after(" 3 "), Some(Duration::from_secs(3)));
+        // HTTP dates: the delay until then; a past date is "now"; garbage is ignored.
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        assert_eq!(
+            parse_retry_after_at("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after_at("Wed, 21 Oct 2015 07:27:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after_at("soon", now), None);
+        assert_eq!(parse_retry_after_at("-5", now), None);
+    }
+}

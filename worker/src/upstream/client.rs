@@ -1,0 +1,277 @@
+//! The HTTP client ([`Upstream`]): one call per poll, with the configured method, headers
+//! and key, a capped body, and errors that never quote a secret.
+
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::{Method, Url};
+use serde_json::Value;
+
+use super::template::Template;
+use super::truncate;
+use super::{
+    parse_retry_after, Answer, AnswerReader, ConfigError, RateLimit, UpstreamArgs, UpstreamError,
+};
+
+/// The most bytes of an error answer's body read for its message (the rest is not read).
+const ERROR_BODY_MAX: usize = 4096;
+
+/// The most chars of an error answer's message kept (it becomes the task's last error).
+const ERROR_MESSAGE_MAX: usize = 200;
+
+/// The configured upstream client. Cheap to clone (reqwest's client is shared).
+#[derive(Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+    pub(super) template: Template,
+    method: Method,
+    headers: HeaderMap,
+    timeout: Duration,
+    max_body: usize,
+    reader: AnswerReader,
+    rate: Option<RateLimit>,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("template", &self.template.raw)
+            .field("method", &self.method)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// Builds the client, checking every setting once so a poll never fails on configuration.
+    pub fn new(args: &UpstreamArgs) -> Result<Upstream, ConfigError> {
+        let template = Template::parse(&args.url)?;
+        let method = Method::from_bytes(args.method.trim().to_ascii_uppercase().as_bytes())
+            .map_err(|_| ConfigError(format!("bad method {:?}", args.method)))?;
+        let mut headers = HeaderMap::new();
+        for h in args.headers.iter().filter(|h| !h.trim().is_empty()) {
+            // No message quotes the line: it may hold a secret (even a misplaced one).
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| ConfigError("a header must look like \"Name: value\"".into()))?;
+            let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+                ConfigError("bad header name (a header must look like \"Name: value\")".into())
+            })?;
+            let mut value = HeaderValue::from_str(value.trim())
+                .map_err(|_| ConfigError(format!("bad value for header {name}")))?;
+            value.set_sensitive(true);
+            headers.append(name, value);
+        }
+        if let Some(key) = &args.api_key {
+            let name = HeaderName::from_bytes(args.api_key_header.trim().as_bytes())
+                .map_err(|_| ConfigError("bad API key header name".into()))?;
+            let mut value = HeaderValue::from_str(key.expose().trim())
+                .map_err(|_| ConfigError("the API key is not a valid header value".into()))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        for p in [
+            &args.status_pointer,
+            &args.data_pointer,
+            &args.error_pointer,
+        ] {
+            if !p.is_empty() && !p.starts_with('/') {
+                return Err(ConfigError(format!(
+                    "a JSON pointer starts with '/': {p:?}"
+                )));
+            }
+        }
+        if args.timeout_ms == 0 {
+            return Err(ConfigError("the request timeout must be > 0".into()));
+        }
+        let timeout = Duration::from_millis(args.timeout_ms);
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| ConfigError(format!("HTTP client: {e}")))?;
+        Ok(Upstream {
+            client,
+            template,
+            method,
+            headers,
+            timeout,
+            max_body: args.max_body_bytes,
+            reader: AnswerReader::new(args),
+            rate: (args.upstream_rate_per_sec > 0).then(|| RateLimit {
+                per_sec: args.upstream_rate_per_sec,
+                burst: args.upstream_rate_burst.max(1),
+            }),
+        })
+    }
+
+    /// The queue-wide limit on calls, if one is configured.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate
+    }
+
+    /// The URL for `key`, percent-encoded into the template. Refused (permanently) when the key
+    /// would change the URL's shape: a dot segment where `{key}` is in the path, or anything
+    /// that leaves the built URL with another origin or other fixed path segments.
+    pub fn url_for(&self, key: &str) -> Result<Url, UpstreamError> {
+        self.template.url_for(key, None)
+    }
+
+    /// How answers are read: a callback's body is read the same way as a poll's.
+    pub fn reader(&self) -> &AnswerReader {
+        &self.reader
+    }
+
+    /// Largest answer body accepted, in bytes (polls and callbacks alike).
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    /// Whether the URL template asks for a callback URL (`{callback_url}`).
+    pub fn wants_callback(&self) -> bool {
+        self.template.callback
+    }
+
+    /// The call for `key` as an operator may see it in a task's history: the method and the
+    /// URL without its query string, fragment or user info (where templates carry credentials),
+    /// with configured header secrets masked, e.g. `GET http://api.example/v1/jobs/abc`. None
+    /// when no URL can be built for the key (the error then says why).
+    pub fn shown_call(&self, key: &str) -> Option<String> {
+        let mut url = self.url_for(key).ok()?;
+        url.set_query(None);
+        url.set_fragment(None);
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        let mut shown = format!("{} {url}", self.method);
+        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
+            if secret.len() >= 4 {
+                shown = shown.replace(secret, "***");
+            }
+        }
+        Some(truncate(&shown, SHOWN_CALL_MAX))
+    }
+
+    /// Polls the upstream once for `key`.
+    pub async fn query(&self, key: &str) -> Result<Answer, UpstreamError> {
+        self.query_with_callback(key, None).await
+    }
+
+    /// Polls the upstream once for `key`, offering `callback` where the template asks for it.
+    pub async fn query_with_callback(
+        &self,
+        key: &str,
+        callback: Option<&str>,
+    ) -> Result<Answer, UpstreamError> {
+        let url = self.template.url_for(key, callback)?;
+        let resp = self
+            .client
+            .request(self.method.clone(), url)
+            .headers(self.headers.clone())
+            .send()
+            .await
+            .map_err(|e| self.classify(e))?;
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        if !status.is_success() {
+            return Err(UpstreamError::Status {
+                code: status.as_u16(),
+                retry_after,
+                message: self.error_message(resp).await,
+            });
+        }
+        let body = self.read_body(resp).await?;
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|e| UpstreamError::BadBody(format!("not JSON: {e}")))?;
+        self.reader.read(&value, retry_after)
+    }
+
+    async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| self.classify(e))? {
+            if body.len() + chunk.len() > self.max_body {
+                return Err(UpstreamError::BadBody(format!(
+                    "body larger than {} bytes",
+                    self.max_body
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    /// The message of an error answer: its error pointer if the body is JSON, else a short
+    /// plain-text body (not an HTML page). At most [`ERROR_BODY_MAX`] bytes are read, and a
+    /// body that fails or stalls just gives no message. Configured secrets are masked, in case
+    /// the upstream quotes the request.
+    async fn error_message(&self, mut resp: reqwest::Response) -> Option<String> {
+        let cap = ERROR_BODY_MAX.min(self.max_body);
+        let mut body = Vec::new();
+        while body.len() < cap {
+            let Ok(Some(chunk)) = resp.chunk().await else {
+                break;
+            };
+            let room = cap - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        }
+        let text = match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => match v.pointer(&self.reader.error_pointer) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Null) | None => return None,
+                Some(other) => other.to_string(),
+            },
+            Err(_) => {
+                let text = String::from_utf8_lossy(&body).into_owned();
+                if text.trim_start().starts_with('<') {
+                    return None;
+                }
+                text
+            }
+        };
+        let mut text: String = text
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
+            if secret.len() >= 4 {
+                text = text.replace(secret, "***");
+            }
+        }
+        let text = text.trim();
+        (!text.is_empty()).then(|| truncate(text, ERROR_MESSAGE_MAX))
+    }
+
+    fn classify(&self, e: reqwest::Error) -> UpstreamError {
+        if e.is_timeout() {
+            return UpstreamError::Timeout {
+                after_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+            };
+        }
+        if e.is_decode() {
+            return UpstreamError::BadBody(error_chain(&e.without_url()));
+        }
+        // Connect failures, and connections cut mid-request or mid-body: the URL is left out
+        // of the message since a template may carry a credential in its query string.
+        UpstreamError::Connect(error_chain(&e.without_url()))
+    }
+}
+
+/// Longest call shown in a history entry (a long query in the path is cut).
+pub(super) const SHOWN_CALL_MAX: usize = 300;
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    truncate(&s, 300)
+}

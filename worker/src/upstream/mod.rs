@@ -1,0 +1,42 @@
+//! The upstream client: one HTTP call per poll, answered as [`Answer`] or a typed
+//! [`UpstreamError`].
+//!
+//! Everything about the third-party API is configuration ([`UpstreamArgs`]): the URL template,
+//! method, headers, API key, timeout, and how to read the answer (JSON pointers to the status,
+//! data and error, and which status values mean processing / done / failed). The defaults fit
+//! the simulator (`repoll sim`), so a user points repoll at a real API without code.
+//!
+//! Two safety rules:
+//! - The query never changes the URL's shape. `{key}` may stand in the path or the query
+//!   string, never in the host (checked at start). In the path, a query that is a dot segment
+//!   (`.`, `..`) is refused — URL parsing would resolve it and send the call, API key included,
+//!   to another path — and every built URL is checked against the template's shape.
+//! - Secrets are never printed: the API key is a [`Secret`], header values are left out of
+//!   `Debug` and of `--help` (`hide_env_values`), and an upstream error message that quotes
+//!   them has them masked.
+//!
+//! One file per job: `secret` (the key), `args` (the settings), `answer` (what an
+//! answer means, read without HTTP), `template` (the URL and its shape check), `client` (the
+//! HTTP call), `retry_after` (the header).
+
+mod answer;
+mod args;
+mod client;
+mod retry_after;
+mod secret;
+mod template;
+
+pub use answer::{Answer, AnswerReader, ConfigError, UpstreamError};
+pub use args::{RateLimit, UpstreamArgs, DEFAULT_URL};
+pub use client::Upstream;
+pub use retry_after::{parse_retry_after, parse_retry_after_at};
+pub use secret::Secret;
+pub use template::CALLBACK_PLACEHOLDER;
+
+/// `s` cut to `max` chars with an ellipsis (messages, keys and statuses quoted in errors).
+fn truncate(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
