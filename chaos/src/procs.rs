@@ -141,11 +141,6 @@ impl Proc {
         registry().groups.retain(|g| *g != self.pgid);
     }
 
-    /// Sends `sig` to the group (SIGSTOP / SIGCONT for a stall).
-    pub fn signal(&self, sig: i32) {
-        signal_group(self.pgid, sig);
-    }
-
     /// Whether the child has exited on its own (and how).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()

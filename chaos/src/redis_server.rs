@@ -1,126 +1,68 @@
 //! The suite's own `redis-server`: a free port, append-only file in a temp dir, never the
 //! shared one on 6379. It can be SIGKILLed and started again on the same port and data dir
-//! (the AOF is replayed), and stalled with SIGSTOP / SIGCONT.
+//! (the AOF is replayed), and stalled with SIGSTOP / SIGCONT. The process itself is the test
+//! kit's (one spawner for every test): its own process group, `PR_SET_PDEATHSIG`, the log in
+//! every failure; the data dir is registered for the suite's cleanup.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
 use redis::aio::ConnectionManager;
-use tokio::process::Command;
+use testkit::{RedisOptions, RedisServer as KitServer};
 
-use crate::procs::{self, Proc};
+use crate::procs;
 
 /// Settings and the running process of the private Redis.
 pub struct RedisServer {
     pub port: u16,
-    pub dir: PathBuf,
-    pub appendfsync: String,
-    log: PathBuf,
-    proc: Option<Proc>,
+    server: KitServer,
 }
 
 impl RedisServer {
     /// Starts a fresh server and waits until it answers PING.
     pub async fn start(appendfsync: &str, log_dir: &Path) -> Result<RedisServer, String> {
         let dir = procs::temp_dir("redis").map_err(|e| format!("redis temp dir: {e}"))?;
-        let port = procs::free_port().map_err(|e| format!("free port: {e}"))?;
-        let mut r = RedisServer {
-            port,
-            dir,
-            appendfsync: appendfsync.to_string(),
-            log: log_dir.join("redis.log"),
-            proc: None,
+        let opts = RedisOptions {
+            appendfsync: Some(appendfsync.to_string()),
+            dir: Some(dir),
+            log_file: Some(log_dir.join("redis.log")),
+            // Redis's own log level (notice): the run's log shows its AOF and restart lines.
+            loglevel: None,
+            // A restart replays the whole AOF of the run before it answers.
+            ready_within: Duration::from_secs(30),
+            // The suite opens thousands of connections in the abuse check's neighbourhood;
+            // the default 10000 clients is ample, the explicit value documents the intent.
+            extra: vec!["--maxclients".into(), "10000".into()],
+            ..RedisOptions::default()
         };
-        r.launch().await?;
-        Ok(r)
+        let server = KitServer::start_async(opts).await?;
+        Ok(RedisServer {
+            port: server.port,
+            server,
+        })
     }
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
-    async fn launch(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new("redis-server");
-        cmd.arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--port")
-            .arg(self.port.to_string())
-            .arg("--dir")
-            .arg(&self.dir)
-            .arg("--appendonly")
-            .arg("yes")
-            .arg("--appendfsync")
-            .arg(&self.appendfsync)
-            .arg("--save")
-            .arg("")
-            .arg("--daemonize")
-            .arg("no")
-            // The suite opens thousands of connections in the abuse check's neighbourhood;
-            // the default 10000 clients is ample, the explicit value documents the intent.
-            .arg("--maxclients")
-            .arg("10000");
-        let p = Proc::spawn("redis-server", cmd, &self.log)
-            .map_err(|e| format!("redis-server did not start (is it installed?): {e}"))?;
-        self.proc = Some(p);
-        self.wait_ready(Duration::from_secs(30)).await
-    }
-
-    /// Waits until PING answers (after a restart that includes replaying the AOF).
-    async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
-        let started = Instant::now();
-        let client = redis::Client::open(self.url()).map_err(|e| e.to_string())?;
-        loop {
-            if let Some(p) = self.proc.as_mut() {
-                if let Some(status) = p.exited() {
-                    return Err(format!(
-                        "redis-server exited ({status}); see {}",
-                        self.log.display()
-                    ));
-                }
-            }
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if let Ok(pong) = redis::cmd("PING").query_async::<String>(&mut c).await {
-                    if pong == "PONG" {
-                        return Ok(());
-                    }
-                }
-            }
-            if started.elapsed() > limit {
-                return Err(format!(
-                    "redis-server on port {} does not answer",
-                    self.port
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
     /// SIGKILL (no shutdown fsync), then the same command on the same port and directory.
     /// Returns how long Redis was unavailable.
     pub async fn kill_and_restart(&mut self) -> Result<Duration, String> {
         let t0 = Instant::now();
-        if let Some(p) = self.proc.take() {
-            p.kill().await;
-        }
-        self.launch().await?;
+        self.server.restart_async().await?;
         Ok(t0.elapsed())
     }
 
     /// SIGSTOP for `d`, then SIGCONT: connections stay open, every command just waits.
     pub async fn stall(&self, d: Duration) {
-        if let Some(p) = &self.proc {
-            p.signal(libc::SIGSTOP);
-            tokio::time::sleep(d).await;
-            p.signal(libc::SIGCONT);
-        }
+        self.server.stall(d).await;
     }
 
     pub async fn stop(mut self) {
-        if let Some(p) = self.proc.take() {
-            p.kill().await;
-        }
+        self.server.kill();
     }
 }
 

@@ -45,191 +45,193 @@ fn by_error(e: &str) -> BulkFilter {
 
 #[tokio::test]
 async fn filters_count_and_retry_in_chunks() {
-    let q = queue("bulk_retry").await;
-    let n503 = 3 * BULK_CHUNK + 7;
-    let hit = dead_tasks(&q, "order", n503, "HTTP 503 Service Unavailable").await;
-    let miss = dead_tasks(&q, "report", 40, "HTTP 404 Not Found").await;
+    on_each_layout("bulk_retry", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        let n503 = 3 * BULK_CHUNK + 7;
+        let hit = dead_tasks(&q, "order", n503, "HTTP 503 Service Unavailable").await;
+        let miss = dead_tasks(&q, "report", 40, "HTTP 404 Not Found").await;
 
-    // Counting: by error text (any case), by query text, by window, together.
-    let sel = q
-        .bulk_select(&by_error("http 503"), usize::MAX)
-        .await
-        .unwrap();
-    assert_eq!(sel.matched, n503 as u64);
-    assert_eq!(sel.scanned, (n503 + 40) as u64);
-    assert!(sel.complete);
-    let mut ids = sel.ids.clone();
-    ids.sort();
-    let mut want = hit.clone();
-    want.sort();
-    assert_eq!(ids, want);
-    let by_query = BulkFilter {
-        query: Some("REPORT-".into()),
-        ..BulkFilter::default()
-    };
-    assert_eq!(q.bulk_select(&by_query, 0).await.unwrap().matched, 40);
-    let both = BulkFilter {
-        query: Some("report-".into()),
-        ..by_error("503")
-    };
-    assert_eq!(q.bulk_select(&both, 0).await.unwrap().matched, 0);
-    // The time window: seven of them changed state ten hours ago (as their records say),
-    // and two of those were also created then.
-    let now = q.now_ms().await.unwrap();
-    let mut c = raw().await;
-    for (i, id) in hit.iter().take(7).enumerate() {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(format!("{{bulk_retry}}:t:{id}"))
-            .arg("u")
-            .arg(now - 10 * 3_600_000);
-        if i < 2 {
-            cmd.arg("c").arg(now - 11 * 3_600_000);
-        } else {
-            cmd.arg("c").arg(now - 60_000);
-        }
-        let _: () = cmd.query_async(&mut c).await.unwrap();
-    }
-    let recent = BulkFilter {
-        within_ms: Some(3_600_000),
-        ..by_error("503")
-    };
-    assert_eq!(
-        q.bulk_select(&recent, 0).await.unwrap().matched,
-        n503 as u64 - 7
-    );
-    let created_recently = BulkFilter {
-        time_field: TimeField::Created,
-        ..recent.clone()
-    };
-    assert_eq!(
-        q.bulk_select(&created_recently, 0).await.unwrap().matched,
-        n503 as u64 - 2
-    );
-    // `keep` bounds the ids, not the count.
-    let few = q.bulk_select(&by_error("503"), 5).await.unwrap();
-    assert_eq!((few.ids.len(), few.matched), (5, n503 as u64));
-
-    // Above the limit: refused with the count, nothing changed.
-    match q
-        .bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 100, None)
-        .await
-        .unwrap()
-    {
-        Err(BulkRefused::OverLimit { matched, limit }) => {
-            assert_eq!((matched, limit), (n503 as u64, 100))
-        }
-        other => panic!("expected OverLimit, got {other:?}"),
-    }
-    // More than confirmed: refused.
-    assert!(matches!(
-        q.bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 10_000, Some(10))
+        // Counting: by error text (any case), by query text, by window, together.
+        let sel = q
+            .bulk_select(&by_error("http 503"), usize::MAX)
             .await
-            .unwrap(),
-        Err(BulkRefused::CountGrew { .. })
-    ));
-    // Not applicable, nothing matching.
-    assert!(matches!(
-        q.bulk_begin(
-            BulkAction::Retry,
-            &BulkFilter {
-                state: BulkState::Leased,
-                ..BulkFilter::default()
-            },
-            "ops",
-            10_000,
-            None
-        )
-        .await
-        .unwrap(),
-        Err(BulkRefused::NotApplicable)
-    ));
-    assert!(matches!(
-        q.bulk_begin(
-            BulkAction::Retry,
-            &by_error("HTTP 418"),
-            "ops",
-            10_000,
-            None
-        )
-        .await
-        .unwrap(),
-        Err(BulkRefused::Nothing)
-    ));
-    for id in hit.iter().chain(&miss) {
-        assert_eq!(state_of(&q, id).await, Some(TaskState::Dead));
-    }
-
-    // The run: chunk by chunk, progress stored after each.
-    let job = q
-        .bulk_begin(
-            BulkAction::Retry,
-            &by_error("503"),
-            "ops",
-            10_000,
-            Some(n503 as u64),
-        )
-        .await
-        .unwrap()
-        .expect("started");
-    assert_eq!(job.progress().total, n503 as u64);
-    let started = q.bulk_progress().await.unwrap().unwrap();
-    assert!(started.running());
-    assert_eq!(
-        (started.done, started.filter.as_str()),
-        (0, "dead, error contains \"503\"")
-    );
-    // A second run while this one holds the slot is refused.
-    assert!(matches!(
-        q.bulk_begin(BulkAction::Purge, &by_error("404"), "ops", 10_000, None)
-            .await
-            .unwrap(),
-        Err(BulkRefused::Busy(_))
-    ));
-    let mut seen = Vec::new();
-    let qc = q.clone();
-    let end = job
-        .run_with(|p| {
-            let qc = qc.clone();
-            seen.push(p.done);
-            async move {
-                // The stored progress is the one just reported.
-                assert_eq!(qc.bulk_progress().await.unwrap().unwrap().done, p.done);
+            .unwrap();
+        assert_eq!(sel.matched, n503 as u64);
+        assert_eq!(sel.scanned, (n503 + 40) as u64);
+        assert!(sel.complete);
+        let mut ids = sel.ids.clone();
+        ids.sort();
+        let mut want = hit.clone();
+        want.sort();
+        assert_eq!(ids, want);
+        let by_query = BulkFilter {
+            query: Some("REPORT-".into()),
+            ..BulkFilter::default()
+        };
+        assert_eq!(q.bulk_select(&by_query, 0).await.unwrap().matched, 40);
+        let both = BulkFilter {
+            query: Some("report-".into()),
+            ..by_error("503")
+        };
+        assert_eq!(q.bulk_select(&both, 0).await.unwrap().matched, 0);
+        // The time window: seven of them changed state ten hours ago (as their records say),
+        // and two of those were also created then.
+        let now = q.now_ms().await.unwrap();
+        let mut c = raw().await;
+        for (i, id) in hit.iter().take(7).enumerate() {
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(task_key(&q, id)).arg("u").arg(now - 10 * 3_600_000);
+            if i < 2 {
+                cmd.arg("c").arg(now - 11 * 3_600_000);
+            } else {
+                cmd.arg("c").arg(now - 60_000);
             }
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        seen,
-        vec![100, 200, 300, n503 as u64],
-        "one progress step per chunk of {BULK_CHUNK}"
-    );
-    assert_eq!(
-        (end.state.as_str(), end.done, end.changed),
-        ("finished", n503 as u64, n503 as u64)
-    );
-    assert_eq!(q.bulk_progress().await.unwrap().unwrap(), end);
-    assert!(!q.bulk_stop().await.unwrap(), "nothing running to stop");
-    // Retried means ready again with attempts reset; the 404s were not touched.
-    for id in &hit {
-        let t = q.get(id).await.unwrap().unwrap().task.unwrap();
-        assert_eq!((t.state, t.attempts), (TaskState::Due, 0));
-    }
-    for id in &miss {
-        assert_eq!(state_of(&q, id).await, Some(TaskState::Dead));
-    }
-    // The slot is free again: the 404s can be purged.
-    let job = q
-        .bulk_begin(BulkAction::Purge, &by_error("404"), "ops", 10_000, None)
-        .await
-        .unwrap()
-        .expect("started");
-    let end = job.run().await.unwrap();
-    assert_eq!((end.done, end.changed), (40, 40));
-    for id in &miss {
-        assert_eq!(q.get(id).await.unwrap(), None);
-    }
+            let _: () = cmd.query_async(&mut c).await.unwrap();
+        }
+        let recent = BulkFilter {
+            within_ms: Some(3_600_000),
+            ..by_error("503")
+        };
+        assert_eq!(
+            q.bulk_select(&recent, 0).await.unwrap().matched,
+            n503 as u64 - 7
+        );
+        let created_recently = BulkFilter {
+            time_field: TimeField::Created,
+            ..recent.clone()
+        };
+        assert_eq!(
+            q.bulk_select(&created_recently, 0).await.unwrap().matched,
+            n503 as u64 - 2
+        );
+        // `keep` bounds the ids, not the count.
+        let few = q.bulk_select(&by_error("503"), 5).await.unwrap();
+        assert_eq!((few.ids.len(), few.matched), (5, n503 as u64));
+
+        // Above the limit: refused with the count, nothing changed.
+        match q
+            .bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 100, None)
+            .await
+            .unwrap()
+        {
+            Err(BulkRefused::OverLimit { matched, limit }) => {
+                assert_eq!((matched, limit), (n503 as u64, 100))
+            }
+            other => panic!("expected OverLimit, got {other:?}"),
+        }
+        // More than confirmed: refused.
+        assert!(matches!(
+            q.bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 10_000, Some(10))
+                .await
+                .unwrap(),
+            Err(BulkRefused::CountGrew { .. })
+        ));
+        // Not applicable, nothing matching.
+        assert!(matches!(
+            q.bulk_begin(
+                BulkAction::Retry,
+                &BulkFilter {
+                    state: BulkState::Leased,
+                    ..BulkFilter::default()
+                },
+                "ops",
+                10_000,
+                None
+            )
+            .await
+            .unwrap(),
+            Err(BulkRefused::NotApplicable)
+        ));
+        assert!(matches!(
+            q.bulk_begin(
+                BulkAction::Retry,
+                &by_error("HTTP 418"),
+                "ops",
+                10_000,
+                None
+            )
+            .await
+            .unwrap(),
+            Err(BulkRefused::Nothing)
+        ));
+        for id in hit.iter().chain(&miss) {
+            assert_eq!(state_of(&q, id).await, Some(TaskState::Dead));
+        }
+
+        // The run: chunk by chunk, progress stored after each.
+        let job = q
+            .bulk_begin(
+                BulkAction::Retry,
+                &by_error("503"),
+                "ops",
+                10_000,
+                Some(n503 as u64),
+            )
+            .await
+            .unwrap()
+            .expect("started");
+        assert_eq!(job.progress().total, n503 as u64);
+        let started = q.bulk_progress().await.unwrap().unwrap();
+        assert!(started.running());
+        assert_eq!(
+            (started.done, started.filter.as_str()),
+            (0, "dead, error contains \"503\"")
+        );
+        // A second run while this one holds the slot is refused.
+        assert!(matches!(
+            q.bulk_begin(BulkAction::Purge, &by_error("404"), "ops", 10_000, None)
+                .await
+                .unwrap(),
+            Err(BulkRefused::Busy(_))
+        ));
+        let mut seen = Vec::new();
+        let qc = q.clone();
+        let end = job
+            .run_with(|p| {
+                let qc = qc.clone();
+                seen.push(p.done);
+                async move {
+                    // The stored progress is the one just reported.
+                    assert_eq!(qc.bulk_progress().await.unwrap().unwrap().done, p.done);
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            seen,
+            vec![100, 200, 300, n503 as u64],
+            "one progress step per chunk of {BULK_CHUNK}"
+        );
+        assert_eq!(
+            (end.state.as_str(), end.done, end.changed),
+            ("finished", n503 as u64, n503 as u64)
+        );
+        assert_eq!(q.bulk_progress().await.unwrap().unwrap(), end);
+        assert!(!q.bulk_stop().await.unwrap(), "nothing running to stop");
+        // Retried means ready again with attempts reset; the 404s were not touched.
+        for id in &hit {
+            let t = q.get(id).await.unwrap().unwrap().task.unwrap();
+            assert_eq!((t.state, t.attempts), (TaskState::Due, 0));
+        }
+        for id in &miss {
+            assert_eq!(state_of(&q, id).await, Some(TaskState::Dead));
+        }
+        // The slot is free again: the 404s can be purged.
+        let job = q
+            .bulk_begin(BulkAction::Purge, &by_error("404"), "ops", 10_000, None)
+            .await
+            .unwrap()
+            .expect("started");
+        let end = job.run().await.unwrap();
+        assert_eq!((end.done, end.changed), (40, 40));
+        for id in &miss {
+            assert_eq!(q.get(id).await.unwrap(), None);
+        }
+    })
+    .await;
 }
 
+/// P = 1 only: it holds the bulk lock and reads the dead set by their key names.
 #[tokio::test]
 async fn a_run_stops_between_chunks() {
     let q = queue("bulk_stop").await;
@@ -300,63 +302,66 @@ async fn a_run_stops_between_chunks() {
 
 #[tokio::test]
 async fn waiting_and_ready_tasks_by_query_text() {
-    let q = queue("bulk_states").await;
-    let p = EnqueuePolicy::default();
-    for i in 0..30 {
-        q.enqueue(&format!("alpha-{i}"), "", &p).await.unwrap();
-        q.enqueue(&format!("beta-{i}"), "", &p).await.unwrap();
-    }
-    let ready = BulkFilter {
-        state: BulkState::Ready,
-        query: Some("alpha".into()),
-        ..BulkFilter::default()
-    };
-    assert_eq!(q.bulk_select(&ready, 0).await.unwrap().matched, 30);
-    // Retry does not apply to ready tasks; cancel does.
-    assert!(matches!(
-        q.bulk_begin(BulkAction::Retry, &ready, "ops", 10_000, None)
+    on_each_layout("bulk_states", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        let p = EnqueuePolicy::default();
+        for i in 0..30 {
+            q.enqueue(&format!("alpha-{i}"), "", &p).await.unwrap();
+            q.enqueue(&format!("beta-{i}"), "", &p).await.unwrap();
+        }
+        let ready = BulkFilter {
+            state: BulkState::Ready,
+            query: Some("alpha".into()),
+            ..BulkFilter::default()
+        };
+        assert_eq!(q.bulk_select(&ready, 0).await.unwrap().matched, 30);
+        // Retry does not apply to ready tasks; cancel does.
+        assert!(matches!(
+            q.bulk_begin(BulkAction::Retry, &ready, "ops", 10_000, None)
+                .await
+                .unwrap(),
+            Err(BulkRefused::NotApplicable)
+        ));
+        let end = q
+            .bulk_begin(BulkAction::Cancel, &ready, "ops", 10_000, Some(30))
             .await
-            .unwrap(),
-        Err(BulkRefused::NotApplicable)
-    ));
-    let end = q
-        .bulk_begin(BulkAction::Cancel, &ready, "ops", 10_000, Some(30))
-        .await
-        .unwrap()
-        .expect("started")
-        .run()
-        .await
-        .unwrap();
-    assert_eq!(end.changed, 30);
-    assert_eq!(q.bulk_select(&ready, 0).await.unwrap().matched, 0);
-    let beta = BulkFilter {
-        query: Some("beta".into()),
-        ..ready.clone()
-    };
-    assert_eq!(q.bulk_select(&beta, 0).await.unwrap().matched, 30);
-    // Waiting: claimed and told to poll again in an hour; a retry makes them due now.
-    let claimed = q.claim("w", 30, 60_000).await.unwrap();
-    assert_eq!(claimed.len(), 30);
-    for c in &claimed {
-        q.reschedule(&c.id, c.token, 3_600_000, None, 1)
+            .unwrap()
+            .expect("started")
+            .run()
             .await
             .unwrap();
-    }
-    let waiting = BulkFilter {
-        state: BulkState::Waiting,
-        ..beta.clone()
-    };
-    assert_eq!(q.bulk_select(&waiting, 0).await.unwrap().matched, 30);
-    let end = q
-        .bulk_begin(BulkAction::Retry, &waiting, "ops", 10_000, None)
-        .await
-        .unwrap()
-        .expect("started")
-        .run()
-        .await
-        .unwrap();
-    assert_eq!(end.changed, 30);
-    // Due now: back in the ready list, none waiting.
-    assert_eq!(q.bulk_select(&waiting, 0).await.unwrap().matched, 0);
-    assert_eq!(q.bulk_select(&beta, 0).await.unwrap().matched, 30);
+        assert_eq!(end.changed, 30);
+        assert_eq!(q.bulk_select(&ready, 0).await.unwrap().matched, 0);
+        let beta = BulkFilter {
+            query: Some("beta".into()),
+            ..ready.clone()
+        };
+        assert_eq!(q.bulk_select(&beta, 0).await.unwrap().matched, 30);
+        // Waiting: claimed and told to poll again in an hour; a retry makes them due now.
+        let claimed = q.claim("w", 30, 60_000).await.unwrap();
+        assert_eq!(claimed.len(), 30);
+        for c in &claimed {
+            q.reschedule(&c.id, c.token, 3_600_000, None, 1)
+                .await
+                .unwrap();
+        }
+        let waiting = BulkFilter {
+            state: BulkState::Waiting,
+            ..beta.clone()
+        };
+        assert_eq!(q.bulk_select(&waiting, 0).await.unwrap().matched, 30);
+        let end = q
+            .bulk_begin(BulkAction::Retry, &waiting, "ops", 10_000, None)
+            .await
+            .unwrap()
+            .expect("started")
+            .run()
+            .await
+            .unwrap();
+        assert_eq!(end.changed, 30);
+        // Due now: back in the ready list, none waiting.
+        assert_eq!(q.bulk_select(&waiting, 0).await.unwrap().matched, 0);
+        assert_eq!(q.bulk_select(&beta, 0).await.unwrap().matched, 30);
+    })
+    .await;
 }

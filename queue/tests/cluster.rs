@@ -119,35 +119,14 @@ async fn every_operation_runs_on_a_cluster_node() {
     }
 }
 
-/// Three primaries made into a cluster by `redis-cli --cluster create`.
-async fn three_node_cluster() -> Vec<Server> {
-    let nodes: Vec<Server> = (0..3).map(|_| spawn_redis_with(CLUSTER_MODE)).collect();
-    let mut cmd = std::process::Command::new("redis-cli");
-    cmd.arg("--cluster").arg("create");
-    for n in &nodes {
-        cmd.arg(format!("127.0.0.1:{}", n.port));
-    }
-    let out = cmd
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli (package redis-tools) is needed to create the cluster");
-    assert!(
-        out.status.success(),
-        "cluster create: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    for n in &nodes {
-        wait_cluster_ok(n).await;
-    }
-    nodes
-}
-
 #[tokio::test]
 async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
-    let nodes = three_node_cluster().await;
+    // Three primaries (the kit's cluster: redis-cli --cluster create, every slot served).
+    let cluster = testkit::Cluster::start(3, 0, 15_000).await;
+    let nodes = &cluster.nodes;
     // The slot's owner answers a read of the queue's tag; the others answer MOVED.
     let mut owner_port = None;
-    for n in &nodes {
+    for n in nodes {
         let read: redis::RedisResult<Option<String>> = redis::cmd("GET")
             .arg("{clq3}")
             .query_async(&mut node_conn(n).await)
@@ -177,7 +156,7 @@ async fn every_operation_runs_through_a_cluster_client_on_three_nodes() {
     assert!(waiting.await.unwrap(), "woken through the slot's owner");
 
     // Everything the queue wrote lives on the owner; the other nodes hold nothing.
-    for n in &nodes {
+    for n in nodes {
         let mut c = node_conn(n).await;
         let size: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap();
         if n.port == owner_port {

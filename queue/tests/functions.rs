@@ -62,7 +62,7 @@ async fn fcall_counts(c: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
 
 #[tokio::test]
 async fn a_call_after_a_restart_without_persistence_loads_the_library_again() {
-    let srv = spawn_redis();
+    let mut srv = spawn_redis();
     let q = Queue::connect(&srv.url(), cfg("fn_restart")).await.unwrap();
     let policy = EnqueuePolicy::default();
     q.enqueue("before the restart", "p", &policy).await.unwrap();
@@ -72,9 +72,10 @@ async fn a_call_after_a_restart_without_persistence_loads_the_library_again() {
         .arg("NOSAVE")
         .query_async::<()>(&mut c)
         .await;
-    // Let the old server's watchdog finish before the new one takes the port.
-    sleep_ms(600).await;
-    let srv = spawn_redis_on(srv.port, "").expect("redis-server restarted on the same port");
+    // The same command on the same port and directory, no persistence: an empty Redis.
+    srv.restart_async()
+        .await
+        .expect("redis-server restarted on the same port");
     let mut c = conn_to(&srv).await;
     assert!(
         library_names(&mut c).await.is_empty(),

@@ -7,57 +7,31 @@
 
 use futures::StreamExt;
 use std::{
-    path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
+
+use testkit::cluster::node_conn;
+use testkit::{free_port, wait_for, ChildGuard};
 
 use leptos::server_fn::ServerFn;
 
 const QUEUE: &str = "clp";
 const PASSWORD: &str = "cluster admin pw";
 
-/// Children killed (and the temp dir removed) however the test ends.
+/// The test's `repoll` processes and its cluster (the test kit's), killed however the test
+/// ends: the processes first, then the nodes.
 struct Procs {
-    children: Vec<Child>,
-    dir: PathBuf,
+    children: Vec<ChildGuard>,
+    _cluster: testkit::Cluster,
 }
 
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+impl Procs {
+    /// Spawns `cmd` as one of the test's processes.
+    fn spawn(&mut self, cmd: Command, what: &str) {
+        let child = ChildGuard::spawn(cmd).unwrap_or_else(|e| panic!("{what}: {e}"));
+        self.children.push(child);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_for(what: &str, limit: Duration, mut ok: impl AsyncFnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if ok().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what} did not happen within {limit:?}");
-}
-
-async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// Waits (60 s hang guard) until a client of one of the nodes is blocked in `BLPOP` (the
@@ -128,87 +102,22 @@ fn cluster_env(cmd: &mut Command, seeds: &str, queue: &str, sim_port: u16) {
         .stderr(Stdio::inherit());
 }
 
-/// A three-master cluster for test `name`: the processes (killed, and their directory removed,
-/// when dropped), the masters' ports and the seed list for `REDIS_URL`.
-async fn cluster_for(name: &str) -> (Procs, Vec<u16>, String) {
-    let dir = std::env::temp_dir().join(format!("repoll-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut procs = Procs {
+/// A three-master cluster (no replicas, the default node timeout) for a test: the processes
+/// (killed when dropped), the masters' ports and the seed list for `REDIS_URL`.
+async fn cluster_for() -> (Procs, Vec<u16>, String) {
+    let cluster = testkit::Cluster::start(3, 0, 15_000).await;
+    let ports = cluster.ports();
+    let seeds = cluster.seeds().join(",");
+    let procs = Procs {
         children: Vec::new(),
-        dir: dir.clone(),
+        _cluster: cluster,
     };
-    let ports = three_node_cluster(&mut procs, &dir).await;
-    let seeds = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}"))
-        .collect::<Vec<_>>()
-        .join(",");
     (procs, ports, seeds)
-}
-
-/// Three primaries made into a cluster by `redis-cli --cluster create` (no replicas); their
-/// ports. The nodes are killed with `procs`.
-async fn three_node_cluster(procs: &mut Procs, dir: &std::path::Path) -> Vec<u16> {
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    for (i, port) in ports.iter().enumerate() {
-        let node_dir = dir.join(format!("n{i}"));
-        std::fs::create_dir_all(&node_dir).unwrap();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&node_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        procs.children.push(child);
-    }
-    for port in &ports {
-        wait_for("redis node up", Duration::from_secs(10), async || {
-            redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                .unwrap()
-                .get_multiplexed_async_connection()
-                .await
-                .is_ok()
-        })
-        .await;
-    }
-    let out = Command::new("redis-cli")
-        .arg("--cluster")
-        .arg("create")
-        .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .output()
-        .expect("redis-cli (redis-tools)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    for port in &ports {
-        wait_for("cluster_state:ok", Duration::from_secs(20), async || {
-            let info: String = redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query_async(&mut node_conn(*port).await)
-                .await
-                .unwrap_or_default();
-            info.contains("cluster_state:ok")
-        })
-        .await;
-    }
-    ports
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
-    let (mut procs, ports, seeds) = cluster_for("clp").await;
+    let (mut procs, ports, seeds) = cluster_for().await;
 
     // repoll serve (web only) with the simulator, and one repoll worker.
     let web_port = free_port();
@@ -227,7 +136,7 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
         .env("REPOLL_ADMIN_PASSWORD", PASSWORD)
         .env("REPOLL_FIRST_ANSWER_MS", "0");
-    procs.children.push(serve.spawn().expect("repoll serve"));
+    procs.spawn(serve, "repoll serve");
     let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
     worker.arg("worker");
     common(&mut worker);
@@ -236,7 +145,7 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     worker
         .env("REPOLL_MAX_IDLE_MS", "60000")
         .env("REPOLL_POLL_INTERVAL_MS", "100");
-    procs.children.push(worker.spawn().expect("repoll worker"));
+    procs.spawn(worker, "repoll worker");
 
     let base = format!("http://127.0.0.1:{web_port}");
     let http = reqwest::Client::new();
@@ -347,7 +256,7 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
 async fn twelve_partitions_through_two_web_and_three_worker_processes() {
     const PQUEUE: &str = "clpp";
     const QUERIES: usize = 5_000;
-    let (mut procs, ports, seeds) = cluster_for("clpp").await;
+    let (mut procs, ports, seeds) = cluster_for().await;
     let webs = [free_port(), free_port()];
     let sim_port = free_port();
     let common = |cmd: &mut Command| {
@@ -371,14 +280,14 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         serve
             .env("REPOLL_ADDR", format!("127.0.0.1:{web}"))
             .env("REPOLL_ADMIN_PASSWORD", PASSWORD);
-        procs.children.push(serve.spawn().expect("repoll serve"));
+        procs.spawn(serve, "repoll serve");
     }
     for _ in 0..3 {
         let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
         worker.arg("worker");
         common(&mut worker);
         worker.env("REPOLL_CONCURRENCY", "32");
-        procs.children.push(worker.spawn().expect("repoll worker"));
+        procs.spawn(worker, "repoll worker");
     }
     let http = reqwest::Client::new();
     let bases: Vec<String> = webs

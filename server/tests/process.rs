@@ -1,102 +1,16 @@
-//! The real `repoll` binary as a process: managed Redis start-up, SIGTERM drain, and no
-//! redis-server child left behind.
+//! The real `repoll` binary as a process with its managed Redis: SIGTERM drain, the data
+//! kept across a restart, the descriptor limit, web-only serving, and no redis-server child
+//! left behind.
+
+mod common;
+use common::process::*;
 
 use std::{
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_ready(port: u16, limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Ok(body) = http_get(port, "/readyz") {
-            if body.starts_with("HTTP/1.1 200") {
-                return true;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
-
-/// A minimal HTTP/1.1 GET so this test needs no client crate or async runtime.
-fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
-/// `repoll serve` on `web_port` with a managed redis-server on `redis_port` keeping its data
-/// in `dir` (never a `REDIS_URL` from the environment).
-fn serve_managed_command(web_port: u16, redis_port: u16, dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    cmd.arg("serve")
-        .env_remove("REDIS_URL")
-        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
-        .env("REPOLL_MANAGED_REDIS_PORT", redis_port.to_string())
-        .env("REPOLL_MANAGED_REDIS_DIR", dir);
-    cmd
-}
-
-/// Submits `query` (plain text, no quotes) to `POST /api/v1/queries`; its task id.
-fn submit_query(web_port: u16, query: &str) -> String {
-    let body = format!(r#"{{"query":"{query}"}}"#);
-    let mut s = send(
-        web_port,
-        &format!(
-            "POST /api/v1/queries HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let answer = read_until(&mut s, "\"id\":\"");
-    answer
-        .split("\"id\":\"")
-        .nth(1)
-        .map(|rest| rest.chars().take(32).collect())
-        .unwrap()
-}
-
-/// One request on its own connection; the connection, after the request is written.
-fn send(port: u16, request: &str) -> std::net::TcpStream {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    s
-}
-
-/// Reads until `needle` has arrived (panics if the connection ends first); all read so far.
-fn read_until(s: &mut std::net::TcpStream, needle: &str) -> String {
-    use std::io::Read;
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains(needle) {
-        let n = s.read(&mut buf).expect("read (30 s hang guard)");
-        assert!(
-            n > 0,
-            "ended before {needle:?}: {}",
-            String::from_utf8_lossy(&seen)
-        );
-        seen.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&seen).into_owned()
-}
+use testkit::{free_port, ChildGuard};
 
 /// Whether the server ended the connection (end of stream or reset) within 30 s, a hang guard
 /// (heartbeat comments keep an open stream talking, so this is a deadline, not a read
@@ -124,6 +38,7 @@ fn closed_by_server(s: &mut std::net::TcpStream) -> bool {
 /// The drain period this test sets: 6 s, four times the 1.5 s default, so a server that
 /// ignored the setting (and drained for the default) closes the stream well before it.
 const TEST_GRACE: Duration = Duration::from_secs(6);
+
 /// What the test asserts of the stream's close after SIGTERM: no earlier than this. A lower
 /// bound, so a slow machine cannot fail it; the default grace (1.5 s) would.
 const NOT_BEFORE: Duration = Duration::from_secs(5);
@@ -139,19 +54,21 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
     let web_port = free_port();
     let redis_port = free_port();
     let dir = std::env::temp_dir().join(format!("repoll-proc-{}", std::process::id()));
-    let mut child = Reaped(vec![serve_managed_command(web_port, redis_port, &dir)
-        // No workers: the query stays processing, so its stream stays open.
-        .env("REPOLL_WORKERS", "0")
-        .env(
-            "REPOLL_SHUTDOWN_GRACE_MS",
-            TEST_GRACE.as_millis().to_string(),
-        )
-        // Heartbeats on the stream while it waits: the client must not end it.
-        .env("REPOLL_SSE_KEEPALIVE_MS", "500")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn repoll")]);
+    let mut child = Reaped(vec![ChildGuard::adopt(
+        serve_managed_command(web_port, redis_port, &dir)
+            // No workers: the query stays processing, so its stream stays open.
+            .env("REPOLL_WORKERS", "0")
+            .env(
+                "REPOLL_SHUTDOWN_GRACE_MS",
+                TEST_GRACE.as_millis().to_string(),
+            )
+            // Heartbeats on the stream while it waits: the client must not end it.
+            .env("REPOLL_SSE_KEEPALIVE_MS", "500")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn repoll"),
+    )]);
     assert!(
         wait_ready(web_port, Duration::from_secs(20)),
         "repoll serve became ready"
@@ -186,7 +103,7 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
          used (the default is 1.5 s)"
     );
     let status = loop {
-        if let Some(status) = child.0[0].try_wait().unwrap() {
+        if let Some(status) = child.0[0].child_mut().try_wait().unwrap() {
             break status;
         }
         assert!(
@@ -224,1107 +141,6 @@ fn serve_without_redis_server_on_path_says_how_to_install_it() {
         stderr.contains("apt-get install -y redis-server"),
         "{stderr}"
     );
-}
-
-#[test]
-fn help_documents_every_setting_with_its_environment_variable() {
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    for var in [
-        "REDIS_URL",
-        "REPOLL_QUEUE",
-        "REPOLL_ADDR",
-        "LEPTOS_SITE_ROOT",
-    ] {
-        assert!(help.contains(var), "{var} missing from help:\n{help}");
-    }
-}
-
-#[test]
-fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
-    let dir = std::env::temp_dir().join(format!("repoll-config-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let good = dir.join("good.toml");
-    std::fs::write(
-        &good,
-        "queue = \"from-config-file\"\n[upstream]\ntimeout_ms = 4321\n",
-    )
-    .unwrap();
-    // `--help` shows the effective defaults, the file's included.
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["serve", "--help", "--config"])
-        .arg(&good)
-        .env_remove("REPOLL_QUEUE")
-        .env_remove("REPOLL_UPSTREAM_TIMEOUT_MS")
-        .output()
-        .unwrap();
-    let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("[default: from-config-file]"), "{help}");
-    assert!(help.contains("[default: 4321]"), "{help}");
-    // The variable names the file as well as the flag does.
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["worker", "--help"])
-        .env("REPOLL_CONFIG", &good)
-        .env_remove("REPOLL_QUEUE")
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("[default: from-config-file]"));
-
-    // A typo is an error before anything starts, naming the key; so is a missing file.
-    let bad = dir.join("bad.toml");
-    std::fs::write(&bad, "upstream_timeout = 5\n").unwrap();
-    for (file, words) in [
-        (&bad, "unknown setting `upstream_timeout`"),
-        (&dir.join("missing.toml"), "cannot read config file"),
-    ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-            .args(["serve", "--config"])
-            .arg(file)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2));
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(words), "{stderr}");
-    }
-    std::fs::remove_dir_all(&dir).ok();
-}
-
-/// Runs `cmd` to its end, killing it after `limit` (a hang guard: the caller's point is that
-/// it ends well before).
-fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run repoll");
-    let t0 = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            panic!("still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().expect("output")
-}
-
-#[test]
-fn a_worker_needs_redis_url() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    cmd.arg("worker").env_remove("REDIS_URL");
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("needs REDIS_URL"), "{stderr}");
-}
-
-/// A plain `redis-server` on `port` (no persistence) with `args` added, once it accepts
-/// connections (10 s hang guard).
-fn spawn_redis(port: u16, args: &[&str]) -> std::process::Child {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child
-}
-
-/// Children killed however the test ends.
-struct Reaped(Vec<std::process::Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-#[test]
-fn a_wrong_redis_password_stops_the_start_at_once_and_is_never_printed() {
-    // A Redis with a password; the worker is given another. Waiting for Redis (up to 30 s) is
-    // for a server that is down or loading, not for one that refuses us: the worker must stop
-    // long before that wait would end.
-    let port = free_port();
-    let _redis = Reaped(vec![spawn_redis(port, &["--requirepass", "the-right-one"])]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    cmd.arg("worker").env(
-        "REDIS_URL",
-        format!("redis://:not-the-password@127.0.0.1:{port}/"),
-    );
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.to_lowercase().contains("auth") || stderr.contains("WRONGPASS"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("not-the-password"), "{stderr}");
-}
-
-/// A URL that cannot name a Redis (another scheme, a port that is not a number) is a
-/// mistake no wait can fix: `serve` and `worker` stop well inside the 30 s wait for a Redis
-/// that is down (the 20 s limit is a hang guard), say why, and never print the password in
-/// it.
-#[test]
-fn a_wrong_redis_url_stops_the_start_at_once_and_hides_its_password() {
-    for url in [
-        format!("http://:url-secret@127.0.0.1:{}/", free_port()),
-        "redis://:url-secret@127.0.0.1:not-a-port/".to_string(),
-    ] {
-        for command in ["serve", "worker"] {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-            cmd.arg(command)
-                .env("REDIS_URL", &url)
-                .env("REPOLL_ADDR", format!("127.0.0.1:{}", free_port()))
-                .env("REPOLL_WORKERS", "0")
-                .env("REPOLL_ADMIN_PASSWORD", "not printed")
-                .env("RUST_LOG", "warn");
-            let out = output_within(cmd, Duration::from_secs(20));
-            assert!(!out.status.success(), "{command} {url}");
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                stderr.contains("cannot connect to Redis"),
-                "{command} {url}: {stderr}"
-            );
-            assert!(
-                !stderr.contains("url-secret") && !stdout.contains("url-secret"),
-                "{command} {url}: {stderr}{stdout}"
-            );
-        }
-    }
-}
-
-/// A child whose stdout and stderr are collected, line by line, while it runs (the logs go
-/// to stdout, `eprintln!` to stderr); killed however the test ends.
-struct Logged {
-    child: std::process::Child,
-    log: std::sync::Arc<std::sync::Mutex<String>>,
-}
-
-impl Logged {
-    fn spawn(mut cmd: Command) -> Logged {
-        use std::io::{BufRead, BufReader, Read};
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn repoll");
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let pipes: [Box<dyn Read + Send>; 2] = [
-            Box::new(child.stdout.take().unwrap()),
-            Box::new(child.stderr.take().unwrap()),
-        ];
-        for pipe in pipes {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    let mut log = log.lock().unwrap();
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            });
-        }
-        Logged { child, log }
-    }
-
-    fn text(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Waits for a line for which `wanted` holds (panics after `limit`, a hang guard, or if
-    /// the process ends first); that line.
-    fn wait_line(&mut self, limit: Duration, wanted: impl Fn(&str) -> bool) -> String {
-        let t0 = Instant::now();
-        loop {
-            if let Some(line) = self.text().lines().find(|l| wanted(l)) {
-                return line.to_string();
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                // The readers may still hold the last lines.
-                std::thread::sleep(Duration::from_millis(200));
-                panic!("exited ({status}) before the line came:\n{}", self.text());
-            }
-            assert!(
-                t0.elapsed() < limit,
-                "no such line within {limit:?}:\n{}",
-                self.text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGTERM, then the exit status (30 s hang guard).
-    fn terminate(&mut self) -> std::process::ExitStatus {
-        let kill = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        let t0 = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "no exit after SIGTERM (30 s hang guard)"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Logged {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `repoll serve` on `REDIS_URL` = `url`, web only, listening on `web_port`; the admin
-/// password is left to the caller (none configured here).
-fn serve_command(url: &str, web_port: u16) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    cmd.arg("serve")
-        .env("REDIS_URL", url)
-        .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
-        .env("REPOLL_WORKERS", "0")
-        .env("RUST_LOG", "warn");
-    for var in [
-        "REPOLL_CONFIG",
-        "REPOLL_ADMIN_PASSWORD",
-        "REPOLL_ADMIN_PASSWORD_HASH",
-        "REPOLL_VIEWER_PASSWORD",
-        "REPOLL_VIEWER_PASSWORD_HASH",
-        "REPOLL_TRUST_FORWARDED",
-        "REPOLL_TRUST_FORWARDED_FOR",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd
-}
-
-/// Stands in for a Redis that is still loading its append-only file: the connection's own
-/// set-up (AUTH, SELECT, CLIENT) is answered as a real loading Redis does, every other
-/// command with `-LOADING`. Stops (closing its port and connections) when dropped.
-struct LoadingRedis {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    accept: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LoadingRedis {
-    fn start(port: u16) -> LoadingRedis {
-        use std::sync::atomic::Ordering;
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind");
-        listener.set_nonblocking(true).unwrap();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let accept = std::thread::spawn(move || {
-            let mut conns = Vec::new();
-            while !flag.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let flag = flag.clone();
-                        conns.push(std::thread::spawn(move || loading_conn(conn, &flag)));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-            drop(listener);
-            for c in conns {
-                let _ = c.join();
-            }
-        });
-        LoadingRedis {
-            stop,
-            accept: Some(accept),
-        }
-    }
-}
-
-impl Drop for LoadingRedis {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn loading_conn(mut conn: std::net::TcpStream, stop: &std::sync::atomic::AtomicBool) {
-    use std::io::{Read, Write};
-    conn.set_nonblocking(false).unwrap();
-    conn.set_read_timeout(Some(Duration::from_millis(50)))
-        .unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        match conn.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue
-            }
-            Err(_) => return,
-        }
-        while let Some(args) = take_command(&mut buf) {
-            let name = args
-                .first()
-                .map(|a| a.to_ascii_uppercase())
-                .unwrap_or_default();
-            let reply: &[u8] = match name.as_str() {
-                "AUTH" | "SELECT" | "CLIENT" => b"+OK\r\n",
-                _ => b"-LOADING Redis is loading the dataset in memory\r\n",
-            };
-            if conn.write_all(reply).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// The first whole RESP command (an array of bulk strings) in `buf`, removed from it.
-fn take_command(buf: &mut Vec<u8>) -> Option<Vec<String>> {
-    fn line(b: &[u8], at: usize) -> Option<(&[u8], usize)> {
-        let end = at + b.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
-        Some((&b[at..end], end + 2))
-    }
-    fn number(b: &[u8], prefix: u8) -> Option<usize> {
-        std::str::from_utf8(b.strip_prefix(&[prefix])?)
-            .ok()?
-            .parse()
-            .ok()
-    }
-    let (head, mut at) = line(buf, 0)?;
-    let n = number(head, b'*')?;
-    let mut args = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (len, start) = line(buf, at)?;
-        let len = number(len, b'$')?;
-        let bytes = buf.get(start..start + len)?;
-        args.push(String::from_utf8_lossy(bytes).into_owned());
-        at = start + len + 2;
-        if buf.len() < at {
-            return None;
-        }
-    }
-    buf.drain(..at);
-    Some(args)
-}
-
-/// `serve` started while its Redis is still loading its data, and then while it is down,
-/// waits (up to 30 s) instead of exiting, and serves once Redis answers. Each phase is
-/// followed by its own "retrying" log line (events, not sleeps); the deadlines are hang
-/// guards. Fails if `serve` stops waiting for either kind of error.
-#[test]
-fn serve_started_before_its_redis_waits_while_it_loads_or_is_down() {
-    let port = free_port();
-    let web_port = free_port();
-    let loading = LoadingRedis::start(port);
-    let mut serve = Logged::spawn(serve_command(
-        &format!("redis://:early-pw@127.0.0.1:{port}/"),
-        web_port,
-    ));
-    let retrying = |l: &str| l.contains("Redis not available yet; retrying");
-    serve.wait_line(Duration::from_secs(20), |l| {
-        retrying(l) && l.contains("BusyLoading")
-    });
-    // Down: nothing listens on the port any more.
-    drop(loading);
-    let seen = serve.text().lines().filter(|l| retrying(l)).count();
-    serve.wait_line(Duration::from_secs(20), |l| {
-        retrying(l) && !l.contains("BusyLoading")
-    });
-    assert!(
-        serve.text().lines().filter(|l| retrying(l)).count() > seen,
-        "a retry after the port closed"
-    );
-    assert!(
-        serve.child.try_wait().unwrap().is_none(),
-        "serve is still waiting"
-    );
-    let _redis = Reaped(vec![spawn_redis(port, &["--requirepass", "early-pw"])]);
-    assert!(
-        wait_ready(web_port, Duration::from_secs(30)),
-        "serve became ready once Redis answered:\n{}",
-        serve.text()
-    );
-    assert!(serve.terminate().success());
-    assert!(!serve.text().contains("early-pw"), "{}", serve.text());
-}
-
-/// A minimal HTTP/1.1 request with `headers` (each "Name: value") and a form body; the
-/// whole answer.
-fn http_post_form(port: u16, path: &str, headers: &[&str], body: &str) -> String {
-    use std::io::Read;
-    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-    let mut s = send(
-        port,
-        &format!(
-            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-             content-type: application/x-www-form-urlencoded\r\naccept: application/json\r\n\
-             {extra}content-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// A GET with `headers`; the whole answer.
-fn http_get_with(port: u16, path: &str, headers: &[&str]) -> String {
-    use std::io::Read;
-    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-    let mut s = send(
-        port,
-        &format!(
-            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-             accept: text/html\r\n{extra}\r\n"
-        ),
-    );
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// `serve` with no admin password configured prints a random one for the run: that one
-/// signs in, nothing else does, and the dashboard is closed to anonymous visitors. Also the
-/// API's former trust setting, `REPOLL_TRUST_FORWARDED_FOR`: still read (each sign-in's
-/// client is the last `X-Forwarded-For` entry, so one address's used-up attempts do not
-/// refuse another), with a warning to rename it.
-#[test]
-fn without_an_admin_password_serve_prints_one_for_the_run_and_reads_the_old_trust_setting() {
-    use leptos::server_fn::ServerFn;
-    let redis_port = free_port();
-    let web_port = free_port();
-    let _redis = Reaped(vec![spawn_redis(redis_port, &[])]);
-    let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
-    cmd.env("REPOLL_TRUST_FORWARDED_FOR", "true")
-        .env("REPOLL_LOGIN_MAX_FAILURES", "1")
-        .env("REPOLL_QUEUE", "generated-pw");
-    let mut serve = Logged::spawn(cmd);
-    let line = serve.wait_line(Duration::from_secs(20), |l| {
-        l.contains("admin password for this run: ")
-    });
-    let password = line
-        .split("admin password for this run: ")
-        .nth(1)
-        .unwrap()
-        .trim()
-        .to_string();
-    assert!(password.len() >= 16, "{line}");
-    serve.wait_line(Duration::from_secs(20), |l| {
-        l.contains("REPOLL_TRUST_FORWARDED_FOR is replaced by REPOLL_TRUST_FORWARDED")
-    });
-    assert!(wait_ready(web_port, Duration::from_secs(20)), "ready");
-
-    // Anonymous: the dashboard is a redirect to the sign-in page.
-    let page = http_get_with(web_port, "/admin", &[]);
-    assert!(page.starts_with("HTTP/1.1 303"), "{page}");
-    assert!(page.contains("location: /admin/login"), "{page}");
-
-    let path = app::pages::admin::login::SignIn::PATH;
-    let encoded: String = password
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    // An empty password and a wrong one are refused; the wrong one uses up the one attempt
-    // of 198.51.100.1 (max 1 per minute), which is refused from then on...
-    for (who, password) in [("198.51.100.9", ""), ("198.51.100.1", "admin")] {
-        let reply = http_post_form(
-            web_port,
-            path,
-            &[&format!("x-forwarded-for: {who}")],
-            &format!("password={password}"),
-        );
-        assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
-    }
-    let reply = http_post_form(
-        web_port,
-        path,
-        &["x-forwarded-for: 198.51.100.1"],
-        &format!("password={encoded}"),
-    );
-    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
-    // ...while the printed password signs in from another forwarded address (the same TCP
-    // peer: only the trusted header tells them apart).
-    let reply = http_post_form(
-        web_port,
-        path,
-        &["x-forwarded-for: 198.51.100.1, 198.51.100.2"],
-        &format!("password={encoded}"),
-    );
-    let status = reply.split(' ').nth(1).unwrap_or_default();
-    assert!(
-        status.starts_with('2') || status.starts_with('3'),
-        "{reply}"
-    );
-    let cookie = reply
-        .lines()
-        .filter_map(|l| l.strip_prefix("set-cookie: repoll_session="))
-        .map(|v| v.split(';').next().unwrap_or_default())
-        .find(|v| !v.is_empty())
-        .unwrap_or_else(|| panic!("a session cookie: {reply}"))
-        .to_string();
-    let page = http_get_with(
-        web_port,
-        "/admin",
-        &[&format!("cookie: repoll_session={cookie}")],
-    );
-    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
-    assert!(serve.terminate().success());
-}
-
-#[test]
-fn hash_password_makes_a_hash_that_signs_in() {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["admin", "hash-password"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run repoll");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"correct horse\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let hash = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    assert!(hash.starts_with("$argon2"), "{hash}");
-    assert!(!hash.contains("correct horse"));
-    // The hash is what REPOLL_ADMIN_PASSWORD_HASH takes, and it accepts that password only.
-    let secret = app::auth::Credential::from_settings(Some(&hash), None)
-        .expect("a PHC string")
-        .expect("a secret");
-    assert!(secret.verify("correct horse"));
-    assert!(!secret.verify("correct horse "));
-}
-
-/// A simulator flag out of range stops `repoll sim` at once with a message naming it, before
-/// anything listens (clap validates the range; `sim/src/lib.rs` unit tests cover each knob).
-#[test]
-fn a_simulator_flag_out_of_range_stops_the_start() {
-    for (flag, value) in [("--sim-max-keys", "0"), ("--sim-max-keys", "100001")] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-        cmd.args(["sim", "--addr", "127.0.0.1:0", flag, value]);
-        let out = output_within(cmd, Duration::from_secs(20));
-        assert!(!out.status.success(), "{flag} {value} started");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
-    }
-}
-
-/// `/metrics` of `repoll serve` (in-process workers and simulator) carries every metric the
-/// README names once a query has completed and one has failed: the counters that have not
-/// counted yet are there at 0.
-#[test]
-fn metrics_carry_every_named_series() {
-    let web_port = free_port();
-    let redis_port = free_port();
-    let sim_port = free_port();
-    let dir = std::env::temp_dir().join(format!("repoll-metrics-{}", std::process::id()));
-    let mut child = serve_managed_command(web_port, redis_port, &dir)
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-        )
-        .env("REPOLL_POLL_INTERVAL_MS", "100")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn repoll");
-    let stop = |child: &mut std::process::Child| {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let t0 = Instant::now();
-        while child.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = std::fs::remove_dir_all(&dir);
-    };
-    if !wait_ready(web_port, Duration::from_secs(30)) {
-        stop(&mut child);
-        panic!("repoll serve became ready (30 s hang guard)");
-    }
-    let ids = [
-        submit_query(web_port, "metrics done polls=1"),
-        submit_query(web_port, "metrics failed status=failed"),
-    ];
-    let t0 = Instant::now();
-    let settled = |id: &str| {
-        http_get(web_port, &format!("/api/v1/queries/{id}"))
-            .is_ok_and(|r| r.contains("\"status\":\"done\"") || r.contains("\"status\":\"failed\""))
-    };
-    while !ids.iter().all(|id| settled(id)) {
-        if t0.elapsed() > Duration::from_secs(60) {
-            stop(&mut child);
-            panic!("the queries did not settle (60 s hang guard)");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    // The gauges of queue depth are refreshed periodically: wait for them too.
-    let mut page = String::new();
-    let wanted = [
-        "repoll_claims_total",
-        "repoll_completions_total",
-        "repoll_polls_total",
-        "repoll_failures_total{",
-        "repoll_lease_expirations_total",
-        "repoll_upstream_latency_seconds_bucket{",
-        "repoll_in_flight",
-        "repoll_queue_depth{state=",
-        "repoll_breaker_open{upstream=\"default\"} 0",
-        "repoll_live_streams",
-        "repoll_connections_refused_total",
-    ];
-    while t0.elapsed() < Duration::from_secs(90) {
-        page = http_get(web_port, "/metrics").unwrap_or_default();
-        if wanted.iter().all(|w| page.contains(w)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    stop(&mut child);
-    for w in wanted {
-        assert!(page.contains(w), "{w} missing from /metrics:\n{page}");
-    }
-    // A worker's series carry its upstream (a process runs one worker per upstream).
-    assert!(
-        page.contains("repoll_completions_total{upstream=\"default\"} 1"),
-        "{page}"
-    );
-}
-
-/// `redis-cli -p port args...`: its output, trimmed.
-fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// POSTs a JSON body; the whole answer.
-fn http_post_json(port: u16, path: &str, body: &str) -> String {
-    use std::io::Read;
-    let mut s = send(
-        port,
-        &format!(
-            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\
-             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        ),
-    );
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// `repoll serve` on `url` with queue `queue`, 4 embedded worker slots, the simulator on
-/// `sim_port`, no first-answer wait, and callbacks signed with `secret` to this web port.
-fn serve_with_sim_and_callbacks(
-    url: &str,
-    queue: &str,
-    web_port: u16,
-    sim_port: u16,
-    secret: &str,
-) -> Command {
-    let mut cmd = serve_command(url, web_port);
-    cmd.env("REPOLL_QUEUE", queue)
-        .env("REPOLL_WORKERS", "4")
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env("REPOLL_FIRST_ANSWER_MS", "0")
-        .env("REPOLL_CALLBACK_SECRET", secret)
-        .env(
-            "REPOLL_CALLBACK_BASE_URL",
-            format!("http://127.0.0.1:{web_port}"),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    cmd
-}
-
-/// Callbacks end the wait early: the simulator is done 1 s after the first call and calls
-/// back then, while the poll interval is 60 s. The task must be done after exactly one poll
-/// (the simulator counts its calls: a second poll would be a second call) and one callback.
-/// Then every refused token — forged, replayed, another task's life, expired — is a 404 and
-/// leaves Redis as it was. The time from submit to done is printed (the closing note's
-/// figure); the 30 s deadlines are hang guards under the 60 s poll, not speed assertions.
-#[test]
-fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothing() {
-    const SECRET: &str = "callback-secret-of-this-test-0123456789";
-    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
-    let url = format!("redis://127.0.0.1:{redis_port}");
-    let mut cmd = serve_with_sim_and_callbacks(&url, "cbq", web_port, sim_port, SECRET);
-    cmd.env("REPOLL_SIM_MS", "1000")
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}&callback={{callback_url}}"),
-        )
-        .env("REPOLL_POLL_INTERVAL_MS", "60000");
-    children.0.push(cmd.spawn().expect("spawn repoll"));
-    assert!(
-        wait_ready(web_port, Duration::from_secs(30)),
-        "serve not ready"
-    );
-
-    let t0 = Instant::now();
-    let id = submit_query(web_port, "callback-one");
-    let done = loop {
-        let body = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
-        if body.contains(r#""status":"done""#) {
-            break t0.elapsed();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "not done by the callback (30 s hang guard; the 2nd poll is due at 60 s): {body}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    println!(
-        "callback: submit to done in {} ms (upstream done after 1000 ms, poll interval 60 s)",
-        done.as_millis()
-    );
-    let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap();
-    assert!(sim.contains(r#""calls":1,"#), "one poll only: {sim}");
-    assert!(sim.contains(r#""callbacks":1"#), "one callback: {sim}");
-    let result_key = format!("{{cbq}}:r:{id}");
-    let result = redis_cli(redis_port, &["GET", &result_key]);
-    assert!(
-        result.contains("callback") && result.contains(r#""progress":1.0"#),
-        "{result}"
-    );
-
-    // The tokens, made with the deployment's own key (a test may know it; an attacker not).
-    let created: i64 = result.split(',').nth(1).unwrap().parse().unwrap();
-    let signer = worker::Callbacks::new(&worker::CallbackArgs {
-        base_url: None,
-        secret: Some(worker::Secret::from(SECRET)),
-    })
-    .unwrap()
-    .unwrap();
-    let final_body = r#"{"status":"done","data":{"forged":true}}"#;
-    let post =
-        |token: &str| http_post_json(web_port, &format!("/api/v1/callbacks/{token}"), final_body);
-    // A second task, still processing (done in an hour): the target of the refused tokens.
-    let other = submit_query(web_port, "callback-two ms=3600000");
-    let other_key = format!("{{cbq}}:t:{other}");
-    let t1 = Instant::now();
-    while redis_cli(redis_port, &["HGET", &other_key, "p"]) != "1" {
-        assert!(
-            t1.elapsed() < Duration::from_secs(30),
-            "the second task was not polled (30 s hang guard)"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let other_created: i64 = redis_cli(redis_port, &["HGET", &other_key, "c"])
-        .parse()
-        .unwrap();
-    let before = (
-        redis_cli(redis_port, &["HGETALL", &other_key]),
-        redis_cli(redis_port, &["GET", &result_key]),
-        redis_cli(redis_port, &["DBSIZE"]),
-    );
-    let refused = [
-        (
-            "forged",
-            format!("{other}.{other_created}.0.{}", "ab".repeat(32)),
-        ),
-        ("wrong key", {
-            let other_signer = worker::Callbacks::new(&worker::CallbackArgs {
-                base_url: None,
-                secret: Some(worker::Secret::from("x".repeat(40).as_str())),
-            })
-            .unwrap()
-            .unwrap();
-            other_signer.token(&other, other_created, 0)
-        }),
-        ("replayed", signer.token(&id, created, 0)),
-        ("another life", signer.token(&other, other_created - 1, 0)),
-        (
-            "expired",
-            signer.token(&other, other_created, other_created + 1),
-        ),
-        ("garbage", "not-a-token".to_string()),
-    ];
-    for (what, token) in &refused {
-        let answer = post(token);
-        assert!(answer.starts_with("HTTP/1.1 404"), "{what}: {answer}");
-    }
-    let after = (
-        redis_cli(redis_port, &["HGETALL", &other_key]),
-        redis_cli(redis_port, &["GET", &result_key]),
-        redis_cli(redis_port, &["DBSIZE"]),
-    );
-    assert_eq!(before, after, "a refused callback changed Redis");
-    // The right token for the live task: done at once, and a second use is refused.
-    let good = signer.token(&other, other_created, 0);
-    let answer = post(&good);
-    assert!(
-        answer.starts_with("HTTP/1.1 200") && answer.contains(r#""completed":true"#),
-        "{answer}"
-    );
-    assert!(post(&good).starts_with("HTTP/1.1 404"), "a used token");
-    let stored = redis_cli(redis_port, &["GET", &format!("{{cbq}}:r:{other}")]);
-    assert!(stored.ends_with(r#"{"forged":true}"#), "{stored}");
-}
-
-/// Named upstreams (`[upstreams.<name>]` in the config file): one `repoll serve` runs a worker
-/// per upstream; the same text sent to two upstreams is two tasks with two ids, each finished
-/// by its own upstream and stored under its own queue's hash tag; an unknown upstream is a 422
-/// naming the known ones; a named upstream's callback completes its task (the token names the
-/// upstream); the query page offers the choice; `repoll worker --upstream` refuses a name that
-/// does not exist.
-#[test]
-fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
-    const SECRET: &str = "callback-secret-of-the-upstreams-test-0123";
-    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
-    let url = format!("redis://127.0.0.1:{redis_port}");
-    let dir = std::env::temp_dir().join(format!("repoll-upstreams-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("upstreams.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[upstreams.search]\n\
-             url = \"http://127.0.0.1:{sim_port}/search/api/query?q={{key}}&polls=1&callback={{callback_url}}\"\n\
-             poll_interval_ms = 10000\n\
-             concurrency = 2\n"
-        ),
-    )
-    .unwrap();
-    let mut cmd = serve_with_sim_and_callbacks(&url, "nq", web_port, sim_port, SECRET);
-    cmd.arg("--config")
-        .arg(&config)
-        // The simulator's second upstream, `search`, under /search with its own state.
-        .env("REPOLL_SIM_UPSTREAMS", "search")
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-        )
-        .env("REPOLL_POLL_INTERVAL_MS", "50");
-    children.0.push(cmd.spawn().expect("spawn repoll"));
-    assert!(
-        wait_ready(web_port, Duration::from_secs(30)),
-        "serve not ready"
-    );
-
-    let id_of = |answer: &str| -> String {
-        answer
-            .split("\"id\":\"")
-            .nth(1)
-            .map(|rest| rest.chars().take(32).collect())
-            .unwrap_or_else(|| panic!("no id in {answer}"))
-    };
-    let post = |body: &str| http_post_json(web_port, "/api/v1/queries", body);
-    let a = id_of(&post(r#"{"query":"same text"}"#));
-    let b = id_of(&post(r#"{"query":"same text","upstream":"search"}"#));
-    assert_ne!(a, b, "one text, two upstreams: two tasks");
-    let unknown = post(r#"{"query":"x","upstream":"nope"}"#);
-    assert!(unknown.starts_with("HTTP/1.1 422"), "{unknown}");
-    assert!(unknown.contains("unknown_upstream"), "{unknown}");
-    assert!(unknown.contains("known: default, search"), "{unknown}");
-
-    let done = |id: &str| {
-        let t0 = Instant::now();
-        loop {
-            let body = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
-            if body.contains(r#""status":"done""#) {
-                return body;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "not done: {body}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    assert!(done(&a).contains(r#""upstream":"default""#));
-    let t0 = Instant::now();
-    let c = id_of(&post(r#"{"query":"find-x ms=800","upstream":"search"}"#));
-    // Its live stream (Pub/Sub of the named upstream's queue) brings the final state.
-    let mut events = send(
-        web_port,
-        &format!(
-            "GET /api/v1/queries/{c}/events HTTP/1.1\r\nhost: x\r\n\
-             accept: text/event-stream\r\n\r\n"
-        ),
-    );
-    let streamed = read_until(&mut events, r#""status":"done""#);
-    assert!(streamed.contains(r#""upstream":"search""#), "{streamed}");
-    assert!(done(&b).contains(r#""upstream":"search""#));
-    let body_c = done(&c);
-    let c_done = t0.elapsed();
-    // Its page names the upstream.
-    let page = http_get(web_port, &format!("/q/{c}")).unwrap();
-    assert!(page.contains("via search"), "{page}");
-    println!(
-        "named upstream callback: done {} ms after the submit (poll interval 10 s)",
-        c_done.as_millis()
-    );
-    assert!(body_c.contains(r#""upstream":"search""#), "{body_c}");
-
-    // Each result under its own queue's hash tag; the sim saw each upstream's own key.
-    assert_eq!(
-        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{a}")]),
-        "1"
-    );
-    assert_eq!(
-        redis_cli(redis_port, &["EXISTS", &format!("{{nq.search}}:r:{b}")]),
-        "1"
-    );
-    assert_eq!(
-        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{b}")]),
-        "0"
-    );
-    let sim = http_get(sim_port, "/_sim/stats").unwrap();
-    assert!(sim.contains(r#""same text":{"calls":"#), "{sim}");
-    assert!(!sim.contains("find-x"), "{sim}");
-    let search = http_get(sim_port, "/search/_sim/stats").unwrap();
-    assert!(
-        search.contains(r#""same text":{"calls":1,"done":1}"#),
-        "{search}"
-    );
-    let cb = http_get(sim_port, "/search/_sim/key?q=find-x%20ms%3D800").unwrap();
-    assert!(cb.contains(r#""callbacks":1"#), "{cb}");
-    assert!(
-        cb.contains(r#""calls":1,"#),
-        "one poll, then the callback: {cb}"
-    );
-
-    // The query page offers both upstreams.
-    let page = http_get(web_port, "/").unwrap();
-    assert!(page.contains(r#"data-testid="query-upstream""#), "{page}");
-    assert!(page.contains(r#"<option value="search""#), "{page}");
-
-    // A worker process for an upstream that does not exist does not start.
-    let mut w = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    w.args(["worker", "--upstream", "nope", "--config"])
-        .arg(&config)
-        .env("REDIS_URL", &url)
-        .env("REPOLL_QUEUE", "nq");
-    let out = output_within(w, Duration::from_secs(20));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("no such upstream") && stderr.contains("default, search"),
-        "{stderr}"
-    );
-    std::fs::remove_dir_all(&dir).ok();
-}
-
-/// `repoll admin repartition`: refused (exit 1, saying why) while a task is live; moves a
-/// drained queue; a worker started with the old count afterwards refuses to start and says
-/// which count the queue has.
-#[test]
-fn admin_repartition_moves_a_drained_queue_and_old_counts_are_refused() {
-    let port = free_port();
-    let _redis = Reaped(vec![spawn_redis(port, &[])]);
-    let url = format!("redis://127.0.0.1:{port}/");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let cfg = queue::QueueConfig {
-        name: "rp".into(),
-        ..queue::QueueConfig::default()
-    };
-    let q = rt
-        .block_on(queue::Queue::connect(&url, cfg.clone()))
-        .unwrap();
-    rt.block_on(q.enqueue("repartition me", "", &Default::default()))
-        .unwrap();
-    let admin = |to: &str| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-        cmd.args(["admin", "repartition", "--to", to])
-            .env("REDIS_URL", &url)
-            .env("REPOLL_QUEUE", "rp");
-        output_within(cmd, Duration::from_secs(20))
-    };
-    let out = admin("4");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("1 tasks are live"), "{stderr}");
-
-    let c = rt.block_on(q.claim("w", 1, 60_000)).unwrap().pop().unwrap();
-    rt.block_on(q.complete(&c.id, c.token, "the answer", 1))
-        .unwrap();
-    let out = admin("4");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("1 -> 4 partitions; moved 1 stored results"),
-        "{stdout}"
-    );
-
-    // The result is served by a handle of the new count.
-    let four = rt
-        .block_on(queue::Queue::connect(
-            &url,
-            queue::QueueConfig {
-                partitions: 4,
-                ..cfg
-            },
-        ))
-        .unwrap();
-    let r = rt.block_on(four.result_by_id(&c.id)).unwrap().unwrap();
-    assert_eq!(r.data, "the answer");
-    // A process with the old count stops at once and says why.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    cmd.arg("worker")
-        .env("REDIS_URL", &url)
-        .env("REPOLL_QUEUE", "rp");
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("has 4 partition(s)"), "{stderr}");
 }
 
 /// The soft and hard "Max open files" of process `pid`, from `/proc/<pid>/limits`.
@@ -1365,7 +181,8 @@ fn serve_raises_its_soft_descriptor_limit_to_the_hard_one() {
         "this test needs a hard descriptor limit of at least 1,024 (it is {hard})"
     );
     let (web_port, redis_port) = (free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
     let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: setrlimit is async-signal-safe and only reads the struct passed.
@@ -1381,8 +198,10 @@ fn serve_raises_its_soft_descriptor_limit_to_the_hard_one() {
             Ok(())
         });
     }
-    children.0.push(cmd.spawn().expect("spawn repoll"));
-    let pid = children.0[1].id();
+    children
+        .0
+        .push(ChildGuard::adopt(cmd.spawn().expect("spawn repoll")));
+    let pid = children.0[0].id();
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready (30 s hang guard)"
@@ -1453,13 +272,15 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
     let _ = std::fs::remove_dir_all(&dir);
     let redis_port = free_port();
     let start = |web_port: u16| {
-        let mut child = Reaped(vec![serve_managed_command(web_port, redis_port, &dir)
-            .env("REPOLL_WORKERS", "0")
-            .env("REPOLL_FIRST_ANSWER_MS", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn repoll")]);
+        let mut child = Reaped(vec![ChildGuard::adopt(
+            serve_managed_command(web_port, redis_port, &dir)
+                .env("REPOLL_WORKERS", "0")
+                .env("REPOLL_FIRST_ANSWER_MS", "0")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn repoll"),
+        )]);
         if !wait_ready(web_port, Duration::from_secs(30)) {
             let _ = child.0[0].kill();
             panic!("repoll serve not ready (30 s hang guard)");
@@ -1480,7 +301,7 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
         ],
     );
     assert_eq!(wrote, "written");
-    let status = sigterm_and_wait(&mut first.0[0]);
+    let status = sigterm_and_wait(first.0[0].child_mut());
     assert!(status.success(), "exit status {status}");
     let log = std::fs::read_to_string(dir.join("redis.log")).expect("redis.log");
     assert!(
@@ -1491,8 +312,8 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
     let web_port = free_port();
     let mut second = start(web_port);
     let task = http_get(web_port, &format!("/api/v1/queries/{id}")).unwrap();
-    assert!(task.starts_with("HTTP/1.1 200"), "{task}");
-    assert!(task.contains("kept across a restart"), "{task}");
+    assert_eq!(task.status, 200, "{task:?}");
+    assert!(task.body.contains("kept across a restart"), "{task:?}");
     assert_eq!(
         managed_cli(&dir, redis_port, &["GET", "aof-key-10000"]),
         "10000"
@@ -1505,7 +326,7 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
         ),
         "10000"
     );
-    assert!(sigterm_and_wait(&mut second.0[0]).success());
+    assert!(sigterm_and_wait(second.0[0].child_mut()).success());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1517,7 +338,8 @@ fn managed_redis_keeps_what_was_written_just_before_sigterm() {
 #[test]
 fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
     let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let mut children = Reaped(vec![spawn_redis(redis_port, &[])]);
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
     let url = format!("redis://127.0.0.1:{redis_port}/");
     let upstream = format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}");
     // serve_command sets REPOLL_WORKERS=0.
@@ -1530,7 +352,9 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
         .env("REPOLL_FIRST_ANSWER_MS", "3000")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    children.0.push(cmd.spawn().expect("spawn repoll"));
+    children
+        .0
+        .push(ChildGuard::adopt(cmd.spawn().expect("spawn repoll")));
     assert!(
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready (30 s hang guard)"
@@ -1584,9 +408,9 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    children
-        .0
-        .push(worker.spawn().expect("spawn repoll worker"));
+    children.0.push(ChildGuard::adopt(
+        worker.spawn().expect("spawn repoll worker"),
+    ));
     let t0 = Instant::now();
     while calls() == 0 || rt.block_on(q.workers()).unwrap().is_empty() {
         assert!(

@@ -12,6 +12,13 @@ use std::{
 
 use server::managed_redis::ManagedRedis;
 
+// The queue tests' Redis-time travel (`expire_lease`: a lease's deadline moved one millisecond
+// into the past, as if it had passed while its holder was still calling).
+#[path = "../../queue/tests/common/clock.rs"]
+mod clock;
+use clock::expire_lease;
+use testkit::{free_port, ChildGuard};
+
 struct Env {
     redis: ManagedRedis,
     sim_port: u16,
@@ -176,25 +183,6 @@ async fn killed_worker_tasks_are_finished_by_another_exactly_once() {
     env.redis.stop().await;
 }
 
-/// A worker process killed (SIGKILL, even when stopped) if the test fails before it exits.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 async fn sim_key(env: &Env, key: &str) -> sim::state::KeyDetail {
     reqwest::Client::new()
         .get(format!("http://127.0.0.1:{}/_sim/key", env.sim_port))
@@ -261,7 +249,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     let lease_ms = 1_500;
     let answer_ms = 4_000;
     let metrics_port = free_port();
-    let mut a = Reaped(
+    let mut a = ChildGuard::adopt(
         worker_command(&env, lease_ms, 1_000)
             .env(
                 "REPOLL_UPSTREAM_URL",
@@ -283,7 +271,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         },
     )
     .await;
-    signal(&a.0, "STOP");
+    signal(a.child_mut(), "STOP");
     // Stopped mid-call: both tasks still leased by A, nothing written by it.
     for id in &ids {
         let t = env.queue.get(id).await.unwrap().and_then(|d| d.task);
@@ -295,7 +283,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         );
     }
 
-    let mut b = Reaped(
+    let mut b = ChildGuard::adopt(
         worker_command(&env, lease_ms, 1_000)
             .env("REPOLL_WORKER_ID", "late-b")
             .spawn()
@@ -331,7 +319,7 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
         },
     )
     .await;
-    signal(&a.0, "CONT");
+    signal(a.child_mut(), "CONT");
     wait_for(
         "A to find both its leases lost",
         Duration::from_secs(30),
@@ -346,10 +334,10 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     )
     .await;
 
-    terminate(&a.0);
-    assert!(a.0.wait().unwrap().success(), "worker A exits 0");
-    terminate(&b.0);
-    assert!(b.0.wait().unwrap().success(), "worker B exits 0");
+    terminate(a.child_mut());
+    assert!(a.child_mut().wait().unwrap().success(), "worker A exits 0");
+    terminate(b.child_mut());
+    assert!(b.child_mut().wait().unwrap().success(), "worker B exits 0");
 
     // B's results stand; A's final answer (payload "late") was not stored.
     let s = env.queue.stats().await.unwrap();
@@ -397,33 +385,6 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     let k = sim_key(&env, partial_key).await;
     assert_eq!((k.calls, k.done), (2, 1), "exactly one done: {k:?}");
     env.redis.stop().await;
-}
-
-/// Moves the lease of `id` one millisecond into the past (Redis time), as if its deadline
-/// had passed while its holder was still calling: what the reaper sees, by construction,
-/// without a short lease (which would also make the holder renew, or run out too early on a
-/// slow machine). As `expire_lease` in queue/tests/common. Panics unless `id` holds a lease.
-async fn expire_lease(q: &queue::Queue, id: &str) {
-    let tag = q.partition_tag(q.partition_of(id));
-    let past = q.now_ms().await.unwrap() - 1;
-    let mut c = q.connection();
-    let changed: i64 = redis::cmd("ZADD")
-        .arg(format!("{tag}:lease"))
-        .arg("XX")
-        .arg("CH")
-        .arg(past)
-        .arg(id)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    assert_eq!(changed, 1, "{id} holds no lease to expire");
-    let _: () = redis::cmd("HSET")
-        .arg(format!("{tag}:t:{id}"))
-        .arg("ld")
-        .arg(past)
-        .query_async(&mut c)
-        .await
-        .unwrap();
 }
 
 /// An upstream held by the test: each call (`?q=<key>&w=<worker>`) is announced on
@@ -523,7 +484,7 @@ async fn a_late_completion_is_refused_while_the_new_owner_holds_the_lease() {
         cmd
     };
     let metrics_a = free_port();
-    let mut a = Reaped(
+    let mut a = ChildGuard::adopt(
         worker("a", &url_a)
             .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics_a}"))
             .spawn()
@@ -556,7 +517,7 @@ async fn a_late_completion_is_refused_while_the_new_owner_holds_the_lease() {
     .await;
 
     expire_lease(&env.queue, &id).await;
-    let mut b = Reaped(worker("b", &url_b).spawn().expect("spawn worker B"));
+    let mut b = ChildGuard::adopt(worker("b", &url_b).spawn().expect("spawn worker B"));
     assert_eq!(upstream.next_call().await, "b");
     let token_b = leased_by("fence-b").await;
     assert!(
@@ -604,10 +565,10 @@ async fn a_late_completion_is_refused_while_the_new_owner_holds_the_lease() {
             .unwrap_or(false)
     })
     .await;
-    terminate(&a.0);
-    assert!(a.0.wait().unwrap().success(), "worker A exits 0");
-    terminate(&b.0);
-    assert!(b.0.wait().unwrap().success(), "worker B exits 0");
+    terminate(a.child_mut());
+    assert!(a.child_mut().wait().unwrap().success(), "worker A exits 0");
+    terminate(b.child_mut());
+    assert!(b.child_mut().wait().unwrap().success(), "worker B exits 0");
 
     let d = env.queue.get(&id).await.unwrap().expect("detail");
     assert!(d.task.is_none(), "no task record left: {:?}", d.task);
@@ -660,7 +621,7 @@ async fn sigterm_releases_in_flight_leases_and_exits_zero_within_grace() {
         }
     }
     let grace = Duration::from_millis(400);
-    let w = Reaped(spawn_worker(&env, 60_000, grace.as_millis() as u64));
+    let mut w = ChildGuard::adopt(spawn_worker(&env, 60_000, grace.as_millis() as u64));
     let q = env.queue.clone();
     wait_for("all 5 leased", Duration::from_secs(20), async || {
         q.stats().await.map(|s| s.leased == 5).unwrap_or(false)
@@ -676,10 +637,10 @@ async fn sigterm_releases_in_flight_leases_and_exits_zero_within_grace() {
     })
     .await;
 
-    terminate(&w.0);
+    terminate(w.child_mut());
     let mut w = w;
     let status = tokio::task::spawn_blocking(move || {
-        let status = w.0.wait();
+        let status = w.child_mut().wait();
         (status, w)
     });
     let (status, _w) = tokio::time::timeout(Duration::from_secs(25), status)
@@ -743,7 +704,7 @@ async fn a_worker_started_before_its_redis_waits_for_it() {
     let dir = std::env::temp_dir().join(format!("repoll-wp-early-{}", std::process::id()));
     let _cleanup = TempDir(dir.clone());
     let port = free_port();
-    let mut worker = Reaped(
+    let mut worker = ChildGuard::adopt(
         Command::new(env!("CARGO_BIN_EXE_repoll"))
             .arg("worker")
             .env(
@@ -760,7 +721,7 @@ async fn a_worker_started_before_its_redis_waits_for_it() {
     );
     // The logs go to stdout: each line, as it comes, to a channel.
     let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
-    let stdout = worker.0.stdout.take().unwrap();
+    let stdout = worker.child_mut().stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if lines_tx.send(line).is_err() {
@@ -775,7 +736,7 @@ async fn a_worker_started_before_its_redis_waits_for_it() {
             .await
             .unwrap_or_else(|_| panic!("no retry logged (30 s hang guard):\n{seen}"));
         let Some(line) = line else {
-            let status = worker.0.wait().unwrap();
+            let status = worker.child_mut().wait().unwrap();
             panic!("the worker exited ({status}) while Redis was down:\n{seen}");
         };
         retried = line.contains("Redis not available yet; retrying");
@@ -783,7 +744,7 @@ async fn a_worker_started_before_its_redis_waits_for_it() {
         seen.push('\n');
     }
     assert!(
-        worker.0.try_wait().unwrap().is_none(),
+        worker.child_mut().try_wait().unwrap().is_none(),
         "the worker exited while Redis was down:\n{seen}"
     );
     let redis =

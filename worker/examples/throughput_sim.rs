@@ -5,9 +5,6 @@
 //! (`polls` = calls per task; with more than 1 the poll interval is 0 so the figure is the
 //! worker's, not the policy's.)
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -21,45 +18,15 @@ fn arg(i: usize, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A redis-server on a free port that dies with this process (a shell watchdog).
-fn spawn_redis() -> Result<u16, Box<dyn std::error::Error>> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let me = std::process::id();
-    // Deliberately detached: the watchdog shell stops redis and exits when this process does.
-    #[allow(clippy::zombie_processes)]
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no \
-             --loglevel warning & R=$!; \
-             while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
-             kill $R 2>/dev/null; wait $R"
-        ))
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut buf = [0u8; 7];
-            if s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() {
-                return Ok(port);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err("redis-server did not start".into())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tasks = arg(1, 5_000);
     let concurrency = arg(2, 64) as usize;
     let polls = arg(3, 1);
 
-    let redis_url = format!("redis://127.0.0.1:{}/", spawn_redis()?);
+    // The test kit's redis-server (free port, no persistence), killed when this ends.
+    let redis = testkit::RedisServer::start_with(testkit::RedisOptions::default())?;
+    let redis_url = redis.url();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let sim_addr = listener.local_addr()?;
     let sim_args = sim::SimArgs {

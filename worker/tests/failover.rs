@@ -12,213 +12,32 @@
 //! its caller asks again (here every query is asked once more after the failover). What is
 //! checked: every query ends done, each result is the answer to its own query, and the calls
 //! made again because of the failover are counted and printed. A redis-server that cannot
-//! start (after trying five free ports) or a `redis-cli --cluster create` that fails is a
+//! start (the test kit tries five free ports) or a `redis-cli --cluster create` that fails is a
 //! failure, with its output: these tests are never skipped.
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use queue::{Queue, QueueConfig};
 use sim::SimArgs;
+use testkit::cluster::{cluster_ok, node_conn};
+use testkit::wait_for;
 
 const QUEUE: &str = "failover";
 const QUERIES: usize = 2_000;
 /// Each key answers "processing" twice, then done: three calls a task without a failover.
 const CALLS_PER_TASK: u64 = 3;
 
-/// The cluster's redis-servers, killed however the test ends.
-struct Nodes {
-    children: Vec<(u16, Child)>,
-    dir: std::path::PathBuf,
-}
+/// The cluster's redis-servers (the test kit's), killed however the test ends.
+type Nodes = testkit::Cluster;
 
-impl Nodes {
-    /// Every node's URL, for a cluster client's seeds.
-    fn seeds(&self) -> Vec<String> {
-        self.children
-            .iter()
-            .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
-            .collect()
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A redis-server on a free port (no persistence, a directory of its own under `dir`, full
-/// syncs to replicas at once) with `extra` arguments, answering PING; its port. A port taken
-/// between choosing it and the server's bind is tried again with another; any other failure
-/// panics with the server's log.
-async fn start_node(dir: &std::path::Path, extra: &[&str]) -> (u16, Child) {
-    let mut last_log = String::new();
-    for _ in 0..5 {
-        let port = free_port();
-        let d = dir.join(port.to_string());
-        std::fs::create_dir_all(&d).expect("node directory");
-        let log = d.join("redis.log");
-        let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--loglevel", "warning"])
-            .args(["--repl-diskless-sync-delay", "0"])
-            .args(extra)
-            .arg("--dir")
-            .arg(&d)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&log).expect("node log"))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server (package redis-server) is needed to start the test's nodes");
-        let t0 = Instant::now();
-        loop {
-            if pong(port).await {
-                return (port, child);
-            }
-            if let Some(status) = child.try_wait().expect("redis-server status") {
-                last_log = std::fs::read_to_string(&log).unwrap_or_default();
-                assert!(
-                    last_log.contains("Address already in use"),
-                    "redis-server on :{port} exited ({status}):\n{last_log}"
-                );
-                break;
-            }
-            if t0.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "redis-server on :{port} did not answer PING within 10 s:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    panic!("redis-server found no free port in five tries:\n{last_log}");
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn pong(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
-        return false;
-    };
-    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
-        return false;
-    };
-    let reply: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut c).await;
-    reply.is_ok_and(|r| r == "PONG")
-}
-
-async fn node_conn(port: u16) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-async fn wait_for(what: &str, limit: Duration, mut ok: impl AsyncFnMut() -> bool) {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if ok().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{what} did not happen within {limit:?}");
-}
-
-async fn cluster_ok(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
-        return false;
-    };
-    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
-        return false;
-    };
-    let info: redis::RedisResult<String> =
-        redis::cmd("CLUSTER").arg("INFO").query_async(&mut c).await;
-    info.is_ok_and(|i| i.contains("cluster_state:ok"))
-}
-
-/// Three masters with a replica each, every replica in sync; panics (with the output) if
-/// the nodes or the cluster cannot be made.
+/// Three masters with a replica each, every replica in sync; a node taken for dead after 1 s,
+/// so a replica takes over quickly. Panics (with the output) if it cannot be made.
 async fn six_node_cluster() -> Nodes {
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("repoll-failover-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut nodes = Nodes {
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
-    // Cluster mode; a node taken for dead after 1 s, so a replica takes over quickly.
-    let cluster = [
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "1000",
-    ];
-    for _ in 0..6 {
-        let node = start_node(&dir, &cluster).await;
-        nodes.children.push(node);
-    }
-    let mut create = Command::new("redis-cli");
-    create.arg("--cluster").arg("create");
-    for (port, _) in &nodes.children {
-        create.arg(format!("127.0.0.1:{port}"));
-    }
-    let out = create
-        .args(["--cluster-replicas", "1", "--cluster-yes"])
-        .output()
-        .expect("redis-cli (package redis-tools) is needed to create the cluster");
-    assert!(
-        out.status.success(),
-        "redis-cli --cluster create failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for (port, _) in &nodes.children {
-        let p = *port;
-        wait_for("cluster_state:ok", Duration::from_secs(20), async || {
-            cluster_ok(p).await
-        })
-        .await;
-    }
-    // Every replica in sync with its master: a replica that never finished its first sync may
-    // not take over (its data would be too old), which is not what this test is about.
-    for (port, _) in &nodes.children {
-        let p = *port;
-        wait_for("replicas in sync", Duration::from_secs(20), async || {
-            let mut c = node_conn(p).await;
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut c)
-                .await
-                .unwrap_or_default();
-            info.contains("role:master") || info.contains("master_link_status:up")
-        })
-        .await;
-    }
-    nodes
+    testkit::Cluster::start(3, 1, 1_000).await
 }
 
 /// The master among `ports` that answers the slot of hash tag `tag` itself, if any.
@@ -249,8 +68,8 @@ async fn serving_master(ports: &[u16], tag: &str) -> Option<u16> {
 /// The port of the master that owns the slot of hash tag `tag` (it answers the tag's key
 /// itself).
 async fn owner_of(nodes: &Nodes, tag: &str) -> u16 {
-    for (port, _) in &nodes.children {
-        let mut c = node_conn(*port).await;
+    for port in nodes.ports() {
+        let mut c = node_conn(port).await;
         let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut c).await.unwrap();
         let is_master = matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master");
         let read: redis::RedisResult<Option<String>> = redis::cmd("GET")
@@ -258,7 +77,7 @@ async fn owner_of(nodes: &Nodes, tag: &str) -> u16 {
             .query_async(&mut c)
             .await;
         if is_master && read.is_ok() {
-            return *port;
+            return port;
         }
     }
     panic!("no master owns the queue's slot");
@@ -303,20 +122,13 @@ async fn three_workers(
 
 /// `kill -9` of the node on `port`.
 fn kill_master(nodes: &mut Nodes, port: u16) {
-    let (_, child) = nodes.children.iter_mut().find(|(p, _)| *p == port).unwrap();
-    child.kill().expect("kill -9 the master");
-    let _ = child.wait();
+    nodes.node_mut(port).kill();
 }
 
 /// Waits until a surviving master answers the slot of hash tag `tag` itself and the cluster is
 /// ok again (a replica took over from the killed `dead` one); the cluster's view if not in 30 s.
 async fn wait_promoted(nodes: &Nodes, dead: u16, tag: &str) {
-    let survivors: Vec<u16> = nodes
-        .children
-        .iter()
-        .map(|(p, _)| *p)
-        .filter(|p| *p != dead)
-        .collect();
+    let survivors: Vec<u16> = nodes.ports().into_iter().filter(|p| *p != dead).collect();
     let t0 = Instant::now();
     loop {
         if serving_master(&survivors, tag).await.is_some() && cluster_ok(survivors[0]).await {
@@ -455,17 +267,16 @@ async fn a_killed_master_loses_no_query_and_mixes_no_result() {
 /// outside the test suite.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_for_a_replica_after_an_enqueue_is_acknowledged_by_it() {
-    let dir = std::env::temp_dir().join(format!("repoll-wait-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut nodes = Nodes {
-        children: Vec::new(),
-        dir: dir.clone(),
-    };
-    let (primary, child) = start_node(&dir, &[]).await;
-    nodes.children.push((primary, child));
-    let primary_text = primary.to_string();
-    let (replica, child) = start_node(&dir, &["--replicaof", "127.0.0.1", &primary_text]).await;
-    nodes.children.push((replica, child));
+    // Full syncs to the replica at once (no diskless-sync delay), as on the cluster's nodes.
+    let no_sync_delay = testkit::RedisOptions::default().with_args("--repl-diskless-sync-delay 0");
+    let primary_node =
+        testkit::RedisServer::start_with(no_sync_delay.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let primary = primary_node.port;
+    let replica_node = testkit::RedisServer::start_with(
+        no_sync_delay.with_args(&format!("--replicaof 127.0.0.1 {primary}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let replica = replica_node.port;
     wait_for("the replica in sync", Duration::from_secs(20), async || {
         let mut c = node_conn(replica).await;
         let info: String = redis::cmd("INFO")
@@ -534,7 +345,7 @@ fn texts_from(prefix: &str, from: usize, n: usize) -> Vec<String> {
 /// Keys on each master of the cluster: (port, keys), masters only.
 async fn keys_per_master(nodes: &Nodes) -> Vec<(u16, u64)> {
     let mut out = Vec::new();
-    for (port, _) in &nodes.children {
+    for port in nodes.ports() {
         let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
             continue;
         };
@@ -548,7 +359,7 @@ async fn keys_per_master(nodes: &Nodes) -> Vec<(u16, u64)> {
             .unwrap_or_default();
         if info.contains("role:master") {
             let n: u64 = redis::cmd("DBSIZE").query_async(&mut c).await.unwrap_or(0);
-            out.push((*port, n));
+            out.push((port, n));
         }
     }
     out
@@ -732,12 +543,7 @@ async fn twelve_partitions_spread_over_three_masters_and_survive_a_killed_one() 
     // would not be what started it): each waits on the wake-up list of each of its
     // partitions, so the node now serving partition 0's four partitions holds 3 x 4 blocked
     // BLPOPs exactly when all three are idle.
-    let survivors: Vec<u16> = nodes
-        .children
-        .iter()
-        .map(|(p, _)| *p)
-        .filter(|p| *p != owner)
-        .collect();
+    let survivors: Vec<u16> = nodes.ports().into_iter().filter(|p| *p != owner).collect();
     let serving = serving_master(&survivors, &tag0[1..tag0.len() - 1])
         .await
         .expect("a master serves partition 0");

@@ -1,101 +1,35 @@
-//! Test helper: one private redis-server per test binary (never the shared one on 6379).
-//! It listens on a free port with no persistence, in a temp dir, and a small shell watchdog
-//! kills it when the test process exits. Tests share it and isolate themselves by using a
-//! distinct queue name (the `{name}` hash tag prefixes every key).
+//! Test helpers of the queue crate: one private redis-server per test binary (the test kit's,
+//! never the shared one on 6379) on a free port with no persistence, which stops when the
+//! test process exits. Tests share it and isolate themselves by using a distinct queue name
+//! (the `{name}` hash tag prefixes every key).
 #![allow(dead_code)]
 
 use queue::{EnqueuePolicy, ListState, Order, PurgeTarget, Queue, QueueConfig, Retry, WorkerInfo};
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub struct Server {
-    pub port: u16,
-}
+// Redis-time travel (expire a lease, bring a wait due, end a cool-down): its own file, so the
+// server's process tests use the same helpers (`#[path]`) without the rest of this module.
+mod clock;
+pub use clock::*;
 
-impl Server {
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
+/// A redis-server of the test kit (`port`, `url()`), killed when dropped.
+pub use testkit::RedisServer as Server;
 
-static SERVER: OnceLock<Server> = OnceLock::new();
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port")
-}
-
-fn ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-}
-
-/// Starts a redis-server that lives exactly as long as this process. Public so the benchmark
-/// example can reuse the same recipe.
-// The watchdog shell is deliberately never waited for: it outlives every test and ends (with
-// its redis-server) when this process exits, which is the point.
-#[allow(clippy::zombie_processes)]
+/// A private redis-server for one test (stopped when dropped).
 pub fn spawn_redis() -> Server {
-    spawn_redis_with("")
+    Server::start()
 }
 
 /// As [`spawn_redis`], with extra `redis-server` arguments (its working directory is a fresh
 /// temp dir, so relative file names such as a cluster config land there).
 pub fn spawn_redis_with(extra: &str) -> Server {
-    for _ in 0..5 {
-        if let Some(server) = spawn_redis_on(free_port(), extra) {
-            return server;
-        }
-    }
-    panic!("redis-server did not start");
+    Server::start_with(testkit::RedisOptions::default().with_args(extra))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// As [`spawn_redis_with`] on a given port (`None` when it did not answer within 5 s): a test
-/// restarts "the same" Redis, empty, where its clients will reconnect.
-#[allow(clippy::zombie_processes)]
-pub fn spawn_redis_on(port: u16, extra: &str) -> Option<Server> {
-    let dir = std::env::temp_dir().join(format!("repoll-queue-test-{}-{port}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let me = std::process::id();
-    let script = format!(
-        "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --dir '{dir}' \
-         --loglevel warning {extra} & R=$!; \
-         while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
-         kill $R 2>/dev/null; wait $R; rm -rf '{dir}'",
-        dir = dir.display()
-    );
-    Command::new("sh")
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn redis-server (is it installed?)");
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
-        if ping(port) {
-            return Some(Server { port });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    None
-}
-
+/// The redis-server shared by every test of this binary.
 pub fn server() -> &'static Server {
-    SERVER.get_or_init(spawn_redis)
+    testkit::redis::shared()
 }
 
 pub fn cfg(name: &str) -> QueueConfig {
@@ -103,6 +37,46 @@ pub fn cfg(name: &str) -> QueueConfig {
         name: name.to_string(),
         ..QueueConfig::default()
     }
+}
+
+/// The layouts every behavioural test runs on: an unpartitioned queue (P = 1) and a
+/// partitioned one (P = 3), whose tasks, leases and counts spread over three hash tags.
+pub const LAYOUTS: [u16; 2] = [1, 3];
+
+/// Runs `body` once per layout of [`LAYOUTS`], each on a queue of its own (`name` for
+/// P = 1, `name-p3` for P = 3: a queue's partition count is fixed when it is first connected).
+/// `body` gets the queue's config (name and partition count set) to connect with
+/// [`queue_with`] or adapt. A failure says which P failed, then fails the test.
+pub async fn on_each_layout(name: &str, body: impl AsyncFn(QueueConfig)) {
+    for p in LAYOUTS {
+        let conf = QueueConfig {
+            name: if p == 1 {
+                name.to_string()
+            } else {
+                format!("{name}-p{p}")
+            },
+            partitions: p,
+            ..QueueConfig::default()
+        };
+        let _says_which = LayoutOnPanic(p);
+        body(conf).await;
+    }
+}
+
+/// Names the layout of a failing body (a panic unwinds through it).
+struct LayoutOnPanic(u16);
+
+impl Drop for LayoutOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("^ failed on the queue of P = {} partitions", self.0);
+        }
+    }
+}
+
+/// The Redis key of the task hash of `id`, in the partition that holds it.
+pub fn task_key(q: &Queue, id: &str) -> String {
+    format!("{}:t:{id}", q.partition_tag(q.partition_of(id)))
 }
 
 pub async fn queue(name: &str) -> Queue {
@@ -122,14 +96,20 @@ pub async fn raw() -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-/// Every key (and its type+content digest) of one queue: used to prove "nothing written".
+/// Every key (and its type+content digest) of one queue, every partition's included: used to
+/// prove "nothing written".
 pub async fn snapshot(name: &str) -> Vec<(String, String)> {
     let mut c = raw().await;
-    let mut keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{{{name}}}*"))
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    // The queue's own tag and its partitions' (`{name#i}`, `{name#i.k}`).
+    let mut keys: Vec<String> = Vec::new();
+    for pattern in [format!("{{{name}}}*"), format!("{{{name}#*")] {
+        let found: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        keys.extend(found);
+    }
     // The partition count recorded when the queue was first connected (partition.rs) is
     // the connection's write, not an operation's.
     keys.retain(|k| *k != format!("{{{name}}}:meta"));
@@ -151,6 +131,13 @@ pub async fn snapshot(name: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Claims exactly one task for worker `w` with a lease of `lease` ms (panics otherwise).
+pub async fn claim_one(q: &Queue, w: &str, lease: u64) -> queue::Claimed {
+    let mut c = q.claim(w, 1, lease).await.unwrap();
+    assert_eq!(c.len(), 1, "expected one claim");
+    c.remove(0)
+}
+
 pub async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
@@ -170,87 +157,6 @@ pub async fn until_redis_time(q: &Queue, at_ms: i64) {
         );
         sleep_ms(u64::try_from(at_ms - now).unwrap().min(100)).await;
     }
-}
-
-/// Moves the lease of `id` one millisecond into the past (Redis time), as if its holder had
-/// died and its deadline had passed: what the reaper sees, by construction, without waiting
-/// for a short lease to run out (a short lease also runs out too early on a slow machine).
-/// Panics unless `id` holds a lease.
-pub async fn expire_lease(q: &Queue, id: &str) {
-    let tag = q.partition_tag(q.partition_of(id));
-    let past = q.now_ms().await.unwrap() - 1;
-    let mut c = q.connection();
-    let changed = rescore_member(&mut c, &format!("{tag}:lease"), id, past).await;
-    assert!(changed, "{id} holds no lease to expire");
-    let _: () = redis::cmd("HSET")
-        .arg(format!("{tag}:t:{id}"))
-        .arg("ld")
-        .arg(past)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-}
-
-/// Makes the waiting task `id` (a retry in backoff, or a poll due later) due one millisecond
-/// ago (Redis time), as if its wait had passed: the "after" half of a test with a long wait.
-/// Panics unless `id` waits in the due zset.
-pub async fn bring_due(q: &Queue, id: &str) {
-    let tag = q.partition_tag(q.partition_of(id));
-    let past = q.now_ms().await.unwrap() - 1;
-    let mut c = q.connection();
-    for (zset, must) in [("due", true), ("retry", false)] {
-        let changed = rescore_member(&mut c, &format!("{tag}:{zset}"), id, past).await;
-        assert!(changed || !must, "{id} does not wait in {tag}:{zset}");
-    }
-}
-
-/// Gives `member` of the sorted set `key` the score `score` if it is there (ZADD XX CH);
-/// true when it was there.
-async fn rescore_member(
-    c: &mut impl redis::aio::ConnectionLike,
-    key: &str,
-    member: &str,
-    score: i64,
-) -> bool {
-    let changed: i64 = redis::cmd("ZADD")
-        .arg(key)
-        .arg("XX")
-        .arg("CH")
-        .arg(score)
-        .arg(member)
-        .query_async(c)
-        .await
-        .unwrap();
-    changed == 1
-}
-
-/// Ends the cool-down of every open breaker of `q` now (its `to` one millisecond in the past,
-/// Redis time), so the next claim probes: a long cool-down for the "still open" half of a test
-/// and no wait for the "after" half. Returns how many partitions' breakers were open.
-pub async fn end_cooldown(q: &Queue) -> usize {
-    let past = q.now_ms().await.unwrap() - 1;
-    let mut c = q.connection();
-    let mut ended = 0;
-    for i in 0..q.partitions() {
-        let key = format!("{}:breaker", q.partition_tag(i));
-        let st: Option<String> = redis::cmd("HGET")
-            .arg(&key)
-            .arg("st")
-            .query_async(&mut c)
-            .await
-            .unwrap();
-        if st.as_deref() == Some("open") {
-            let _: () = redis::cmd("HSET")
-                .arg(&key)
-                .arg("to")
-                .arg(past)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            ended += 1;
-        }
-    }
-    ended
 }
 
 /// Runs every public operation of the queue once, each on a state where it acts (scripts,

@@ -3,6 +3,38 @@
 
 use server::managed_redis::ManagedRedis;
 
+pub mod admin;
+pub mod api;
+pub mod process;
+
+/// What the router answered a request: its status, headers, body text, and the body parsed
+/// as JSON (`Null` when it is not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: axum::http::HeaderMap,
+    pub body: String,
+    pub json: serde_json::Value,
+}
+
+/// Runs `req` through `router` in process (no socket) and reads the whole answer.
+pub async fn oneshot(router: &axum::Router, req: axum::http::Request<axum::body::Body>) -> Reply {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let res = router.clone().oneshot(req).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&bytes).into_owned();
+    let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+        json,
+    }
+}
+
 /// A private managed redis-server (free port, its own temp data dir, removed on drop).
 pub async fn start_redis() -> (ManagedRedis, tempdir::Dir) {
     let dir = tempdir::Dir::new();

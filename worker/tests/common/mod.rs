@@ -1,16 +1,11 @@
 //! Test helpers: a private redis-server per test binary, the simulator over real HTTP on
 //! 127.0.0.1:0, and small wrappers to run workers and read the witnesses.
 //!
-//! The redis-server listens on a free port with no persistence; a shell watchdog stops it
-//! when the test process exits (statics are never dropped). Tests share it and isolate
-//! themselves by queue name; a test that reads server-wide state starts its own
-//! ([`PrivateRedis`]).
+//! The redis-server is the test kit's shared one (a free port, no persistence, stopped when
+//! the test process exits). Tests share it and isolate themselves by queue name; a test that
+//! reads server-wide state starts its own ([`PrivateRedis`]).
 #![allow(dead_code)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use queue::{Queue, QueueConfig, Stats};
@@ -20,81 +15,29 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use worker::{PolicyArgs, Upstream, UpstreamArgs, Worker, WorkerArgs, WorkerReport};
 
-static REDIS_PORT: OnceLock<u16> = OnceLock::new();
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-fn pong(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut buf = [0u8; 7];
-    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-}
-
-/// Starts a redis-server on a free port that dies with this process (a shell watchdog stops
-/// it when the test process exits, however it exits); its port. A port taken between choosing
-/// it and the server's bind is tried again with another.
-fn start_redis_server() -> u16 {
-    for _ in 0..5 {
-        let port = free_port();
-        let me = std::process::id();
-        let watchdog = format!(
-            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no \
-             --loglevel warning & R=$!; \
-             while kill -0 {me} 2>/dev/null && kill -0 $R 2>/dev/null; do sleep 0.2; done; \
-             kill $R 2>/dev/null; wait $R"
-        );
-        // Deliberately detached: the watchdog shell stops redis and exits when this process does.
-        #[allow(clippy::zombie_processes)]
-        Command::new("sh")
-            .arg("-c")
-            .arg(watchdog)
-            .current_dir(std::env::temp_dir())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server");
-        let t0 = Instant::now();
-        while t0.elapsed() < Duration::from_secs(5) {
-            if pong(port) {
-                return port;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!("redis-server did not start");
-}
-
-/// Starts (once per process) a redis-server that dies with this process; returns its URL.
+/// The redis-server shared by this test binary (the test kit's); its URL.
 pub fn redis_url() -> String {
-    let port = *REDIS_PORT.get_or_init(start_redis_server);
-    format!("redis://127.0.0.1:{port}/")
+    testkit::redis::shared().url()
 }
 
 /// A redis-server of one test's own, for a test that reads server-wide state (`CLIENT LIST`)
-/// which the other tests of the binary would blur. Shut down when dropped (and, like the
-/// shared one, when the process exits).
+/// which the other tests of the binary would blur. Killed when dropped.
 pub struct PrivateRedis {
     pub port: u16,
+    server: testkit::RedisServer,
 }
 
 impl PrivateRedis {
     pub fn start() -> PrivateRedis {
+        let server = testkit::RedisServer::start();
         PrivateRedis {
-            port: start_redis_server(),
+            port: server.port,
+            server,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        self.server.url()
     }
 
     /// A full-history queue (as [`queue`]) on this server.
@@ -152,17 +95,6 @@ impl PrivateRedis {
                 "{blocked} clients blocked in BLPOP after {limit:?}, {n} expected:\n{clients}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        // SHUTDOWN NOSAVE; the watchdog shell then sees the server gone and exits.
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-            let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-            let _ = s.write_all(b"SHUTDOWN NOSAVE\r\n");
-            let _ = s.read(&mut [0u8; 64]);
         }
     }
 }

@@ -1,0 +1,769 @@
+//! The admin pages and actions through the real router against a private redis-server: the
+//! nonce policy, counts, actions and their audit, bulk actions, hostile text, the breaker
+//! banner, named upstreams and tenants. (Render times with many tasks are measured by
+//! `scripts/bench-pages --tasks N`, not here.)
+
+mod common;
+use common::admin::*;
+
+use std::time::{Duration, Instant};
+
+use app::pages::admin::{
+    actions::Act,
+    bulk::{BulkAct, BulkPreview},
+    overview::Overview,
+    task::ReadTask,
+    tasks::ListTasks,
+};
+
+#[tokio::test]
+async fn pages_carry_a_nonce_policy_and_their_scripts_the_same_nonce() {
+    let env = start().await;
+    let r = get_page(&env.router, "/admin/login", None, [10, 0, 0, 14]).await;
+    assert_eq!(r.status, 200);
+    let csp = r.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let nonce = csp
+        .split("'nonce-")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no nonce in {csp}"));
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(r.headers["x-frame-options"], "DENY");
+    assert_eq!(r.headers["x-content-type-options"], "nosniff");
+    assert!(r.headers.contains_key("referrer-policy"));
+    // Every script tag of the page carries this response's nonce (else the browser would
+    // refuse to hydrate it).
+    let scripts = r.body.matches("<script").count();
+    assert!(scripts > 0, "{}", r.body);
+    assert_eq!(
+        r.body.matches(&format!("nonce=\"{nonce}\"")).count(),
+        scripts,
+        "{}",
+        r.body
+    );
+    // A second response has another nonce.
+    let again = get_page(&env.router, "/admin/login", None, [10, 0, 0, 14]).await;
+    assert!(!again.headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .contains(nonce));
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn admin_actions_work_and_are_audited() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "dead four").await;
+    let (leased, token) = leased_task(q, "held four").await;
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 7])
+        .await
+        .expect("admin signs in");
+    let act = |fields: Vec<(&'static str, String)>| {
+        let cookie = cookie.clone();
+        async move {
+            let f: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            call::<Act>(r, &f, Some(&cookie), &[]).await
+        }
+    };
+
+    // A purge needs the typed name.
+    let reply = act(vec![
+        ("op", "purge".into()),
+        ("id", "dead".into()),
+        ("confirm", "deaf".into()),
+    ])
+    .await;
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert_eq!(q.stats().await.unwrap().dead, 1);
+    // Bad ids and unknown ops are refused without a panic.
+    assert_eq!(
+        act(vec![("op", "retry".into()), ("id", "../../x".into())])
+            .await
+            .status,
+        400
+    );
+    assert_eq!(act(vec![("op", "explode".into())]).await.status, 400);
+
+    let reply = act(vec![
+        ("op", "release".into()),
+        ("id", leased.to_string()),
+        ("token", token.to_string()),
+    ])
+    .await;
+    assert_eq!(reply.body, "\"released 1 lease\"");
+    let reply = act(vec![("op", "retry".into()), ("id", dead.to_string())]).await;
+    assert!(reply.body.contains("retried task"), "{}", reply.body);
+    let reply = act(vec![("op", "pause".into())]).await;
+    assert_eq!(reply.status, 200);
+    assert!(q.stats().await.unwrap().paused);
+    act(vec![("op", "resume".into())]).await;
+    assert!(!q.stats().await.unwrap().paused);
+
+    let overview = call::<Overview>(r, &[], Some(&cookie), &[]).await;
+    for action in ["release", "retry", "pause", "resume"] {
+        assert!(
+            overview.body.contains(&format!("\"action\":\"{action}\"")),
+            "{}",
+            overview.body
+        );
+    }
+    let detail = call::<ReadTask>(r, &[("id", &dead)], Some(&cookie), &[]).await;
+    assert!(
+        detail.body.contains("admin"),
+        "history names who retried: {}",
+        detail.body
+    );
+    env.redis.stop().await;
+}
+
+/// The dashboard's pages say how many tasks are ready: the overview's count, the task list's
+/// tab and the ready list's tab. (Render times with many tasks are read by
+/// `scripts/bench-pages --tasks N`, never asserted here.)
+#[tokio::test]
+async fn the_dashboard_pages_show_the_ready_count() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let n = 37;
+    let policy = queue::EnqueuePolicy::default();
+    for i in 0..n {
+        q.enqueue(&format!("counted task {i}"), "", &policy)
+            .await
+            .unwrap();
+    }
+    assert_eq!(q.stats().await.unwrap().ready, n);
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 9])
+        .await
+        .expect("signed in");
+    let overview = get_page(r, "/admin", Some(&cookie), [10, 0, 0, 9]).await;
+    assert_eq!(overview.status, 200);
+    assert_eq!(testid_text(&overview.body, "count-ready"), n.to_string());
+    for page in ["/admin/tasks", "/admin/tasks?state=ready"] {
+        let reply = get_page(r, page, Some(&cookie), [10, 0, 0, 9]).await;
+        assert_eq!(reply.status, 200, "{page}");
+        assert_eq!(
+            testid_text(&reply.body, "tab-count-ready"),
+            n.to_string(),
+            "{page}"
+        );
+    }
+    env.redis.stop().await;
+}
+
+/// Bulk actions by filter through their server functions: a viewer may count but not act;
+/// the admin's run works in the background and ends in one audit entry with the filter and
+/// the count; more matching tasks than the confirmed count refuse the start.
+#[tokio::test]
+async fn bulk_actions_need_the_admin_and_end_in_one_audit_entry() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    for n in ["one", "two", "three"] {
+        dead_task(q, &format!("bulk {n}")).await;
+    }
+    let other = dead_task(q, "elsewhere").await;
+    let viewer = sign_in(r, VIEWER_PW, [10, 0, 0, 40]).await.ok().unwrap();
+    let admin = sign_in(r, ADMIN_PW, [10, 0, 0, 41]).await.ok().unwrap();
+    let filter = [("filter[state]", "dead"), ("filter[query]", "BULK ")];
+    let preview = call::<BulkPreview>(r, &filter, Some(&viewer), &[]).await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(preview.body.contains("\"matched\":3"), "{}", preview.body);
+    assert!(preview.body.contains("\"limit\":10000"), "{}", preview.body);
+
+    let mut start = vec![("op", "retry"), ("confirmed", "3")];
+    start.extend(filter);
+    let refused = call::<BulkAct>(r, &start, Some(&viewer), &[]).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let mut grew = vec![("op", "retry"), ("confirmed", "2")];
+    grew.extend(filter);
+    let refused = call::<BulkAct>(r, &grew, Some(&admin), &[]).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(q.stats().await.unwrap().dead, 4, "nothing changed yet");
+
+    let started = call::<BulkAct>(r, &start, Some(&admin), &[]).await;
+    assert_eq!(started.body, "\"started: retry 3 tasks\"");
+    // The run is the server's: wait for its end (a 60 s hang guard, not a timing).
+    let mut end = None;
+    let guard = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < guard {
+        match q.bulk_progress().await.unwrap() {
+            Some(p) if !p.running() => {
+                end = Some(p);
+                break;
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+    let end = end.expect("the run ended");
+    assert_eq!((end.state.as_str(), end.changed), ("finished", 3));
+    assert_eq!(q.stats().await.unwrap().dead, 1);
+    assert_eq!(
+        q.get(&other).await.unwrap().unwrap().task.unwrap().state,
+        queue::TaskState::Dead
+    );
+    // One audit entry, written when the run ended (after the answer): wait for it too.
+    let mut overview = String::new();
+    let guard = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < guard {
+        overview = call::<Overview>(r, &[], Some(&admin), &[]).await.body;
+        if overview.contains("bulk retry") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        overview.matches("\"action\":\"bulk retry\"").count(),
+        1,
+        "{overview}"
+    );
+    assert!(
+        overview.contains("dead, query contains \\\"BULK\\\""),
+        "{overview}"
+    );
+    assert!(overview.contains("\"count\":3"), "{overview}");
+    env.redis.stop().await;
+}
+
+/// Upstream text (the query itself, partial data, the result, the last error) is shown on
+/// the admin pages as text: a tag in it is escaped, never markup.
+#[tokio::test]
+async fn hostile_upstream_text_is_inert_on_every_admin_page() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let tag = |n: u8| format!("<img src=x onerror=alert({n})>");
+    // Waiting for its next poll, with hostile partial data and a hostile query.
+    q.enqueue(&tag(1), "", &Default::default()).await.unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    let partial = serde_json::json!({ "note": tag(2) }).to_string();
+    q.reschedule(&c.id, c.token, 600_000, Some(&partial), 5)
+        .await
+        .unwrap();
+    let waiting = c.id;
+    // Finished with a hostile result.
+    q.enqueue("hostile result", "", &Default::default())
+        .await
+        .unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    let result = serde_json::json!({ "rows": [tag(3)] }).to_string();
+    q.complete(&c.id, c.token, &result, 5).await.unwrap();
+    let done = c.id;
+    // Dead with a hostile last error.
+    q.enqueue("hostile error", "", &Default::default())
+        .await
+        .unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    q.fail(&c.id, c.token, &tag(4), queue::Retry::Dead, 5)
+        .await
+        .unwrap();
+    let dead = c.id;
+
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 31]).await.ok().unwrap();
+    let mut seen = 0;
+    let mut bodies = String::new();
+    for path in [
+        "/admin".to_string(),
+        "/admin/tasks".to_string(),
+        "/admin/tasks?state=waiting".to_string(),
+        "/admin/tasks?state=dead".to_string(),
+        "/admin/tasks?state=results".to_string(),
+        "/admin/tasks?search=img".to_string(),
+        "/admin/leases".to_string(),
+        "/admin/upstreams".to_string(),
+        // The filter's own text is echoed as text too.
+        "/admin/bulk?state=dead&error=%3Cimg%20src%3Dx%20onerror%3Dalert(5)%3E".to_string(),
+        format!("/admin/tasks/{waiting}"),
+        format!("/admin/tasks/{done}"),
+        format!("/admin/tasks/{dead}"),
+    ] {
+        let page = get_page(r, &path, Some(&cookie), [10, 0, 0, 31]).await;
+        assert_eq!(page.status, 200, "{path}");
+        assert!(
+            !page.body.contains("<img src=x"),
+            "{path} renders upstream text as markup"
+        );
+        seen += page.body.matches("&lt;img src=x onerror=alert(").count();
+        bodies.push_str(&page.body);
+    }
+    // Not vacuous: the hostile texts are on the pages, escaped (query, partial, result, error).
+    for n in 1..=5 {
+        assert!(
+            bodies.contains(&format!("onerror=alert({n})")),
+            "text {n} is shown somewhere"
+        );
+    }
+    assert!(seen >= 3, "escaped tags seen: {seen}");
+    env.redis.stop().await;
+}
+
+/// Priorities on the dashboard: the overview counts ready background work, the task list marks
+/// it, and the task page names the priority.
+#[tokio::test]
+async fn the_dashboard_counts_and_marks_background_work() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let bg = queue::EnqueuePolicy {
+        priority: queue::Priority::Background,
+        ..Default::default()
+    };
+    for i in 0..2 {
+        q.enqueue(&format!("refresh popular {i}"), "", &bg)
+            .await
+            .unwrap();
+    }
+    q.enqueue("a person waits", "", &Default::default())
+        .await
+        .unwrap();
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 12])
+        .await
+        .expect("signed in");
+    let overview = get_page(r, "/admin", Some(&cookie), [10, 0, 0, 12]).await;
+    assert_eq!(overview.status, 200);
+    assert!(
+        overview
+            .body
+            .contains("2 of the ready tasks are background work"),
+        "{}",
+        overview.body
+    );
+    let list = get_page(r, "/admin/tasks?state=ready", Some(&cookie), [10, 0, 0, 12]).await;
+    assert_eq!(list.status, 200);
+    assert_eq!(
+        list.body
+            .matches("data-testid=\"badge-background\"")
+            .count(),
+        2
+    );
+    let id = queue::TaskId::of_query("refresh popular 0");
+    let page = get_page(
+        r,
+        &format!("/admin/tasks/{id}"),
+        Some(&cookie),
+        [10, 0, 0, 12],
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    let at = page.body.find("field-priority").expect("a priority field");
+    let field: String = page.body[at..].chars().take(200).collect();
+    assert!(field.contains("background"), "{field}");
+    env.redis.stop().await;
+}
+
+/// The overview shows an open breaker with its cause and offers to close it; an admin opens
+/// it for a planned maintenance and closes it again, both audited; the banner goes with it.
+#[tokio::test]
+async fn the_breaker_banner_and_its_actions() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let ip = [10, 0, 0, 13];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.expect("signed in");
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("breaker-banner"), "closed: no banner");
+    assert!(page.body.contains("data-testid=\"open-breaker\""));
+
+    let reply = call::<Act>(r, &[("op", "open_breaker")], Some(&cookie), &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("breaker open"), "{}", reply.body);
+    let b = q.breaker().await.unwrap().expect("open");
+    assert_eq!(b.state, queue::BreakerState::Open);
+    assert_eq!(b.by, "admin");
+    let minutes = (b.until_ms - b.since_ms) / 60_000;
+    assert_eq!(minutes, 15, "{b:?}");
+    // Claims take nothing while it is open.
+    q.enqueue("waits for the breaker", "", &Default::default())
+        .await
+        .unwrap();
+    assert!(q.claim("w", 1, 10_000).await.unwrap().is_empty());
+
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert!(
+        page.body.contains("data-testid=\"breaker-banner\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("Upstream circuit breaker open"));
+    assert!(page.body.contains("opened by hand"));
+    assert!(page.body.contains("data-testid=\"close-breaker\""));
+
+    let reply = call::<Act>(r, &[("op", "close_breaker")], Some(&cookie), &[]).await;
+    assert_eq!(reply.body, "\"breaker closed: claims resume\"");
+    assert!(q.breaker().await.unwrap().is_none());
+    assert_eq!(q.claim("w", 1, 10_000).await.unwrap().len(), 1);
+    let reply = call::<Act>(r, &[("op", "close_breaker")], Some(&cookie), &[]).await;
+    assert_eq!(reply.body, "\"the breaker was already closed\"");
+    let page = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert!(!page.body.contains("breaker-banner"));
+
+    let audit = q.audit_log(10).await.unwrap();
+    let actions: Vec<&str> = audit.iter().map(|a| a.action.as_str()).collect();
+    assert!(actions.contains(&"open_breaker"), "{actions:?}");
+    assert!(actions.contains(&"close_breaker"), "{actions:?}");
+    env.redis.stop().await;
+}
+
+/// The Upstreams page lists the default upstream and the named one, each with its own
+/// breaker; opening one upstream's breaker leaves the other closed, is audited with the
+/// upstream's name, and an unknown upstream is refused.
+#[tokio::test]
+async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
+    let env = start().await;
+    let (r, q, search) = (&env.router, &env.queue, &env.search);
+    let ip = [10, 0, 0, 14];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.expect("signed in");
+    search
+        .enqueue("find things", "", &Default::default())
+        .await
+        .unwrap();
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("data-testid=\"upstream-default\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("data-testid=\"upstream-search\""));
+    assert!(page.body.contains("admintest.search"));
+    assert!(page.body.contains("3 partitions"), "{}", page.body);
+    assert!(page.body.contains("20/s (burst 5)"), "{}", page.body);
+
+    let reply = act_as(r, &cookie, &[("op", "open_breaker"), ("id", "search")]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(search.breaker().await.unwrap().is_some(), "search is open");
+    assert!(q.breaker().await.unwrap().is_none(), "default stays closed");
+    assert!(search.claim("w", 1, 10_000).await.unwrap().is_empty());
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    let row = page
+        .body
+        .split("data-testid=\"upstream-search\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        row.contains("open") && row.contains("opened by hand"),
+        "{row}"
+    );
+    let audit = q.audit_log(5).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.action == "open_breaker" && a.target == "breaker:search"),
+        "{audit:?}"
+    );
+    let unknown = act_as(r, &cookie, &[("op", "open_breaker"), ("id", "nope")]).await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert!(
+        unknown.body.contains("known: default, search"),
+        "{}",
+        unknown.body
+    );
+    let reply = act_as(r, &cookie, &[("op", "close_breaker"), ("id", "search")]).await;
+    assert_eq!(reply.body, "\"breaker closed: claims resume\"");
+    assert_eq!(search.claim("w", 1, 10_000).await.unwrap().len(), 1);
+
+    // One API paused while the other flows.
+    let reply = act_as(r, &cookie, &[("op", "pause"), ("id", "search")]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(search.stats().await.unwrap().paused);
+    assert!(
+        !q.stats().await.unwrap().paused,
+        "the default upstream flows"
+    );
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    let row = page
+        .body
+        .split("data-testid=\"upstream-search\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        row.contains("upstream-paused") && row.contains("resume-upstream"),
+        "{row}"
+    );
+    act_as(r, &cookie, &[("op", "resume"), ("id", "search")]).await;
+    assert!(!search.stats().await.unwrap().paused);
+    let audit = q.audit_log(10).await.unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|a| a.action == "pause" && a.target == "queue:search"),
+        "{audit:?}"
+    );
+    env.redis.stop().await;
+}
+
+/// With a named upstream, the task list shows one upstream at a time with the others one click
+/// away, keeps it in its links, and a task page and its actions find the task in its own
+/// upstream's queue.
+#[tokio::test]
+async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
+    let env = start().await;
+    let (r, q, search) = (&env.router, &env.queue, &env.search);
+    let ip = [10, 0, 0, 15];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.expect("signed in");
+    let id = match search
+        .enqueue("needle in search", "", &Default::default())
+        .await
+        .unwrap()
+    {
+        queue::Enqueued::Created(t) => t.id,
+        other => panic!("{other:?}"),
+    };
+    q.enqueue("hay in default", "", &Default::default())
+        .await
+        .unwrap();
+
+    let default_list = get_page(r, "/admin/tasks?state=ready", Some(&cookie), ip).await;
+    assert_eq!(default_list.status, 200);
+    assert!(
+        !default_list.body.contains(id.as_str()),
+        "not in the default list"
+    );
+    assert!(default_list.body.contains("data-testid=\"upstream-tabs\""));
+    let list = get_page(
+        r,
+        "/admin/tasks?state=ready&upstream=search",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains(&id.as_str()[..12]), "{}", list.body);
+    assert!(
+        list.body.contains("state=dead&amp;upstream=search"),
+        "tabs keep the upstream: {}",
+        list.body
+    );
+    let unknown = call::<ListTasks>(
+        r,
+        &[("state", "ready"), ("upstream", "nope")],
+        Some(&cookie),
+        &[],
+    )
+    .await;
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+
+    let page = get_page(r, &format!("/admin/tasks/{id}"), Some(&cookie), ip).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("needle in search"), "{}", page.body);
+    let field = page
+        .body
+        .split("data-testid=\"field-upstream\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        field.starts_with(">search<"),
+        "{}",
+        &field[..40.min(field.len())]
+    );
+
+    // A query page asks whether its own upstream is paused.
+    search.pause("ops").await.unwrap();
+    let hay = q.task_id("hay in default");
+    let asks = |task: String| async move {
+        call::<app::pages::ServicePaused>(r, &[("id", task.as_str())], None, &[])
+            .await
+            .body
+    };
+    assert_eq!(asks(id.to_string()).await, "true");
+    assert_eq!(asks(hay.to_string()).await, "false");
+    search.resume("ops").await.unwrap();
+
+    let reply = act_as(r, &cookie, &[("op", "cancel"), ("id", id.as_str())]).await;
+    assert!(reply.body.contains("cancelled task"), "{}", reply.body);
+    assert_eq!(search.stats().await.unwrap().ready, 0);
+    assert_eq!(
+        q.stats().await.unwrap().ready,
+        1,
+        "the default upstream's task stays"
+    );
+    env.redis.stop().await;
+}
+
+/// The overview shows one upstream at a time: a named one's counts and workers, without the
+/// default upstream's queue-wide actions (its own are on the Upstreams page).
+#[tokio::test]
+async fn the_overview_of_a_named_upstream_shows_its_own_counts() {
+    let env = start().await;
+    let (r, search) = (&env.router, &env.search);
+    let ip = [10, 0, 0, 16];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.expect("signed in");
+    for i in 0..3 {
+        search
+            .enqueue(&format!("search {i}"), "", &Default::default())
+            .await
+            .unwrap();
+    }
+    let default = get_page(r, "/admin", Some(&cookie), ip).await;
+    assert_eq!(default.status, 200);
+    assert!(default.body.contains("data-testid=\"overview-upstreams\""));
+    assert!(default.body.contains("data-testid=\"queue-actions\""));
+    let named = get_page(r, "/admin?upstream=search", Some(&cookie), ip).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    assert!(
+        !named.body.contains("data-testid=\"queue-actions\""),
+        "{}",
+        named.body
+    );
+    let ready = named
+        .body
+        .split("data-testid=\"count-ready\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        ready[..60.min(ready.len())].contains(r#"class="n">3</span>"#),
+        "{}",
+        &ready[..60.min(ready.len())]
+    );
+    assert!(
+        named.body.contains("window=24h&amp;upstream=search"),
+        "window links keep it"
+    );
+    env.redis.stop().await;
+}
+
+/// Tenants seen by the operator: the Upstreams page lists each upstream's busiest tenants
+/// (ready, in flight) with links to their tasks; the task search takes `tenant:`; bulk actions
+/// select by upstream and tenant; the stuck-leases page reads every upstream's leases.
+#[tokio::test]
+async fn tenants_are_counted_searched_and_selected_per_upstream() {
+    let env = start().await;
+    let (r, search) = (&env.router, &env.search);
+    let ip = [10, 0, 0, 15];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.expect("signed in");
+    let of = |t: &str| queue::EnqueuePolicy {
+        tenant: t.to_string(),
+        ..Default::default()
+    };
+    for i in 0..3 {
+        search
+            .enqueue(&format!("acme job {i}"), "", &of("acme"))
+            .await
+            .unwrap();
+    }
+    search
+        .enqueue("beta job", "", &of("beta.corp"))
+        .await
+        .unwrap();
+    // One of them leased (by a worker that then stops renewing).
+    let leased = search.claim("w-gone", 1, 1).await.unwrap();
+    assert_eq!(leased.len(), 1);
+
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let row = page
+        .body
+        .split("data-testid=\"upstream-search\"")
+        .nth(1)
+        .unwrap();
+    let cell = row
+        .split("data-testid=\"upstream-tenants\"")
+        .nth(1)
+        .unwrap();
+    assert!(cell.contains("data-testid=\"tenant-acme\""), "{cell}");
+    assert!(cell.contains("data-testid=\"tenant-beta.corp\""), "{cell}");
+    assert!(
+        cell.contains("/admin/tasks?q=tenant%3Aacme&amp;upstream=search"),
+        "{cell}"
+    );
+
+    let list = get_page(
+        r,
+        "/admin/tasks?q=tenant%3Aacme&upstream=search",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert_eq!(list.status, 200, "{}", list.body);
+    assert!(list.body.contains("acme job"), "{}", list.body);
+    assert!(!list.body.contains("beta job"), "{}", list.body);
+    let bad = get_page(r, "/admin/tasks?q=tenant%3Aa%7Cb", Some(&cookie), ip).await;
+    assert!(bad.body.contains("is not a tenant name"), "{}", bad.body);
+
+    let bulk = get_page(
+        r,
+        "/admin/bulk?state=ready&upstream=search&tenant=beta.corp",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert_eq!(bulk.status, 200, "{}", bulk.body);
+    assert!(bulk.body.contains("data-count=\"1\""), "{}", bulk.body);
+    let unknown = get_page(
+        r,
+        "/admin/bulk?state=ready&upstream=nope",
+        Some(&cookie),
+        ip,
+    )
+    .await;
+    assert!(
+        unknown.body.contains("known: default, search"),
+        "{}",
+        unknown.body
+    );
+
+    // The 1 ms lease is past its deadline by Redis's clock: wait for the page to list it
+    // (a 60 s hang guard) instead of sleeping.
+    let listed = format!("data-id=\"{}\"", leased[0].id);
+    let guard = Instant::now() + Duration::from_secs(60);
+    let leases = loop {
+        let leases = get_page(r, "/admin/leases", Some(&cookie), ip).await;
+        assert_eq!(leases.status, 200, "{}", leases.body);
+        if leases.body.contains(&listed) || Instant::now() > guard {
+            break leases;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(leases.body.contains(&listed), "{}", leases.body);
+    let reply = act_as(r, &cookie, &[("op", "release_stuck"), ("id", "")]).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains("released 1 lease"), "{}", reply.body);
+    assert_eq!(search.stats().await.unwrap().leased, 0);
+}
+
+/// The ready list pages through all of its places (due now, the tenants' fair queue, the two
+/// ready lists): every ready task is listed once, following "Next page" from the first page.
+#[tokio::test]
+async fn the_ready_list_pages_through_tenants_and_lists() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let ip = [10, 0, 0, 16];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.expect("signed in");
+    let mut ids = std::collections::BTreeSet::new();
+    for i in 0..70 {
+        let tenant = if i % 2 == 0 { "pager" } else { "" };
+        let p = queue::EnqueuePolicy {
+            tenant: tenant.to_string(),
+            ..Default::default()
+        };
+        match q.enqueue(&format!("page me {i}"), "", &p).await.unwrap() {
+            queue::Enqueued::Created(t) => ids.insert(t.id.to_string()),
+            other => panic!("{other:?}"),
+        };
+    }
+    let mut seen = Vec::new();
+    let mut path = "/admin/tasks?state=ready".to_string();
+    for _ in 0..10 {
+        let page = get_page(r, &path, Some(&cookie), ip).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        for part in page.body.split("href=\"/admin/tasks/").skip(1) {
+            let id: String = part.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
+            if id.len() == 32 {
+                seen.push(id);
+            }
+        }
+        let Some(next) = page
+            .body
+            .split("data-testid=\"next-page\"")
+            .next()
+            .filter(|_| page.body.contains("data-testid=\"next-page\""))
+            .and_then(|before| before.rsplit("href=\"").next())
+            .map(|h| h.split('"').next().unwrap().replace("&amp;", "&"))
+        else {
+            break;
+        };
+        path = next;
+    }
+    let listed: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+    assert_eq!(listed.len(), seen.len(), "a task listed twice");
+    assert_eq!(listed, ids, "every ready task, once");
+}
