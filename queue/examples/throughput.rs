@@ -138,7 +138,7 @@ fn redis_cost(d: &Snap, tasks: usize) -> String {
 fn by_command(d: &Snap, tasks: usize) -> String {
     let t = tasks.max(1) as f64;
     let mut rows: Vec<_> = d.by_cmd.iter().collect();
-    rows.sort_by(|a, b| b.1 .1.cmp(&a.1 .1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1 .1));
     rows.iter()
         .map(|(name, (c, u))| format!("{name} {:.2}x {:.1}us", *c as f64 / t, *u as f64 / t))
         .collect::<Vec<_>>()

@@ -64,8 +64,8 @@ pub(crate) mod read;
 mod repartition;
 pub mod scripts;
 mod sessions;
-mod slot;
 mod signin;
+mod slot;
 mod wake;
 mod worker_ops;
 

@@ -182,13 +182,14 @@ async fn libraries_on(node: &Server) -> Vec<String> {
 
 #[tokio::test]
 async fn the_library_is_loaded_on_every_primary_and_heals_after_a_flush() {
-    let nodes = three_node_cluster().await;
-    let seeds: Vec<String> = nodes.iter().map(|n| n.url()).collect();
+    let cluster = testkit::Cluster::start(3, 0, 15_000).await;
+    let nodes = &cluster.nodes;
+    let seeds = cluster.seeds();
     let q = Queue::connect_cluster(&seeds, cfg("clfn"))
         .await
         .expect("connect through the cluster");
     let lib = queue::scripts::LIBRARY.name.clone();
-    for n in &nodes {
+    for n in nodes {
         assert_eq!(libraries_on(n).await, vec![lib.clone()], "node {}", n.port);
     }
     // A second process connects: every primary answers "already exists", which is success.
@@ -198,7 +199,7 @@ async fn the_library_is_loaded_on_every_primary_and_heals_after_a_flush() {
 
     // The nodes lose the library (as a primary promoted from a replica that missed the load
     // would lack it): the next single call and the next pipeline load it again.
-    for n in &nodes {
+    for n in nodes {
         let () = redis::cmd("FUNCTION")
             .arg("FLUSH")
             .query_async(&mut node_conn(n).await)
@@ -208,10 +209,10 @@ async fn the_library_is_loaded_on_every_primary_and_heals_after_a_flush() {
     q.enqueue("after the flush", "p", &EnqueuePolicy::default())
         .await
         .expect("a single call heals");
-    for n in &nodes {
+    for n in nodes {
         assert_eq!(libraries_on(n).await, vec![lib.clone()], "node {}", n.port);
     }
-    for n in &nodes {
+    for n in nodes {
         let () = redis::cmd("FUNCTION")
             .arg("FLUSH")
             .query_async(&mut node_conn(n).await)
