@@ -225,17 +225,15 @@ function monitorRedis() {
   };
 }
 
-/** Claim attempts in `lines` after the first script call that names `key` (the enqueue). A
- * claim attempt is the claim path's first script call, which answers nothing while paused:
- * claim.lua (sixteen KEYS, the ready list first; the first layout's peek_due.lua, with the due zset
- * and the pause flag, is matched too). If the claim path's signature changes again, the
- * caller's poll fails loudly, never passes. */
+/** Claim attempts in `lines` after the first function call that names `key` (the enqueue). A
+ * claim attempt is the claim path's first call, which answers nothing while paused: the Lua
+ * library's `claim` function (`repoll_<hash8>_claim`, sixteen KEYS, the ready list first). If
+ * the claim path's signature changes again, the caller's poll fails loudly, never passes. */
 function claimAttemptsAfter(lines: string[], key: string): number {
-  const from = lines.findIndex((l) => /"eval(sha)?"/i.test(l) && l.includes(`"${key}"`));
+  const from = lines.findIndex((l) => /"fcall"/i.test(l) && l.includes(`"${key}"`));
   if (from < 0) return 0;
-  const peek = /"evalsha" "[0-9a-f]{40}" "2" "\{repoll\}:due" "\{repoll\}:paused"/i;
-  const claim = /"evalsha" "[0-9a-f]{40}" "16" "\{repoll\}:ready"/i;
-  return lines.slice(from + 1).filter((l) => peek.test(l) || claim.test(l)).length;
+  const claim = /"fcall" "repoll_[0-9a-f]{8}_claim" "16" "\{repoll\}:ready"/i;
+  return lines.slice(from + 1).filter((l) => claim.test(l)).length;
 }
 
 test("pause stops claims, resume restarts them", async ({ page, request }) => {
