@@ -106,106 +106,118 @@ impl Http {
     }
 }
 
-/// [`Http`] for tests without an async runtime.
-pub struct BlockingHttp {
-    pub base: String,
-    pub client: reqwest::blocking::Client,
-}
+// Behind the `blocking` feature: reqwest's blocking client is for the server's process tests
+// only. The chaos tool links this crate into the release build beside `repoll`; with the
+// feature on there, reqwest would be built with other features than `repoll` alone gets, and
+// `scripts/run` would rebuild the server after CI's release build.
+#[cfg(feature = "blocking")]
+pub use blocking::BlockingHttp;
 
-impl BlockingHttp {
-    pub fn new(base: impl Into<String>) -> BlockingHttp {
-        BlockingHttp {
-            base: base.into(),
-            client: reqwest::blocking::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("http client"),
-        }
+#[cfg(feature = "blocking")]
+mod blocking {
+    use super::*;
+
+    /// [`Http`] for tests without an async runtime.
+    pub struct BlockingHttp {
+        pub base: String,
+        pub client: reqwest::blocking::Client,
     }
 
-    /// A client of `http://127.0.0.1:<port>`.
-    pub fn local(port: u16) -> BlockingHttp {
-        BlockingHttp::new(format!("http://127.0.0.1:{port}"))
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Sends `req`; the answer, or the transport error (nothing listening yet, reset).
-    pub fn try_send(&self, req: reqwest::blocking::RequestBuilder) -> reqwest::Result<Answer> {
-        let resp = req.send()?;
-        let status = resp.status().as_u16();
-        let headers = resp.headers().clone();
-        let body = resp.text()?;
-        Ok(Answer {
-            status,
-            headers,
-            body,
-        })
-    }
-
-    /// Sends `req`; the answer (panics if there is none).
-    pub fn send(&self, req: reqwest::blocking::RequestBuilder) -> Answer {
-        self.try_send(req)
-            .unwrap_or_else(|e| panic!("request: {e}"))
-    }
-
-    pub fn get(&self, path: &str) -> Answer {
-        self.send(self.client.get(self.url(path)))
-    }
-
-    /// GET with extra `headers` (name, value).
-    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
-        let mut req = self.client.get(self.url(path));
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        self.send(req)
-    }
-
-    /// GET, then the body as JSON, asserting a 200.
-    pub fn get_json(&self, path: &str) -> Value {
-        let a = self.get(path);
-        assert_eq!(a.status, 200, "GET {path}: {}", a.body);
-        a.json()
-    }
-
-    pub fn post_json(&self, path: &str, body: &Value) -> Answer {
-        self.send(self.client.post(self.url(path)).json(body))
-    }
-
-    /// POST of a form body as a page script sends it (`accept: application/json`), with
-    /// extra `headers`.
-    pub fn post_form(&self, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
-        let mut req = self
-            .client
-            .post(self.url(path))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .header("accept", "application/json")
-            .body(body.to_string());
-        for (k, v) in headers {
-            req = req.header(*k, *v);
-        }
-        self.send(req)
-    }
-
-    /// Whether `GET path` answers 200 now (false while nothing listens).
-    pub fn is_ok(&self, path: &str) -> bool {
-        self.try_send(self.client.get(self.url(path)))
-            .is_ok_and(|a| a.status == 200)
-    }
-
-    /// Waits until `GET path` answers 200; false after `limit`.
-    pub fn wait_ok(&self, path: &str, limit: Duration) -> bool {
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < limit {
-            if self.is_ok(path) {
-                return true;
+    impl BlockingHttp {
+        pub fn new(base: impl Into<String>) -> BlockingHttp {
+            BlockingHttp {
+                base: base.into(),
+                client: reqwest::blocking::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .timeout(Duration::from_secs(30))
+                    .build()
+                    .expect("http client"),
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
-        false
+
+        /// A client of `http://127.0.0.1:<port>`.
+        pub fn local(port: u16) -> BlockingHttp {
+            BlockingHttp::new(format!("http://127.0.0.1:{port}"))
+        }
+
+        pub fn url(&self, path: &str) -> String {
+            format!("{}{path}", self.base)
+        }
+
+        /// Sends `req`; the answer, or the transport error (nothing listening yet, reset).
+        pub fn try_send(&self, req: reqwest::blocking::RequestBuilder) -> reqwest::Result<Answer> {
+            let resp = req.send()?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp.text()?;
+            Ok(Answer {
+                status,
+                headers,
+                body,
+            })
+        }
+
+        /// Sends `req`; the answer (panics if there is none).
+        pub fn send(&self, req: reqwest::blocking::RequestBuilder) -> Answer {
+            self.try_send(req)
+                .unwrap_or_else(|e| panic!("request: {e}"))
+        }
+
+        pub fn get(&self, path: &str) -> Answer {
+            self.send(self.client.get(self.url(path)))
+        }
+
+        /// GET with extra `headers` (name, value).
+        pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Answer {
+            let mut req = self.client.get(self.url(path));
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            self.send(req)
+        }
+
+        /// GET, then the body as JSON, asserting a 200.
+        pub fn get_json(&self, path: &str) -> Value {
+            let a = self.get(path);
+            assert_eq!(a.status, 200, "GET {path}: {}", a.body);
+            a.json()
+        }
+
+        pub fn post_json(&self, path: &str, body: &Value) -> Answer {
+            self.send(self.client.post(self.url(path)).json(body))
+        }
+
+        /// POST of a form body as a page script sends it (`accept: application/json`), with
+        /// extra `headers`.
+        pub fn post_form(&self, path: &str, headers: &[(&str, &str)], body: &str) -> Answer {
+            let mut req = self
+                .client
+                .post(self.url(path))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "application/json")
+                .body(body.to_string());
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            self.send(req)
+        }
+
+        /// Whether `GET path` answers 200 now (false while nothing listens).
+        pub fn is_ok(&self, path: &str) -> bool {
+            self.try_send(self.client.get(self.url(path)))
+                .is_ok_and(|a| a.status == 200)
+        }
+
+        /// Waits until `GET path` answers 200; false after `limit`.
+        pub fn wait_ok(&self, path: &str, limit: Duration) -> bool {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < limit {
+                if self.is_ok(path) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            false
+        }
     }
 }

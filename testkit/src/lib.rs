@@ -21,7 +21,9 @@ pub mod redis;
 
 pub use child::ChildGuard;
 pub use cluster::Cluster;
-pub use http::{Answer, BlockingHttp, Http};
+#[cfg(feature = "blocking")]
+pub use http::BlockingHttp;
+pub use http::{Answer, Http};
 pub use redis::{RedisOptions, RedisServer};
 
 /// A port of 127.0.0.1 that was free a moment ago (bound to port 0, then released). Another
