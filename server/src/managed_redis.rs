@@ -288,6 +288,10 @@ impl ManagedRedis {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tracing::info!(url = %redacted, dir = %dir.display(), "managed redis-server started");
+        // 0 from the start, not absent until the first restart, so an alert on its rate works
+        // from the first scrape (the recorder is installed once per process, here if first).
+        worker::install_prometheus();
+        metrics::counter!(RESTARTS_METRIC).increment(0);
         let state = Arc::new(State::default());
         state.pid.store(child.id().unwrap_or(0), Ordering::Relaxed);
         let stop = CancellationToken::new();

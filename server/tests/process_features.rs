@@ -48,6 +48,26 @@ fn metrics_carry_every_named_series() {
         stop(&mut child);
         panic!("repoll serve became ready (30 s hang guard)");
     }
+    // Before anything has happened, the counters a first alert reads are there at 0: the
+    // failures of each kind and outcome, the managed Redis's restarts.
+    // (The embedded worker registers its series as it starts, beside the listener: waited for.)
+    let zeros = [
+        "repoll_managed_redis_restarts_total 0",
+        "repoll_failures_total{kind=\"timeout\",outcome=\"retry\",upstream=\"default\"} 0",
+        "repoll_failures_total{kind=\"failed\",outcome=\"dead\",upstream=\"default\"} 0",
+    ];
+    let t0 = Instant::now();
+    let mut fresh = String::new();
+    while t0.elapsed() < Duration::from_secs(20) && !zeros.iter().all(|w| fresh.contains(w)) {
+        std::thread::sleep(Duration::from_millis(100));
+        fresh = http_get(web_port, "/metrics")
+            .map(|a| a.body)
+            .unwrap_or_default();
+    }
+    if let Some(w) = zeros.iter().find(|w| !fresh.contains(*w)) {
+        stop(&mut child);
+        panic!("{w} missing from a fresh /metrics:\n{fresh}");
+    }
     let ids = [
         submit_query(web_port, "metrics done polls=1"),
         submit_query(web_port, "metrics failed status=failed"),

@@ -41,9 +41,27 @@ pub const QUEUE_DEPTH: &str = "repoll_queue_depth";
 /// 1 while the upstream's circuit breaker is open or half-open, else 0 (label `upstream`).
 pub const BREAKER_OPEN: &str = "repoll_breaker_open";
 
+/// Every `kind` / `outcome` pair [`FAILURES`] can count: an upstream error (see
+/// `UpstreamError::kind`) is retried or ends its task; the upstream's "failed", max polls and
+/// the whole-life deadline only end it.
+pub const FAILURE_SERIES: &[(&str, &str)] = &[
+    ("timeout", "retry"),
+    ("timeout", "dead"),
+    ("connect", "retry"),
+    ("connect", "dead"),
+    ("status", "retry"),
+    ("status", "dead"),
+    ("bad_body", "retry"),
+    ("bad_body", "dead"),
+    ("bad_key", "dead"),
+    ("failed", "dead"),
+    ("max_polls", "dead"),
+    ("deadline", "dead"),
+];
+
 /// Makes a worker's counters 0, not absent, from its start, labelled with its upstream, so
-/// `rate()` and alerts work from the first scrape (labelled-by-outcome ones appear with their
-/// first label set).
+/// `rate()` and alerts work from the first scrape — the failures too, one series per pair of
+/// [`FAILURE_SERIES`].
 pub fn register_upstream(upstream: &str) {
     for name in [
         CLAIMS,
@@ -56,6 +74,10 @@ pub fn register_upstream(upstream: &str) {
         RATE_LIMITED,
     ] {
         metrics::counter!(name, "upstream" => upstream.to_string()).increment(0);
+    }
+    for (kind, outcome) in FAILURE_SERIES {
+        metrics::counter!(FAILURES, "kind" => *kind, "outcome" => *outcome, "upstream" => upstream.to_string())
+            .increment(0);
     }
     metrics::gauge!(IN_FLIGHT, "upstream" => upstream.to_string()).increment(0.0);
 }
@@ -105,4 +127,46 @@ pub fn install_prometheus() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::UpstreamError;
+
+    /// Every kind of upstream error has its failure series registered at 0, for both outcomes
+    /// it can have (a permanent one only ends its task).
+    #[test]
+    fn every_upstream_error_kind_has_its_failure_series() {
+        let errors = [
+            UpstreamError::Timeout { after_ms: 1 },
+            UpstreamError::Connect("refused".into()),
+            UpstreamError::Status {
+                code: 503,
+                retry_after: None,
+                message: None,
+            },
+            UpstreamError::Status {
+                code: 404,
+                retry_after: None,
+                message: None,
+            },
+            UpstreamError::BadBody("not JSON".into()),
+            UpstreamError::BadKey("bad".into()),
+        ];
+        for e in errors {
+            let outcomes: &[&str] = if e.is_permanent() {
+                &["dead"]
+            } else {
+                &["retry", "dead"]
+            };
+            for outcome in outcomes {
+                assert!(
+                    FAILURE_SERIES.contains(&(e.kind(), outcome)),
+                    "{} / {outcome} not registered",
+                    e.kind()
+                );
+            }
+        }
+    }
 }
