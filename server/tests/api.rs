@@ -359,8 +359,9 @@ async fn openapi_document_lists_every_endpoint() {
     for schema in ["Query", "Error", "SubmitBody"] {
         assert!(doc["components"]["schemas"].get(schema).is_some());
     }
-    // The document states the same character rule the API applies.
+    // The document states the same character rule and length the API applies.
     let query = &doc["components"]["schemas"]["SubmitBody"]["properties"]["query"];
+    assert_eq!(query["maxLength"].as_u64(), Some(model::MAX_QUERY_CHARS as u64));
     assert_eq!(
         query["pattern"].as_str(),
         Some(queue::query_pattern().as_str())

@@ -103,3 +103,108 @@ fn every_setting_is_documented_with_its_real_default() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(checked >= 50, "only {checked} defaults compared");
 }
+
+/// The commands a configuration heading names: "### Web (serve)" → ["serve"];
+/// "### Simulated upstream (`repoll sim`, `repoll serve --sim`)" → ["sim", "serve"].
+fn heading_commands(line: &str) -> Option<Vec<String>> {
+    let title = line.strip_prefix("### ")?;
+    let inner = title.strip_suffix(')')?.rsplit_once('(')?.1;
+    Some(
+        inner
+            .split(',')
+            .filter_map(|c| {
+                let c = c.trim().trim_matches('`');
+                let c = c.strip_prefix("repoll ").unwrap_or(c);
+                c.split_whitespace().next().map(str::to_string)
+            })
+            .collect(),
+    )
+}
+
+/// Each configuration table of the README sits under a heading naming its commands, e.g.
+/// "(serve, worker)": every setting of such a table is one each named command takes, and every
+/// setting a command takes is in a table naming it, so a reader of "(worker)" tables learns
+/// exactly what a worker reads.
+#[test]
+fn every_table_heading_names_the_commands_that_take_its_settings() {
+    let readme = include_str!("../../README.md");
+    let cli = Cli::command();
+    let envs_of = |name: &str| -> std::collections::BTreeSet<String> {
+        let cmd = cli
+            .find_subcommand(name)
+            .unwrap_or_else(|| panic!("README names a command `{name}` repoll lacks"));
+        cmd.get_arguments()
+            .chain(cli.get_arguments())
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_env().and_then(|e| e.to_str()).map(str::to_string))
+            .collect()
+    };
+    // Settings read by the process but not flags (the log filter).
+    let not_flags = ["RUST_LOG"];
+    let mut documented: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    let mut problems = Vec::new();
+    let mut section: Option<Vec<String>> = None;
+    let mut in_configuration = false;
+    for line in readme.lines() {
+        if line.starts_with("## ") {
+            in_configuration = line == "## Configuration";
+            section = None;
+            continue;
+        }
+        if !in_configuration {
+            continue;
+        }
+        if line.starts_with("### ") {
+            section = heading_commands(line);
+            if section.is_none() {
+                problems.push(format!("{line:?}: a configuration heading names no commands"));
+            }
+            continue;
+        }
+        let (Some(cmds), Some(rest)) = (&section, line.strip_prefix("| `")) else {
+            continue;
+        };
+        let first = rest.split('|').next().unwrap_or_default();
+        for env in first.split('/').map(|n| n.trim().trim_matches('`')) {
+            if not_flags.contains(&env) {
+                continue;
+            }
+            for cmd in cmds {
+                documented
+                    .entry(cmd.clone())
+                    .or_default()
+                    .insert(env.to_string());
+                if !envs_of(cmd).contains(env) {
+                    problems.push(format!("{env}: listed for `{cmd}`, which does not take it"));
+                }
+            }
+        }
+    }
+    for sub in cli.get_subcommands() {
+        let name = sub.get_name();
+        if name == "admin" {
+            continue; // its tools take the Redis settings, documented with their commands
+        }
+        for env in envs_of(name) {
+            let listed = documented.get(name).is_some_and(|d| d.contains(&env));
+            if !listed && env != "REPOLL_CONFIG" {
+                problems.push(format!("{env}: `{name}` takes it, no table names `{name}`"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(documented.len() >= 3, "tables found for {documented:?}");
+}
+
+/// The README's error table names every code the API sends.
+#[test]
+fn every_api_error_code_is_in_the_readme() {
+    let readme = include_str!("../../README.md");
+    let missing: Vec<&str> = server::api::ErrorCode::ALL
+        .iter()
+        .map(|c| c.as_str())
+        .filter(|c| !readme.contains(&format!("| `{c}` |")))
+        .collect();
+    assert!(missing.is_empty(), "not in README's error table: {missing:?}");
+}

@@ -20,8 +20,9 @@ use crate::state::WebState;
 pub struct SubmitBody {
     /// Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters,
     /// without control characters (whitespace ones become spaces), invisible characters
-    /// (zero-width, soft hyphen, BOM, ...) or bidirectional controls.
-    #[schema(min_length = 1)]
+    /// (zero-width, soft hyphen, BOM, ...) or bidirectional controls. (`max_length` is
+    /// `model::MAX_QUERY_CHARS`; an attribute takes no constant, the OpenAPI test compares.)
+    #[schema(min_length = 1, max_length = 512)]
     pub query: String,
     /// `interactive` (default: a person is waiting) or `background`.
     #[serde(default)]
