@@ -356,9 +356,28 @@ async fn openapi_document_lists_every_endpoint() {
     for code in ["200", "202", "400", "413", "415", "422", "429", "503"] {
         assert!(post.get(code).is_some(), "POST documents {code}");
     }
-    for schema in ["Query", "Error", "SubmitBody"] {
-        assert!(doc["components"]["schemas"].get(schema).is_some());
+    for schema in [
+        "Query",
+        "Error",
+        "SubmitBody",
+        "CallbackAck",
+        "CallbackOutcome",
+    ] {
+        assert!(
+            doc["components"]["schemas"].get(schema).is_some(),
+            "{schema}"
+        );
     }
+    // Every answer the callback endpoint gives, and an ack that says how the task ended.
+    let callback = &doc["paths"]["/api/v1/callbacks/{token}"]["post"]["responses"];
+    for code in ["200", "202", "400", "404", "413", "422", "503"] {
+        assert!(callback.get(code).is_some(), "callbacks document {code}");
+    }
+    let ack = &doc["components"]["schemas"]["CallbackAck"]["properties"];
+    assert!(
+        ack.get("completed").is_some() && ack.get("outcome").is_some(),
+        "{ack}"
+    );
     // The document states the same character rule the API applies.
     let query = &doc["components"]["schemas"]["SubmitBody"]["properties"]["query"];
     assert_eq!(
