@@ -65,7 +65,8 @@ pub struct QueryView {
     /// "Still processing" answers so far.
     pub polls: u32,
     /// When the next poll is due (ms since the epoch); null while a poll is running or when
-    /// there is no next poll.
+    /// there is no next poll. The live stream does not send a poll's start (this turning
+    /// null) by itself: its result follows with the next due time.
     #[cfg_attr(feature = "ssr", schema(required = true))]
     pub next_poll_at: Option<i64>,
     /// When the task was created (ms since the epoch).
@@ -82,14 +83,24 @@ pub struct QueryView {
 }
 
 impl QueryView {
-    /// Same state, ignoring when it was read: the live stream sends only real changes.
-    pub fn same_state(&self, other: &QueryView) -> bool {
+    /// Whether a reader of the query's page would see nothing new in `self` after `shown`, the
+    /// last state sent to it, so the live stream sends one event per visible change. Ignored:
+    /// when the view was read (`as_of`), when the record last changed (`updated_at`: shown
+    /// nowhere while processing, and a final state is news anyway), and the start of a poll
+    /// (a claim: `next_poll_at` turns null and nothing else moves). The poll's result is the
+    /// news: its partial data, one more poll, the next due time. A due time that moves (a
+    /// retry now, a retry after an error, a lost lease given back) is news too.
+    pub fn nothing_new_since(&self, shown: &QueryView) -> bool {
+        let next_poll_at = self.next_poll_at.or(shown.next_poll_at);
         QueryView {
             as_of: 0,
+            updated_at: 0,
+            next_poll_at,
             ..self.clone()
         } == QueryView {
             as_of: 0,
-            ..other.clone()
+            updated_at: 0,
+            ..shown.clone()
         }
     }
 
@@ -358,6 +369,52 @@ mod ssr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn processing(polls: u32, next_poll_at: Option<i64>, updated_at: i64) -> QueryView {
+        QueryView {
+            id: "0123456789abcdef0123456789abcdef".parse().unwrap(),
+            query: "q".into(),
+            upstream: "default".into(),
+            status: QueryStatus::Processing,
+            partial: (polls > 0).then(|| serde_json::json!({ "polls": polls })),
+            result: None,
+            error: None,
+            polls,
+            next_poll_at,
+            created_at: 1_000,
+            updated_at,
+            completed_at: None,
+            as_of: updated_at + 7,
+        }
+    }
+
+    #[test]
+    fn the_start_of_a_poll_is_not_news_and_its_result_is() {
+        let due = processing(1, Some(2_000), 1_500);
+        let claimed = processing(1, None, 2_001);
+        assert!(claimed.nothing_new_since(&due), "a claim alone");
+        let answered = processing(2, Some(3_000), 2_300);
+        assert!(!answered.nothing_new_since(&due), "the poll's result");
+        assert!(!answered.nothing_new_since(&claimed));
+        // Read again later, or written again with nothing visible: nothing new.
+        let reread = QueryView {
+            as_of: 9_999,
+            updated_at: 2_400,
+            ..answered.clone()
+        };
+        assert!(reread.nothing_new_since(&answered));
+        // The due time moved (a retry now, a retry after an error, a lease given back).
+        assert!(!processing(1, Some(2_500), 2_100).nothing_new_since(&due));
+        assert!(!processing(1, Some(2_500), 2_100).nothing_new_since(&claimed));
+        // The end is news, whatever came before.
+        let done = QueryView {
+            status: QueryStatus::Done,
+            result: Some(serde_json::json!(1)),
+            next_poll_at: None,
+            ..claimed.clone()
+        };
+        assert!(!done.nothing_new_since(&due));
+    }
 
     #[test]
     fn pretty_keeps_strings_as_text() {

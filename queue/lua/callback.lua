@@ -1,20 +1,24 @@
--- callback.lua: the upstream called back with its final answer: store the result and end the
--- task at once, whatever it was doing (waiting due, waiting in a ready list, or leased to a
--- worker whose call is still out). The callback names one life of the task (its creation
--- time), so a token of an earlier life, or one replayed after this completion, finds nothing;
--- a token past its expiry (Redis time) changes nothing either. A worker still holding the
--- lease loses it here: its own write later finds no record (NotFound) and writes nothing, the
--- same fence as for a cancel. The result has complete.lua's format; its worker is "callback"
--- and its token the lease token the task had (0 if it was not leased).
+-- callback.lua: the upstream called back with its final answer and the task ends at once,
+-- whatever it was doing (waiting due, waiting in a ready list, or leased to a worker whose
+-- call is still out). The answer is 'done' (store the result, as complete.lua) or 'failed'
+-- (the upstream gave up: dead at once, the verdict fail.lua gives a poll that read "failed":
+-- reason 'fatal', the upstream's message as the last error, counted 'failed'). The callback
+-- names one life of the task (its creation time), so a token of an earlier life, or one
+-- replayed after this end, finds nothing; a token past its expiry (Redis time) changes
+-- nothing either. A worker still holding the lease loses it here: its own write later finds
+-- no record or a dead one (NotFound / stale) and writes nothing, the same fence as for a
+-- cancel. A result has complete.lua's format; its worker is "callback" and its token the lease
+-- token the task had (0 if it was not leased). A failure is no attempt of ours: attempts stay.
 -- Validates every argument and reads the record before any write.
 -- KEYS[1] task hash   KEYS[2] history   KEYS[3] result   KEYS[4] partial   KEYS[5] ready list
 -- KEYS[6] background ready list   KEYS[7] due zset   KEYS[8] lease zset   KEYS[9] retry zset
 -- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
 -- KEYS[13] events stream   KEYS[14] fair zset   KEYS[15] leases held per tenant (prelude/fair.lua,
--- "Fair shares")
+-- "Fair shares")   KEYS[16] dead zset
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
--- (0 = never)   ARGV[10] result data   ARGV[11] result_ttl_ms
--- Returns 1 if the task was completed, 0 if no live task of that life exists (or it expired).
+-- (0 = never)   ARGV[10] outcome ('done' | 'failed')   ARGV[11] the result data (done) or the
+-- upstream's message (failed)   ARGV[12] result_ttl_ms
+-- Returns 1 if the task was ended, 0 if no live task of that life exists (or it expired).
 local tkey = KEYS[1]
 local hkey = KEYS[2]
 local rkey = KEYS[3]
@@ -30,20 +34,22 @@ local tpmin = KEYS[12]
 local ekey = KEYS[13]
 local fairz = KEYS[14]
 local fairc = KEYS[15]
+local deadz = KEYS[16]
 local id = ARGV[7]
 local created = tonumber(ARGV[8])
 local expires = tonumber(ARGV[9])
-local data = ARGV[10]
-local ttl = tonumber(ARGV[11])
-if #KEYS ~= 15 or id == nil or id == '' or created == nil or expires == nil or data == nil
-  or ttl == nil or ttl < 1 then
+local outcome = ARGV[10]
+local text = ARGV[11]
+local ttl = tonumber(ARGV[12])
+if #KEYS ~= 16 or #ARGV ~= 12 or id == nil or id == '' or created == nil or expires == nil
+  or (outcome ~= 'done' and outcome ~= 'failed') or text == nil or ttl == nil or ttl < 1 then
   return redis.error_reply('ERR repoll callback: bad arguments')
 end
 local now = now_ms()
 if expires > 0 and now > expires then
   return 0
 end
-local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn')
+local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn', 'u', 'w')
 local state = f[1]
 if (state ~= 'due' and state ~= 'leased') or num(f[2], -1) ~= created then
   return 0
@@ -56,11 +62,25 @@ else
   redis.call('ZREM', leasez, id)
   fair_release(fairc, f[7])
 end
+if outcome == 'failed' then
+  -- As fail.lua ends a lease with an error: the claim this ends (at the 'transitions' level
+  -- the claim itself wrote no history), the error, then the death. The record, its partial
+  -- data and its history stay, as for any dead task, for an operator to read or retry.
+  if state == 'leased' then
+    hist_claim(hkey, num(f[8], now), 'by ' .. (f[9] or '?') .. ' token ' .. token)
+  end
+  redis.call('HSET', tkey, 'e', text)
+  hist(hkey, now, 'error', text)
+  to_dead(tkey, hkey, ekey, deadz, id, now, 'fatal', 'by callback (was ' .. state .. ')')
+  bump(tp, tpmin, now, 'failed', 1)
+  notify_dash('dead', id, now)
+  return 1
+end
 local who = 'callback'
 local query = f[5] or ''
 local polls = num(f[6], 0)
 redis.call('SET', rkey, string.format('%d,%d,%d,%s,%d,%d,%d\n', now, created, polls, token, 0,
-  #who, #query) .. who .. query .. data, 'PX', ttl)
+  #who, #query) .. who .. query .. text, 'PX', ttl)
 redis.call('DEL', tkey, pkey)
 hist_routine(hkey, now, 'completed', 'by callback (was ' .. state .. ')')
 redis.call('PEXPIRE', hkey, ttl)

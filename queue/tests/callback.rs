@@ -138,3 +138,184 @@ async fn another_life_an_expired_token_or_a_dead_task_change_nothing() {
     })
     .await;
 }
+
+/// The dead task of a failed callback as every reader sees it: the record (dead, reason
+/// fatal, the upstream's message as the last error), its history, the events stream, the
+/// throughput's failed count and the dead count.
+async fn assert_dead_by_callback(q: &Queue, id: &str, message: &str, was: &str) {
+    let d = q.get(id).await.unwrap().expect("the task is kept");
+    let t = d.task.expect("a dead record");
+    assert_eq!(t.state, TaskState::Dead, "{t:?}");
+    assert_eq!(t.dead_reason, Some(DeadReason::Fatal), "{t:?}");
+    assert_eq!(t.last_error.as_deref(), Some(message), "{t:?}");
+    assert!(d.result.is_none(), "no result for a failure");
+    let said = |kind: &str, detail: &str| {
+        d.history
+            .iter()
+            .any(|h| h.kind == kind && h.detail == detail)
+    };
+    assert!(said("error", message), "{:?}", d.history);
+    assert!(
+        said("dead", &format!("fatal: by callback (was {was})")),
+        "{:?}",
+        d.history
+    );
+    let events = q.events(20).await.unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == "dead" && e.id.as_deref() == Some(id) && e.detail == "fatal"),
+        "{events:?}"
+    );
+    let failed: u64 = q
+        .throughput(2, 1)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.failed)
+        .sum();
+    assert_eq!(failed, 1, "counted once as failed, as a poll's dead task");
+    let s = q.stats().await.unwrap();
+    assert_eq!((s.ready, s.leased, s.dead), (0, 0, 1), "{s:?}");
+}
+
+/// The (kind, id) of each dashboard message `act` publishes (a pause is the end marker:
+/// Pub/Sub keeps order on one connection). Leaves the queue resumed.
+async fn dashboard_news(q: &Queue, act: impl AsyncFn()) -> Vec<(String, String)> {
+    use futures::StreamExt;
+    let client = redis::Client::open(server().url()).unwrap();
+    let mut ps = client.get_async_pubsub().await.unwrap();
+    ps.subscribe(&q.channels().dashboard).await.unwrap();
+    act().await;
+    q.pause("test").await.unwrap();
+    let mut stream = ps.on_message();
+    let mut news = Vec::new();
+    loop {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+            .await
+            .expect("the pause's message within 10 s (hang guard)")
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&m.get_payload::<String>().unwrap()).unwrap();
+        if v["kind"] == "paused" {
+            break;
+        }
+        news.push((
+            v["kind"].as_str().unwrap_or("").to_string(),
+            v["id"].as_str().unwrap_or("").to_string(),
+        ));
+    }
+    drop(stream);
+    q.resume("test").await.unwrap();
+    news
+}
+
+#[tokio::test]
+async fn a_failed_callback_ends_a_waiting_task_dead_with_the_upstreams_message() {
+    on_each_layout("cb_failed", async |conf: QueueConfig| {
+        let name = conf.name.clone();
+        let name = name.as_str();
+        let q = queue_with(conf.clone()).await;
+        let t = created(
+            q.enqueue("cb failed", "", &EnqueuePolicy::default())
+                .await
+                .unwrap(),
+        );
+        let before = snapshot(name).await;
+        // Another life of the same id, or an expired token: nothing.
+        assert!(!q
+            .fail_by_callback(&t.id, t.created_ms + 1, 0, "no such order")
+            .await
+            .unwrap());
+        assert!(!q
+            .fail_by_callback(&t.id, t.created_ms, q.now_ms().await.unwrap() - 1, "late")
+            .await
+            .unwrap());
+        assert_eq!(before, snapshot(name).await, "a refused callback wrote");
+
+        let dashboard = dashboard_news(&q, async || {
+            assert!(q
+                .fail_by_callback(&t.id, t.created_ms, 0, "no such order")
+                .await
+                .unwrap());
+        })
+        .await;
+        assert_eq!(dashboard, vec![("dead".to_string(), t.id.to_string())]);
+        assert_dead_by_callback(&q, &t.id, "no such order", "due").await;
+        // Out of its ready list: nothing is left to claim.
+        assert!(q.claim("w", 10, 10_000).await.unwrap().is_empty());
+        // A replay, failed or done, finds nothing and writes nothing.
+        let before = snapshot(name).await;
+        assert!(!q
+            .fail_by_callback(&t.id, t.created_ms, 0, "again")
+            .await
+            .unwrap());
+        assert!(!q
+            .complete_by_callback(&t.id, t.created_ms, 0, "1")
+            .await
+            .unwrap());
+        assert_eq!(before, snapshot(name).await, "a replayed callback wrote");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_callback_ends_the_lease_and_fences_out_its_holder() {
+    on_each_layout("cb_failed_leased", async |conf: QueueConfig| {
+        let name = conf.name.clone();
+        let name = name.as_str();
+        let q = queue_with(conf.clone()).await;
+        let policy = EnqueuePolicy {
+            tenant: "acme".into(),
+            ..EnqueuePolicy::default()
+        };
+        let t = created(q.enqueue("cb failed leased", "", &policy).await.unwrap());
+        let c = q.claim("w1", 1, 30_000).await.unwrap().remove(0);
+        assert_eq!(q.tenants(10).await.unwrap()[0].leased, 1);
+        assert!(q
+            .fail_by_callback(&t.id, t.created_ms, 0, "gave up")
+            .await
+            .unwrap());
+        assert_dead_by_callback(&q, &t.id, "gave up", "leased").await;
+        // The tenant's lease is given back (its fair-share count).
+        let leased: u64 = q.tenants(10).await.unwrap().iter().map(|t| t.leased).sum();
+        assert_eq!(leased, 0, "the tenant's lease is given back");
+        // The worker's answer arrives late: refused, and nothing is written.
+        let before = snapshot(name).await;
+        let late = q.complete(&c.id, c.token, "\"from the poll\"", 5).await;
+        assert!(
+            matches!(
+                late,
+                Err(QueueError::StaleToken) | Err(QueueError::NotFound)
+            ),
+            "{late:?}"
+        );
+        let late = q.reschedule(&c.id, c.token, 10, Some("partial"), 5).await;
+        assert!(
+            matches!(
+                late,
+                Err(QueueError::StaleToken) | Err(QueueError::NotFound)
+            ),
+            "{late:?}"
+        );
+        let late = q.fail(&c.id, c.token, "boom", Retry::After(0), 5).await;
+        assert!(
+            matches!(
+                late,
+                Err(QueueError::StaleToken) | Err(QueueError::NotFound)
+            ),
+            "{late:?}"
+        );
+        let late = q.renew(&c.id, c.token, 30_000).await;
+        assert!(
+            matches!(
+                late,
+                Err(QueueError::StaleToken) | Err(QueueError::NotFound)
+            ),
+            "{late:?}"
+        );
+        assert_eq!(before, snapshot(name).await, "a fenced-out worker wrote");
+        assert_dead_by_callback(&q, &t.id, "gave up", "leased").await;
+    })
+    .await;
+}

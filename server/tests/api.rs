@@ -288,6 +288,106 @@ async fn sse_sends_state_then_final_and_closes() {
     env.stop().await;
 }
 
+/// One `state` event per change a reader of the page can see: the state at the start, then
+/// per poll its result (partial data, polls + 1, the next due time), then the final state —
+/// not the start of each poll (a claim), which changes nothing shown but `next_poll_at`
+/// turning null. Over real HTTP; the queue is paused until the stream has its first state, so
+/// no poll is missed; each upstream answer takes 300 ms, so a claim is in Redis long enough
+/// for the stream to read it (the old stream sent it, nine events instead of five).
+#[tokio::test]
+async fn sse_sends_one_state_per_poll_result_not_per_claim() {
+    let env = Env::start(Opts {
+        worker: true,
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    env.queue.pause("test").await.unwrap();
+    // Calls 1 to 3 answer "processing", call 4 "done".
+    let r = env.submit("stream-count polls=4 latency=300").await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let base = format!("http://{}", env.listen().await);
+    let mut res = reqwest::get(format!("{base}/api/v1/queries/{id}/events"))
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let guard = Duration::from_secs(60);
+    let mut text = String::new();
+    // The first state, read before any poll may start.
+    while !text.contains("\n\n") {
+        let chunk = tokio::time::timeout(guard, res.chunk())
+            .await
+            .expect("the first state (60 s hang guard)")
+            .unwrap()
+            .expect("the stream is open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    env.queue.resume("test").await.unwrap();
+    // Then everything until the stream closes after the final state.
+    while let Some(chunk) = tokio::time::timeout(guard, res.chunk())
+        .await
+        .expect("the stream closes after the final state (60 s hang guard)")
+        .unwrap()
+    {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let states: Vec<(i64, Value)> = text
+        .split("\n\n")
+        .filter(|block| block.contains("event: state"))
+        .map(|block| {
+            let field = |name: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .unwrap()
+                    .to_string()
+            };
+            (
+                field("id: ").parse().unwrap(),
+                serde_json::from_str(&field("data: ")).unwrap(),
+            )
+        })
+        .collect();
+    let seen: Vec<(String, u64)> = states
+        .iter()
+        .map(|(_, v)| {
+            (
+                v["status"].as_str().unwrap().into(),
+                v["polls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64)> = [
+        ("processing", 0),
+        ("processing", 1),
+        ("processing", 2),
+        ("processing", 3),
+        ("done", 3),
+    ]
+    .iter()
+    .map(|(s, p)| (s.to_string(), *p))
+    .collect();
+    assert_eq!(
+        seen, want,
+        "one state per poll result, then the final:\n{text}"
+    );
+    // Every processing state after the first names its next poll (none is a claim's).
+    assert!(
+        states[1..4].iter().all(|(_, v)| v["next_poll_at"].is_i64()),
+        "{text}"
+    );
+    assert!(
+        states.windows(2).all(|w| w[0].0 < w[1].0),
+        "event ids grow: {text}"
+    );
+    env.stop().await;
+}
+
 #[tokio::test]
 async fn concurrent_submits_of_the_same_query_share_one_task() {
     // No worker: the task stays put, so both answers are "processing".
@@ -356,9 +456,28 @@ async fn openapi_document_lists_every_endpoint() {
     for code in ["200", "202", "400", "413", "415", "422", "429", "503"] {
         assert!(post.get(code).is_some(), "POST documents {code}");
     }
-    for schema in ["Query", "Error", "SubmitBody"] {
-        assert!(doc["components"]["schemas"].get(schema).is_some());
+    for schema in [
+        "Query",
+        "Error",
+        "SubmitBody",
+        "CallbackAck",
+        "CallbackOutcome",
+    ] {
+        assert!(
+            doc["components"]["schemas"].get(schema).is_some(),
+            "{schema}"
+        );
     }
+    // Every answer the callback endpoint gives, and an ack that says how the task ended.
+    let callback = &doc["paths"]["/api/v1/callbacks/{token}"]["post"]["responses"];
+    for code in ["200", "202", "400", "404", "413", "422", "503"] {
+        assert!(callback.get(code).is_some(), "callbacks document {code}");
+    }
+    let ack = &doc["components"]["schemas"]["CallbackAck"]["properties"];
+    assert!(
+        ack.get("completed").is_some() && ack.get("outcome").is_some(),
+        "{ack}"
+    );
     // The document states the same character rule and length the API applies.
     let query = &doc["components"]["schemas"]["SubmitBody"]["properties"]["query"];
     assert_eq!(query["maxLength"].as_u64(), Some(model::MAX_QUERY_CHARS as u64));

@@ -25,7 +25,8 @@ pub const LEASE_EXPIRATIONS: &str = "repoll_lease_expirations_total";
 pub const LEASE_RENEWALS: &str = "repoll_lease_renewals_total";
 /// Writes refused because another worker owns the task now (fencing token moved on).
 pub const STALE_TOKENS: &str = "repoll_stale_tokens_total";
-/// Tasks completed by an upstream's callback (counted by the web process that took it).
+/// Tasks ended by an upstream's callback, done or failed (counted by the web process that
+/// took it).
 pub const CALLBACKS: &str = "repoll_callbacks_total";
 /// Leases released on shutdown.
 pub const RELEASES: &str = "repoll_releases_total";

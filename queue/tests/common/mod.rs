@@ -199,6 +199,11 @@ pub async fn exercise_every_operation(q: &Queue) {
         .complete_by_callback(&c[4].id, c[4].created_ms, 0, "cb")
         .await
         .unwrap());
+    // c[3] died and was retried back to due: the upstream's "failed" by callback ends it.
+    assert!(q
+        .fail_by_callback(&c[3].id, c[3].created_ms, 0, "cb failed")
+        .await
+        .unwrap());
     q.pause("a").await.unwrap();
     q.resume("a").await.unwrap();
     q.is_paused().await.unwrap();

@@ -1,10 +1,12 @@
 //! `POST /api/v1/callbacks/{token}`: an upstream that was handed a callback URL (its URL
 //! template holds `{callback_url}`, see `worker::callback`) posts its answer here, and a final
-//! one completes the task at once instead of at the next poll.
+//! one ends the task at once instead of at the next poll: "done" completes it with the data,
+//! "failed" ends it dead with the upstream's message, the verdict a poll reading the same
+//! answer gives (`worker::task`: reason `fatal`).
 //!
 //! Order of checks, so a stranger learns nothing and changes nothing: the token's signature
 //! (HMAC, constant time) before the body is read; then the body through the upstream's own
-//! pointers and size limit; then the queue, which completes only the live task of the token's
+//! pointers and size limit; then the queue, which ends only the live task of the token's
 //! life before its expiry (Redis time). Every refusal of the token is the same 404. Polling
 //! continues as the safety net, so an answer that is not final yet is accepted (202) and
 //! stored nowhere: the next poll reads it.
@@ -25,9 +27,39 @@ use crate::state::WebState;
 /// The answer to a callback.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CallbackAck {
-    /// True when this callback completed the task; false when the answer was not final (the
-    /// task goes on polling).
+    /// True when this callback ended the task (see `outcome`); false when the answer was not
+    /// final (the task goes on polling).
     pub completed: bool,
+    /// How the task ended: `done` (the data is its result) or `failed` (dead, the upstream's
+    /// message its error); null when the answer was not final.
+    #[schema(required = true)]
+    pub outcome: Option<CallbackOutcome>,
+}
+
+/// How a callback ended its task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CallbackOutcome {
+    Done,
+    Failed,
+}
+
+impl CallbackAck {
+    fn ended(outcome: CallbackOutcome) -> Response {
+        let ack = CallbackAck {
+            completed: true,
+            outcome: Some(outcome),
+        };
+        (StatusCode::OK, Json(ack)).into_response()
+    }
+
+    fn not_final() -> Response {
+        let ack = CallbackAck {
+            completed: false,
+            outcome: None,
+        };
+        (StatusCode::ACCEPTED, Json(ack)).into_response()
+    }
 }
 
 fn no_such_callback() -> ApiError {
@@ -47,13 +79,13 @@ fn no_such_callback() -> ApiError {
     params(("token" = String, Path, description = "The token of the callback URL the upstream was given.")),
     request_body(content = serde_json::Value, description = "The upstream's answer, read with the same status / data pointers as a poll's."),
     responses(
-        (status = 200, body = CallbackAck, description = "Final: the task is complete (completed true)."),
-        (status = 202, body = CallbackAck, description = "Not final (processing or failed): nothing stored, polling goes on (completed false)."),
-        (status = 400, body = ErrorBody, description = "The body is not JSON (code malformed_json)."),
-        (status = 404, body = ErrorBody, description = "Unknown, forged, used or expired token, or callbacks are off (code not_found). Nothing changed."),
-        (status = 413, body = ErrorBody, description = "Body larger than the upstream's answer limit (code payload_too_large)."),
-        (status = 422, body = ErrorBody, description = "The body has no status the upstream settings know (code invalid_body)."),
-        (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
+        (status = 200, body = CallbackAck, description = "Final: the task ended (completed true), as done with the answer's data (outcome done) or, when the upstream said it failed, as failed with the upstream's message as its error (outcome failed)."),
+        (status = 202, body = CallbackAck, description = "Not final (processing): nothing stored, polling goes on (completed false, outcome null)."),
+        (status = 400, body = ErrorBody, description = "The body is not JSON (code malformed_json). Nothing changed."),
+        (status = 404, body = ErrorBody, description = "Unknown, forged, used or expired token, a task of that life no longer live (ended, cancelled), or callbacks are off (code not_found). Nothing changed."),
+        (status = 413, body = ErrorBody, description = "Body larger than the upstream's answer limit (code payload_too_large). Nothing changed."),
+        (status = 422, body = ErrorBody, description = "The body has no status the upstream settings know (code invalid_body). Nothing changed."),
+        (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable), with Retry-After; post again."),
     )
 )]
 pub async fn receive(
@@ -86,13 +118,12 @@ pub async fn receive(
             "the body is not JSON",
         )
     })?;
-    let data = match rx.reader.read(&value, None) {
-        Ok(Answer::Done { data }) => data,
-        Ok(_) => {
-            return Ok(
-                (StatusCode::ACCEPTED, Json(CallbackAck { completed: false })).into_response(),
-            )
-        }
+    let (outcome, text) = match rx.reader.read(&value, None) {
+        Ok(Answer::Done { data }) => (CallbackOutcome::Done, data.to_string()),
+        // The upstream's data beside a failure is dropped, as a poll drops it: a dead task
+        // keeps its last partial and the message.
+        Ok(Answer::Failed { message, .. }) => (CallbackOutcome::Failed, message),
+        Ok(Answer::Processing { .. }) => return Ok(CallbackAck::not_final()),
         Err(e) => {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -101,29 +132,29 @@ pub async fn receive(
             ))
         }
     };
-    let completed = rx
-        .queue
-        .complete_by_callback(
-            &claim.id,
-            claim.created_ms,
-            claim.expires_ms,
-            &data.to_string(),
-        )
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "a callback could not be written");
-            ApiError {
-                retry_after: Some(1),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::Unavailable,
-                    "the queue is unavailable; try again shortly",
-                )
-            }
-        })?;
-    if !completed {
+    let (id, created, expires) = (&claim.id, claim.created_ms, claim.expires_ms);
+    let written = match outcome {
+        CallbackOutcome::Done => {
+            rx.queue
+                .complete_by_callback(id, created, expires, &text)
+                .await
+        }
+        CallbackOutcome::Failed => rx.queue.fail_by_callback(id, created, expires, &text).await,
+    };
+    let ended = written.map_err(|e| {
+        tracing::warn!(error = %e, "a callback could not be written");
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Unavailable,
+                "the queue is unavailable; try again shortly",
+            )
+        }
+    })?;
+    if !ended {
         return Err(no_such_callback());
     }
     metrics::counter!(worker::telemetry::CALLBACKS).increment(1);
-    Ok((StatusCode::OK, Json(CallbackAck { completed: true })).into_response())
+    Ok(CallbackAck::ended(outcome))
 }

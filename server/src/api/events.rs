@@ -5,7 +5,10 @@
 //! anything and a reconnect needs no replay: the stream always starts with the current state
 //! (a `Last-Event-ID` header is accepted and simply not needed). The stream wakes on the
 //! process's [`Live`](crate::live_hub::Live) hub for this task only, re-reads the state from Redis,
-//! sends it only if it changed, and closes after the final (`done`/`failed`) state. Heartbeat
+//! sends it only if a reader would see something new ([`QueryView::nothing_new_since`]: the
+//! start of a poll is not sent, its result is), and closes after the final (`done`/`failed`)
+//! state. The id stays the state's `updated_at`: skipping a state skips an id, and each state
+//! sent was written after the one sent before it, so a stream's ids still grow. Heartbeat
 //! comments keep proxies from timing the connection out. Each stream holds a place under the
 //! per-client and total stream caps; over them the answer is a JSON 429 / 503 that closes the
 //! connection.
@@ -35,7 +38,7 @@ use crate::{
     path = "/api/v1/queries/{id}/events",
     operation_id = "queryEvents",
     summary = "Live state of a query as Server-Sent Events",
-    description = "Sends the current state at once, then one event per change; each is an event named `state` whose data is a complete Query object (as JSON) and whose id is its `updated_at`. Heartbeat comment lines keep the connection open. The stream closes after the final state (done or failed). Every event is a full state, so on reconnect (with or without Last-Event-ID) the client simply receives the current state first.",
+    description = "Sends the current state at once, then one event per change a reader can see (a poll's result with its partial data, poll count and next due time; a moved due time; the final state), not the start of a poll; each is an event named `state` whose data is a complete Query object (as JSON) and whose id is its `updated_at`. Heartbeat comment lines keep the connection open. The stream closes after the final state (done or failed). Every event is a full state, so on reconnect (with or without Last-Event-ID) the client simply receives the current state first.",
     params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
     responses(
         (status = 200, content_type = "text/event-stream", body = String, description = "`event: state`, `id: <updated_at>`, `data: <Query as JSON>` records, and `:` heartbeat comments."),
@@ -78,7 +81,7 @@ struct Watch {
     _permit: StreamPermit,
     /// A state to send next without waiting (the first one).
     pending: Option<QueryView>,
-    /// The last state sent, to skip wake-ups that changed nothing visible.
+    /// The last state sent, to skip wake-ups that changed nothing a reader would see.
     last: Option<QueryView>,
     /// The final state went out: end the stream.
     finished: bool,
@@ -109,7 +112,7 @@ impl Watch {
                 return None;
             }
             match app::query_view::read(&self.ctx, &self.id).await {
-                Ok(Some(v)) if self.last.as_ref().is_some_and(|l| l.same_state(&v)) => {}
+                Ok(Some(v)) if self.last.as_ref().is_some_and(|l| v.nothing_new_since(l)) => {}
                 Ok(Some(v)) => return Some(v),
                 // Gone without a trace (purged): nothing more will come.
                 Ok(None) => return None,

@@ -23,6 +23,9 @@ pub struct Opts {
     pub api: ApiArgs,
     pub caps: server::live_hub::StreamCaps,
     pub trust_forwarded: bool,
+    /// Take the upstream's callbacks (tokens checked with this key), as `repoll serve` does
+    /// with `REPOLL_CALLBACK_SECRET`; `None`: callbacks off.
+    pub callbacks: Option<worker::Callbacks>,
 }
 
 impl Default for Opts {
@@ -35,6 +38,7 @@ impl Default for Opts {
             },
             caps: Default::default(),
             trust_forwarded: false,
+            callbacks: None,
         }
     }
 }
@@ -62,12 +66,12 @@ impl Env {
             sim::SimArgs::default(),
             stop.clone().cancelled_owned(),
         ));
+        let upstream_args = worker::UpstreamArgs {
+            url: format!("http://{sim_addr}/api/query?q={{key}}"),
+            ..Default::default()
+        };
         if opts.worker {
-            let upstream = worker::Upstream::new(&worker::UpstreamArgs {
-                url: format!("http://{sim_addr}/api/query?q={{key}}"),
-                ..Default::default()
-            })
-            .unwrap();
+            let upstream = worker::Upstream::new(&upstream_args).unwrap();
             let policy = worker::PolicyArgs {
                 poll_interval_ms: 100,
                 poll_multiplier: 1.0,
@@ -93,9 +97,23 @@ impl Env {
             opts.caps,
             stop.clone(),
         );
+        let mut api = ApiState::new(&opts.api, opts.trust_forwarded);
+        api.callbacks = opts.callbacks.map(|callbacks| {
+            // The default upstream's answers, read as its polls are (serve.rs does the same).
+            let upstream = worker::Upstream::new(&upstream_args).unwrap();
+            server::api::CallbackReceiver {
+                callbacks,
+                upstreams: vec![server::api::CallbackUpstream {
+                    name: String::new(),
+                    queue: queue.clone(),
+                    reader: upstream.reader().clone(),
+                    max_body: upstream.max_body(),
+                }],
+            }
+        });
         let state = WebState {
             live,
-            api: ApiState::new(&opts.api, opts.trust_forwarded),
+            api,
             admin: Default::default(),
             leptos_options: web::leptos_options("target/site"),
             app: AppContext {

@@ -1,0 +1,180 @@
+//! The upstream's callbacks through the real router and accept loop, over HTTP, against a
+//! private redis-server and the simulator: a final answer ends the task at once, as done or,
+//! when the upstream gave up, as failed, with the same verdict and error a poll gives.
+
+mod common;
+use common::api::*;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use server::api::ApiArgs;
+
+const SECRET: &str = "callback-secret-of-this-test-0123456789";
+
+fn signer() -> worker::Callbacks {
+    worker::Callbacks::new(&worker::CallbackArgs {
+        base_url: None,
+        secret: Some(worker::Secret::from(SECRET)),
+    })
+    .unwrap()
+    .unwrap()
+}
+
+/// The view of `id` once it is final (a 60 s hang guard, not a timing).
+async fn final_view(http: &reqwest::Client, base: &str, id: &str) -> Value {
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let v: Value = http
+            .get(format!("{base}/api/v1/queries/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["status"] != "processing" {
+            return v;
+        }
+        assert!(std::time::Instant::now() < end, "{id} not final: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A signed callback saying "failed" ends the task at once: the answer tells the upstream it
+/// ended as failed, and the query reads failed with the upstream's message, the very error a
+/// poll reading the same "failed" leaves (a second task, failed by the worker's poll, is the
+/// yardstick). Before it, a "processing" callback is a 202 that changes nothing; after it,
+/// the used token is a 404. The upstream takes an hour to finish, so only the callback can end
+/// the first task within the test (the worker polls it meanwhile: the callback may find it
+/// waiting or leased).
+#[tokio::test]
+async fn a_failed_callback_ends_the_query_as_failed_with_the_upstreams_message() {
+    let env = Env::start(Opts {
+        worker: true,
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        callbacks: Some(signer()),
+        ..Default::default()
+    })
+    .await;
+    let base = format!("http://{}", env.listen().await);
+    let http = reqwest::Client::new();
+    let submit = |query: &'static str| {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            let r: Value = http
+                .post(format!("{base}/api/v1/queries"))
+                .json(&json!({ "query": query }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            r["id"].as_str().unwrap().to_string()
+        }
+    };
+    let by_poll = submit("cb-yardstick status=failed error=no_such_order").await;
+    let id = submit("cb-failed ms=3600000").await;
+    let created = env
+        .queue
+        .get(&id)
+        .await
+        .unwrap()
+        .and_then(|d| d.task)
+        .expect("a live task")
+        .created_ms;
+    let url = format!(
+        "{base}/api/v1/callbacks/{}",
+        signer().token(&id, created, 0)
+    );
+    let post = |body: Value| {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            let r = http.post(&url).json(&body).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+
+    let (status, ack) = post(json!({"status": "processing", "data": {"progress": 0.5}})).await;
+    assert_eq!(
+        (status, &ack),
+        (202, &json!({"completed": false, "outcome": null}))
+    );
+    let (status, ack) = post(json!({"status": "failed", "error": "no_such_order"})).await;
+    assert_eq!(
+        (status, &ack),
+        (200, &json!({"completed": true, "outcome": "failed"})),
+        "the upstream learns its answer ended the task as failed"
+    );
+    let v = final_view(&http, &base, &id).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    let yardstick = final_view(&http, &base, &by_poll).await;
+    assert_eq!(yardstick["status"], "failed", "{yardstick}");
+    assert_eq!(
+        v["error"], yardstick["error"],
+        "the same verdict and error as a poll reading \"failed\""
+    );
+    assert!(
+        v["error"].as_str().unwrap().contains("no_such_order"),
+        "{v}"
+    );
+    // Used: refused, and the task stays as it ended.
+    let (status, ack) = post(json!({"status": "done", "data": 1})).await;
+    assert_eq!(status, 404, "{ack}");
+    assert_eq!(final_view(&http, &base, &id).await["status"], "failed");
+    env.stop().await;
+}
+
+/// A done callback still completes the task, and its answer says so (`outcome` done).
+#[tokio::test]
+async fn a_done_callback_completes_the_query_and_says_done() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        callbacks: Some(signer()),
+        ..Default::default()
+    })
+    .await;
+    let r = env.submit("cb-done").await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let created = env
+        .queue
+        .get(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .unwrap()
+        .created_ms;
+    let base = format!("http://{}", env.listen().await);
+    let url = format!(
+        "{base}/api/v1/callbacks/{}",
+        signer().token(&id, created, 0)
+    );
+    let r = reqwest::Client::new()
+        .post(&url)
+        .json(&json!({"status": "done", "data": {"n": 7}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let ack: Value = r.json().await.unwrap();
+    assert_eq!(ack, json!({"completed": true, "outcome": "done"}));
+    let v = final_view(&reqwest::Client::new(), &base, &id).await;
+    assert_eq!(
+        (v["status"].clone(), v["result"].clone()),
+        (json!("done"), json!({"n": 7}))
+    );
+    env.stop().await;
+}
