@@ -134,9 +134,14 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
 /// away and answers it with 422. The browser stays at the server function's URL; the form on
 /// the page posts to it again as usual. Only the query form's function is rewritten: the
 /// admin forms keep post/redirect/get.
+///
+/// Leptos puts the reason into the URL of the `Referer`; a post without one (a browser with
+/// referrers turned off, `curl`) would get a bare redirect to `/` and lose the reason. Such a
+/// post is given the form's own page as its `Referer` (see [`own_form_page`]), so it gets the
+/// same 422 page.
 async fn form_error_page(
     pages: Router,
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::{header, Method, Request};
@@ -154,6 +159,10 @@ async fn form_error_page(
     }
     let nonce = req.extensions().get::<crate::security::CspNonce>().cloned();
     let host = req.headers().get(header::HOST).cloned();
+    if !req.headers().contains_key(header::REFERER) {
+        req.headers_mut()
+            .insert(header::REFERER, own_form_page(host.as_ref()));
+    }
     let res = next.run(req).await;
     let error_query = res
         .status()
@@ -186,6 +195,19 @@ async fn form_error_page(
         }
         _ => res,
     }
+}
+
+/// The query form's page, `/`, as an absolute URL (Leptos adds the error to the `Referer` only
+/// when it parses as one): on the request's own host (a plain `host[:port]`), or a placeholder
+/// host when it has no usable one. Only its path and query are ever used: the page is rendered
+/// right here, and a redirect to it that got out anyway names our host or is cut to its path
+/// (`crate::security::own_location`).
+fn own_form_page(host: Option<&axum::http::HeaderValue>) -> axum::http::HeaderValue {
+    use axum::http::HeaderValue;
+    host.and_then(|h| h.to_str().ok())
+        .filter(|h| !h.contains('@') && h.parse::<axum::http::uri::Authority>().is_ok())
+        .and_then(|h| HeaderValue::from_str(&format!("http://{h}/")).ok())
+        .unwrap_or_else(|| HeaderValue::from_static("http://localhost/"))
 }
 
 /// Liveness: the process is up and serving HTTP.
@@ -250,4 +272,28 @@ async fn metrics_guard(
 /// Equal without an early exit on the first differing byte (the length may show).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn the_form_page_is_on_our_own_host_or_a_placeholder() {
+        let page = |h: Option<&str>| {
+            own_form_page(h.map(HeaderValue::from_str).transpose().unwrap().as_ref())
+        };
+        assert_eq!(page(Some("127.0.0.1:3000")), "http://127.0.0.1:3000/");
+        assert_eq!(page(Some("repoll.example")), "http://repoll.example/");
+        for odd in [
+            None,
+            Some("evil.example@ours"),
+            Some("a b"),
+            Some("x/y"),
+            Some(""),
+        ] {
+            assert_eq!(page(odd), "http://localhost/", "{odd:?}");
+        }
+    }
 }

@@ -97,6 +97,65 @@ async fn health_ready_and_server_rendered_page() {
     redis.stop().await;
 }
 
+/// The query form posted without JavaScript (`Accept: text/html`), over a real socket: a
+/// refused query (too long, empty, an unknown upstream) is the form page again, 422, with the
+/// reason on it — also when the browser sends no `Referer` (referrers turned off, `curl`),
+/// where Leptos alone would answer a bare redirect to `/` and the reason would be lost.
+#[tokio::test]
+async fn a_refused_no_js_query_is_the_422_page_with_its_reason_with_or_without_referer() {
+    use leptos::server_fn::ServerFn;
+    let (redis, _dir) = start_redis().await;
+    let server = common::listen(router_for(redis.url()).await).await;
+    let http = &server.http;
+    let refused = [
+        (format!("query={}", "x".repeat(600)), "at most 512"),
+        ("query=+++".to_string(), "query is empty"),
+        ("query=a&upstream=nope".to_string(), "unknown upstream"),
+    ];
+    let own_page = http.url("/");
+    for (body, reason) in &refused {
+        for referer in [None, Some(own_page.as_str())] {
+            let mut req = http
+                .client
+                .post(http.url(app::pages::SubmitQuery::PATH))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "text/html")
+                .body(body.clone());
+            if let Some(r) = referer {
+                req = req.header("referer", r);
+            }
+            let a = http.send(req).await;
+            let what = format!("{body:.40} with referer {referer:?}");
+            assert_eq!(a.status, 422, "{what}: {:?} {}", a.headers, a.body);
+            assert!(a.header("location").is_none(), "{what}");
+            assert!(
+                a.body.contains("data-testid=\"query-input\""),
+                "{what}: the form"
+            );
+            let shown = common::admin::testid_text(&a.body, "query-submit-error");
+            assert!(shown.contains(reason), "{what}: {shown:?}");
+        }
+    }
+    // An accepted query still goes on to its page.
+    let a = http
+        .send(
+            http.client
+                .post(http.url(app::pages::SubmitQuery::PATH))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "text/html")
+                .body("query=no+referer+needed"),
+        )
+        .await;
+    assert_eq!(a.status, 302, "{}", a.body);
+    assert!(
+        a.header("location").is_some_and(|l| l.starts_with("/q/")),
+        "{:?}",
+        a.headers
+    );
+    drop(server);
+    redis.stop().await;
+}
+
 #[tokio::test]
 async fn readyz_is_503_when_redis_goes_away() {
     let (redis, _dir) = start_redis().await;

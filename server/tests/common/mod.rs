@@ -35,6 +35,42 @@ pub async fn oneshot(router: &axum::Router, req: axum::http::Request<axum::body:
     }
 }
 
+/// A router served on a real socket (127.0.0.1, a free port) through the server's own accept
+/// loop, with a client of it; stopped when dropped.
+pub struct Listening {
+    pub http: testkit::Http,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Serves `router` as `repoll serve` does (the peer address reaches the handlers), for tests
+/// that want real HTTP exchanges rather than `oneshot`.
+pub async fn listen(router: axum::Router) -> Listening {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(server::http_server::serve(
+        listener,
+        router,
+        server::http_server::ConnLimits {
+            max_connections: 64,
+            header_timeout: std::time::Duration::from_secs(10),
+        },
+        Default::default(),
+        stop.clone(),
+        std::time::Duration::from_millis(200),
+    ));
+    Listening {
+        http: testkit::Http::local(port),
+        stop,
+    }
+}
+
 /// A private managed redis-server (free port, its own temp data dir, removed on drop).
 pub async fn start_redis() -> (ManagedRedis, tempdir::Dir) {
     let dir = tempdir::Dir::new();

@@ -209,7 +209,7 @@ pub fn ActionResult(action: ServerAction<Act>) -> impl IntoView {
     }
 }
 
-/// A one-button form running `op` on `id` (works without JavaScript).
+/// A one-button form running `op` on `id` (works without JavaScript); nothing for a viewer.
 #[component]
 pub fn ActButton(
     action: ServerAction<Act>,
@@ -219,16 +219,18 @@ pub fn ActButton(
     label: &'static str,
     #[prop(optional)] testid: &'static str,
 ) -> impl IntoView {
-    view! {
-        <ActionForm action=action attr:class="inline">
-            <input type="hidden" name="op" value=op />
-            <input type="hidden" name="id" value=id />
-            {token.map(|t| view! { <input type="hidden" name="token" value=t.to_string() /> })}
-            <button type="submit" data-testid=testid>
-                {label}
-            </button>
-        </ActionForm>
-    }
+    super::frame::can_act().then(|| {
+        view! {
+            <ActionForm action=action attr:class="inline">
+                <input type="hidden" name="op" value=op />
+                <input type="hidden" name="id" value=id />
+                {token.map(|t| view! { <input type="hidden" name="token" value=t.to_string() /> })}
+                <button type="submit" data-testid=testid>
+                    {label}
+                </button>
+            </ActionForm>
+        }
+    })
 }
 
 /// Writes an admin action to the queue's audit log and to the server log. A failure is logged,

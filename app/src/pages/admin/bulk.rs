@@ -16,7 +16,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{duration, error_text, plural, PausedBanner};
 use crate::pages::widgets::ProgressBar;
@@ -109,92 +109,6 @@ pub struct BulkView {
     pub upstreams: Vec<String>,
 }
 
-#[cfg(feature = "ssr")]
-mod ssr {
-    use super::{FilterForm, RunView};
-    use crate::auth::refuse;
-    use http::StatusCode;
-    use leptos::prelude::ServerFnError;
-
-    /// The queue's filter from the form's text; a 400 with the reason for a bad value.
-    pub fn filter(f: &FilterForm) -> Result<queue::BulkFilter, ServerFnError> {
-        let bad = |m: &str| refuse(StatusCode::BAD_REQUEST, m);
-        let state = match f.state.trim() {
-            "" => queue::BulkState::Dead,
-            s => queue::BulkState::parse(s).ok_or_else(|| bad("unknown state"))?,
-        };
-        let text = |s: &str, what: &str| -> Result<Option<String>, ServerFnError> {
-            let s = s.trim();
-            if s.chars().count() > 512 {
-                return Err(bad(&format!("{what} text is longer than 512 characters")));
-            }
-            Ok((!s.is_empty()).then(|| s.to_string()))
-        };
-        let within_ms = match f.hours.trim() {
-            "" => None,
-            h => {
-                let hours: f64 = h
-                    .parse()
-                    .map_err(|_| bad("the time window is not a number of hours"))?;
-                if !(hours > 0.0 && hours <= 24.0 * 366.0) {
-                    return Err(bad("the time window must be between 0 and 8784 hours"));
-                }
-                Some((hours * 3_600_000.0).round() as u64)
-            }
-        };
-        let time_field = match f.field.trim() {
-            "" | "updated" => queue::TimeField::Updated,
-            "created" => queue::TimeField::Created,
-            _ => return Err(bad("unknown time field")),
-        };
-        let tenant = match f.tenant.trim() {
-            "" => None,
-            "none" => Some(String::new()),
-            t if queue::is_valid_tenant(t) => Some(t.to_string()),
-            _ => {
-                return Err(bad(
-                    "the tenant is not a tenant name (letters, digits and ._:@-) or none",
-                ))
-            }
-        };
-        Ok(queue::BulkFilter {
-            state,
-            error: text(&f.error, "error")?,
-            query: text(&f.query, "query")?,
-            within_ms,
-            time_field,
-            tenant,
-        })
-    }
-
-    /// The queue of the form's upstream; a 400 naming the known ones for an unknown name.
-    pub fn queue_of<'a>(
-        ctx: &'a crate::context::AppContext,
-        f: &FilterForm,
-    ) -> Result<&'a queue::Queue, ServerFnError> {
-        ctx.upstream(Some(f.upstream.as_str()))
-            .map(|(q, _)| q)
-            .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))
-    }
-
-    impl From<queue::BulkProgress> for RunView {
-        fn from(p: queue::BulkProgress) -> RunView {
-            RunView {
-                action: p.action,
-                filter: p.filter,
-                who: p.who,
-                total: p.total,
-                done: p.done,
-                changed: p.changed,
-                state: p.state,
-                started_ms: p.started_ms,
-                ended_ms: p.ended_ms,
-                stop_requested: p.stop_requested,
-            }
-        }
-    }
-}
-
 /// How many tasks `filter` selects now, which actions apply, and the current or last run.
 #[server(prefix = "/admin/fn")]
 pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError> {
@@ -202,8 +116,8 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
     use http::StatusCode;
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let q = ssr::queue_of(&ctx, &filter)?;
-    let f = ssr::filter(&filter)?;
+    let q = super::bulk_filter::queue_of(&ctx, &filter)?;
+    let f = super::bulk_filter::filter(&filter)?;
     let failed = |e: queue::QueueError| {
         tracing::warn!(error = %e, "bulk preview failed");
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
@@ -247,7 +161,7 @@ pub async fn bulk_act(
     use http::StatusCode;
     let session = require(Role::Admin).await?;
     let ctx = crate::context::app_context()?;
-    let q = ssr::queue_of(&ctx, &filter)?.clone();
+    let q = super::bulk_filter::queue_of(&ctx, &filter)?.clone();
     // The audit log is the deployment's one (the default queue's), whichever upstream acts.
     let audit_q = ctx.queue.clone();
     let upstream_note = match q.config().upstream.as_str() {
@@ -272,7 +186,7 @@ pub async fn bulk_act(
     }
     let action = queue::BulkAction::parse(&op)
         .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "unknown action"))?;
-    let f = ssr::filter(&filter)?;
+    let f = super::bulk_filter::filter(&filter)?;
     let limit = ctx.admin.settings().bulk_limit;
     let job = match q
         .bulk_begin(action, &f, &who, limit, confirmed)
@@ -534,7 +448,8 @@ fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) 
     let matched = data.matched;
     let actions = data.actions.clone();
     let run_upstream = form.upstream.clone();
-    let buttons = (!over && matched > 0 && !running).then(move || {
+    // Only an admin can start or stop a run; a viewer sees the count and the progress.
+    let buttons = (!over && matched > 0 && !running && can_act()).then(move || {
         actions
             .into_iter()
             .map(|op| {
@@ -602,7 +517,7 @@ fn RunProgress(
         status,
         rate.unwrap_or_default()
     );
-    let stop = running.then(|| {
+    let stop = (running && can_act()).then(|| {
         view! {
             <ActionForm action=action attr:class="inline">
                 <input type="hidden" name="op" value="stop" />

@@ -2,7 +2,12 @@
 //! sign-out. A visitor without a session gets a real 302 to the sign-in page from the server
 //! render; after a client-side navigation (a link clicked in the app) the sign-in form is
 //! shown in place (no extra navigation); signing in opens the overview.
+//!
+//! The frame also decides, once per page, whether its user may change anything ([`CanAct`]):
+//! every control that changes something asks [`can_act`] and is not rendered for a viewer,
+//! on the server render and after hydration alike (both read the same session).
 
+use leptos::context::Provider;
 use leptos::prelude::*;
 use leptos_router::components::{Redirect, A};
 
@@ -27,6 +32,18 @@ pub fn signed_out<T>() -> Result<T, ServerFnError> {
     Err(ServerFnError::new("sign in required"))
 }
 
+/// Whether the signed-in user may change things: the admin role. Provided by [`AdminFrame`] to
+/// the page inside it; the server refuses a viewer's action anyway, this keeps the dashboard
+/// from offering one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CanAct(pub bool);
+
+/// Whether this page's user may act. False outside a frame, so a control rendered anywhere
+/// else is never offered by mistake.
+pub fn can_act() -> bool {
+    use_context::<CanAct>().is_some_and(|c| c.0)
+}
+
 /// Wraps an admin page's content.
 #[component]
 pub fn AdminFrame(
@@ -43,6 +60,7 @@ pub fn AdminFrame(
                 match answer {
                     Ok(Some(me)) => {
                         let read_only = me.role == Role::Viewer;
+                        let may_act = CanAct(me.role == Role::Admin);
                         connect_live(live);
                         // One root element per branch: multi-root views swapped by a
                         // Transition after hydration were seen to leave nodes behind.
@@ -62,7 +80,7 @@ pub fn AdminFrame(
                                     <button type="submit" data-testid="sign-out">"Sign out"</button>
                                 </ActionForm>
                             </nav>
-                            {children.with_value(|c| c())}
+                            <Provider value=may_act>{children.with_value(|c| c())}</Provider>
                             </div>
                         }
                             .into_any()

@@ -11,7 +11,7 @@ use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{
     duration, error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner,
@@ -155,6 +155,8 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
         duration(data.within_ms as i64),
     );
     let empty = data.rows.is_empty();
+    // A viewer gets the table without its Release column.
+    let may_act = can_act();
     let summary_class = if past > 0 { "alarm-text" } else { "" };
     view! {
         <div class="view">
@@ -178,7 +180,8 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
             <thead>
                 <tr>
                     {several.then(|| view! { <th>"upstream"</th> })}
-                    <th>"task"</th><th>"query"</th><th>"holder"</th><th>"token"</th><th>"deadline"</th><th></th>
+                    <th>"task"</th><th>"query"</th><th>"holder"</th><th>"token"</th><th>"deadline"</th>
+                    {may_act.then(|| view! { <th></th> })}
                 </tr>
             </thead>
             <tbody>
@@ -208,9 +211,11 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                                 <td>
                                     <time datetime=iso(deadline) title=utc(deadline)>{status}</time>
                                 </td>
-                                <td>
-                                    <ActButton action op="release" id=id token=l.token label="Release" testid="lease-release" />
-                                </td>
+                                {may_act.then(|| view! {
+                                    <td>
+                                        <ActButton action op="release" id=id token=l.token label="Release" testid="lease-release" />
+                                    </td>
+                                })}
                             </tr>
                         }
                     })

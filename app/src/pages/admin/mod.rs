@@ -6,11 +6,14 @@
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
 //! - [`overview`], [`tasks`], [`task`], [`leases`], [`upstreams`]: the pages and their read
 //!   functions.
-//! - [`actions`]: every state-changing admin action, through one server function.
+//! - [`actions`]: every state-changing admin action, through one server function;
+//!   `queue_actions`: the overview's panel of them. Only an admin is shown any control that
+//!   changes something (`frame::can_act`, decided once by the frame).
 //! - `flash` (server only): an action's result after a form post without JavaScript.
 //! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
 //!   stop; one audit entry per run).
-//! - `search` (server only): the search box's qualifiers (`state:dead error:"HTTP 500"`).
+//! - `search` (server only): the search box's qualifiers (`state:dead error:"HTTP 500"`)
+//!   and running them against a queue.
 //! - `chart`, `ui`: SVG charts, formatting and shared widgets (times,
 //!   the paused banner, many-task actions confirmed with their count).
 //!
@@ -21,6 +24,8 @@
 
 pub mod actions;
 pub mod bulk;
+#[cfg(feature = "ssr")]
+mod bulk_filter;
 mod chart;
 #[cfg(feature = "ssr")]
 mod flash;
@@ -29,6 +34,7 @@ pub mod leases;
 mod live;
 pub mod login;
 pub mod overview;
+mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
 pub mod task;

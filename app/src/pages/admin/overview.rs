@@ -1,6 +1,6 @@
 //! The overview page: counts per state, charts of the last hour or day (pauses, resumes and
-//! process starts marked on them), workers, the audit log, and
-//! the queue-wide actions (pause / resume, retry all dead, purge with typed confirmation).
+//! process starts marked on them), workers, the audit log, and, for an admin, the queue-wide
+//! actions (`queue_actions`: pause / resume, retry all dead, purge with typed confirmation).
 //!
 //! Everything that changes is re-read on each live tick; the forms sit outside the re-read
 //! parts so a live update never wipes what the admin is typing.
@@ -8,10 +8,11 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::actions::{Act, ActButton, ActionResult};
+use super::actions::Act;
 use super::chart::{DistributionChart, Marker, Measure, ThroughputChart, Window};
-use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
+use super::queue_actions::QueueActions;
 use model::{AuditEntry, BreakerInfo, BreakerState, PauseInfo, Stats, WorkerInfo};
 
 /// A worker as the workers table shows it.
@@ -21,9 +22,7 @@ pub struct WorkerRow {
     /// Missed its heartbeats: probably dead (its entry expires soon).
     pub gone: bool,
 }
-use super::ui::{
-    duration, error_text, or_dash, plural, provide_confirm, ConfirmAction, PausedBanner, TimeAt,
-};
+use super::ui::{duration, error_text, or_dash, provide_confirm, PausedBanner, TimeAt};
 use crate::status::RedisStatusPanel;
 
 /// Audit entries shown.
@@ -215,12 +214,7 @@ fn OverviewBody(
                 .is_some_and(|u| !u.is_empty() && u != "default")
         })
     };
-    let stats = move || {
-        data.get()
-            .and_then(Result::ok)
-            .filter(|d| d.upstream.is_empty())
-            .map(|d| (d.stats, d.breaker.is_some()))
-    };
+    let may_act = can_act();
     view! {
         <section class="panel">
             <h1>"Overview"</h1>
@@ -234,133 +228,9 @@ fn OverviewBody(
             </div>
         </section>
         // Only for the default upstream (the URL decides, so live updates never rebuild the
-        // forms being typed in); a named upstream's actions are on the Upstreams page.
-        {move || (!named()).then(|| view! {
-        <section class="panel" id="queue-actions" data-testid="queue-actions">
-            <h2>"Actions"</h2>
-            <ActionResult action />
-            // Re-rendered with the counts: only the action that applies (pause or resume),
-            // "retry all" with its count. The purge forms below stay put, so a live update
-            // never wipes what is being typed.
-            <Transition fallback=|| view! { <p>"…"</p> }>
-                {move || stats().map(|(s, breaker_open)| {
-                    let dead = s.dead;
-                    view! {
-                        <div class="row">
-                            {if s.paused {
-                                view! { <ActButton action op="resume" label="Resume queue" testid="resume" /> }.into_any()
-                            } else {
-                                view! { <ActButton action op="pause" label="Pause queue" testid="pause" /> }.into_any()
-                            }}
-                            // For a planned upstream maintenance: claims stop; after 15 min a
-                            // probe goes unless it was closed before.
-                            {if breaker_open {
-                                view! { <ActButton action op="close_breaker" label="Close breaker" testid="close-breaker" /> }.into_any()
-                            } else {
-                                view! { <ActButton action op="open_breaker" label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
-                            }}
-                            <ConfirmAction
-                                action
-                                op="retry_all_dead"
-                                label="Retry all dead"
-                                question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
-                                yes=format!("Retry {}", plural(dead, "task", "tasks"))
-                                count=dead
-                                here="/admin"
-                                testid="retry-all-dead"
-                            />
-                        </div>
-                    }
-                })}
-            </Transition>
-            <h3>"Purge"</h3>
-            <div class="table-scroll">
-            <table class="purge">
-                <tbody>
-                    <PurgeRow action data target="dead" one="dead task" many="dead tasks" count=|s| Some(s.dead) />
-                    <PurgeRow action data target="results" one="stored result" many="stored results" count=|s| Some(s.results) />
-                    <PurgeRow
-                        action
-                        data
-                        target="queued"
-                        one="queued task (ready, waiting or retrying)"
-                        many="queued tasks (ready, waiting, retrying)"
-                        count=|s| Some(s.ready + s.waiting + s.retrying)
-                    />
-                    <PurgeRow action data target="history" one="" many="" count=|_| None />
-                </tbody>
-            </table>
-            </div>
-        </section>
-        })}
-    }
-}
-
-/// One purge target: says how many it removes and asks for the target's name to be typed.
-/// The typed name is cleared once a purge has been done.
-#[component]
-fn PurgeRow(
-    action: ServerAction<Act>,
-    data: Resource<Result<OverviewData, ServerFnError>>,
-    target: &'static str,
-    one: &'static str,
-    many: &'static str,
-    /// How many it removes; None when it has no count (task histories).
-    count: fn(&Stats) -> Option<u64>,
-) -> impl IntoView {
-    let typed = RwSignal::new(String::new());
-    Effect::new(move |_| {
-        if let Some(Ok(m)) = action.value().get() {
-            if m.starts_with("purged") {
-                typed.set(String::new());
-            }
-        }
-    });
-    let counted = count(&Stats::default()).is_some();
-    let sentence = move || match counted {
-        true => {
-            let n = data
-                .get()
-                .and_then(Result::ok)
-                .and_then(|d| count(&d.stats));
-            let words = match n {
-                Some(1) => format!(" {one}."),
-                _ => format!(" {many}."),
-            };
-            view! {
-                "Removes " <strong data-testid=format!("purge-count-{target}")>{n.map(|n| n.to_string()).unwrap_or_else(|| "…".into())}</strong>
-                {words}
-            }
-            .into_any()
-        }
-        false => view! { "Removes the history of every task." }.into_any(),
-    };
-    view! {
-        <tr>
-            <td>
-                <Transition fallback=|| "…">{sentence}</Transition>
-            </td>
-            <td>
-                <ActionForm action=action attr:class="inline">
-                    <input type="hidden" name="op" value="purge" />
-                    <input type="hidden" name="id" value=target />
-                    <label class="sr-only" for=format!("purge-confirm-{target}")>{format!("Type {target} to confirm")}</label>
-                    <input
-                        type="text"
-                        name="confirm"
-                        id=format!("purge-confirm-{target}")
-                        autocomplete="off"
-                        placeholder=format!("type {target} to confirm")
-                        data-testid=format!("purge-confirm-{target}")
-                        prop:value=move || typed.get()
-                        on:input=move |ev| typed.set(event_target_value(&ev))
-                    />
-                    <button type="submit" class="danger" data-testid=format!("purge-{target}")>
-                        {format!("Purge {target}")}
-                    </button>
-                </ActionForm>
-            </td>
-        </tr>
+        // forms being typed in); a named upstream's actions are on the Upstreams page. Only
+        // for an admin: a viewer is offered nothing it cannot do.
+        {move || (!named() && may_act).then(|| view! { <QueueActions data action /> })}
     }
 }
 

@@ -10,8 +10,14 @@
 //!
 //! Values with spaces are quoted (`error:"HTTP 500"`). A qualifier that does not parse is an
 //! error the page shows, so a typo never silently widens the search.
+//!
+//! [`parse`] reads the text; [`run`] looks for it in a queue, within bounds.
+
+use std::collections::BTreeSet;
 
 use queue::bulk::{BulkFilter, BulkState, TimeField};
+
+use super::tasks::Listing;
 
 /// A parsed search.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -142,6 +148,125 @@ pub fn parse(s: &str) -> Result<Search, String> {
     }
     out.text = text.join(" ");
     Ok(out)
+}
+
+/// `SCAN` calls (of ~1000 keys each) an id-prefix search may make.
+const SCAN_BUDGET: usize = 100;
+/// Hits returned at most.
+const MAX_HITS: usize = 50;
+/// Task records a qualified (or substring) search looks at, per state: the bound that
+/// keeps it within the dashboard's time budget (Oban Web states its own the same way).
+pub const SCAN_PER_STATE: u64 = 20_000;
+
+/// Runs a search on `q`: `text` as typed (the listing says it), `parsed` its meaning. Free text
+/// alone is an exact query or id first; qualifiers (or free text that found nothing that way)
+/// look through the task records, at most [`SCAN_PER_STATE`] of each state.
+pub async fn run(q: &queue::Queue, text: &str, parsed: &Search) -> queue::Result<Listing> {
+    let mut out = Listing {
+        state: "search".into(),
+        search: Some(text.to_string()),
+        ..Listing::default()
+    };
+    let mut seen = BTreeSet::new();
+    let free = parsed.text.as_str();
+    if !parsed.qualified() {
+        let mut ids = Vec::new();
+        exact_or_prefix(q, free, &mut ids, &mut out.note).await?;
+        show(q, ids, &mut seen, &mut out).await?;
+    }
+    // Qualifiers, or free text that is no exact query or id: look through the records.
+    if parsed.qualified() || (out.tasks.is_empty() && out.results.is_empty() && !free.is_empty()) {
+        let mut ids = Vec::new();
+        let (mut scanned, mut matched, mut complete) = (0u64, 0u64, true);
+        let states = parsed.states();
+        for state in &states {
+            let keep = MAX_HITS.saturating_sub(ids.len());
+            let sel = q
+                .select_bounded(&parsed.filter(*state), keep, SCAN_PER_STATE)
+                .await?;
+            scanned += sel.scanned;
+            matched += sel.matched;
+            complete &= sel.complete;
+            ids.extend(sel.ids);
+        }
+        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        let mut said = format!(
+            "{matched} {} among {scanned} {} ({})",
+            if matched == 1 { "match" } else { "matches" },
+            if scanned == 1 {
+                "task looked at"
+            } else {
+                "tasks looked at"
+            },
+            names.join(", ")
+        );
+        if !complete {
+            said.push_str(&format!(
+                "; stopped at {SCAN_PER_STATE} a state: narrow it with state:, error:, query: or after:"
+            ));
+        }
+        if matched as usize > MAX_HITS {
+            said.push_str(&format!("; the first {MAX_HITS} are shown"));
+        }
+        out.note = Some(match out.note.take() {
+            Some(n) => format!("{n}; {said}"),
+            None => said,
+        });
+        show(q, ids, &mut seen, &mut out).await?;
+    }
+    out.total = (out.tasks.len() + out.results.len()) as u64;
+    Ok(out)
+}
+
+/// Reads each id not shown yet (up to the hit cap) and adds what exists to the listing:
+/// one read per id, whether it came from an exact match or from the records.
+async fn show(
+    q: &queue::Queue,
+    ids: Vec<queue::TaskId>,
+    seen: &mut BTreeSet<queue::TaskId>,
+    out: &mut Listing,
+) -> queue::Result<()> {
+    for id in ids {
+        if out.tasks.len() + out.results.len() >= MAX_HITS || !seen.insert(id.clone()) {
+            continue;
+        }
+        if let Some(d) = q.get(&id).await? {
+            if let Some(t) = d.task {
+                out.tasks.push(t);
+            } else if let Some(r) = d.result {
+                out.results.push(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An exact query (its id) or a task id, whole or its start (a bounded key scan).
+async fn exact_or_prefix(
+    q: &queue::Queue,
+    text: &str,
+    ids: &mut Vec<queue::TaskId>,
+    note: &mut Option<String>,
+) -> queue::Result<()> {
+    if let Ok(norm) = queue::normalise_query(text) {
+        ids.push(q.task_id(&norm));
+    }
+    let lower = text.to_ascii_lowercase();
+    if !lower.is_empty() && lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if let Ok(id) = lower.parse::<queue::TaskId>() {
+            ids.push(id);
+        } else {
+            let (found, complete) = q.ids_with_prefix(&lower, MAX_HITS, SCAN_BUDGET).await?;
+            if !complete {
+                *note = Some(format!(
+                    "id prefix search looked at about {}k keys and stopped; type more of the id",
+                    SCAN_BUDGET
+                ));
+            }
+            ids.extend(found);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

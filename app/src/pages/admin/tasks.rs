@@ -15,7 +15,7 @@ use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActionResult};
-use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{
     error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner, TimeAt,
@@ -159,7 +159,7 @@ pub async fn list_tasks(
         }
         let parsed = super::search::parse(text)
             .map_err(|e| refuse(StatusCode::BAD_REQUEST, &format!("search: {e}")))?;
-        let mut hits = ssr::search(q, text, &parsed).await.map_err(failed)?;
+        let mut hits = super::search::run(q, text, &parsed).await.map_err(failed)?;
         hits.now_ms = now_ms;
         hits.counts = counts;
         hits.paused = paused;
@@ -207,135 +207,6 @@ pub async fn list_tasks(
         upstream,
         upstreams,
     })
-}
-
-#[cfg(feature = "ssr")]
-mod ssr {
-    use std::collections::BTreeSet;
-
-    use super::Listing;
-
-    /// `SCAN` calls (of ~1000 keys each) an id-prefix search may make.
-    const SCAN_BUDGET: usize = 100;
-    /// Hits returned at most.
-    const MAX_HITS: usize = 50;
-    /// Task records a qualified (or substring) search looks at, per state: the bound that
-    /// keeps it within the dashboard's time budget (Oban Web states its own the same way).
-    pub const SCAN_PER_STATE: u64 = 20_000;
-
-    pub async fn search(
-        q: &queue::Queue,
-        text: &str,
-        parsed: &super::super::search::Search,
-    ) -> queue::Result<Listing> {
-        let mut out = Listing {
-            state: "search".into(),
-            search: Some(text.to_string()),
-            ..Listing::default()
-        };
-        let mut seen = BTreeSet::new();
-        let free = parsed.text.as_str();
-        if !parsed.qualified() {
-            let mut ids = Vec::new();
-            exact_or_prefix(q, free, &mut ids, &mut out.note).await?;
-            show(q, ids, &mut seen, &mut out).await?;
-        }
-        // Qualifiers, or free text that is no exact query or id: look through the records.
-        if parsed.qualified()
-            || (out.tasks.is_empty() && out.results.is_empty() && !free.is_empty())
-        {
-            let mut ids = Vec::new();
-            let (mut scanned, mut matched, mut complete) = (0u64, 0u64, true);
-            let states = parsed.states();
-            for state in &states {
-                let keep = MAX_HITS.saturating_sub(ids.len());
-                let sel = q
-                    .select_bounded(&parsed.filter(*state), keep, SCAN_PER_STATE)
-                    .await?;
-                scanned += sel.scanned;
-                matched += sel.matched;
-                complete &= sel.complete;
-                ids.extend(sel.ids);
-            }
-            let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
-            let mut said = format!(
-                "{matched} {} among {scanned} {} ({})",
-                if matched == 1 { "match" } else { "matches" },
-                if scanned == 1 {
-                    "task looked at"
-                } else {
-                    "tasks looked at"
-                },
-                names.join(", ")
-            );
-            if !complete {
-                said.push_str(&format!(
-                    "; stopped at {SCAN_PER_STATE} a state: narrow it with state:, error:, query: or after:"
-                ));
-            }
-            if matched as usize > MAX_HITS {
-                said.push_str(&format!("; the first {MAX_HITS} are shown"));
-            }
-            out.note = Some(match out.note.take() {
-                Some(n) => format!("{n}; {said}"),
-                None => said,
-            });
-            show(q, ids, &mut seen, &mut out).await?;
-        }
-        out.total = (out.tasks.len() + out.results.len()) as u64;
-        Ok(out)
-    }
-
-    /// Reads each id not shown yet (up to the hit cap) and adds what exists to the listing:
-    /// one read per id, whether it came from an exact match or from the records.
-    async fn show(
-        q: &queue::Queue,
-        ids: Vec<queue::TaskId>,
-        seen: &mut BTreeSet<queue::TaskId>,
-        out: &mut Listing,
-    ) -> queue::Result<()> {
-        for id in ids {
-            if out.tasks.len() + out.results.len() >= MAX_HITS || !seen.insert(id.clone()) {
-                continue;
-            }
-            if let Some(d) = q.get(&id).await? {
-                if let Some(t) = d.task {
-                    out.tasks.push(t);
-                } else if let Some(r) = d.result {
-                    out.results.push(r);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// An exact query (its id) or a task id, whole or its start (a bounded key scan).
-    async fn exact_or_prefix(
-        q: &queue::Queue,
-        text: &str,
-        ids: &mut Vec<queue::TaskId>,
-        note: &mut Option<String>,
-    ) -> queue::Result<()> {
-        if let Ok(norm) = queue::normalise_query(text) {
-            ids.push(q.task_id(&norm));
-        }
-        let lower = text.to_ascii_lowercase();
-        if !lower.is_empty() && lower.len() <= 32 && lower.bytes().all(|b| b.is_ascii_hexdigit()) {
-            if let Ok(id) = lower.parse::<queue::TaskId>() {
-                ids.push(id);
-            } else {
-                let (found, complete) = q.ids_with_prefix(&lower, MAX_HITS, SCAN_BUDGET).await?;
-                if !complete {
-                    *note = Some(format!(
-                        "id prefix search looked at about {}k keys and stopped; type more of the id",
-                        SCAN_BUDGET
-                    ));
-                }
-                ids.extend(found);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// `/admin/tasks?state=..&cursor=..&q=..`.
@@ -611,8 +482,8 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     };
     let current = (!searching).then(|| state.clone());
     // The same state, narrowed by error, query and age, for a retry / cancel / purge of many.
-    // Bulk actions work on the default upstream's queue.
-    let bulk = (!searching && state != "results" && up.is_empty()).then(|| {
+    // Bulk actions work on the default upstream's queue; only an admin can run them.
+    let bulk = (!searching && state != "results" && up.is_empty() && can_act()).then(|| {
         let href = format!("/admin/bulk?state={state}");
         view! { <A href=href attr:data-testid="bulk-link">"Bulk action by filter…"</A> }
     });

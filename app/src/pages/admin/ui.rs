@@ -9,6 +9,7 @@ pub use crate::pages::format::{duration, plural};
 pub use crate::pages::widgets::TimeAt;
 
 use super::actions::Act;
+use super::frame::can_act;
 use model::PauseInfo;
 
 /// The message of a server-function error, without the framework's prefix.
@@ -55,7 +56,7 @@ pub fn PausedBanner(paused: Option<PauseInfo>, now: i64) -> impl IntoView {
             <div class="banner paused" role="status" data-testid="paused-banner">
                 <strong>"Queue paused"</strong>
                 <span>{since} {rest}</span>
-                <a href="/admin#queue-actions">"Resume on the overview"</a>
+                {can_act().then(|| view! { <a href="/admin#queue-actions">"Resume on the overview"</a> })}
             </div>
         }
     })
@@ -84,7 +85,7 @@ pub fn provide_confirm(action: ServerAction<Act>) {
 ///
 /// With JavaScript the button opens the question in place; without it the button is a GET
 /// form that loads the same page with `?confirm=<op>`, which the server renders with the
-/// question and its form. Nothing is shown when there is nothing to act on.
+/// question and its form. Nothing is shown when there is nothing to act on, nor to a viewer.
 #[component]
 pub fn ConfirmAction(
     action: ServerAction<Act>,
@@ -115,7 +116,7 @@ pub fn ConfirmAction(
     let back = StoredValue::new(back);
     let question = StoredValue::new(question);
     let yes = StoredValue::new(yes);
-    (count > 0).then(|| {
+    (count > 0 && can_act()).then(|| {
         view! {
             <div class="confirm-action">
                 <form method="get" action=here class="inline">

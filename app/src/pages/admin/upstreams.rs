@@ -12,7 +12,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{error_text, or_dash};
 use crate::pages::widgets::TimeAt;
@@ -192,6 +192,8 @@ pub fn UpstreamsPage() -> impl IntoView {
 #[component]
 fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoView {
     let now = data.now_ms;
+    // A viewer gets the table without its column of actions.
+    let may_act = can_act();
     let rows = data
         .rows
         .into_iter()
@@ -261,7 +263,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                     <td class="num">{r.dead}</td>
                     <td class="num">{r.results}</td>
                     <td data-testid="upstream-tenants">{tenants}</td>
-                    <td>{action_button} {pause_button}</td>
+                    {may_act.then(|| view! { <td>{action_button} {pause_button}</td> })}
                 </tr>
             }
         })
@@ -282,7 +284,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                         <th>"Dead"</th>
                         <th>"Results"</th>
                         <th>"Busiest tenants (ready · in flight)"</th>
-                        <th></th>
+                        {may_act.then(|| view! { <th></th> })}
                     </tr>
                 </thead>
                 <tbody>{rows}</tbody>
