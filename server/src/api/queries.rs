@@ -19,8 +19,14 @@ use crate::state::WebState;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct SubmitBody {
     /// Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters,
-    /// without control characters (whitespace ones become spaces), invisible characters
-    /// (zero-width, soft hyphen, BOM, ...) or bidirectional controls.
+    /// without control characters (whitespace ones become spaces) or characters that show
+    /// nothing (Unicode's default-ignorable and format characters: zero-width space, soft
+    /// hyphen, BOM, tag characters, bidirectional controls, ...). Accepted where writing uses
+    /// them: a zero-width joiner inside an emoji sequence or between letters of a joining or
+    /// Indic script, a zero-width non-joiner between such letters, a variation selector after
+    /// a character it selects a form of, tag letters inside a subdivision flag. The `pattern`
+    /// (ECMA-262 with the `u` flag) refuses what is refused wherever it stands; where a joiner
+    /// or selector stands is checked by the server (422 `invalid_query`, naming the code point).
     #[schema(min_length = 1)]
     pub query: String,
     /// `interactive` (default: a person is waiting) or `background`.
