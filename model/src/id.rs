@@ -194,58 +194,16 @@ pub struct InvalidQuery(pub String);
 /// Longest accepted normalised query, in characters. Bounds memory per task and key sizes.
 pub const MAX_QUERY_CHARS: usize = 512;
 
-/// Characters a query may not contain besides the control characters (`char::is_control`):
-/// the invisible ones (zero-width spaces and joiners, word joiner, soft hyphen, BOM, invisible
-/// operators, Hangul fillers, Mongolian vowel separator) and the bidirectional controls
-/// (embeddings, overrides, isolates, marks). They make two queries that look identical differ,
-/// or make one read as another on the admin pages (a right-to-left override turns
-/// "report-exe.txt" around). Variation selectors stay allowed: emoji need them.
-///
-/// Inclusive ranges; the OpenAPI document builds its `pattern` from this same list.
-pub const FORBIDDEN_INVISIBLE: &[(char, char)] = &[
-    ('\u{00AD}', '\u{00AD}'),
-    ('\u{034F}', '\u{034F}'),
-    ('\u{061C}', '\u{061C}'),
-    ('\u{115F}', '\u{1160}'),
-    ('\u{17B4}', '\u{17B5}'),
-    ('\u{180E}', '\u{180E}'),
-    ('\u{200B}', '\u{200F}'),
-    ('\u{202A}', '\u{202E}'),
-    ('\u{2060}', '\u{2064}'),
-    ('\u{2066}', '\u{206F}'),
-    ('\u{3164}', '\u{3164}'),
-    ('\u{FEFF}', '\u{FEFF}'),
-    ('\u{FFA0}', '\u{FFA0}'),
-    ('\u{FFF9}', '\u{FFFB}'),
-];
-
-/// Whether `c` is refused in a query (a control character or one of [`FORBIDDEN_INVISIBLE`]).
-pub fn is_forbidden_char(c: char) -> bool {
-    c.is_control()
-        || FORBIDDEN_INVISIBLE
-            .iter()
-            .any(|&(a, b)| (a..=b).contains(&c))
-}
-
-/// The rule of [`normalise_query`] as an ECMA-262 / JSON Schema `pattern` for the raw text a
-/// client sends: at least one character that is not whitespace, and no refused character.
-/// Whitespace control characters (tab, newlines, ...) are allowed there: normalising turns
-/// them into spaces. (The 512-character limit is checked after normalising.)
-pub fn query_pattern() -> String {
-    let mut class = String::from("\\u0000-\\u0008\\u000E-\\u001F\\u007F-\\u0084\\u0086-\\u009F");
-    for &(a, b) in FORBIDDEN_INVISIBLE {
-        class.push_str(&format!("\\u{:04X}", a as u32));
-        if a != b {
-            class.push_str(&format!("-\\u{:04X}", b as u32));
-        }
-    }
-    format!("^[^{class}]*[^{class}\\s][^{class}]*$")
-}
+pub use crate::query_chars::{
+    check_query_chars, invisible_kind, is_invisible_char, is_refused_char, query_pattern,
+    refused_ranges,
+};
 
 /// Unicode-normalises (NFC), trims, collapses inner whitespace runs to one space, and checks
-/// the result is 1..=512 chars without control, invisible or bidirectional-control
-/// characters. Normalising first means "a  b" and " a b" share a task, and "café" typed with
-/// a precomposed é and with e + combining accent is one query, not two.
+/// the result is 1..=512 chars without control or invisible characters, save the joiners,
+/// variation selectors and flag tags where writing uses them ([`check_query_chars`]).
+/// Normalising first means "a  b" and " a b" share a task, and "café" typed with a precomposed
+/// é and with e + combining accent is one query, not two.
 pub fn normalise_query(q: &str) -> Result<String, InvalidQuery> {
     use unicode_normalization::UnicodeNormalization;
     let nfc: String = q.nfc().collect();
@@ -259,12 +217,7 @@ pub fn normalise_query(q: &str) -> Result<String, InvalidQuery> {
             "query is {n} chars, at most {MAX_QUERY_CHARS} allowed"
         )));
     }
-    if let Some(c) = out.chars().find(|&c| is_forbidden_char(c)) {
-        return Err(InvalidQuery(format!(
-            "query contains a control or invisible character (U+{:04X})",
-            c as u32
-        )));
-    }
+    check_query_chars(&out)?;
     Ok(out)
 }
 
@@ -305,10 +258,15 @@ mod tests {
     #[test]
     fn the_pattern_names_every_range() {
         let p = query_pattern();
-        assert!(p.starts_with("^[^\\u0000-\\u0008\\u000E-\\u001F"));
+        assert!(p.starts_with("^[^\\S\\uFEFF]*(?:\\u{1F3F4}["), "{p}");
+        assert!(p.contains("[^\\u0000-\\u0008\\u000E-\\u001F\\u007F-\\u0084\\u0086-\\u009F"));
         assert!(p.contains("\\u202A-\\u202E"));
         assert!(p.contains("\\uFEFF"));
-        assert!(p.ends_with("]*$"));
+        // Above the BMP in the `u` flag's escape: the whole tag block (the flag's tags come back
+        // only through the flag group) and the other format controls.
+        assert!(p.contains("\\u{E0000}-\\u{E00FF}"), "{p}");
+        assert!(p.contains("\\u{1D173}-\\u{1D17A}"), "{p}");
+        assert!(p.ends_with("])*$"));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!
 //! - [`id`]: [`TaskId`] (validated when parsed, so an id in a URL, a form or a JSON body is
 //!   checked once, at the edge) and the query normalisation the id is derived from.
+//! - [`query_chars`]: which characters a query may hold and where (Unicode's own tables: the
+//!   invisible ones are refused, save joiners and selectors where writing uses them).
 //! - [`task`]: a task's state, priority and dead reason; the task, its stored result and its
 //!   history; stuck leases.
 //! - [`queue_state`]: queue-wide views: counts and throughput, workers, the pause flag, the
@@ -21,14 +23,15 @@
 pub mod histogram;
 pub mod id;
 pub mod notice;
+pub mod query_chars;
 pub mod queue_state;
 pub mod task;
 
 pub use histogram::{Histogram, Percentiles};
 pub use id::{
-    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern,
-    InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
-    MAX_TENANT_LEN,
+    invisible_kind, is_invisible_char, is_refused_char, is_valid_tenant, is_valid_upstream_name,
+    normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM,
+    MAX_QUERY_CHARS, MAX_TENANT_LEN,
 };
 pub use notice::Notice;
 pub use queue_state::{

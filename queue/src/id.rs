@@ -3,7 +3,7 @@
 //! this module is where the queue takes them from.
 
 pub use model::id::{
-    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern,
-    InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_QUERY_CHARS,
-    MAX_TENANT_LEN,
+    invisible_kind, is_invisible_char, is_refused_char, is_valid_tenant, is_valid_upstream_name,
+    normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM,
+    MAX_QUERY_CHARS, MAX_TENANT_LEN,
 };

@@ -72,8 +72,9 @@ mod worker_ops;
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{
-    is_forbidden_char, is_valid_tenant, is_valid_upstream_name, normalise_query, query_pattern,
-    InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM, FORBIDDEN_INVISIBLE, MAX_TENANT_LEN,
+    invisible_kind, is_invisible_char, is_refused_char, is_valid_tenant, is_valid_upstream_name,
+    normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM,
+    MAX_TENANT_LEN,
 };
 pub use model::*;
 pub use partition::{partition_of, MAX_PARTITIONS};

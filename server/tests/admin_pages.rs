@@ -297,6 +297,72 @@ async fn hostile_upstream_text_is_inert_on_every_admin_page() {
     env.redis.stop().await;
 }
 
+/// Issue 28 row 9: every admin page that prints a query shows each invisible character it
+/// holds as a marker (`⟨U+200D⟩`) with a badge counting them, so two queries that look alike
+/// never look identical to an operator; a plain query has neither.
+#[tokio::test]
+async fn invisible_characters_of_a_query_are_revealed_on_every_admin_page() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    // An emoji family (two ZWJ), leased; a Persian word (one ZWNJ), done; a plain query.
+    let family = "\u{1F469}\u{200D}\u{1F469}\u{200D}\u{1F467} tickets";
+    let (leased, _) = leased_task(q, family).await;
+    let persian = "\u{645}\u{6CC}\u{200C}\u{62E}\u{648}\u{627}\u{647}\u{645}";
+    q.enqueue(persian, "", &Default::default()).await.unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    q.complete(&c.id, c.token, "{}", 5).await.unwrap();
+    let (plain, _) = leased_task(q, "plain tickets").await;
+
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 41]).await.ok().unwrap();
+    let search: String = family.bytes().map(|b| format!("%{b:02X}")).collect();
+    for (path, marker, count) in [
+        (
+            "/admin/tasks?state=leased".to_string(),
+            "⟨U+200D⟩",
+            "2 hidden characters",
+        ),
+        (
+            format!("/admin/tasks?q={search}"),
+            "⟨U+200D⟩",
+            "2 hidden characters",
+        ),
+        (
+            "/admin/leases?within=3600000".to_string(),
+            "⟨U+200D⟩",
+            "2 hidden characters",
+        ),
+        (
+            format!("/admin/tasks/{leased}"),
+            "⟨U+200D⟩",
+            "2 hidden characters",
+        ),
+        (
+            "/admin/tasks?state=results".to_string(),
+            "⟨U+200C⟩",
+            "1 hidden character",
+        ),
+    ] {
+        let page = get_page(r, &path, Some(&cookie), [10, 0, 0, 41]).await;
+        assert_eq!(page.status, 200, "{path}");
+        assert!(page.body.contains(marker), "{path} shows no {marker}");
+        assert!(
+            page.body.contains("data-testid=\"badge-hidden-chars\""),
+            "{path} has no badge"
+        );
+        assert!(page.body.contains(count), "{path}: no \"{count}\"");
+    }
+    let page = get_page(
+        r,
+        &format!("/admin/tasks/{plain}"),
+        Some(&cookie),
+        [10, 0, 0, 41],
+    )
+    .await;
+    assert!(page.body.contains("plain tickets"), "{}", page.body);
+    assert!(!page.body.contains("badge-hidden-chars") && !page.body.contains("⟨U+"));
+    env.redis.stop().await;
+}
+
 /// Priorities on the dashboard: the overview counts ready background work, the task list marks
 /// it, and the task page names the priority.
 #[tokio::test]

@@ -510,6 +510,43 @@ async fn one_text_typed_two_ways_is_one_query() {
     env.stop().await;
 }
 
+/// Issue 28 row 9: a query holding characters that show nothing (tag characters after
+/// "report") is refused with the code point named; the joiners of real text (an emoji family,
+/// a Persian word) are accepted and stored as typed.
+#[tokio::test]
+async fn invisible_characters_are_refused_and_real_joiners_kept() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    for (q, cp) in [
+        ("report\u{E0041}", "U+E0041"),
+        ("report\u{E0041}\u{E0042}", "U+E0041"),
+        ("re\u{200D}port", "U+200D"),
+        ("\u{200D}\u{1F469}", "U+200D"),
+    ] {
+        let r = env.submit(q).await;
+        assert_eq!((r.status, r.error_code()), (422, "invalid_query"), "{q:?}");
+        let message = r.json["error"]["message"].as_str().unwrap();
+        assert!(message.contains(cp), "{q:?}: {message}");
+    }
+    for q in [
+        "\u{1F469}\u{200D}\u{1F469}\u{200D}\u{1F467}",
+        "\u{1F3F3}\u{FE0F}\u{200D}\u{1F308}",
+        "\u{645}\u{6CC}\u{200C}\u{62E}\u{648}\u{627}\u{647}\u{645}",
+    ] {
+        let r = env.submit(q).await;
+        assert_eq!(r.status, 202, "{q:?}: {}", r.body);
+        assert_eq!(r.json["query"], q);
+    }
+    env.stop().await;
+}
+
 fn post_json_with(body: &str, header: (&str, &str)) -> Request<Body> {
     let mut req = post_json(body);
     req.headers_mut().insert(

@@ -1,9 +1,11 @@
-//! One module per page, plus the formatting and the small widgets they share.
+//! One module per page, plus the formatting and the small widgets they share (`reveal`: a
+//! query with its invisible characters shown as markers).
 
 pub mod admin;
 pub mod format;
 mod not_found;
 mod query;
+pub mod reveal;
 mod widgets;
 
 pub use admin::{

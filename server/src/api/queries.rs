@@ -19,9 +19,16 @@ use crate::state::WebState;
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct SubmitBody {
     /// Unicode-normalised (NFC), trimmed and whitespace-collapsed; then 1 to 512 characters,
-    /// without control characters (whitespace ones become spaces), invisible characters
-    /// (zero-width, soft hyphen, BOM, ...) or bidirectional controls. (`max_length` is
-    /// `model::MAX_QUERY_CHARS`; an attribute takes no constant, the OpenAPI test compares.)
+    /// without control characters (whitespace ones become spaces) or characters that show
+    /// nothing (Unicode's default-ignorable and format characters: zero-width space, soft
+    /// hyphen, BOM, tag characters, bidirectional controls, ...). Accepted where writing uses
+    /// them: a zero-width joiner inside an emoji sequence or between letters of a joining or
+    /// Indic script, a zero-width non-joiner between such letters, a variation selector after
+    /// a character it selects a form of, tag letters inside a subdivision flag. The `pattern`
+    /// (ECMA-262 with the `u` flag) refuses what is refused wherever it stands; where a joiner
+    /// or selector stands is checked by the server (422 `invalid_query`, naming the code point).
+    /// (`max_length` is `model::MAX_QUERY_CHARS`; an attribute takes no constant, the
+    /// OpenAPI test compares.)
     #[schema(min_length = 1, max_length = 512)]
     pub query: String,
     /// `interactive` (default: a person is waiting) or `background`.

@@ -205,7 +205,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                             <tr data-testid="lease-row" data-id=l.id.to_string() data-worker=worker class=class>
                                 {upstream}
                                 <td><A href=href><code>{short_id}</code></A></td>
-                                <td class="query">{or_dash(l.query)}</td>
+                                <td class="query"><crate::pages::reveal::QueryText text=l.query /></td>
                                 <td>{or_dash(l.worker)}</td>
                                 <td>{l.token}</td>
                                 <td>

@@ -321,7 +321,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         // placeholders between the rows).
         let mut fields: Vec<AnyView> = vec![
             field("state", text(state_word)).into_any(),
-            field("query", text(t.query.clone())).into_any(),
+            field("query", view! { <crate::pages::reveal::QueryText text=t.query.clone() /> }.into_any()).into_any(),
             field("upstream", text(upstream.clone())).into_any(),
         ];
         if !t.payload.is_empty() {

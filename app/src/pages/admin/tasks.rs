@@ -564,7 +564,7 @@ fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl Int
                         view! {
                             <tr data-testid="task-row" data-id=t.id.to_string()>
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
-                                <td data-label="query" class="query">{or_dash(t.query)}</td>
+                                <td data-label="query" class="query"><crate::pages::reveal::QueryText text=t.query /></td>
                                 <td data-label="state">
                                     <span class=state_class>{state}</span>
                                     {(t.priority == Priority::Background).then(|| view! { " " <span class="badge" data-testid="badge-background" title="background priority: claimed after interactive work">"background"</span> })}
@@ -585,7 +585,7 @@ fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl Int
                         view! {
                             <tr data-testid="task-row" data-id=r.id.to_string()>
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
-                                <td data-label="query" class="query">{or_dash(r.query)}</td>
+                                <td data-label="query" class="query"><crate::pages::reveal::QueryText text=r.query /></td>
                                 <td data-label="state"><span class="state state-done">"done"</span></td>
                                 <td data-label="attempts">"—"</td>
                                 <td data-label="polls">{r.polls}</td>
