@@ -1,0 +1,70 @@
+//! A newcomer's first hour with the real `repoll` binary: the settings behave as the README
+//! says, and a setting the process cannot work with stops the start at once, in the
+//! settings' own words — never a server that answers and then does nothing.
+
+mod common;
+use common::process::*;
+
+use std::{process::Command, time::Duration};
+
+use testkit::free_port;
+
+/// Hang guard of a start that must fail: the point is that it ends well before (without the
+/// check, `serve` would run until killed).
+const START_LIMIT: Duration = Duration::from_secs(20);
+
+/// The `repoll: …` line a failed start ends with.
+fn refusal(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("repoll: "))
+        .unwrap_or_else(|| panic!("no `repoll:` line in {stderr}"))
+        .to_string()
+}
+
+/// A process started with another partition count than its queue's is refused in the
+/// settings' words — both counts and what to do — not as a Redis that cannot be reached nor
+/// as damaged data (Redis answered; nothing is damaged).
+#[test]
+fn another_partition_count_is_refused_in_the_settings_words() {
+    let redis_port = free_port();
+    let _redis = spawn_redis(redis_port, &[]);
+    let url = format!("redis://127.0.0.1:{redis_port}/");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let four = queue::QueueConfig {
+        name: "counted".into(),
+        partitions: 4,
+        ..queue::QueueConfig::default()
+    };
+    rt.block_on(queue::Queue::connect(&url, four))
+        .expect("the queue, recorded with 4 partitions");
+
+    let mut serve = serve_command(&url, free_port());
+    serve
+        .env("REPOLL_QUEUE", "counted")
+        .env_remove("REPOLL_PARTITIONS");
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    worker
+        .arg("worker")
+        .env("REDIS_URL", &url)
+        .env("REPOLL_QUEUE", "counted")
+        .env("REPOLL_PARTITIONS", "2")
+        .env_remove("REPOLL_CONFIG");
+    for (cmd, asks) in [(serve, 1), (worker, 2)] {
+        let out = output_within(cmd, START_LIMIT);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let said = refusal(&out);
+        let want = format!(
+            "repoll: queue \"counted\" has 4 partitions and this process asks for {asks} \
+             (REPOLL_PARTITIONS)"
+        );
+        assert!(said.starts_with(&want), "{said}");
+        assert!(said.contains("Keep REPOLL_PARTITIONS=4"), "{said}");
+        assert!(said.contains("README.md \"Partitions\""), "{said}");
+        for wrong in ["corrupt", "cannot connect"] {
+            assert!(!said.to_lowercase().contains(wrong), "{said}");
+        }
+    }
+}
