@@ -33,8 +33,19 @@ pub enum ServeError {
     Worker(#[from] worker::WorkerError),
     #[error("{0}")]
     Config(String),
+    #[error("a background part of the server panicked: {0}")]
+    Panicked(String),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A worker that cannot start, as the user reads it: a setting it refuses
+/// (`WorkerError::Config`) in its own words, the same from `repoll serve` and `repoll worker`.
+pub fn worker_refusal(e: worker::WorkerError) -> ServeError {
+    match e {
+        worker::WorkerError::Config(message) => ServeError::Config(message),
+        other => ServeError::Worker(other),
+    }
 }
 
 /// How long a starting process waits for Redis to answer before it gives up.

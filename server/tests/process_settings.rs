@@ -24,6 +24,48 @@ fn refusal(out: &std::process::Output) -> String {
         .to_string()
 }
 
+/// An upstream URL template with `{callback_url}` and no callback secret: `serve` stops at
+/// once (before it listens; exit 1) with the very message `repoll worker` gives for the same
+/// settings, instead of answering queries its embedded workers never poll.
+#[test]
+fn serve_whose_workers_cannot_start_does_not_start() {
+    let redis_port = free_port();
+    let _redis = spawn_redis(redis_port, &[]);
+    let url = format!("redis://127.0.0.1:{redis_port}/");
+    let template = "http://127.0.0.1:9/api/query?q={key}&cb={callback_url}";
+    let web_port = free_port();
+    let mut serve = serve_command(&url, web_port);
+    serve
+        .env("REPOLL_WORKERS", "2")
+        .env("REPOLL_QUEUE", "no-secret")
+        .env("REPOLL_UPSTREAM_URL", template)
+        .env("REPOLL_ADMIN_PASSWORD", "not the point here")
+        .env("RUST_LOG", "info")
+        .env_remove("REPOLL_CALLBACK_SECRET")
+        .env_remove("REPOLL_CALLBACK_BASE_URL");
+    let out = output_within(serve, START_LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = refusal(&out);
+    assert!(said.contains("REPOLL_CALLBACK_SECRET"), "{said}");
+    assert!(said.contains("{callback_url}"), "{said}");
+    // Refused before it listened, not stopped after (the log says when it listens).
+    let log = String::from_utf8_lossy(&out.stdout);
+    assert!(!log.contains("listening on"), "{log}");
+
+    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    worker
+        .arg("worker")
+        .env("REDIS_URL", &url)
+        .env("REPOLL_QUEUE", "no-secret")
+        .env("REPOLL_UPSTREAM_URL", template)
+        .env_remove("REPOLL_CONFIG")
+        .env_remove("REPOLL_CALLBACK_SECRET")
+        .env_remove("REPOLL_CALLBACK_BASE_URL");
+    let out = output_within(worker, START_LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(refusal(&out), said, "serve and worker say the same");
+}
+
 /// A process started with another partition count than its queue's is refused in the
 /// settings' words — both counts and what to do — not as a Redis that cannot be reached nor
 /// as damaged data (Redis answered; nothing is damaged).
