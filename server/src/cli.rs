@@ -150,7 +150,9 @@ pub struct ServeArgs {
     pub workers: Option<usize>,
 
     /// Also run the simulated upstream inside this process, on --sim-addr.
-    #[arg(long, env = "REPOLL_SIM")]
+    #[arg(long, env = "REPOLL_SIM", value_parser = crate::settings::OnOff,
+          action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true")]
     pub sim: bool,
 
     /// Where the embedded simulator listens (with --sim).

@@ -66,6 +66,30 @@ fn serve_whose_workers_cannot_start_does_not_start() {
     assert_eq!(refusal(&out), said, "serve and worker say the same");
 }
 
+/// The words of an on/off setting other than `true`/`false` start the server: `REPOLL_SIM=1`
+/// runs the simulator (it answers on its address), `REDIS_CLUSTER=0` keeps the single-server
+/// client, `yes`/`Off` are read too.
+#[test]
+fn on_off_settings_take_1_0_yes_and_off() {
+    let redis_port = free_port();
+    let _redis = spawn_redis(redis_port, &[]);
+    let (web_port, sim_port) = (free_port(), free_port());
+    let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
+    cmd.env("REPOLL_SIM", "1")
+        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        .env("REDIS_CLUSTER", "0")
+        .env("REPOLL_ADMIN_PASSWORD", "not the point here")
+        .env("REPOLL_TRUST_FORWARDED", "yes")
+        .env("REPOLL_COOKIE_SECURE", "Off");
+    let mut children = Reaped::default();
+    children
+        .0
+        .push(testkit::ChildGuard::spawn(cmd).expect("spawn repoll"));
+    assert!(wait_ready(web_port, Duration::from_secs(30)), "serve ready");
+    let stats = http_get(sim_port, "/_sim/stats").expect("the simulator runs");
+    assert_eq!(stats.status, 200, "{stats:?}");
+}
+
 /// A process started with another partition count than its queue's is refused in the
 /// settings' words — both counts and what to do — not as a Redis that cannot be reached nor
 /// as damaged data (Redis answered; nothing is damaged).
