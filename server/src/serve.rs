@@ -101,14 +101,16 @@ async fn serve_with(
     metrics::gauge!("repoll_live_streams").increment(0.0);
     let fd_limit = http_server::raise_fd_limit();
 
-    // The simulator's listener first: a port already taken stops the start here too.
+    // The simulator's listener first: its address is the default upstream's when no URL was
+    // given (`--sim-addr` alone moves both; port 0 included).
     let sim = match args.sim {
         true => Some(bind(args.sim_addr).await?),
         false => None,
     };
+    let upstream = default_upstream(args, sim.as_ref().and_then(|l| l.local_addr().ok()));
     // Checked before anything serves: a bad upstream, callback or worker setting stops the
     // start.
-    let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
+    let plans = crate::upstreams::plans(&args.redis, &upstream, &args.policy, &args.upstreams);
     let callbacks = worker::Callbacks::new(&args.callback)?;
     let served = open_upstreams(&plans, callbacks.as_ref(), &queue, &web_queue, url).await?;
     let workers = embedded_workers(args, &served, url)?;
@@ -175,6 +177,16 @@ async fn serve_with(
         .unwrap_or_else(|e| Err(ServeError::Panicked(e.to_string())));
     served_http?;
     background
+}
+
+/// The default upstream's settings as served: with `--sim` running on `sim` and no URL given
+/// (flag, variable or config file), its URL is the simulator's, wherever it listens.
+fn default_upstream(args: &ServeArgs, sim: Option<std::net::SocketAddr>) -> worker::UpstreamArgs {
+    let mut upstream = args.upstream.clone();
+    if let (Some(addr), false) = (sim, args.upstream_url_given) {
+        upstream.url = worker::simulator_url(addr);
+    }
+    upstream
 }
 
 /// `--sim`: the simulated upstream on its listener, stopped with the server.
@@ -423,6 +435,69 @@ mod tests {
             matches!(outcome, Err(ServeError::Panicked(_))),
             "{outcome:?}"
         );
+    }
+
+    /// `repoll serve …` as `parse_cli` reads it, with `file` as the config file.
+    fn serve_args(file: &str, argv: &[&str]) -> ServeArgs {
+        use clap::CommandFactory;
+        let cmd = crate::cli::Cli::command();
+        let settings =
+            crate::config_file::settings_from_str(&cmd, std::path::Path::new("t.toml"), file)
+                .unwrap();
+        let m = crate::config_file::apply(cmd, &settings)
+            .try_get_matches_from(std::iter::once("repoll").chain(argv.iter().copied()))
+            .unwrap();
+        match crate::cli::cli_from_matches(&m, &settings).unwrap().command {
+            crate::cli::Command::Serve(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn with_the_simulator_a_url_not_given_is_the_simulators_and_a_given_one_stays() {
+        let sim: std::net::SocketAddr = "127.0.0.1:9002".parse().unwrap();
+        let a = serve_args("", &["serve", "--sim"]);
+        assert!(!a.upstream_url_given);
+        assert_eq!(
+            default_upstream(&a, Some(sim)).url,
+            "http://127.0.0.1:9002/api/query?q={key}"
+        );
+        // Without the simulator the default stays what it is.
+        assert_eq!(
+            default_upstream(&a, None).url,
+            worker::upstream::DEFAULT_URL
+        );
+        // Given by a flag (even the built-in default's very text) or by the config file: kept.
+        for (file, argv, url) in [
+            (
+                "",
+                &[
+                    "serve",
+                    "--sim",
+                    "--upstream-url",
+                    worker::upstream::DEFAULT_URL,
+                ][..],
+                worker::upstream::DEFAULT_URL,
+            ),
+            (
+                "",
+                &[
+                    "serve",
+                    "--sim=1",
+                    "--upstream-url=https://api.example.com/r/{key}",
+                ][..],
+                "https://api.example.com/r/{key}",
+            ),
+            (
+                "[upstream]\nurl = \"https://file.example.com/r/{key}\"\n",
+                &["serve", "--sim"][..],
+                "https://file.example.com/r/{key}",
+            ),
+        ] {
+            let a = serve_args(file, argv);
+            assert!(a.upstream_url_given, "{argv:?}");
+            assert_eq!(default_upstream(&a, Some(sim)).url, url, "{argv:?}");
+        }
     }
 
     #[tokio::test]

@@ -5,9 +5,13 @@
 mod common;
 use common::process::*;
 
-use std::{process::Command, time::Duration};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use testkit::free_port;
+use testkit::http::BlockingHttp;
 
 /// Hang guard of a start that must fail: the point is that it ends well before (without the
 /// check, `serve` would run until killed).
@@ -64,6 +68,55 @@ fn serve_whose_workers_cannot_start_does_not_start() {
     let out = output_within(worker, START_LIMIT);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(refusal(&out), said, "serve and worker say the same");
+}
+
+/// Waits (hang guard 30 s) until the task `id` is done; its last answer.
+fn wait_done(web_port: u16, id: &str) -> serde_json::Value {
+    let http = BlockingHttp::local(web_port);
+    let t0 = Instant::now();
+    loop {
+        let state = http.get_json(&format!("/api/v1/queries/{id}"));
+        if state["status"] == "done" {
+            return state;
+        }
+        assert_eq!(state["status"], "processing", "{state}");
+        assert!(t0.elapsed() < Duration::from_secs(30), "not done: {state}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `serve --sim --sim-addr <another port>` run directly (no `scripts/run` to rewrite the
+/// URL): with no upstream URL given, the embedded workers poll the simulator where it
+/// listens, and a query reaches its final answer — the simulator on that port saw its calls
+/// (so no other simulator on the default port could have answered instead).
+#[test]
+fn serve_with_the_simulator_on_another_address_polls_it_there() {
+    let redis_port = free_port();
+    let _redis = spawn_redis(redis_port, &[]);
+    let (web_port, sim_port) = (free_port(), free_port());
+    let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
+    cmd.args(["--sim", "--sim-addr", &format!("127.0.0.1:{sim_port}")])
+        .env("REPOLL_WORKERS", "2")
+        .env("REPOLL_QUEUE", "moved-sim")
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env("REPOLL_POLL_INTERVAL_MS", "50")
+        .env("REPOLL_ADMIN_PASSWORD", "not the point here")
+        .env_remove("REPOLL_UPSTREAM_URL")
+        .env_remove("REPOLL_SIM")
+        .env_remove("REPOLL_SIM_ADDR");
+    let mut children = Reaped::default();
+    children
+        .0
+        .push(testkit::ChildGuard::spawn(cmd).expect("spawn repoll"));
+    assert!(wait_ready(web_port, Duration::from_secs(30)), "serve ready");
+
+    let id = submit_query(web_port, "moved-sim polls=2");
+    let done = wait_done(web_port, &id);
+    assert!(!done["result"].is_null(), "{done}");
+    let stats = http_get(sim_port, "/_sim/stats")
+        .expect("the simulator")
+        .body;
+    assert!(stats.contains("moved-sim"), "{stats}");
 }
 
 /// The words of an on/off setting other than `true`/`false` start the server: `REPOLL_SIM=1`
