@@ -17,10 +17,15 @@ pub enum QueueError {
     /// Redis itself failed (connection, script error, ...).
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
-    /// Redis returned data this crate did not write (or a bad configuration was given);
-    /// never a panic, so a damaged key cannot take a worker down.
+    /// Redis returned data this crate did not write; never a panic, so a damaged key cannot
+    /// take a worker down.
     #[error("corrupt data: {0}")]
     Corrupt(String),
+    /// The settings refuse to work with this Redis or this queue (another partition count, a
+    /// queue name that cannot be a hash tag, a Redis too old, a repartition that must wait):
+    /// the message says what to change, in the settings' own names. Nothing was written.
+    #[error("{0}")]
+    Config(String),
 }
 
 impl From<model::InvalidQuery> for QueueError {
@@ -35,4 +40,9 @@ pub type Result<T> = std::result::Result<T, QueueError>;
 /// Shorthand for building a [`QueueError::Corrupt`].
 pub(crate) fn corrupt(msg: impl Into<String>) -> QueueError {
     QueueError::Corrupt(msg.into())
+}
+
+/// Shorthand for building a [`QueueError::Config`].
+pub(crate) fn config(msg: impl Into<String>) -> QueueError {
+    QueueError::Config(msg.into())
 }

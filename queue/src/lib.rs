@@ -11,8 +11,9 @@
 //!
 //! Every `async` method can fail with [`QueueError::Redis`] (Redis unreachable, a timeout, a
 //! cluster redirect not followed) and [`QueueError::Corrupt`] (a reply or a stored value that
-//! does not decode, or a configuration refused at connect); a method's own doc names any
-//! other error it returns (`StaleToken`, `NotFound`, `InvalidQuery`). A method that reads or
+//! does not decode); a method's own doc names any other error it returns (`StaleToken`,
+//! `NotFound`, `InvalidQuery`, and `Config` for a configuration refused at connect or by a
+//! repartition). A method that reads or
 //! writes every partition returns the first partition's error; what other partitions did
 //! before it stays done (each partition's change is atomic, the whole is not).
 //!

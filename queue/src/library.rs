@@ -6,7 +6,7 @@
 //! its failed items and resends only those ([`call_many`]).
 
 use crate::conn::RedisConn;
-use crate::error::{corrupt, Result};
+use crate::error::{config, corrupt, Result};
 use crate::scripts::{FunctionDef, LIBRARY};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, ToRedisArgs, Value};
@@ -200,7 +200,9 @@ pub(crate) fn version_supported(version: &str) -> Result<()> {
     };
     match major_minor {
         Some(found) if found >= MIN_REDIS => Ok(()),
-        _ => Err(corrupt(format!(
+        // The Redis the settings name cannot run the queue: the operator's choice to change,
+        // not damaged data.
+        _ => Err(config(format!(
             "Redis {version} is too old or unknown: repoll needs Redis {}.{} or newer (Redis \
              Functions, FCALL_RO)",
             MIN_REDIS.0, MIN_REDIS.1

@@ -38,7 +38,7 @@ use std::future::Future;
 
 use futures::{StreamExt, TryStreamExt};
 
-use crate::error::{corrupt, Result};
+use crate::error::{config, corrupt, Result};
 use crate::model::{QueueConfig, TaskId};
 use crate::slot::Slot;
 use crate::Queue;
@@ -106,6 +106,14 @@ fn single_layout_keys(q: &Queue) -> [String; 6] {
     ]
 }
 
+/// "1 partition", "4 partitions".
+fn partitions(n: u16) -> String {
+    match n {
+        1 => "1 partition".to_string(),
+        n => format!("{n} partitions"),
+    }
+}
+
 /// Records the partition count of a queue on its first use, and refuses a process that asks
 /// for another: its tasks would be looked for in the wrong partitions (a second task for a
 /// query already queued, results not found). A queue used before counts were recorded has one
@@ -120,9 +128,9 @@ pub(crate) async fn check_layout(q: &Queue) -> Result<()> {
         .query_async(&mut c)
         .await?;
     if let Some(to) = moving {
-        return Err(corrupt(format!(
-            "config: queue {:?} is being moved to {to} partitions (repoll admin repartition); \
-             run that command again to finish it before starting this process",
+        return Err(config(format!(
+            "queue {:?} is being moved to {to} partitions (repoll admin repartition); run that \
+             command again to finish it before starting this process",
             q.config().name
         )));
     }
@@ -160,11 +168,12 @@ pub(crate) async fn check_layout(q: &Queue) -> Result<()> {
         }
     };
     if have != want {
-        return Err(corrupt(format!(
-            "config: queue {:?} has {have} partition(s) and this process asks for {want} \
-             (REPOLL_PARTITIONS); tasks would be looked for in the wrong place. Keep \
-             REPOLL_PARTITIONS={have}, or change it as README.md \"Partitions\" says",
-            q.config().name
+        return Err(config(format!(
+            "queue {:?} has {} and this process asks for {want} (REPOLL_PARTITIONS): its tasks \
+             would be looked for in the wrong place. Keep REPOLL_PARTITIONS={have}, or change \
+             the count as README.md \"Partitions\" says",
+            q.config().name,
+            partitions(have)
         )));
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! `callback`, `bulk` and `read`: each routes to the slot(s) concerned.
 
 use crate::conn::RedisConn;
-use crate::error::{corrupt, Result};
+use crate::error::{config, Result};
 use crate::keys::Keys;
 use crate::model::{Channels, QueueConfig, TaskId};
 use crate::slot::Slot;
@@ -106,21 +106,22 @@ impl Queue {
     pub async fn with_connection(conn: impl Into<RedisConn>, cfg: QueueConfig) -> Result<Queue> {
         let conn = conn.into();
         if cfg.name.is_empty() || cfg.name.contains(['{', '}', '#']) {
-            return Err(corrupt(format!(
-                "config: queue name {:?} must be non-empty without braces or '#' (it is the hash tag)",
+            return Err(config(format!(
+                "the queue name (REPOLL_QUEUE) {:?} must be non-empty without braces or '#' (it \
+                 is the hash tag)",
                 cfg.name
             )));
         }
         if !(1..=crate::partition::MAX_PARTITIONS).contains(&cfg.partitions) {
-            return Err(corrupt(format!(
-                "config: partitions must be 1 to {}, not {}",
+            return Err(config(format!(
+                "partitions must be 1 to {}, not {} (REPOLL_PARTITIONS)",
                 crate::partition::MAX_PARTITIONS,
                 cfg.partitions
             )));
         }
         if cfg.result_ttl_ms == 0 || cfg.history_cap == 0 || cfg.events_cap == 0 {
-            return Err(corrupt(
-                "config: result_ttl_ms, history_cap and events_cap must be > 0",
+            return Err(config(
+                "the result TTL (REPOLL_RESULT_TTL_MS), history cap and events cap must be > 0",
             ));
         }
         let q = Queue::layout(conn, cfg);

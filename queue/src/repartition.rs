@@ -15,7 +15,7 @@
 
 use redis::AsyncCommands;
 
-use crate::error::{corrupt, Result};
+use crate::error::{config, Result};
 use crate::keys::Keys;
 use crate::model::QueueConfig;
 use crate::{Queue, RedisConn};
@@ -48,7 +48,7 @@ impl Queue {
     ) -> Result<Repartitioned> {
         let conn = conn.into();
         if !(1..=crate::partition::MAX_PARTITIONS).contains(&to) {
-            return Err(corrupt(format!(
+            return Err(config(format!(
                 "repartition: the count must be 1 to {}",
                 crate::partition::MAX_PARTITIONS
             )));
@@ -69,7 +69,7 @@ impl Queue {
             .await?;
         let from = have.unwrap_or(1);
         if let Some(m) = moving.filter(|m| *m != to) {
-            return Err(corrupt(format!(
+            return Err(config(format!(
                 "repartition: a move to {m} partitions is unfinished; run it with --to {m} first"
             )));
         }
@@ -124,7 +124,7 @@ impl Queue {
         let s = self.stats().await?;
         let live = s.ready + s.waiting + s.retrying + s.leased + s.dead;
         if live > 0 {
-            return Err(corrupt(format!(
+            return Err(config(format!(
                 "repartition: {live} tasks are live ({} ready, {} waiting, {} leased, {} dead); \
              drain the queue first (pause it, let the workers finish, retry or purge the \
              dead ones)",
@@ -136,7 +136,7 @@ impl Queue {
         }
         let workers = self.workers().await?;
         if !workers.is_empty() {
-            return Err(corrupt(format!(
+            return Err(config(format!(
                 "repartition: {} workers are running ({}…); stop every repoll process of \
              this queue first",
                 workers.len(),

@@ -4,7 +4,9 @@
 
 use std::{ffi::OsString, net::SocketAddr, path::PathBuf};
 
-use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{
+    parser::ValueSource, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand,
+};
 
 use crate::{config_file, upstreams};
 
@@ -150,7 +152,9 @@ pub struct ServeArgs {
     pub workers: Option<usize>,
 
     /// Also run the simulated upstream inside this process, on --sim-addr.
-    #[arg(long, env = "REPOLL_SIM")]
+    #[arg(long, env = "REPOLL_SIM", value_parser = crate::settings::OnOff,
+          action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true")]
     pub sim: bool,
 
     /// Where the embedded simulator listens (with --sim).
@@ -175,6 +179,12 @@ pub struct ServeArgs {
     /// `config_file::parse_cli`; empty without a file or sections.
     #[arg(skip)]
     pub upstreams: Vec<crate::upstreams::UpstreamSection>,
+    /// Whether the default upstream's URL was given (flag, variable or config file). With
+    /// `--sim`, a URL left to its built-in default points at the simulator's own address
+    /// (`--sim-addr`) instead. Set by [`cli_from_matches`], which knows where the value came
+    /// from; true otherwise, so nobody's URL is ever replaced by mistake.
+    #[arg(skip = true)]
+    pub upstream_url_given: bool,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -205,12 +215,12 @@ pub fn parse_cli() -> Result<Cli, config_file::ConfigError> {
     let args: Vec<OsString> = std::env::args_os().collect();
     let path = config_file::config_path(&args)
         .or_else(|| std::env::var_os(config_file::CONFIG_ENV).map(PathBuf::from));
-    let cmd = match &path {
-        Some(p) => config_file::with_file_defaults(Cli::command(), p)?,
-        None => Cli::command(),
+    let file = match &path {
+        Some(p) => config_file::read_settings(&Cli::command(), p)?,
+        None => config_file::FileSettings::new(),
     };
-    let matches = cmd.get_matches_from(args);
-    let mut cli = from_matches(&matches);
+    let matches = config_file::apply(Cli::command(), &file).get_matches_from(args);
+    let mut cli = cli_from_matches(&matches, &file).unwrap_or_else(|e| e.exit());
     if let Some(p) = path {
         let sections = upstreams::sections_from_table(&p, &config_file::read_table(&p)?)?;
         match &mut cli.command {
@@ -222,8 +232,22 @@ pub fn parse_cli() -> Result<Cli, config_file::ConfigError> {
     Ok(cli)
 }
 
-/// `Cli` from matches; clap's own error exit when they do not fit (cannot happen for
-/// matches of `Cli::command()`, but the message is clap's either way).
-fn from_matches(m: &ArgMatches) -> Cli {
-    Cli::from_arg_matches(m).unwrap_or_else(|e| e.exit())
+/// The environment variable of the default upstream's URL template.
+const UPSTREAM_URL_ENV: &str = "REPOLL_UPSTREAM_URL";
+
+/// `Cli` from the matches of `Cli::command()` with `file`'s settings as defaults (see
+/// [`config_file::apply`]), noting what only the matches know: whether `serve`'s upstream URL
+/// was given. clap reports a value from the file as a default too, so the file's keys are
+/// asked as well. (An error cannot happen for such matches; it is clap's either way.)
+pub fn cli_from_matches(
+    m: &ArgMatches,
+    file: &config_file::FileSettings,
+) -> Result<Cli, clap::Error> {
+    let mut cli = Cli::from_arg_matches(m)?;
+    if let (Command::Serve(args), Some(("serve", serve))) = (&mut cli.command, m.subcommand()) {
+        let from_flag_or_env = serve.value_source("url") != Some(ValueSource::DefaultValue);
+        let from_file = file.iter().any(|(env, _)| env == UPSTREAM_URL_ENV);
+        args.upstream_url_given = from_flag_or_env || from_file;
+    }
+    Ok(cli)
 }

@@ -90,13 +90,14 @@ pub fn config_path(args: &[OsString]) -> Option<PathBuf> {
     None
 }
 
+/// A config file's settings, each as the environment variable it stands for and its values
+/// (clap argument text), in the order of the file's keys.
+pub type FileSettings = Vec<(String, Vec<String>)>;
+
 /// `cmd` with the file's settings as argument defaults (see the module docs).
 pub fn with_file_defaults(cmd: Command, path: &Path) -> Result<Command, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    with_defaults_from_str(cmd, path, &text)
+    let settings = read_settings(&cmd, path)?;
+    Ok(apply(cmd, &settings))
 }
 
 /// As [`with_file_defaults`], from the file's text.
@@ -105,14 +106,33 @@ pub fn with_defaults_from_str(
     path: &Path,
     text: &str,
 ) -> Result<Command, ConfigError> {
+    let settings = settings_from_str(&cmd, path, text)?;
+    Ok(apply(cmd, &settings))
+}
+
+/// The settings of the file at `path`, checked against what `cmd` knows.
+pub fn read_settings(cmd: &Command, path: &Path) -> Result<FileSettings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    settings_from_str(cmd, path, &text)
+}
+
+/// As [`read_settings`], from the file's text.
+pub fn settings_from_str(
+    cmd: &Command,
+    path: &Path,
+    text: &str,
+) -> Result<FileSettings, ConfigError> {
     let mut table = parse_table(path, text)?;
     // `[upstreams.<name>]` sections are read by `upstreams::sections_from_table`.
     table.remove("upstreams");
     let mut flat = BTreeMap::new();
     flatten("", &table, &mut flat);
 
-    let known = known_envs(&cmd);
-    let mut settings: Vec<(String, Vec<String>)> = Vec::new();
+    let known = known_envs(cmd);
+    let mut settings = FileSettings::new();
     for (key, value) in flat {
         let env = resolve(&key, &known).ok_or_else(|| ConfigError::Unknown {
             path: path.to_owned(),
@@ -127,7 +147,7 @@ pub fn with_defaults_from_str(
         })?;
         settings.push((env, values));
     }
-    Ok(apply(cmd, &settings))
+    Ok(settings)
 }
 
 /// Nested tables become `outer_inner` keys.
@@ -245,7 +265,7 @@ pub(crate) fn to_strings(v: &toml::Value, multiple: bool) -> Result<Vec<String>,
 }
 
 /// Sets the defaults on every argument (in every subcommand) reading one of the variables.
-pub(crate) fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command {
+pub fn apply(cmd: Command, settings: &[(String, Vec<String>)]) -> Command {
     let ids: Vec<(clap::Id, Vec<String>)> = cmd
         .get_arguments()
         .filter_map(|a| {

@@ -76,8 +76,10 @@ struct Served<'a> {
     callbacks: Option<worker::Callbacks>,
 }
 
-/// `serve` on Redis at `url`, in named steps: open the queues, start the simulator and the
-/// embedded workers, build the web state and router, listen until `shutdown`, then drain.
+/// `serve` on Redis at `url`, in named steps: open the queues; build and check everything
+/// the workers need (a setting they cannot work with stops the start here, before anything
+/// serves); build the web state and router; listen; start the simulator and the embedded
+/// workers; serve until `shutdown` (or until a background part fails), then drain.
 async fn serve_with(
     args: &ServeArgs,
     url: &str,
@@ -99,15 +101,19 @@ async fn serve_with(
     metrics::gauge!("repoll_live_streams").increment(0.0);
     let fd_limit = http_server::raise_fd_limit();
 
-    let mut background = Background::new();
-    if args.sim {
-        start_simulator(args, &shutdown, &mut background).await?;
-    }
-    // Checked before anything listens: a bad upstream or callback setting stops the start.
-    let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
+    // The simulator's listener first: its address is the default upstream's when no URL was
+    // given (`--sim-addr` alone moves both; port 0 included).
+    let sim = match args.sim {
+        true => Some(bind(args.sim_addr).await?),
+        false => None,
+    };
+    let upstream = default_upstream(args, sim.as_ref().and_then(|l| l.local_addr().ok()));
+    // Checked before anything serves: a bad upstream, callback or worker setting stops the
+    // start.
+    let plans = crate::upstreams::plans(&args.redis, &upstream, &args.policy, &args.upstreams);
     let callbacks = worker::Callbacks::new(&args.callback)?;
     let served = open_upstreams(&plans, callbacks.as_ref(), &queue, &web_queue, url).await?;
-    start_embedded_workers(args, &served, url, &shutdown, &mut background)?;
+    let workers = embedded_workers(args, &served, url)?;
 
     let caps = StreamCaps {
         per_client: args.max_streams_per_client,
@@ -133,6 +139,21 @@ async fn serve_with(
     );
     let listener = bind(args.addr).await?;
     let conn_limits = connection_limits(args, fd_limit);
+
+    let mut background = Background::new();
+    if let Some(sim) = sim {
+        start_simulator(sim, args, &shutdown, &mut background);
+    }
+    for w in workers {
+        let stop = shutdown.clone();
+        background.spawn(async move {
+            w.run(stop.cancelled_owned()).await?;
+            Ok(())
+        });
+    }
+    // Watched while the server runs: a part that fails stops the server now, rather than it
+    // serving on without its workers or simulator until someone sends a signal.
+    let background = tokio::spawn(supervise(background, shutdown.clone()));
     tracing::info!(
         max_connections = conn_limits.max_connections,
         max_streams = caps.total,
@@ -141,7 +162,7 @@ async fn serve_with(
     );
 
     let grace = Duration::from_millis(args.shutdown_grace_ms);
-    http_server::serve(
+    let served_http = http_server::serve(
         listener,
         router,
         conn_limits,
@@ -149,20 +170,34 @@ async fn serve_with(
         shutdown.clone(),
         grace,
     )
-    .await?;
-    // A background part that ended before the signal (e.g. a bind error) ends the server.
+    .await;
     shutdown.cancel();
-    drain(background).await
+    let background = background
+        .await
+        .unwrap_or_else(|e| Err(ServeError::Panicked(e.to_string())));
+    served_http?;
+    background
 }
 
-/// `--sim`: the simulated upstream on its own listener, stopped with the server.
-async fn start_simulator(
+/// The default upstream's settings as served: with `--sim` running on `sim` and no URL given
+/// (flag, variable or config file), its URL is the simulator's, wherever it listens.
+fn default_upstream(args: &ServeArgs, sim: Option<std::net::SocketAddr>) -> worker::UpstreamArgs {
+    let mut upstream = args.upstream.clone();
+    if let (Some(addr), false) = (sim, args.upstream_url_given) {
+        upstream.url = worker::simulator_url(addr);
+    }
+    upstream
+}
+
+/// `--sim`: the simulated upstream on its listener, stopped with the server.
+fn start_simulator(
+    listener: tokio::net::TcpListener,
     args: &ServeArgs,
     shutdown: &CancellationToken,
     background: &mut Background,
-) -> Result<(), ServeError> {
-    let listener = bind(args.sim_addr).await?;
-    tracing::info!("simulated upstream on http://{}", args.sim_addr);
+) {
+    let addr = listener.local_addr().map_or(args.sim_addr, |a| a);
+    tracing::info!("simulated upstream on http://{addr}");
     let stop = shutdown.clone();
     let sim_args = args.sim_args.clone();
     background.spawn(async move {
@@ -170,7 +205,6 @@ async fn start_simulator(
             .await
             .map_err(ServeError::from)
     });
-    Ok(())
 }
 
 /// Per upstream: its caller, its queue for workers and for requests, its callback signer.
@@ -194,16 +228,16 @@ async fn open_upstreams<'a>(
     Ok(served)
 }
 
-/// The embedded workers: per upstream its slots (`--workers`, or the upstream's own
-/// concurrency), none where that is 0.
-fn start_embedded_workers(
+/// The embedded workers, built and checked ([`worker::Worker::check`]), not started: per
+/// upstream its slots (`--workers`, or the upstream's own concurrency), none where that is 0.
+/// The first setting a worker refuses is the error, as `repoll worker` gives it.
+fn embedded_workers(
     args: &ServeArgs,
     served: &[Served<'_>],
     url: &str,
-    shutdown: &CancellationToken,
-    background: &mut Background,
-) -> Result<(), ServeError> {
+) -> Result<Vec<worker::Worker>, ServeError> {
     let default_slots = args.workers.unwrap_or(args.worker.concurrency);
+    let mut workers = Vec::new();
     for s in served {
         let slots = s.plan.concurrency.unwrap_or(default_slots);
         if slots == 0 {
@@ -223,14 +257,11 @@ fn start_embedded_workers(
             wargs,
         )
         .with_callbacks(s.callbacks.clone());
-        tracing::info!(worker = w.id(), slots, upstream = %s.plan.name, "embedded worker started");
-        let stop = shutdown.clone();
-        background.spawn(async move {
-            w.run(stop.cancelled_owned()).await?;
-            Ok(())
-        });
+        w.check().map_err(crate::startup::worker_refusal)?;
+        tracing::info!(worker = w.id(), slots, upstream = %s.plan.name, "embedded worker ready");
+        workers.push(w);
     }
-    Ok(())
+    Ok(workers)
 }
 
 /// What every request handler shares: the API's and the dashboard's settings (one trust
@@ -325,18 +356,161 @@ fn connection_limits(args: &ServeArgs, fd_limit: u64) -> ConnLimits {
     conn_limits
 }
 
-/// Waits for every background part to stop; the first error (or none) is the outcome.
-async fn drain(mut background: Background) -> Result<(), ServeError> {
+/// Waits for every background part to stop; the first error (or none) is the outcome. A part
+/// that fails or panics cancels `shutdown` at once, so the server stops and drains instead
+/// of serving on without it (an embedded worker gone: queries accepted and never polled).
+async fn supervise(
+    mut background: Background,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
     let mut first_error = None;
     while let Some(joined) = background.join_next().await {
-        match joined {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "background task failed");
-                first_error.get_or_insert(e);
-            }
-            Err(e) => tracing::error!(error = %e, "background task panicked"),
+        let error = match joined {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(e) => ServeError::Panicked(e.to_string()),
+        };
+        if !shutdown.is_cancelled() {
+            tracing::error!(error = %error, "a background part of the server failed; stopping");
+            shutdown.cancel();
+        } else {
+            tracing::error!(error = %error, "background task failed");
         }
+        first_error.get_or_insert(error);
     }
     first_error.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hang guard: the point of each test is that it ends well before.
+    const LIMIT: Duration = Duration::from_secs(10);
+
+    /// A part that runs until the server stops, as a worker or the simulator does.
+    fn until_stopped(background: &mut Background, shutdown: &CancellationToken) {
+        let stop = shutdown.clone();
+        background.spawn(async move {
+            stop.cancelled().await;
+            Ok(())
+        });
+    }
+
+    #[tokio::test]
+    async fn a_background_part_that_fails_while_serving_stops_the_server() {
+        let shutdown = CancellationToken::new();
+        let mut background = Background::new();
+        until_stopped(&mut background, &shutdown);
+        background.spawn(async { Err(ServeError::Config("the worker gave up".into())) });
+        let supervised = tokio::spawn(supervise(background, shutdown.clone()));
+        tokio::time::timeout(LIMIT, shutdown.cancelled())
+            .await
+            .expect("the failure cancels the server's shutdown token");
+        let outcome = tokio::time::timeout(LIMIT, supervised)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(&outcome, Err(ServeError::Config(m)) if m == "the worker gave up"),
+            "{outcome:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_background_part_that_panics_stops_the_server() {
+        let shutdown = CancellationToken::new();
+        let mut background = Background::new();
+        until_stopped(&mut background, &shutdown);
+        background.spawn(async { panic!("a bug") });
+        let supervised = tokio::spawn(supervise(background, shutdown.clone()));
+        tokio::time::timeout(LIMIT, shutdown.cancelled())
+            .await
+            .expect("the panic cancels the server's shutdown token");
+        let outcome = tokio::time::timeout(LIMIT, supervised)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(ServeError::Panicked(_))),
+            "{outcome:?}"
+        );
+    }
+
+    /// `repoll serve …` as `parse_cli` reads it, with `file` as the config file.
+    fn serve_args(file: &str, argv: &[&str]) -> ServeArgs {
+        use clap::CommandFactory;
+        let cmd = crate::cli::Cli::command();
+        let settings =
+            crate::config_file::settings_from_str(&cmd, std::path::Path::new("t.toml"), file)
+                .unwrap();
+        let m = crate::config_file::apply(cmd, &settings)
+            .try_get_matches_from(std::iter::once("repoll").chain(argv.iter().copied()))
+            .unwrap();
+        match crate::cli::cli_from_matches(&m, &settings).unwrap().command {
+            crate::cli::Command::Serve(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn with_the_simulator_a_url_not_given_is_the_simulators_and_a_given_one_stays() {
+        let sim: std::net::SocketAddr = "127.0.0.1:9002".parse().unwrap();
+        let a = serve_args("", &["serve", "--sim"]);
+        assert!(!a.upstream_url_given);
+        assert_eq!(
+            default_upstream(&a, Some(sim)).url,
+            "http://127.0.0.1:9002/api/query?q={key}"
+        );
+        // Without the simulator the default stays what it is.
+        assert_eq!(
+            default_upstream(&a, None).url,
+            worker::upstream::DEFAULT_URL
+        );
+        // Given by a flag (even the built-in default's very text) or by the config file: kept.
+        for (file, argv, url) in [
+            (
+                "",
+                &[
+                    "serve",
+                    "--sim",
+                    "--upstream-url",
+                    worker::upstream::DEFAULT_URL,
+                ][..],
+                worker::upstream::DEFAULT_URL,
+            ),
+            (
+                "",
+                &[
+                    "serve",
+                    "--sim=1",
+                    "--upstream-url=https://api.example.com/r/{key}",
+                ][..],
+                "https://api.example.com/r/{key}",
+            ),
+            (
+                "[upstream]\nurl = \"https://file.example.com/r/{key}\"\n",
+                &["serve", "--sim"][..],
+                "https://file.example.com/r/{key}",
+            ),
+        ] {
+            let a = serve_args(file, argv);
+            assert!(a.upstream_url_given, "{argv:?}");
+            assert_eq!(default_upstream(&a, Some(sim)).url, url, "{argv:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn parts_that_end_with_the_server_are_no_error() {
+        let shutdown = CancellationToken::new();
+        let mut background = Background::new();
+        until_stopped(&mut background, &shutdown);
+        let supervised = tokio::spawn(supervise(background, shutdown.clone()));
+        shutdown.cancel();
+        let outcome = tokio::time::timeout(LIMIT, supervised)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(outcome.is_ok(), "{outcome:?}");
+    }
 }

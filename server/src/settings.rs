@@ -2,9 +2,90 @@
 //! limits — at the bottom of the module layers: they import nothing of this crate, so the
 //! command line, the config file and the upstream sections can all build on them.
 
-use std::path::PathBuf;
+use std::{ffi::OsStr, path::PathBuf};
 
-use clap::Args;
+use clap::{builder::PossibleValue, builder::TypedValueParser, error::ErrorKind, Args};
+
+/// The words an on/off setting takes for "on", in any case: as its flag's value (`--sim=yes`;
+/// the flag alone is on too), its environment variable or its config file key (where TOML's
+/// `true` and `1` also do).
+pub const ON_WORDS: [&str; 4] = ["1", "true", "yes", "on"];
+/// … and for "off".
+pub const OFF_WORDS: [&str; 4] = ["0", "false", "no", "off"];
+
+/// The value parser of every on/off setting: [`ON_WORDS`] and [`OFF_WORDS`] in any case. Any
+/// other word stops the start with a message naming the setting and the words it takes
+/// (clap's own `bool` parser takes only `true`/`false`, and says only that). Each such
+/// setting is declared
+/// `value_parser = OnOff, action = ArgAction::Set, num_args = 0..=1, require_equals = true,
+/// default_value = "false", default_missing_value = "true"`, so the bare flag stays on;
+/// `server/tests/on_off_settings.rs` checks every `bool` setting of the command line does.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OnOff;
+
+impl OnOff {
+    /// The setting `word` turns on (`Some(true)`) or off, `None` for another word.
+    pub fn word(word: &str) -> Option<bool> {
+        let word = word.trim().to_ascii_lowercase();
+        if ON_WORDS.contains(&word.as_str()) {
+            Some(true)
+        } else if OFF_WORDS.contains(&word.as_str()) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
+
+/// `a, b, c or d`.
+fn or_list(words: &[&str]) -> String {
+    match words.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+impl TypedValueParser for OnOff {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<bool, clap::Error> {
+        let word = value.to_string_lossy();
+        if let Some(on) = OnOff::word(&word) {
+            return Ok(on);
+        }
+        // The flag and the variable: the word may have come from either (or the file).
+        let setting = arg
+            .map(|a| {
+                let mut names: Vec<String> =
+                    a.get_long().map(|l| format!("--{l}")).into_iter().collect();
+                names.extend(a.get_env().map(|e| e.to_string_lossy().into_owned()));
+                names.join(" / ")
+            })
+            .unwrap_or_else(|| "an on/off setting".into());
+        let message = format!(
+            "invalid value '{word}' for {setting}: an on/off setting takes {} to turn it on, \
+             {} to turn it off (any case)\n",
+            or_list(&ON_WORDS),
+            or_list(&OFF_WORDS)
+        );
+        Err(clap::Error::raw(ErrorKind::InvalidValue, message).with_cmd(cmd))
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(
+            ON_WORDS
+                .iter()
+                .chain(OFF_WORDS.iter())
+                .map(|w| PossibleValue::new(*w)),
+        ))
+    }
+}
 
 /// Where Redis is and which queue to use.
 #[derive(Clone, Args)]
@@ -18,7 +99,9 @@ pub struct RedisArgs {
     /// REDIS_URL names a Redis Cluster: one or more seed nodes, comma-separated (e.g.
     /// redis://10.0.0.1:7000,redis://10.0.0.2:7000). Commands follow the queue's slot; Pub/Sub
     /// goes through the first seed (a cluster forwards every publish to every node).
-    #[arg(long, env = "REDIS_CLUSTER")]
+    #[arg(long, env = "REDIS_CLUSTER", value_parser = OnOff, action = clap::ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true")]
     pub redis_cluster: bool,
 
     /// Queue name. All of the queue's keys share the Redis hash tag `{<queue>}`.

@@ -33,8 +33,19 @@ pub enum ServeError {
     Worker(#[from] worker::WorkerError),
     #[error("{0}")]
     Config(String),
+    #[error("a background part of the server panicked: {0}")]
+    Panicked(String),
     #[error("server error: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A worker that cannot start, as the user reads it: a setting it refuses
+/// (`WorkerError::Config`) in its own words, the same from `repoll serve` and `repoll worker`.
+pub fn worker_refusal(e: worker::WorkerError) -> ServeError {
+    match e {
+        worker::WorkerError::Config(message) => ServeError::Config(message),
+        other => ServeError::Worker(other),
+    }
 }
 
 /// How long a starting process waits for Redis to answer before it gives up.
@@ -104,14 +115,25 @@ pub async fn open_queue_with_timeout(
             (other, _) => break other,
         }
     };
-    opened.map_err(|source| ServeError::Redis {
-        url: RedisArgs::seed_urls(url)
+    opened.map_err(|source| {
+        let url = RedisArgs::seed_urls(url)
             .iter()
             .map(|u| redact(u))
             .collect::<Vec<_>>()
-            .join(","),
-        source,
+            .join(",");
+        queue_refusal(url, source)
     })
+}
+
+/// A queue that did not open, as the user reads it: a refusal of the settings
+/// (`QueueError::Config`: another partition count, a Redis too old, ...) is said in the
+/// settings' own words, since Redis was reached and nothing is wrong with the connection;
+/// anything else is a Redis that could not be reached or used at `url` (passwords hidden).
+fn queue_refusal(url: String, source: queue::QueueError) -> ServeError {
+    match source {
+        queue::QueueError::Config(message) => ServeError::Config(message),
+        source => ServeError::Redis { url, source },
+    }
 }
 
 /// The queue of one named upstream on `base`'s connection (one Redis connection serves every
@@ -126,10 +148,7 @@ pub async fn upstream_queue(
     }
     queue::Queue::with_connection(base.connection(), plan.queue.clone())
         .await
-        .map_err(|source| ServeError::Redis {
-            url: redact(url),
-            source,
-        })
+        .map_err(|source| queue_refusal(redact(url), source))
 }
 
 /// Pub/Sub clients for every node `url` names (one, or a cluster's seeds), for the live hub

@@ -5,7 +5,7 @@
 use crate::{
     cli::WorkerCmdArgs,
     shutdown,
-    startup::{open_queue, pubsub_client, upstream_queue, ServeError},
+    startup::{open_queue, pubsub_client, upstream_queue, worker_refusal, ServeError},
 };
 
 /// Runs the worker until SIGINT/SIGTERM, then releases unfinished leases and exits.
@@ -49,7 +49,8 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
             wargs,
         )
         .with_callbacks(callbacks.as_ref().map(|c| c.for_upstream(&plan.name)));
-        tracing::info!(worker = w.id(), upstream = %plan.name, "worker started");
+        w.check().map_err(worker_refusal)?;
+        tracing::info!(worker = w.id(), upstream = %plan.name, "worker ready");
         workers.push(w);
     }
     let mut running = tokio::task::JoinSet::new();

@@ -505,5 +505,5 @@ fn admin_repartition_moves_a_drained_queue_and_old_counts_are_refused() {
     let out = output_within(cmd, Duration::from_secs(20));
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("has 4 partition(s)"), "{stderr}");
+    assert!(stderr.contains("has 4 partitions"), "{stderr}");
 }

@@ -30,7 +30,9 @@ pub use callback::{CallbackArgs, CallbackToken, Callbacks};
 pub use policy::{Next, PolicyArgs};
 pub use runtime::{default_worker_id, Worker, WorkerArgs, WorkerError, WorkerReport};
 pub use telemetry::install_prometheus;
-pub use upstream::{Answer, ConfigError, RateLimit, Secret, Upstream, UpstreamArgs, UpstreamError};
+pub use upstream::{
+    simulator_url, Answer, ConfigError, RateLimit, Secret, Upstream, UpstreamArgs, UpstreamError,
+};
 
 /// A settings struct with every field at its flag's default, the environment ignored: what
 /// `Default` returns, so a default is written once, in the `#[arg]` attribute. Public for the

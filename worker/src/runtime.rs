@@ -160,30 +160,44 @@ impl Worker {
         &self.id
     }
 
-    /// Runs until `shutdown` completes, then drains within the grace period, releases what is
-    /// left, removes itself from the registry and reports. Fails only at start (Redis
-    /// unreachable, bad settings); later Redis errors are logged and retried.
-    pub async fn run(
-        self,
-        shutdown: impl Future<Output = ()>,
-    ) -> Result<WorkerReport, WorkerError> {
-        let args = self.args;
-        if args.concurrency == 0 {
+    /// The settings this worker cannot run without: its slots, its lease, its policy, and a
+    /// callback signer when the upstream URL template holds `{callback_url}`. [`Worker::run`]
+    /// checks them first; a process calls this for every worker before it starts any of them
+    /// or listens, so a setting it cannot work with stops the start instead of leaving a
+    /// process that answers and never polls.
+    pub fn check(&self) -> Result<(), WorkerError> {
+        if self.args.concurrency == 0 {
             return Err(WorkerError::Config("concurrency must be >= 1".into()));
         }
-        if args.lease_ms < 3 {
+        if self.args.lease_ms < 3 {
             return Err(WorkerError::Config("the lease must be >= 3 ms".into()));
         }
         self.policy.validate().map_err(WorkerError::Config)?;
         if self.upstream.wants_callback()
             && !self.callbacks.as_ref().is_some_and(|c| c.can_sign_urls())
         {
-            return Err(WorkerError::Config(
-                "the upstream URL template holds {callback_url}: set REPOLL_CALLBACK_SECRET and \
-                 REPOLL_CALLBACK_BASE_URL"
-                    .into(),
-            ));
+            let upstream = match self.queue.config().upstream.as_str() {
+                "" => String::new(),
+                named => format!("upstream {named:?}: "),
+            };
+            return Err(WorkerError::Config(format!(
+                "{upstream}the upstream URL template holds {{callback_url}}: set \
+                 REPOLL_CALLBACK_SECRET and REPOLL_CALLBACK_BASE_URL"
+            )));
         }
+        Ok(())
+    }
+
+    /// Runs until `shutdown` completes, then drains within the grace period, releases what is
+    /// left, removes itself from the registry and reports. Fails only at start (Redis
+    /// unreachable, the settings [`Worker::check`] refuses); later Redis errors are logged and
+    /// retried.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<WorkerReport, WorkerError> {
+        self.check()?;
+        let args = self.args;
         let clock_offset_ms = self.queue.now_ms().await? - local_ms();
         let label = match self.queue.config().upstream.as_str() {
             "" => queue::DEFAULT_UPSTREAM.to_string(),

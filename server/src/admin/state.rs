@@ -44,14 +44,18 @@ pub struct AdminArgs {
     pub login_max_failures: u32,
 
     /// Always mark the session cookie Secure (set it when TLS ends at a proxy).
-    #[arg(long, env = "REPOLL_COOKIE_SECURE")]
+    #[arg(long, env = "REPOLL_COOKIE_SECURE", value_parser = crate::settings::OnOff,
+          action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true")]
     pub cookie_secure: bool,
 
     /// repoll runs behind one reverse proxy that appends the client's address to
     /// X-Forwarded-For and sets X-Forwarded-Proto: every per-client limit (API rate, sign-in
     /// attempts, live streams) then keys on the last X-Forwarded-For entry, and the session
     /// cookie follows X-Forwarded-Proto. Off: the TCP peer, headers ignored.
-    #[arg(long, env = "REPOLL_TRUST_FORWARDED")]
+    #[arg(long, env = "REPOLL_TRUST_FORWARDED", value_parser = crate::settings::OnOff,
+          action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true,
+          default_value = "false", default_missing_value = "true")]
     pub trust_forwarded: bool,
 
     /// Password checks (argon2, ~19 MiB and tens of ms of a core each) allowed at once; more

@@ -24,7 +24,10 @@ pub struct ApiArgs {
     pub rate_burst: u32,
     /// Replaced by REPOLL_TRUST_FORWARDED (one setting for every per-client limit); still
     /// accepted, with a warning, and then means the same.
-    #[arg(long, env = "REPOLL_TRUST_FORWARDED_FOR", hide = true)]
+    #[arg(long, env = "REPOLL_TRUST_FORWARDED_FOR", hide = true,
+          value_parser = crate::settings::OnOff, action = clap::ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_value = "false",
+          default_missing_value = "true")]
     pub trust_forwarded_for: bool,
     /// Interval of heartbeat comments on live streams, in ms.
     #[arg(long, env = "REPOLL_SSE_KEEPALIVE_MS", default_value_t = 15_000)]

@@ -5,16 +5,32 @@ use std::fmt;
 
 use super::Secret;
 
-/// Default URL template: the simulator on its default address.
+/// Default URL template: the simulator on its default address ([`simulator_url`] of
+/// 127.0.0.1:9001).
 pub const DEFAULT_URL: &str = "http://127.0.0.1:9001/api/query?q={key}";
+
+/// The URL template of the simulator listening on `addr`: what the default upstream polls when
+/// the simulator runs in the same process on another address. An unspecified address
+/// (`0.0.0.0`, `::`) listens on every interface, loopback included, so it is reached there.
+pub fn simulator_url(addr: std::net::SocketAddr) -> String {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    format!("http://{addr}/api/query?q={{key}}")
+}
 
 /// How to reach and read the upstream API. Flags, each with a `REPOLL_UPSTREAM_*` variable.
 #[derive(clap::Args, Clone)]
 pub struct UpstreamArgs {
     /// URL template; `{key}` is replaced by the task's query, percent-encoded. `{key}` may stand
     /// in the path or the query string, not the host. Default: the simulator,
-    /// http://127.0.0.1:9001/api/query?q={key}. (Its value is not shown in `--help`: a template
-    /// may carry a credential in its query string, and a config file's value is a default.)
+    /// http://127.0.0.1:9001/api/query?q={key}, or with `repoll serve --sim` wherever
+    /// --sim-addr puts it. (Its value is not shown in `--help`: a template may carry a
+    /// credential in its query string, and a config file's value is a default.)
     #[arg(
         long = "upstream-url",
         env = "REPOLL_UPSTREAM_URL",
@@ -196,6 +212,27 @@ impl fmt::Debug for UpstreamArgs {
 mod tests {
     use super::*;
     use crate::upstream::Upstream;
+
+    #[test]
+    fn the_simulator_url_is_the_default_url_on_the_default_address() {
+        assert_eq!(
+            simulator_url("127.0.0.1:9001".parse().unwrap()),
+            DEFAULT_URL
+        );
+        assert_eq!(
+            simulator_url("127.0.0.1:9002".parse().unwrap()),
+            "http://127.0.0.1:9002/api/query?q={key}"
+        );
+        // Every interface: reached on loopback.
+        assert_eq!(
+            simulator_url("0.0.0.0:9003".parse().unwrap()),
+            "http://127.0.0.1:9003/api/query?q={key}"
+        );
+        assert_eq!(
+            simulator_url("[::]:9004".parse().unwrap()),
+            "http://[::1]:9004/api/query?q={key}"
+        );
+    }
 
     #[test]
     fn debug_never_shows_secrets() {
