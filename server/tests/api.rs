@@ -238,7 +238,7 @@ async fn a_failed_query_shows_no_internal_call_and_no_upstream_body() {
             && error.ends_with('…'),
         "{} bytes: {}",
         error.len(),
-        &error[..error.len().min(200)]
+        error.chars().take(200).collect::<String>()
     );
     let r = env.get(&format!("/api/v1/queries/{id}")).await;
     assert!(r.body.len() < 1024, "{} bytes", r.body.len());
