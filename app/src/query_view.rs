@@ -126,7 +126,7 @@ pub use ssr::*;
 mod ssr {
     use std::time::{Duration, Instant};
 
-    use queue::{DeadReason, Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
+    use queue::{Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
 
     use super::{QueryStatus, QueryView, TaskId};
     use crate::context::AppContext;
@@ -345,24 +345,11 @@ mod ssr {
         }
     }
 
-    /// The dead reason in plain words, with the upstream's last error when there is one.
+    /// Why the task failed, for the public (the query page and the API): the dead reason in
+    /// plain words and what of its last error a user can act on — never the call's URL nor
+    /// the upstream's body, which the dashboard shows ([`model::failure::public_reason`]).
     fn failure_reason(t: &Task) -> String {
-        let why = match t.dead_reason {
-            Some(DeadReason::MaxAttempts) => format!(
-                "The upstream API kept failing; gave up after {} attempts.",
-                t.attempts
-            ),
-            Some(DeadReason::Deadline) => {
-                "The upstream API took too long; gave up at the deadline.".into()
-            }
-            Some(DeadReason::Poison) => "Workers kept losing this query; gave up.".into(),
-            Some(DeadReason::Fatal) => "The upstream API refused this query.".into(),
-            None => "The query failed.".into(),
-        };
-        match t.last_error.as_deref().map(str::trim) {
-            Some(e) if !e.is_empty() => format!("{why} Last error: {e}"),
-            _ => why,
-        }
+        model::failure::public_reason(t.dead_reason, t.attempts, t.last_error.as_deref())
     }
 }
 

@@ -17,9 +17,12 @@
 //!   audit log, listing pages.
 //! - [`histogram`]: the log-scale buckets the scripts count time to result, polls per task and
 //!   upstream latency in, and the percentiles read from them.
+//! - [`failure`]: the forms a task's last error is stored in, and the one function that words
+//!   a dead task's reason for the public (no internal URL, no upstream body).
 //! - [`notice`]: the Pub/Sub message every state change publishes (written by the Lua scripts,
 //!   decoded by the web process).
 
+pub mod failure;
 pub mod histogram;
 pub mod id;
 pub mod notice;

@@ -17,7 +17,7 @@
 -- KEYS[13] task hash   KEYS[14] history list   KEYS[15..19] the fair-share keys (claim.lua)
 -- KEYS[20] breaker hash   KEYS[21] wake-up list. A tenant's failed task gives back its lease.
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
--- ARGV[11] token   ARGV[12] error   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
+-- ARGV[11] token   ARGV[12] error (kept to ERROR_MAX bytes, prelude.lua)   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
 -- ARGV[15] latency_ms   ARGV[16] breaker: errors a minute that open it (0 = never by itself)
 -- ARGV[17] breaker: least error rate that opens it (0..1)   ARGV[18] breaker cool-down ms
 -- ARGV[19..21] the per-tenant limits (claim.lua)
@@ -56,6 +56,9 @@ if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms <
   or delay == nil or delay < 0 or latency == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
 end
+-- The error goes to the record, the history, the event stream and the breaker: bounded here
+-- whatever the caller sent.
+err = cut(err, ERROR_MAX)
 local now = now_ms()
 local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u', 'tn')
 local plan, br = claim_next_read(K, FP, next_n, now)

@@ -61,3 +61,27 @@ local function num(v, default)
   if n == nil then return default end
   return n
 end
+
+-- Text that came from outside (an upstream's error, a history detail) cut to at most `max`
+-- bytes, on a UTF-8 character boundary, ending in '...' (U+2026) when cut. The last line of
+-- defence: the worker already keeps an upstream's message to 200 characters, so only a
+-- caller that did not (an older or foreign client) reaches these limits. Continuation bytes
+-- are 0x80..0xBF: the kept part ends before a byte that starts a character.
+local function cut(s, max)
+  if #s <= max then return s end
+  local n = max - 3
+  while n > 0 do
+    local b = string.byte(s, n + 1)
+    if b < 128 or b >= 192 then break end
+    n = n - 1
+  end
+  return string.sub(s, 1, n) .. '\226\128\166'
+end
+
+-- The most bytes of a task's last error (record field `e`, and the breaker's `why`): room for
+-- the worker's longest (a 300-character call, the error, a 200-character message of
+-- multi-byte characters), while a record holding one stays about a kilobyte.
+local ERROR_MAX = 1200
+-- The most bytes of one history entry's or event's detail: an error and what followed it
+-- ("-> retry at ... (attempt n)").
+local DETAIL_MAX = 1300

@@ -445,3 +445,53 @@ async fn complete_many_mixes_fresh_and_stale() {
     })
     .await;
 }
+
+/// The last line of defence for what an upstream sent: whatever error a caller passes to
+/// `fail` (here 300 KB of multi-byte text), the record keeps at most 1,200 bytes of it, each
+/// history entry and event at most 1,300, cut on a character boundary with "…" (a cut inside
+/// a character would make the record unreadable as text).
+#[tokio::test]
+async fn a_huge_error_is_cut_in_the_library() {
+    on_each_layout("huge_error", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        // "é" is two bytes: a cut at an even byte count would split one.
+        let huge = "é".repeat(150_000);
+        q.enqueue("huge-error", "", &policy(5, 0)).await.unwrap();
+        let c = claim_one(&q, "w", 10_000).await;
+        q.fail(&c.id, c.token, &huge, Retry::After(0), 1)
+            .await
+            .unwrap();
+        let c = claim_one(&q, "w", 10_000).await;
+        q.fail(&c.id, c.token, &huge, Retry::Dead, 1).await.unwrap();
+
+        let d = q.get(&c.id).await.unwrap().unwrap();
+        let e = d.task.unwrap().last_error.unwrap();
+        assert!(e.len() <= 1200 && e.len() > 1150, "{} bytes", e.len());
+        assert!(e.starts_with("éé") && e.ends_with("é…"), "{e}");
+        let errors: Vec<_> = d.history.iter().filter(|h| h.kind == "error").collect();
+        assert_eq!(errors.len(), 2, "{:?}", d.history);
+        for h in &d.history {
+            assert!(
+                h.detail.len() <= 1300,
+                "{} bytes: {}",
+                h.detail.len(),
+                h.kind
+            );
+        }
+        let events = q.events(100).await.unwrap();
+        let failed = events
+            .iter()
+            .find(|ev| ev.kind == "failed" && ev.id.as_ref() == Some(&c.id))
+            .expect("the failed event");
+        assert!(failed.detail.len() <= 1300, "{} bytes", failed.detail.len());
+        let mut r = raw().await;
+        let used: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(task_key(&q, c.id.as_str()))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        assert!(used < 2048, "record {used} B");
+    })
+    .await;
+}

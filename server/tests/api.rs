@@ -190,8 +190,58 @@ async fn failed_upstream_is_failed_with_a_plain_reason() {
     let v = wait_final(&env, &id).await;
     assert_eq!(v["status"], "failed", "{v}");
     let error = v["error"].as_str().unwrap();
-    assert!(error.contains("refused"), "{error}");
-    assert!(error.contains("no_such_order"), "{error}");
+    assert_eq!(
+        error,
+        "The upstream API refused this query; it said: no_such_order"
+    );
+    env.stop().await;
+}
+
+/// The public sees public errors: a permanent HTTP error shows its status, never the call
+/// (scheme, host, port, path) nor the upstream's body, which the record keeps for the
+/// dashboard; a hostile 3.9 MB "failed" message makes a short answer, not a 3.9 MB one.
+#[tokio::test]
+async fn a_failed_query_shows_no_internal_call_and_no_upstream_body() {
+    let env = Env::start(Opts {
+        worker: true,
+        ..Default::default()
+    })
+    .await;
+    let host = env.sim_url.trim_start_matches("http://").to_string();
+
+    // The simulator answers 400 {"error": "items: 4294967295 is out of range 0..=1000"}.
+    let r = env.submit("refused-1 items=4294967295").await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let v = wait_final(&env, &id).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    let error = v["error"].as_str().unwrap();
+    assert_eq!(error, "The upstream API refused this query (HTTP 400).");
+    for internal in ["http://", host.as_str(), "/api/query", "out of range"] {
+        assert!(!v.to_string().contains(internal), "{internal}: {v}");
+    }
+    let id = queue::TaskId::parse(&id).unwrap();
+    let t = env.queue.get(&id).await.unwrap().unwrap().task.unwrap();
+    let stored = t.last_error.unwrap();
+    assert!(
+        stored.contains(&host) && stored.contains("HTTP 400: items: 4294967295 is out of range"),
+        "the dashboard keeps the detail: {stored}"
+    );
+
+    let r = env
+        .submit("hostile-1 status=failed error=boom pad=3900000")
+        .await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let v = wait_final(&env, &id).await;
+    let error = v["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("The upstream API refused this query; it said: boomxxx")
+            && error.ends_with('…'),
+        "{} bytes: {}",
+        error.len(),
+        error.chars().take(200).collect::<String>()
+    );
+    let r = env.get(&format!("/api/v1/queries/{id}")).await;
+    assert!(r.body.len() < 1024, "{} bytes", r.body.len());
     env.stop().await;
 }
 

@@ -1,7 +1,7 @@
 //! HTTP handlers: decode the request, ask [`SimState`] for a plan, carry it out.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::faults::Fault;
-use crate::limits::MAX_KEY_BYTES;
+use crate::limits::{MAX_KEY_BYTES, MAX_PAD_BYTES};
 use crate::overrides::Overrides;
 use crate::state::{CallbackPlan, Plan, SimState};
 
@@ -50,12 +50,51 @@ pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, Stri
         tokio::time::sleep(latency).await;
     }
     match plan {
+        Plan::Answer(body) if o.pad > 0 => padded(&body, o.pad),
         Plan::Answer(body) => Json(body).into_response(),
         Plan::Fault {
             fault,
             retry_after_s,
         } => fault_response(fault, retry_after_s, sim.args.hang_ms).await,
     }
+}
+
+/// The filler of `pad=`: made once, then every padded answer sends a slice of it as it is.
+static FILLER: LazyLock<Box<[u8]>> = LazyLock::new(|| vec![b'x'; MAX_PAD_BYTES].into_boxed_slice());
+
+/// `answer` with `pad` filler bytes (at most [`MAX_PAD_BYTES`]): appended to the message of a
+/// failed answer, or as the string `"pad"` of its data otherwise. The body is sent in three
+/// pieces, the middle one borrowed from [`FILLER`], so however many padded answers are in
+/// flight, the filler is in memory once.
+fn padded(answer: &serde_json::Value, pad: usize) -> Response {
+    let status = &answer["status"];
+    let (head, tail) = if status == "failed" {
+        // The message as a JSON string without its closing quote; the filler continues it.
+        let message = serde_json::to_string(&answer["error"]).unwrap_or_else(|_| "\"".into());
+        let open = message.strip_suffix('"').unwrap_or("\"");
+        (format!(r#"{{"status":"failed","error":{open}"#), r#""}"#)
+    } else {
+        // The data is an object (`data_for`): the filler goes in as its last member.
+        let data = serde_json::to_string(&answer["data"]).unwrap_or_else(|_| "{}".into());
+        let open = data.strip_suffix('}').unwrap_or("{");
+        let sep = if open.len() > 1 { "," } else { "" };
+        (
+            format!(r#"{{"status":{status},"data":{open}{sep}"pad":""#),
+            r#""}}"#,
+        )
+    };
+    let filler: &'static [u8] = &FILLER[..pad.min(MAX_PAD_BYTES)];
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from(head)),
+        Ok(Bytes::from_static(filler)),
+        Ok(Bytes::from_static(tail.as_bytes())),
+    ];
+    let mut r = Response::new(Body::from_stream(futures::stream::iter(chunks)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// Posts the final answer to the callback URL when the key is done (one try, 5 s at most:

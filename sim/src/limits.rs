@@ -42,6 +42,12 @@ pub const MAX_PAYLOAD_BYTES: usize = 4 * 1024;
 /// Longest `error=` message of a `status=failed` answer: 1 KiB.
 pub const MAX_ERROR_BYTES: usize = 1024;
 
+/// Most filler bytes of `pad=` (in an answer's data, or appended to a `status=failed`
+/// message): 4 MiB, the workers' default largest body (`REPOLL_UPSTREAM_MAX_BODY`), so a test
+/// can send the largest answer a worker accepts. The filler is one buffer made once and shared
+/// by every answer (see [`crate::handlers`]), so a padded answer costs no memory of its own.
+pub const MAX_PAD_BYTES: usize = 4 * 1024 * 1024;
+
 /// Longest key (`q=`): 4 KiB — room for repoll's longest query (512 chars of up to 4 bytes
 /// each) while a key, kept in the per-key map and echoed in the data, stays small.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;

@@ -13,7 +13,9 @@
 //! default all; 0..=[`MAX_FAIL_TIMES`]), `retry_after` (seconds, 0..=[`MAX_RETRY_AFTER_S`]),
 //! `latency` (ms, 0..=[`MAX_LATENCY_MS`]), `status=failed`, `error` (message for
 //! `status=failed`, at most [`MAX_ERROR_BYTES`]), `payload` (echoed inside the data, at most
-//! [`MAX_PAYLOAD_BYTES`]).
+//! [`MAX_PAYLOAD_BYTES`]), `pad` (that many bytes of filler, 0..=[`MAX_PAD_BYTES`]: a `"pad"`
+//! string in the data of every answer, or appended to a `status=failed` message — an
+//! oversized answer or error without a key that long).
 //!
 //! A recognised name with a value out of range or unparsable is refused: the request is
 //! answered HTTP 400 `{"error": "<knob>: <value> is out of range 0..=N"}` and nothing is
@@ -26,8 +28,8 @@ use std::fmt;
 
 use crate::faults::Fault;
 use crate::limits::{
-    shown, MAX_ERROR_BYTES, MAX_FAIL_TIMES, MAX_ITEMS, MAX_LATENCY_MS, MAX_MS, MAX_PAYLOAD_BYTES,
-    MAX_POLLS, MAX_RETRY_AFTER_S,
+    shown, MAX_ERROR_BYTES, MAX_FAIL_TIMES, MAX_ITEMS, MAX_LATENCY_MS, MAX_MS, MAX_PAD_BYTES,
+    MAX_PAYLOAD_BYTES, MAX_POLLS, MAX_RETRY_AFTER_S,
 };
 
 /// The overrides of one request; `None` = use the simulator's flags.
@@ -43,6 +45,8 @@ pub struct Overrides {
     pub failed: bool,
     pub error: Option<String>,
     pub payload: Option<String>,
+    /// Filler bytes added to the answer (`pad=`); 0 = none.
+    pub pad: usize,
 }
 
 /// A recognised override whose value is out of range or unparsable; its `Display` is the
@@ -140,6 +144,7 @@ impl Overrides {
             }
             "error" => self.error = Some(bounded_text("error", value, MAX_ERROR_BYTES)?),
             "payload" => self.payload = Some(bounded_text("payload", value, MAX_PAYLOAD_BYTES)?),
+            "pad" => self.pad = bounded("pad", value, MAX_PAD_BYTES)?,
             _ => {}
         }
         Ok(())
@@ -211,6 +216,10 @@ mod tests {
         );
         let long = "p".repeat(MAX_PAYLOAD_BYTES + 1);
         assert!(err(&format!("x payload={long}")).starts_with("payload: 4097 bytes"));
+        assert_eq!(
+            err("x pad=4194305"),
+            "pad: 4194305 is out of range 0..=4194304"
+        );
         // The query string is checked the same way.
         let mut params = HashMap::new();
         params.insert("items".to_string(), "1001".to_string());
@@ -226,7 +235,8 @@ mod tests {
     fn the_maxima_themselves_are_accepted() {
         let o = parse(&format!(
             "k polls={MAX_POLLS} ms={MAX_MS} items={MAX_ITEMS} fail=hang fail_times={MAX_FAIL_TIMES} \
-             retry_after={MAX_RETRY_AFTER_S} latency={MAX_LATENCY_MS} status=failed error=e payload={}",
+             retry_after={MAX_RETRY_AFTER_S} latency={MAX_LATENCY_MS} status=failed error=e \
+             pad={MAX_PAD_BYTES} payload={}",
             "p".repeat(MAX_PAYLOAD_BYTES)
         ))
         .expect("valid");
@@ -234,6 +244,7 @@ mod tests {
         assert_eq!(o.polls, Some(MAX_POLLS));
         assert_eq!(o.latency_ms, Some(MAX_LATENCY_MS));
         assert_eq!(o.payload.map(|p| p.len()), Some(MAX_PAYLOAD_BYTES));
+        assert_eq!(o.pad, MAX_PAD_BYTES);
         assert!(o.failed);
     }
 }

@@ -188,6 +188,22 @@ async fn forced_faults() {
         .expect("json");
     assert_eq!(v["data"]["payload"], payload);
 
+    // `pad=`: filler in the data, or appended to a failed answer's message.
+    let v: Value = get(&sim, "p1 polls=2 pad=5000")
+        .await
+        .json()
+        .await
+        .expect("padded json");
+    assert_eq!(v["status"], "processing");
+    assert_eq!(v["data"]["pad"].as_str().map(str::len), Some(5000));
+    assert_eq!(v["data"]["query"], "p1 polls=2 pad=5000");
+    let v: Value = get(&sim, "p2 status=failed error=\"boom\" pad=3")
+        .await
+        .json()
+        .await
+        .expect("padded failed json");
+    assert_eq!(v["error"], "\"boom\"xxx");
+
     let detail: KeyDetail = client()
         .get(format!("{}/_sim/key", sim.base))
         .query(&[("q", "b fail=500")])

@@ -168,7 +168,7 @@ impl PolicyArgs {
     ) -> Next {
         let poll = polls_before.saturating_add(1);
         if self.max_polls > 0 && poll >= self.max_polls {
-            return Next::Dead(format!("max polls ({}) reached", self.max_polls));
+            return Next::Dead(model::failure::max_polls(self.max_polls));
         }
         Next::Again(fit_deadline(
             self.poll_delay(poll, retry_after, unit),

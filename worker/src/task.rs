@@ -102,10 +102,19 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
     let now = ctx.now_ms();
     match result {
         Ok(Answer::Done { data }) => {
+            let result = data.to_string();
+            let max = ctx.upstream.max_result();
+            if result.len() > max {
+                // Kept, it would cost Redis its size for the result TTL and every reader its
+                // size per read: the task ends dead with the sizes instead (the history says
+                // which answer it was).
+                let why = model::failure::result_too_large(result.len(), max);
+                return fail(ctx, c, &why, "too_large", Retry::Dead, latency_ms).await;
+            }
             let item = [queue::Completion {
                 id: c.id.clone(),
                 token: c.token,
-                result: data.to_string(),
+                result,
                 latency_ms,
             }];
             let item = &item;
@@ -139,7 +148,10 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             }
         }
         Ok(Answer::Failed { message, .. }) => {
-            fail(ctx, c, &message, "failed", Retry::Dead, latency_ms).await
+            // Marked as the upstream's own verdict: the public may read its message
+            // (model::failure), never an error of the call itself.
+            let why = model::failure::upstream_failed(&message);
+            fail(ctx, c, &why, "failed", Retry::Dead, latency_ms).await
         }
         Err(e) => {
             tracing::debug!(id = %c.id, error = %e, "upstream call failed");
@@ -160,13 +172,18 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
                 Next::Dead(_) => Retry::After(0),
                 Next::Again(d) => Retry::After(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             };
-            // The call goes with the error, so the task's attempts say which URL failed.
-            let reason = match ctx.upstream.shown_call(&c.query) {
-                Some(call) => format!("{call}: {e}"),
-                None => e.to_string(),
-            };
+            let reason = stored_error(ctx.upstream.shown_call(&c.query).as_deref(), &e);
             fail(ctx, c, &reason, e.kind(), retry, latency_ms).await
         }
+    }
+}
+
+/// A call's error as the task stores it: with the call, so the task's attempts say which URL
+/// failed (the dashboard shows it; `model::failure::public_reason` never does).
+fn stored_error(call: Option<&str>, e: &UpstreamError) -> String {
+    match call {
+        Some(call) => format!("{call}: {e}"),
+        None => e.to_string(),
     }
 }
 
@@ -179,11 +196,18 @@ async fn reschedule(
     data: &serde_json::Value,
     latency_ms: u64,
 ) -> Vec<Claimed> {
+    let mut partial = (!data.is_null()).then(|| data.to_string());
+    if let Some(p) = partial.take_if(|p| p.len() > ctx.upstream.max_result()) {
+        // A preview is not worth a dead task: this one is not stored (the last one that fit
+        // stays shown) and polling goes on; the final answer gets the same limit.
+        tracing::warn!(id = %c.id, bytes = p.len(), max = ctx.upstream.max_result(),
+            "partial data larger than the largest result stored (REPOLL_UPSTREAM_MAX_RESULT): not stored");
+    }
     let item = [queue::Reschedule {
         id: c.id.clone(),
         token: c.token,
         delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-        partial: (!data.is_null()).then(|| data.to_string()),
+        partial,
         latency_ms,
     }];
     let item = &item;
@@ -357,4 +381,56 @@ where
         }
     }
     (None, Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use model::failure::public_reason;
+    use queue::DeadReason;
+
+    /// Every error of a call, stored as the worker stores it, reads for the public as its
+    /// kind in words: no URL, no upstream body (the contract with `model::failure`).
+    #[test]
+    fn every_stored_call_error_has_public_words_without_the_call() {
+        let call = Some("GET http://10.0.0.5:8080/v1/jobs/order-7");
+        for (e, words) in [
+            (
+                UpstreamError::Status {
+                    code: 503,
+                    retry_after: None,
+                    message: Some("db-7 is down".into()),
+                },
+                "HTTP 503 from the upstream API",
+            ),
+            (
+                UpstreamError::Timeout { after_ms: 300 },
+                "did not answer in time",
+            ),
+            (
+                UpstreamError::Connect("tcp connect error: 10.0.0.5".into()),
+                "could not be reached",
+            ),
+            (
+                UpstreamError::BadBody("not JSON: line 1".into()),
+                "could not be read",
+            ),
+        ] {
+            let stored = stored_error(call, &e);
+            let shown = public_reason(Some(DeadReason::MaxAttempts), 5, Some(&stored));
+            assert!(shown.contains(words), "{stored} -> {shown}");
+            for internal in ["10.0.0.5", "order-7", "db-7", "JSON"] {
+                assert!(!shown.contains(internal), "{stored} -> {shown}");
+            }
+        }
+        let bad_key = UpstreamError::BadKey("query '..' cannot be placed in the URL path".into());
+        assert_eq!(
+            public_reason(
+                Some(DeadReason::Fatal),
+                1,
+                Some(&stored_error(None, &bad_key))
+            ),
+            "The upstream API refused this query."
+        );
+    }
 }

@@ -179,7 +179,10 @@ async fn upstream_failed_answer_is_dead_with_its_message() {
         .and_then(|d| d.task)
         .expect("task");
     assert_eq!(t.state, TaskState::Dead);
-    assert_eq!(t.last_error.as_deref(), Some("no-such-order"));
+    assert_eq!(
+        t.last_error.as_deref(),
+        Some("upstream failed: no-such-order")
+    );
     assert_eq!(sim.key(key).await.calls, 1, "no retry of a failed answer");
 }
 

@@ -5,9 +5,10 @@
 -- (read.rs), so a task that goes enqueue -> polls -> done writes no history at all in the
 -- default level. hist() is for transitions an operator needs later (errors, lease losses,
 -- deaths, admin actions): written in 'full' and 'transitions'. hist_routine() is for claims and
--- polls: 'full' only. LTRIM only when over the cap (LPUSH returns the length).
+-- polls: 'full' only. LTRIM only when over the cap (LPUSH returns the length). An entry's
+-- detail is at most DETAIL_MAX bytes (prelude.lua), so a capped history is capped in bytes too.
 local function push_hist(hkey, at, kind, detail)
-  local len = redis.call('LPUSH', hkey, fmt(at) .. '|' .. kind .. '|' .. detail)
+  local len = redis.call('LPUSH', hkey, fmt(at) .. '|' .. kind .. '|' .. cut(detail, DETAIL_MAX))
   if len > HIST_CAP then
     redis.call('LTRIM', hkey, 0, HIST_CAP - 1)
   end
@@ -28,10 +29,11 @@ local function hist_claim(hkey, at, detail)
   if HIST_LEVEL == 'transitions' then push_hist(hkey, at, 'claimed', detail) end
 end
 
--- Capped global event stream for the dashboard (one entry per batch on the hot path).
+-- Capped global event stream for the dashboard (one entry per batch on the hot path), each
+-- detail at most DETAIL_MAX bytes.
 local function event(ekey, at, kind, id, detail)
   redis.call('XADD', ekey, 'MAXLEN', '~', EVENTS_CAP, '*',
-    'at', fmt(at), 'kind', kind, 'id', id, 'detail', detail)
+    'at', fmt(at), 'kind', kind, 'id', id, 'detail', cut(detail, DETAIL_MAX))
 end
 
 -- JSON built by hand: cheaper than cjson on the hot path. Safe because kinds are literals

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{truncate, UpstreamArgs};
+use super::{truncate, Secret, UpstreamArgs, MESSAGE_MAX};
 
 /// What the upstream said about a key.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +93,8 @@ pub struct AnswerReader {
     processing: Vec<String>,
     done: Vec<String>,
     failed: Vec<String>,
+    /// The configured header values and API key (4 chars or more), masked in messages.
+    secrets: Vec<Secret>,
 }
 
 impl AnswerReader {
@@ -103,6 +105,11 @@ impl AnswerReader {
                 .filter(|s| !s.is_empty())
                 .collect()
         };
+        let headers = args
+            .headers
+            .iter()
+            .filter_map(|h| Some(h.split_once(':')?.1.trim()));
+        let key = args.api_key.as_ref().map(|k| k.expose().trim());
         AnswerReader {
             status_pointer: args.status_pointer.clone(),
             data_pointer: args.data_pointer.clone(),
@@ -110,7 +117,47 @@ impl AnswerReader {
             processing: clean(&args.processing_values),
             done: clean(&args.done_values),
             failed: clean(&args.failed_values),
+            secrets: headers
+                .chain(key)
+                .filter(|s| s.len() >= 4)
+                .map(Secret::from)
+                .collect(),
         }
+    }
+
+    /// An upstream's own message as it is kept (an error answer's body, a "failed" answer's
+    /// message): control characters as spaces, configured secrets masked (in case the upstream
+    /// quotes the request), trimmed, and cut to [`MESSAGE_MAX`] chars with "…". Only a prefix
+    /// of a long text is looked at, long enough that a secret starting in the kept part is
+    /// masked whole. None when nothing is left.
+    pub fn message(&self, text: &str) -> Option<String> {
+        let longest = self
+            .secrets
+            .iter()
+            .map(|s| s.expose().chars().count())
+            .max()
+            .unwrap_or(0);
+        let text = text.trim_start();
+        let (prefix, cut) = match text.char_indices().nth(MESSAGE_MAX + longest + 1) {
+            Some((i, _)) => (&text[..i], true),
+            None => (text, false),
+        };
+        let mut clean: String = prefix
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        for secret in &self.secrets {
+            clean = clean.replace(secret.expose(), "***");
+        }
+        let clean = clean.trim_end();
+        if clean.is_empty() {
+            return None;
+        }
+        let mut kept = truncate(clean, MESSAGE_MAX);
+        if cut && !kept.ends_with('…') {
+            kept.push('…');
+        }
+        Some(kept)
     }
 
     /// Reads a parsed body. A missing or unknown status is a bad body (the API changed or the
@@ -140,11 +187,13 @@ impl AnswerReader {
         } else if is(&self.processing) {
             Ok(Answer::Processing { data, retry_after })
         } else if is(&self.failed) {
+            // The upstream's message, bounded here whatever its size (it is stored).
             let message = match body.pointer(&self.error_pointer) {
-                Some(Value::String(s)) if !s.is_empty() => s.clone(),
-                Some(Value::Null) | None => format!("upstream status {status}"),
-                Some(other) => other.to_string(),
+                Some(Value::String(s)) => self.message(s),
+                Some(Value::Null) | None => None,
+                Some(other) => self.message(&other.to_string()),
             };
+            let message = message.unwrap_or_else(|| format!("status {}", truncate(&status, 80)));
             Ok(Answer::Failed { message, data })
         } else {
             Err(UpstreamError::BadBody(format!(
@@ -188,6 +237,41 @@ mod tests {
                 data: Value::Null
             })
         );
+    }
+
+    #[test]
+    fn a_failed_answer_message_is_cut_cleaned_and_masked() {
+        let args = UpstreamArgs {
+            api_key: Some("k3y-s3cret".into()),
+            headers: vec!["Authorization: Bearer t0ken".into()],
+            ..UpstreamArgs::default()
+        };
+        let r = AnswerReader::new(&args);
+        let failed = |error: Value| match r.read(&json!({"status": "failed", "error": error}), None)
+        {
+            Ok(Answer::Failed { message, .. }) => message,
+            other => panic!("{other:?}"),
+        };
+        // 3.9 MB of message: 200 chars and "…" (multi-byte chars cut on a boundary).
+        let huge = format!("é{}", "x".repeat(3_900_000));
+        let m = failed(json!(huge));
+        let head: String = m.chars().take(50).collect();
+        assert_eq!(m.chars().count(), 201, "{head}…");
+        assert!(m.starts_with("éxx") && m.ends_with('…'), "{m}");
+        // Secrets masked, also where the cut falls inside one; control characters as spaces.
+        let m = failed(json!(format!(
+            "{}k3y-s3cret{}",
+            "y".repeat(195),
+            "z".repeat(99)
+        )));
+        assert!(!m.contains("k3y"), "{m}");
+        assert!(m.ends_with("y***zz…"), "{m}");
+        assert_eq!(failed(json!("a\nBearer t0ken\tb")), "a *** b");
+        // Not a string: its JSON, bounded the same way; none at all: the status.
+        assert_eq!(failed(json!({"code": 7})), r#"{"code":7}"#);
+        assert_eq!(failed(json!(null)), "status failed");
+        assert_eq!(failed(json!(" \n ")), "status failed");
+        assert!(!format!("{r:?}").contains("s3cret"), "{r:?}");
     }
 
     #[test]

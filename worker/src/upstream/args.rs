@@ -77,6 +77,15 @@ pub struct UpstreamArgs {
     /// Largest answer body accepted, in bytes (a bigger one is a bad body).
     #[arg(long = "upstream-max-body", env = "REPOLL_UPSTREAM_MAX_BODY", default_value_t = 4 << 20)]
     pub max_body_bytes: usize,
+    /// Largest data stored per task, in bytes (the final result, or a partial): a final answer
+    /// whose data is larger ends the task dead ("result too large"); a larger partial is not
+    /// stored (the last one that fit stays) and polling goes on.
+    #[arg(
+        long = "upstream-max-result",
+        env = "REPOLL_UPSTREAM_MAX_RESULT",
+        default_value_t = 1 << 20
+    )]
+    pub max_result_bytes: usize,
     /// JSON pointer (RFC 6901) to the status in the answer.
     #[arg(
         long = "upstream-status-pointer",
@@ -171,6 +180,7 @@ impl fmt::Debug for UpstreamArgs {
             api_key_header,
             timeout_ms,
             max_body_bytes,
+            max_result_bytes,
             status_pointer,
             data_pointer,
             error_pointer,
@@ -196,6 +206,7 @@ impl fmt::Debug for UpstreamArgs {
             .field("api_key_header", api_key_header)
             .field("timeout_ms", timeout_ms)
             .field("max_body_bytes", max_body_bytes)
+            .field("max_result_bytes", max_result_bytes)
             .field("status_pointer", status_pointer)
             .field("data_pointer", data_pointer)
             .field("error_pointer", error_pointer)
@@ -278,6 +289,10 @@ mod tests {
             },
             UpstreamArgs {
                 max_body_bytes: 1,
+                ..UpstreamArgs::default()
+            },
+            UpstreamArgs {
+                max_result_bytes: 1,
                 ..UpstreamArgs::default()
             },
             UpstreamArgs {

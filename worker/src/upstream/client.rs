@@ -17,9 +17,6 @@ use super::{
 /// The most bytes of an error answer's body read for its message (the rest is not read).
 const ERROR_BODY_MAX: usize = 4096;
 
-/// The most chars of an error answer's message kept (it becomes the task's last error).
-const ERROR_MESSAGE_MAX: usize = 200;
-
 /// The configured upstream client. Cheap to clone (reqwest's client is shared).
 #[derive(Clone)]
 pub struct Upstream {
@@ -29,6 +26,7 @@ pub struct Upstream {
     headers: HeaderMap,
     timeout: Duration,
     max_body: usize,
+    max_result: usize,
     reader: AnswerReader,
     rate: Option<RateLimit>,
 }
@@ -86,6 +84,11 @@ impl Upstream {
         if args.timeout_ms == 0 {
             return Err(ConfigError("the request timeout must be > 0".into()));
         }
+        if args.max_result_bytes == 0 {
+            return Err(ConfigError(
+                "the largest result stored (max_result_bytes) must be > 0".into(),
+            ));
+        }
         let timeout = Duration::from_millis(args.timeout_ms);
         let client = reqwest::Client::builder()
             .timeout(timeout)
@@ -100,6 +103,7 @@ impl Upstream {
             headers,
             timeout,
             max_body: args.max_body_bytes,
+            max_result: args.max_result_bytes,
             reader: AnswerReader::new(args),
             rate: (args.upstream_rate_per_sec > 0).then(|| RateLimit {
                 per_sec: args.upstream_rate_per_sec,
@@ -128,6 +132,12 @@ impl Upstream {
     /// Largest answer body accepted, in bytes (polls and callbacks alike).
     pub fn max_body(&self) -> usize {
         self.max_body
+    }
+
+    /// Largest data stored per task, in bytes (`REPOLL_UPSTREAM_MAX_RESULT`): a final result
+    /// larger ends the task dead, a larger partial is not stored.
+    pub fn max_result(&self) -> usize {
+        self.max_result
     }
 
     /// Whether the URL template asks for a callback URL (`{callback_url}`).
@@ -208,8 +218,8 @@ impl Upstream {
 
     /// The message of an error answer: its error pointer if the body is JSON, else a short
     /// plain-text body (not an HTML page). At most [`ERROR_BODY_MAX`] bytes are read, and a
-    /// body that fails or stalls just gives no message. Configured secrets are masked, in case
-    /// the upstream quotes the request.
+    /// body that fails or stalls just gives no message. Kept as a "failed" answer's message is
+    /// ([`AnswerReader::message`]: cut short, configured secrets masked).
     async fn error_message(&self, mut resp: reqwest::Response) -> Option<String> {
         let cap = ERROR_BODY_MAX.min(self.max_body);
         let mut body = Vec::new();
@@ -234,17 +244,7 @@ impl Upstream {
                 text
             }
         };
-        let mut text: String = text
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
-            if secret.len() >= 4 {
-                text = text.replace(secret, "***");
-            }
-        }
-        let text = text.trim();
-        (!text.is_empty()).then(|| truncate(text, ERROR_MESSAGE_MAX))
+        self.reader.message(&text)
     }
 
     fn classify(&self, e: reqwest::Error) -> UpstreamError {

@@ -33,6 +33,11 @@ pub use retry_after::{parse_retry_after, parse_retry_after_at};
 pub use secret::Secret;
 pub use template::CALLBACK_PLACEHOLDER;
 
+/// The most chars of an upstream's own message kept: an error answer's body, or a "failed"
+/// answer's message. It becomes the task's last error (stored in its record and history, shown
+/// on the dashboard), so however long the upstream makes it, this much is kept.
+const MESSAGE_MAX: usize = 200;
+
 /// `s` cut to `max` chars with an ellipsis (messages, keys and statuses quoted in errors).
 fn truncate(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
