@@ -12,7 +12,7 @@ use crate::{config_file, upstreams};
 
 // The settings shared by every command live below this module (`settings`); the paths
 // `cli::RedisArgs` & co. stay for callers.
-pub use crate::settings::{BreakerArgs, RedisArgs, TenantArgs};
+pub use crate::settings::{BreakerArgs, ManagedRedisArgs, RedisArgs, TenantArgs};
 
 /// Where the simulator listens unless told otherwise (`repoll sim` and `repoll serve --sim`).
 pub const DEFAULT_SIM_ADDR: &str = "127.0.0.1:9001";
@@ -91,6 +91,8 @@ pub struct SimCmdArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
+    #[command(flatten)]
+    pub managed: ManagedRedisArgs,
 
     /// Address the web app listens on.
     #[arg(long, env = "REPOLL_ADDR", default_value = "127.0.0.1:3000")]
@@ -194,6 +196,7 @@ impl std::fmt::Debug for ServeArgs {
         f.debug_struct("ServeArgs")
             .field("addr", &self.addr)
             .field("queue", &self.redis.queue)
+            .field("managed", &self.managed)
             .field("max_connections", &self.max_connections)
             .field("header_timeout_ms", &self.header_timeout_ms)
             .field("max_streams", &self.max_streams)

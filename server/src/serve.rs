@@ -41,10 +41,10 @@ pub async fn run(args: ServeArgs) -> Result<(), ServeError> {
         }
         _ => Some(
             ManagedRedis::start_with_password(
-                &args.redis.redis_server_bin,
-                &args.redis.managed_redis_dir,
-                args.redis.managed_redis_port,
-                args.redis
+                &args.managed.redis_server_bin,
+                &args.managed.managed_redis_dir,
+                args.managed.managed_redis_port,
+                args.managed
                     .managed_redis_password
                     .as_ref()
                     .map(worker::Secret::expose),

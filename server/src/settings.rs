@@ -91,7 +91,7 @@ impl TypedValueParser for OnOff {
 #[derive(Clone, Args)]
 pub struct RedisArgs {
     /// Redis to use, e.g. redis://127.0.0.1:6379/0. When unset, `repoll serve` starts and
-    /// manages its own local redis-server (see --managed-redis-*). May carry a password, so
+    /// manages its own local redis-server (see `ManagedRedisArgs`). May carry a password, so
     /// `--help` never shows its value.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
@@ -107,24 +107,6 @@ pub struct RedisArgs {
     /// Queue name. All of the queue's keys share the Redis hash tag `{<queue>}`.
     #[arg(long, env = "REPOLL_QUEUE", default_value_t = queue::QueueConfig::default().name)]
     pub queue: String,
-
-    /// Port of the managed local Redis (only without REDIS_URL); 0 picks a free port.
-    #[arg(long, env = "REPOLL_MANAGED_REDIS_PORT", default_value_t = 0)]
-    pub managed_redis_port: u16,
-
-    /// Data directory of the managed local Redis (append-only file lives here).
-    #[arg(long, env = "REPOLL_MANAGED_REDIS_DIR", default_value = "data/redis")]
-    pub managed_redis_dir: PathBuf,
-
-    /// Password of the managed local Redis (only without REDIS_URL); a random one when unset.
-    /// Prefer the environment variable or the config file: a command line is visible to
-    /// every local user.
-    #[arg(long, env = "REPOLL_MANAGED_REDIS_PASSWORD", hide_env_values = true)]
-    pub managed_redis_password: Option<worker::Secret>,
-
-    /// The redis-server executable used for the managed local Redis.
-    #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
-    pub redis_server_bin: PathBuf,
 
     /// How long a final result is kept and served without asking the upstream again (ms).
     #[arg(long, env = "REPOLL_RESULT_TTL_MS", default_value_t = queue::QueueConfig::default().result_ttl_ms)]
@@ -154,6 +136,29 @@ pub struct RedisArgs {
     pub tenants: TenantArgs,
 }
 
+/// The Redis `repoll serve` runs itself when REDIS_URL is unset (a worker never does, so these
+/// are `serve`'s alone). (`Debug` shows the password as `***`: `Secret` redacts itself.)
+#[derive(Clone, Debug, Args)]
+pub struct ManagedRedisArgs {
+    /// Port of the managed local Redis (only without REDIS_URL); 0 picks a free port.
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_PORT", default_value_t = 0)]
+    pub managed_redis_port: u16,
+
+    /// Data directory of the managed local Redis (append-only file lives here).
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_DIR", default_value = "data/redis")]
+    pub managed_redis_dir: PathBuf,
+
+    /// Password of the managed local Redis (only without REDIS_URL); a random one when unset.
+    /// Prefer the environment variable or the config file: a command line is visible to
+    /// every local user.
+    #[arg(long, env = "REPOLL_MANAGED_REDIS_PASSWORD", hide_env_values = true)]
+    pub managed_redis_password: Option<worker::Secret>,
+
+    /// The redis-server executable used for the managed local Redis.
+    #[arg(long, env = "REPOLL_REDIS_SERVER_BIN", default_value = "redis-server")]
+    pub redis_server_bin: PathBuf,
+}
+
 impl std::fmt::Debug for RedisArgs {
     /// Passwords (in REDIS_URL, of the managed Redis) never reach a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -161,10 +166,6 @@ impl std::fmt::Debug for RedisArgs {
             .field("redis_url", &self.redis_url.as_deref().map(redact))
             .field("redis_cluster", &self.redis_cluster)
             .field("queue", &self.queue)
-            .field("managed_redis_port", &self.managed_redis_port)
-            .field("managed_redis_dir", &self.managed_redis_dir)
-            .field("managed_redis_password", &self.managed_redis_password)
-            .field("redis_server_bin", &self.redis_server_bin)
             .field("result_ttl_ms", &self.result_ttl_ms)
             .field("max_lease_losses", &self.max_lease_losses)
             .field("partitions", &self.partitions)
