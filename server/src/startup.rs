@@ -94,15 +94,30 @@ pub async fn open_queue_with_timeout(
         .build();
     let opened = loop {
         let cfg = redis.queue_config();
-        let attempt = if redis.redis_cluster {
-            queue::Queue::connect_cluster_with_timeout(
-                &RedisArgs::seed_urls(url),
-                cfg,
-                response_timeout,
-            )
-            .await
-        } else {
-            queue::Queue::connect_with_timeout(url, cfg, response_timeout).await
+        let connect = async {
+            if redis.redis_cluster {
+                queue::Queue::connect_cluster_with_timeout(
+                    &RedisArgs::seed_urls(url),
+                    cfg,
+                    response_timeout,
+                )
+                .await
+            } else {
+                queue::Queue::connect_with_timeout(url, cfg, response_timeout).await
+            }
+        };
+        // An attempt may itself hang for the response timeout (a stalled Redis accepts and
+        // never answers): it gets only what is left of START_WAIT, so the whole wait is
+        // START_WAIT, as the README says, not START_WAIT plus one last attempt.
+        let left = START_WAIT.saturating_sub(started.elapsed());
+        let attempt = match tokio::time::timeout(left, connect).await {
+            Ok(attempt) => attempt,
+            Err(_) => Err(queue::QueueError::Redis(redis::RedisError::from(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", START_WAIT.as_secs()),
+                ),
+            ))),
         };
         let delay = delays
             .next()
