@@ -530,7 +530,10 @@ async fn openapi_document_lists_every_endpoint() {
     );
     // The document states the same character rule and length the API applies.
     let query = &doc["components"]["schemas"]["SubmitBody"]["properties"]["query"];
-    assert_eq!(query["maxLength"].as_u64(), Some(model::MAX_QUERY_CHARS as u64));
+    assert_eq!(
+        query["maxLength"].as_u64(),
+        Some(model::MAX_QUERY_CHARS as u64)
+    );
     assert_eq!(
         query["pattern"].as_str(),
         Some(queue::query_pattern().as_str())
