@@ -204,6 +204,15 @@ impl RedisArgs {
     }
 }
 
+/// Upstream errors within a minute that open the breaker by default (with at least half the
+/// calls failing). On by default, unlike the queue library's `BreakerConfig` (off for an
+/// embedder who has not chosen): the product promises that an outage dead-letters nothing, and
+/// without a breaker an upstream refusing every connection kills each task after its five
+/// attempts within seconds. Ten is past what a healthy slow API shows (an occasional timeout
+/// or 503) even at a few calls a minute, and few enough that a small deployment's outage
+/// trips it before its first tasks run out of attempts.
+pub const DEFAULT_BREAKER_FAILURES: u32 = 10;
+
 /// The upstream's circuit breaker (one per upstream; see `queue::BreakerConfig`).
 #[derive(Clone, Copy, Debug, Args)]
 pub struct BreakerArgs {
@@ -212,7 +221,7 @@ pub struct BreakerArgs {
     /// --breaker-error-percent of the calls; 0 = it never opens by itself. While open, claims
     /// wait and errors of calls still out cost no attempt; after the cool-down one probe goes.
     #[arg(long = "breaker-failures", env = "REPOLL_BREAKER_FAILURES",
-          default_value_t = queue::BreakerConfig::default().failures,
+          default_value_t = DEFAULT_BREAKER_FAILURES,
           value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
     pub failures: u32,
 

@@ -187,3 +187,67 @@ fn another_partition_count_is_refused_in_the_settings_words() {
         }
     }
 }
+
+/// The breaker is on by default and keeps the README's promise: with an upstream refusing
+/// every connection and no breaker setting given, the breaker opens before any task is dead
+/// (without it, each task ends after its five attempts within seconds).
+#[test]
+fn by_default_an_outage_opens_the_breaker_and_kills_no_task() {
+    let redis_port = free_port();
+    let _redis = spawn_redis(redis_port, &[]);
+    let (web_port, closed_port) = (free_port(), free_port());
+    let mut cmd = serve_command(&format!("redis://127.0.0.1:{redis_port}/"), web_port);
+    cmd.env("REPOLL_WORKERS", "4")
+        .env("REPOLL_QUEUE", "outage")
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{closed_port}/api/query?q={{key}}"),
+        )
+        .env("REPOLL_ADMIN_PASSWORD", "not the point here");
+    for var in [
+        "REPOLL_BREAKER_FAILURES",
+        "REPOLL_BREAKER_ERROR_PERCENT",
+        "REPOLL_BREAKER_COOLDOWN_MS",
+        "REPOLL_MAX_ATTEMPTS",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut children = Reaped::default();
+    children
+        .0
+        .push(testkit::ChildGuard::spawn(cmd).expect("spawn repoll"));
+    assert!(wait_ready(web_port, Duration::from_secs(30)), "serve ready");
+
+    let ids: Vec<String> = (0..10)
+        .map(|i| submit_query(web_port, &format!("outage {i}")))
+        .collect();
+    let http = BlockingHttp::local(web_port);
+    let t0 = Instant::now();
+    loop {
+        let states: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                http.get_json(&format!("/api/v1/queries/{id}"))["status"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect();
+        assert!(
+            states.iter().all(|s| s == "processing"),
+            "a task ended during the outage: {states:?}"
+        );
+        let metrics = http_get(web_port, "/metrics")
+            .map(|a| a.body)
+            .unwrap_or_default();
+        if metrics.contains("repoll_breaker_open{upstream=\"default\"} 1") {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the breaker did not open (60 s hang guard): {states:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
