@@ -299,6 +299,7 @@ fn web_state(
                 queue: s.web_queue.clone(),
                 reader: s.upstream.reader().clone(),
                 max_body: s.upstream.max_body(),
+                max_result: s.upstream.max_result(),
             })
             .collect(),
     });

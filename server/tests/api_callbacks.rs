@@ -178,3 +178,56 @@ async fn a_done_callback_completes_the_query_and_says_done() {
     );
     env.stop().await;
 }
+
+/// A callback's final result over the upstream's `REPOLL_UPSTREAM_MAX_RESULT` is not stored:
+/// the task ends failed as it would from a poll (the same stored error, the same public words),
+/// and the ack says so.
+#[tokio::test]
+async fn a_callback_result_over_the_max_result_ends_the_query_failed_unstored() {
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        callbacks: Some(signer()),
+        max_result_bytes: Some(100),
+        ..Default::default()
+    })
+    .await;
+    let r = env.submit("cb-too-large").await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let created = env
+        .queue
+        .get(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .task
+        .unwrap()
+        .created_ms;
+    let base = format!("http://{}", env.listen().await);
+    let url = format!(
+        "{base}/api/v1/callbacks/{}",
+        signer().token(&id, created, 0)
+    );
+    let r = reqwest::Client::new()
+        .post(&url)
+        .json(&json!({"status": "done", "data": {"text": "x".repeat(300)}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let ack: Value = r.json().await.unwrap();
+    assert_eq!(ack, json!({"completed": true, "outcome": "failed"}));
+    let v = final_view(&reqwest::Client::new(), &base, &id).await;
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["result"].is_null(), "{v}");
+    let stored = env.queue.get(&id).await.unwrap().unwrap().task.unwrap();
+    let error = stored.last_error.unwrap_or_default();
+    assert!(
+        error.starts_with(model::failure::RESULT_TOO_LARGE),
+        "{error}"
+    );
+    env.stop().await;
+}

@@ -119,10 +119,22 @@ pub async fn receive(
         )
     })?;
     let (outcome, text) = match rx.reader.read(&value, None) {
-        Ok(Answer::Done { data }) => (CallbackOutcome::Done, data.to_string()),
+        // Stored in the very forms a poll's answer is (model::failure), so the dashboard and
+        // the public wording read the same whichever way the answer came: a final result over
+        // the upstream's REPOLL_UPSTREAM_MAX_RESULT ends the task dead, unstored, as a poll's.
+        Ok(Answer::Done { data }) => match data.to_string() {
+            text if text.len() > rx.max_result => (
+                CallbackOutcome::Failed,
+                model::failure::result_too_large(text.len(), rx.max_result),
+            ),
+            text => (CallbackOutcome::Done, text),
+        },
         // The upstream's data beside a failure is dropped, as a poll drops it: a dead task
         // keeps its last partial and the message.
-        Ok(Answer::Failed { message, .. }) => (CallbackOutcome::Failed, message),
+        Ok(Answer::Failed { message, .. }) => (
+            CallbackOutcome::Failed,
+            model::failure::upstream_failed(&message),
+        ),
         Ok(Answer::Processing { .. }) => return Ok(CallbackAck::not_final()),
         Err(e) => {
             return Err(ApiError::new(

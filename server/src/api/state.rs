@@ -106,4 +106,7 @@ pub struct CallbackUpstream {
     /// Largest answer body, as for polls (`REPOLL_UPSTREAM_MAX_BODY`; `REPOLL_BODY_LIMIT`
     /// applies to every request too).
     pub max_body: usize,
+    /// Largest final result kept (`REPOLL_UPSTREAM_MAX_RESULT`): a larger one ends the task
+    /// dead, as it does from a poll.
+    pub max_result: usize,
 }

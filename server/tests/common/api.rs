@@ -26,6 +26,8 @@ pub struct Opts {
     /// Take the upstream's callbacks (tokens checked with this key), as `repoll serve` does
     /// with `REPOLL_CALLBACK_SECRET`; `None`: callbacks off.
     pub callbacks: Option<worker::Callbacks>,
+    /// The upstream's `REPOLL_UPSTREAM_MAX_RESULT`; `None`: its default.
+    pub max_result_bytes: Option<usize>,
 }
 
 impl Default for Opts {
@@ -39,6 +41,7 @@ impl Default for Opts {
             caps: Default::default(),
             trust_forwarded: false,
             callbacks: None,
+            max_result_bytes: None,
         }
     }
 }
@@ -66,9 +69,11 @@ impl Env {
             sim::SimArgs::default(),
             stop.clone().cancelled_owned(),
         ));
+        let defaults = worker::UpstreamArgs::default();
         let upstream_args = worker::UpstreamArgs {
             url: format!("http://{sim_addr}/api/query?q={{key}}"),
-            ..Default::default()
+            max_result_bytes: opts.max_result_bytes.unwrap_or(defaults.max_result_bytes),
+            ..defaults
         };
         if opts.worker {
             let upstream = worker::Upstream::new(&upstream_args).unwrap();
@@ -108,6 +113,7 @@ impl Env {
                     queue: queue.clone(),
                     reader: upstream.reader().clone(),
                     max_body: upstream.max_body(),
+                    max_result: upstream.max_result(),
                 }],
             }
         });
