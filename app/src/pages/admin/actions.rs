@@ -8,6 +8,8 @@
 //!
 //! Forms post `op` (what), `id` (a task id, or the purge target) and `confirm` (the typed
 //! purge target) / `token` (the lease to release); the forms work without JavaScript.
+//! `sign_out_all` ends every dashboard session (the acting admin's too, who is handed a new
+//! one), e.g. after a cookie may have leaked.
 
 use leptos::prelude::*;
 
@@ -168,6 +170,24 @@ pub async fn act(
                 "the breaker was already closed".into()
             };
             (target_of("breaker", &id), n, msg)
+        }
+        // Every session ends (a cookie may have leaked, an operator left): admins and viewers,
+        // the acting admin's too, since the leaked cookie may be that one. The acting admin
+        // then gets a new session with this answer, so the page stays usable.
+        "sign_out_all" => {
+            let n = crate::auth::Sessions::of(&ctx)
+                .end_all()
+                .await
+                .map_err(failed)?;
+            super::login::start_session(&ctx, Role::Admin).await?;
+            (
+                "sessions".into(),
+                n,
+                format!(
+                    "signed out {}; you were given a new session",
+                    plural(n, "session", "sessions")
+                ),
+            )
         }
         _ => return Err(bad("unknown action")),
     };
