@@ -1,6 +1,7 @@
 //! One module per page, plus the formatting and the small widgets they share.
 
 pub mod admin;
+pub mod form_error;
 pub mod format;
 mod not_found;
 mod query;
@@ -10,4 +11,4 @@ pub use admin::{
     BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
 };
 pub use not_found::NotFound;
-pub use query::{QueryPage, QueryResultPage, ServicePaused, SubmitQuery};
+pub use query::{QueryPage, QueryResultPage, ReadQuery, ServicePaused, SubmitQuery, UpstreamNames};

@@ -207,7 +207,8 @@ fn target_of(kind: &str, upstream: &str) -> String {
     }
 }
 
-/// The sentence the last action answered (or its error), for `data-testid="action-result"`.
+/// The sentence the last action answered (or its error: only our own words when it came from
+/// the URL, see `crate::pages::form_error`), for `data-testid="action-result"`.
 /// After a form post without JavaScript, the page rendered next shows it from the flash
 /// cookie instead (the browser never ran the action's client side).
 #[component]
@@ -219,10 +220,8 @@ pub fn ActionResult(action: ServerAction<Act>) -> impl IntoView {
     view! {
         <p class="action-result" data-testid="action-result" aria-live="polite">
             {move || {
-                action
-                    .value()
-                    .get()
-                    .map(|r| super::ui::or_dash(r.unwrap_or_else(|e| super::ui::error_text(&e))))
+                crate::pages::form_error::outcome(action)
+                    .map(|r| super::ui::or_dash(r.unwrap_or_else(|e| e)))
                     .or_else(|| flash.clone())
             }}
         </p>

@@ -168,13 +168,7 @@ pub fn LoginPage() -> impl IntoView {
                 </button>
             </ActionForm>
             <p class="err" data-testid="login-error">
-                {move || {
-                    sign_in
-                        .value()
-                        .get()
-                        .and_then(|r| r.err())
-                        .map(|e| super::ui::error_text(&e))
-                }}
+                {move || crate::pages::form_error::error(sign_in)}
             </p>
         </section>
     }
