@@ -182,6 +182,12 @@ impl Keys {
         format!("{}:session:{digest}", self.tag)
     }
 
+    /// Every live dashboard session's digest, scored by when it expires (ms): what "sign out
+    /// every session" deletes without scanning the keyspace.
+    pub fn session_index(&self) -> String {
+        format!("{}:sessions", self.tag)
+    }
+
     /// One client's sign-in attempt counter (expires with its one-minute window).
     pub fn sign_in_attempts(&self, client: &str) -> String {
         format!("{}:loginfail:{client}", self.tag)

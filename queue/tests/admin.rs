@@ -345,3 +345,33 @@ async fn sessions_live_under_a_digest_and_expire_with_their_ttl() {
     })
     .await;
 }
+
+/// "Sign out every session": every live session is deleted in one call, however it was made,
+/// and the count says how many were live; the index of sessions goes with them, and a session
+/// already ended by itself (signed out) is not counted again.
+#[tokio::test]
+async fn every_session_is_deleted_at_once_and_counted() {
+    on_each_layout("adm_sessions_all", async |conf: QueueConfig| {
+        let name = conf.name.clone();
+        let q = queue_with(conf).await;
+        let s = q.sessions();
+        let digests: Vec<String> = (0..3).map(|i| format!("{i:x}").repeat(64)).collect();
+        for d in &digests {
+            s.put(d, &"someone", 60).await.unwrap();
+        }
+        s.delete(&digests[2]).await.unwrap();
+        assert_eq!(s.delete_all().await.unwrap(), 2);
+        for d in &digests {
+            assert_eq!(s.get::<String>(d).await.unwrap(), None, "{d}");
+        }
+        assert!(
+            snapshot(&name)
+                .await
+                .iter()
+                .all(|(k, _)| !k.contains(":session")),
+            "no session key and no index left"
+        );
+        assert_eq!(s.delete_all().await.unwrap(), 0);
+    })
+    .await;
+}

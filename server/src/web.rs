@@ -112,6 +112,7 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     app.layer(axum::middleware::from_fn(move |req, next| {
         form_error_page(pages.clone(), req, next)
     }))
+    .layer(axum::middleware::from_fn(server_fn_argument_errors))
     .merge(extra)
     // Cross-site POSTs to the admin side and the server functions are refused here,
     // before any handler (see crate::admin::same_origin).
@@ -137,8 +138,9 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
 ///
 /// Leptos puts the reason into the URL of the `Referer`; a post without one (a browser with
 /// referrers turned off, `curl`) would get a bare redirect to `/` and lose the reason. Such a
-/// post is given the form's own page as its `Referer` (see [`own_form_page`]), so it gets the
-/// same 422 page.
+/// post is given the form's own page as its `Referer` (see [`own_page`]), so it gets the
+/// same 422 page. An admin form posted without one is given its admin page
+/// ([`admin_form_page`]) the same way, so it goes back there rather than to the query page.
 async fn form_error_page(
     pages: Router,
     mut req: axum::extract::Request,
@@ -147,21 +149,30 @@ async fn form_error_page(
     use axum::http::{header, Method, Request};
     use leptos::server_fn::ServerFn;
     use tower::ServiceExt;
-    let form_post = req.method() == Method::POST
-        && req.uri().path() == <app::pages::SubmitQuery as ServerFn>::PATH
+    let html_post = req.method() == Method::POST
         && req
             .headers()
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.contains("text/html"));
+    let host = req.headers().get(header::HOST).cloned();
+    let path = req.uri().path().to_string();
+    // An admin form posted without a `Referer` goes back to the admin page it belongs to,
+    // not to `/` (Leptos's default), with its error or its flash message.
+    if html_post && !req.headers().contains_key(header::REFERER) {
+        if let Some(page) = admin_form_page(&path) {
+            req.headers_mut()
+                .insert(header::REFERER, own_page(host.as_ref(), page));
+        }
+    }
+    let form_post = html_post && path == <app::pages::SubmitQuery as ServerFn>::PATH;
     if !form_post {
         return next.run(req).await;
     }
     let nonce = req.extensions().get::<crate::security::CspNonce>().cloned();
-    let host = req.headers().get(header::HOST).cloned();
     if !req.headers().contains_key(header::REFERER) {
         req.headers_mut()
-            .insert(header::REFERER, own_form_page(host.as_ref()));
+            .insert(header::REFERER, own_page(host.as_ref(), "/"));
     }
     let res = next.run(req).await;
     let error_query = res
@@ -197,17 +208,83 @@ async fn form_error_page(
     }
 }
 
-/// The query form's page, `/`, as an absolute URL (Leptos adds the error to the `Referer` only
-/// when it parses as one): on the request's own host (a plain `host[:port]`), or a placeholder
-/// host when it has no usable one. Only its path and query are ever used: the page is rendered
-/// right here, and a redirect to it that got out anyway names our host or is cut to its path
+/// The admin page a server function's form is posted from: sign-in and sign-out belong to
+/// the sign-in page, bulk actions to `/admin/bulk`, every other admin function to `/admin`;
+/// None for a function that is not the admin side's.
+fn admin_form_page(fn_path: &str) -> Option<&'static str> {
+    use app::pages::admin::{
+        bulk::BulkAct,
+        login::{SignIn, SignOut},
+    };
+    use leptos::server_fn::ServerFn;
+    if fn_path == SignIn::PATH || fn_path == SignOut::PATH {
+        Some("/admin/login")
+    } else if fn_path == BulkAct::PATH {
+        Some("/admin/bulk")
+    } else if fn_path.starts_with(app::auth::ADMIN_FN_PREFIX) {
+        Some("/admin")
+    } else {
+        None
+    }
+}
+
+/// Our page `path` as an absolute URL (Leptos adds an error to the `Referer` only when it
+/// parses as one): on the request's own host (a plain `host[:port]`), or a placeholder host
+/// when it has no usable one. Only its path and query are ever used: the query form's page is
+/// rendered right here, and a redirect that gets out names our host or is cut to its path
 /// (`crate::security::own_location`).
-fn own_form_page(host: Option<&axum::http::HeaderValue>) -> axum::http::HeaderValue {
+fn own_page(host: Option<&axum::http::HeaderValue>, path: &str) -> axum::http::HeaderValue {
     use axum::http::HeaderValue;
-    host.and_then(|h| h.to_str().ok())
+    let host = host
+        .and_then(|h| h.to_str().ok())
         .filter(|h| !h.contains('@') && h.parse::<axum::http::uri::Authority>().is_ok())
-        .and_then(|h| HeaderValue::from_str(&format!("http://{h}/")).ok())
-        .unwrap_or_else(|| HeaderValue::from_static("http://localhost/"))
+        .unwrap_or("localhost");
+    HeaderValue::from_str(&format!("http://{host}{path}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("http://localhost/"))
+}
+
+/// A server function called with missing or malformed arguments is the client's mistake, yet
+/// Leptos answers it 500 (`Args|…`, `MissingArg|…`, `Deserialization|…` as plain text, marked
+/// with its `serverfnerror` header) — which would page whoever watches the 5xx rate. Such an
+/// answer becomes 400 with the API's error shape (`bad_request`). Every other answer passes
+/// untouched; a form post without JavaScript gets its redirect back to the form as before.
+async fn server_fn_argument_errors(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use leptos::server_fn::error::SERVER_FN_ERROR_HEADER;
+    let res = next.run(req).await;
+    if res.status() != StatusCode::INTERNAL_SERVER_ERROR
+        || !res.headers().contains_key(SERVER_FN_ERROR_HEADER)
+    {
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    // An error's text is short; a body that is not is not one of these.
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return crate::api::ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            crate::api::ErrorCode::Internal,
+            "internal error",
+        )
+        .into_response();
+    };
+    if is_argument_error(&bytes) {
+        return crate::api::ApiError::new(
+            StatusCode::BAD_REQUEST,
+            crate::api::ErrorCode::BadRequest,
+            "missing or malformed arguments",
+        )
+        .into_response();
+    }
+    axum::response::Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// Whether a server function's error body says its arguments could not be read.
+fn is_argument_error(body: &[u8]) -> bool {
+    [b"Args|".as_slice(), b"MissingArg|", b"Deserialization|"]
+        .iter()
+        .any(|p| body.starts_with(p))
 }
 
 /// Liveness: the process is up and serving HTTP.
@@ -234,38 +311,53 @@ async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
 }
 
 /// `/metrics` behind a check: queue depths and worker counts are operational facts, not for
-/// anonymous visitors. Loopback clients (a local Prometheus agent, `curl` on the host) are
-/// let in; others need `Authorization: Bearer <REPOLL_METRICS_TOKEN>`; without a token
-/// configured, only loopback.
+/// anonymous visitors. See [`metrics_allowed`] for who may read them.
 pub fn guarded_metrics(metrics: Router, state: WebState) -> Router {
     metrics.layer(axum::middleware::from_fn_with_state(state, metrics_guard))
 }
 
 async fn metrics_guard(
     State(state): State<WebState>,
-    ClientIp(client): ClientIp,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let loopback = client.is_some_and(|ip| ip.is_loopback());
+    // The socket's peer, never an address from `X-Forwarded-For`, whatever
+    // REPOLL_TRUST_FORWARDED says: that header is whatever the client (or a proxy) wrote.
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
     let bearer = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let token_ok = match (&state.api.metrics_token, bearer) {
-        (Some(want), Some(given)) => constant_time_eq(want.as_bytes(), given.as_bytes()),
-        _ => false,
-    };
-    if loopback || token_ok {
+    if metrics_allowed(state.api.metrics_token.as_deref(), bearer, peer) {
         next.run(req).await
     } else {
         (
             StatusCode::UNAUTHORIZED,
             [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-            "metrics need a bearer token (REPOLL_METRICS_TOKEN)",
+            "metrics need the bearer token (REPOLL_METRICS_TOKEN), or without one a loopback client",
         )
             .into_response()
+    }
+}
+
+/// Who may read `/metrics`. With a token configured (REPOLL_METRICS_TOKEN): whoever sends it,
+/// and nobody else — loopback clients included, since a reverse proxy on the same host makes
+/// every client a loopback one. Without a token: a loopback socket peer only (a Prometheus
+/// agent or `curl` on the host); `peer` must be the socket's, never a forwarded address.
+pub fn metrics_allowed(
+    token: Option<&str>,
+    bearer: Option<&str>,
+    peer: Option<std::net::IpAddr>,
+) -> bool {
+    match token {
+        Some(want) => {
+            bearer.is_some_and(|given| constant_time_eq(want.as_bytes(), given.as_bytes()))
+        }
+        None => peer.is_some_and(|ip| ip.to_canonical().is_loopback()),
     }
 }
 
@@ -282,10 +374,17 @@ mod tests {
     #[test]
     fn the_form_page_is_on_our_own_host_or_a_placeholder() {
         let page = |h: Option<&str>| {
-            own_form_page(h.map(HeaderValue::from_str).transpose().unwrap().as_ref())
+            own_page(
+                h.map(HeaderValue::from_str).transpose().unwrap().as_ref(),
+                "/",
+            )
         };
         assert_eq!(page(Some("127.0.0.1:3000")), "http://127.0.0.1:3000/");
         assert_eq!(page(Some("repoll.example")), "http://repoll.example/");
+        assert_eq!(
+            own_page(Some(&HeaderValue::from_static("h:1")), "/admin/login"),
+            "http://h:1/admin/login"
+        );
         for odd in [
             None,
             Some("evil.example@ours"),
@@ -295,5 +394,28 @@ mod tests {
         ] {
             assert_eq!(page(odd), "http://localhost/", "{odd:?}");
         }
+    }
+
+    /// `/metrics` with a token: the token, for every client, loopback too (a proxy on the same
+    /// host makes every client loopback). Without: a loopback socket peer only — the peer is
+    /// the socket's, so a forwarded `127.0.0.1` from another host never counts.
+    #[test]
+    fn metrics_need_the_token_when_there_is_one_else_a_loopback_peer() {
+        let lo = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+        let lo6 = Some("::1".parse().unwrap());
+        let mapped = Some("::ffff:127.0.0.1".parse().unwrap());
+        let far = Some(std::net::IpAddr::from([10, 0, 0, 13]));
+        let token = Some("s3cret");
+        assert!(metrics_allowed(token, Some("s3cret"), far));
+        assert!(metrics_allowed(token, Some("s3cret"), lo));
+        assert!(!metrics_allowed(token, None, lo));
+        assert!(!metrics_allowed(token, Some("s3cre"), lo));
+        assert!(!metrics_allowed(token, Some("s3cret "), far));
+        for peer in [lo, lo6, mapped] {
+            assert!(metrics_allowed(None, None, peer), "{peer:?}");
+        }
+        assert!(!metrics_allowed(None, None, far));
+        assert!(!metrics_allowed(None, Some("anything"), far));
+        assert!(!metrics_allowed(None, None, None));
     }
 }

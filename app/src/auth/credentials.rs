@@ -57,6 +57,28 @@ impl Credential {
     }
 }
 
+impl Credential {
+    /// What a session made with this credential for `role` keeps, to tell later whether the
+    /// credential is still the one configured: HMAC-SHA256 keyed by the credential's secret
+    /// (the PHC string, or the plain password's sha256) over a label naming the role, in hex.
+    /// Never the password or its hash: Redis (a backup, a replica) must not hold something to
+    /// check guesses against cheaply — for a PHC string the key is its random salt and hash,
+    /// which no guess reproduces. A plain (development) password is only as safe as itself:
+    /// whoever reads Redis can test guesses against the fingerprint as fast as sha256 goes.
+    pub fn fingerprint(&self, role: Role) -> String {
+        use hmac::{Hmac, Mac};
+        let key: &[u8] = match self {
+            Credential::Phc(h) => h.as_bytes(),
+            Credential::Plain(d) => d,
+        };
+        let mut mac =
+            <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
+        mac.update(b"repoll session credential v1: ");
+        mac.update(role.as_str().as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+}
+
 fn digest(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
 }
@@ -146,6 +168,17 @@ impl AuthConfig {
         self.1.clone()
     }
 
+    /// The fingerprint of the credential `role` signs in with now ([`Credential::fingerprint`]);
+    /// None when the role has no password configured (nobody can be that role).
+    pub fn fingerprint(&self, role: Role) -> Option<String> {
+        let s = &self.0;
+        match role {
+            Role::Admin => s.admin.as_ref(),
+            Role::Viewer => s.viewer.as_ref(),
+        }
+        .map(|c| c.fingerprint(role))
+    }
+
     /// The role `password` signs in as, if any. The admin password wins if both match.
     pub fn check(&self, password: &str) -> Option<Role> {
         let s = &self.0;
@@ -180,5 +213,30 @@ mod tests {
         assert!(Credential::from_settings(Some(" "), Some(""))
             .unwrap()
             .is_none());
+    }
+
+    /// A session's fingerprint changes with the password and with the role, and holds neither
+    /// the password nor the stored hash.
+    #[test]
+    fn the_fingerprint_follows_the_credential_and_the_role() {
+        let plain = |p: &str| Credential::from_settings(None, Some(p)).unwrap().unwrap();
+        let a = plain("password A").fingerprint(Role::Admin);
+        assert_eq!(a, plain("password A").fingerprint(Role::Admin));
+        assert_ne!(a, plain("password B").fingerprint(Role::Admin));
+        assert_ne!(a, plain("password A").fingerprint(Role::Viewer));
+        assert_eq!(a.len(), 64);
+        assert!(!a.contains(&hex::encode(digest("password A"))));
+        let phc = hash_password("pw").unwrap();
+        let hashed = Credential::from_settings(Some(&phc), None)
+            .unwrap()
+            .unwrap();
+        let f = hashed.fingerprint(Role::Admin);
+        assert_ne!(f, plain("pw").fingerprint(Role::Admin));
+        assert!(!f.contains(&phc) && !phc.contains(&f));
+        // Another hash of the same password (another salt) is another credential.
+        let again = Credential::from_settings(Some(&hash_password("pw").unwrap()), None)
+            .unwrap()
+            .unwrap();
+        assert_ne!(f, again.fingerprint(Role::Admin));
     }
 }

@@ -37,7 +37,7 @@ pub async fn current() -> Result<Option<Session>, ServerFnError> {
     let Some(id) = use_context::<Parts>().and_then(|p| cookie_id(&p.headers)) else {
         return Ok(None);
     };
-    Sessions::of(&ctx.queue).get(&id).await.map_err(|e| {
+    Sessions::of(&ctx).get(&id).await.map_err(|e| {
         tracing::warn!(error = %e, "session lookup failed");
         refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
     })

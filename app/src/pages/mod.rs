@@ -2,6 +2,7 @@
 //! query with its invisible characters shown as markers).
 
 pub mod admin;
+pub mod form_error;
 pub mod format;
 mod not_found;
 mod query;
@@ -12,4 +13,4 @@ pub use admin::{
     BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
 };
 pub use not_found::NotFound;
-pub use query::{QueryPage, QueryResultPage, ServicePaused, SubmitQuery};
+pub use query::{QueryPage, QueryResultPage, ReadQuery, ServicePaused, SubmitQuery, UpstreamNames};

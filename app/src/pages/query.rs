@@ -109,25 +109,13 @@ pub async fn service_paused(id: String) -> Result<bool, ServerFnError> {
     q.is_paused().await.map_err(unavailable)
 }
 
-/// The words of a server function error, without Leptos' prefix.
-fn error_text(e: &ServerFnError) -> String {
-    match e {
-        ServerFnError::ServerError(msg) => msg.clone(),
-        _ => "The request failed; try again.".into(),
-    }
-}
-
 /// The query page: where a user asks the upstream API through repoll.
 #[component]
 pub fn QueryPage() -> impl IntoView {
     let submit = ServerAction::<SubmitQuery>::new();
-    let error = move || {
-        submit
-            .value()
-            .get()
-            .and_then(|r| r.err())
-            .map(|e| error_text(&e))
-    };
+    // Only our own words: a refused post without JavaScript comes back with its error in the
+    // URL, which anyone can write (see `form_error`).
+    let error = move || super::form_error::error(submit);
     // Effects run only in the browser: the flag turns true once the page is hydrated (tests
     // wait for it before clicking; without JavaScript the form works as a plain post).
     let hydrated = RwSignal::new(false);
@@ -230,7 +218,7 @@ pub fn QueryResultPage() -> impl IntoView {
                         view! {
                             <section class="panel">
                                 <p class="err" data-testid="query-error">
-                                    {format!("Cannot read this query right now: {}", error_text(&e))}
+                                    {format!("Cannot read this query right now: {}", super::form_error::from_call(&e))}
                                 </p>
                             </section>
                         }

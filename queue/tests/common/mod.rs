@@ -249,6 +249,8 @@ pub async fn exercise_every_operation(q: &Queue) {
     q.sessions().put(&digest, &"s", 60).await.unwrap();
     q.sessions().get::<String>(&digest).await.unwrap();
     q.sessions().delete(&digest).await.unwrap();
+    q.sessions().put(&digest, &"s", 60).await.unwrap();
+    assert_eq!(q.sessions().delete_all().await.unwrap(), 1);
     let limiter = q.sign_in_attempts("10.0.0.1", 5);
     limiter.take().await.unwrap();
     limiter.give_back().await.unwrap();

@@ -44,7 +44,7 @@ pub async fn stream(
     let Some(id) = app::auth::cookie_id(&headers) else {
         return (StatusCode::UNAUTHORIZED, "sign in required").into_response();
     };
-    let sessions = app::auth::Sessions::of(&state.app.queue);
+    let sessions = app::auth::Sessions::of(&state.app);
     match sessions.get(&id).await {
         Ok(Some(_)) => {}
         Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in required").into_response(),

@@ -141,7 +141,7 @@ pub async fn page_guard(
     if page {
         let signed_in = match app::auth::cookie_id(req.headers()) {
             None => Ok(false),
-            Some(id) => app::auth::Sessions::of(&state.app.queue)
+            Some(id) => app::auth::Sessions::of(&state.app)
                 .get(&id)
                 .await
                 .map(|s| s.is_some()),

@@ -1,6 +1,6 @@
 //! The admin tests' world: a private Redis (the managed one), the real router with the admin
 //! side, sign-in and request helpers, and the task states the actions are tried on. Shared by
-//! admin_auth.rs, admin_pages.rs and admin_streams.rs.
+//! admin_auth.rs, admin_pages.rs, admin_streams.rs, admin_sessions.rs and web_answers.rs.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use super::{connect_queue, start_redis, tempdir, Reply};
@@ -94,6 +94,27 @@ pub async fn start_capped(
     )
     .await
     .unwrap();
+    let auth = AuthConfig::new(test_settings(trust_forwarded, tweak));
+    let live = server::live_hub::Live::start_many(
+        redis::Client::open(url.as_str()).unwrap(),
+        vec![queue.channels().dashboard, search.channels().dashboard],
+        caps,
+        Default::default(),
+    );
+    let state = web_state(&queue, &search, &live, &auth, trust_forwarded, quiet, &api);
+    Env {
+        redis,
+        _dir: dir,
+        router: router_of(state),
+        queue,
+        search,
+        auth,
+        live,
+    }
+}
+
+/// The tests' sign-in settings (both passwords, 3 failures a minute), changed by `tweak`.
+fn test_settings(trust_forwarded: bool, tweak: impl FnOnce(&mut AuthSettings)) -> AuthSettings {
     let mut settings = AuthSettings {
         admin: Credential::from_settings(None, Some(ADMIN_PW)).unwrap(),
         viewer: Credential::from_settings(None, Some(VIEWER_PW)).unwrap(),
@@ -102,16 +123,22 @@ pub async fn start_capped(
         ..AuthSettings::default()
     };
     tweak(&mut settings);
-    let auth = AuthConfig::new(settings);
-    let live = server::live_hub::Live::start_many(
-        redis::Client::open(url.as_str()).unwrap(),
-        vec![queue.channels().dashboard, search.channels().dashboard],
-        caps,
-        Default::default(),
-    );
-    let state = WebState {
+    settings
+}
+
+/// The web state of a process on the test's queues with the sign-in settings `auth`.
+fn web_state(
+    queue: &queue::Queue,
+    search: &queue::Queue,
+    live: &server::live_hub::Live,
+    auth: &AuthConfig,
+    trust_forwarded: bool,
+    quiet: Duration,
+    api: &server::api::ApiArgs,
+) -> WebState {
+    WebState {
         live: live.clone(),
-        api: server::api::ApiState::new(&api, trust_forwarded),
+        api: server::api::ApiState::new(api, trust_forwarded),
         admin: AdminState {
             auth: auth.clone(),
             quiet_refresh: quiet,
@@ -135,28 +162,46 @@ pub async fn start_capped(
             admin: auth.clone(),
             first_answer: Duration::ZERO,
         },
-    };
+    }
+}
+
+/// The whole router of `state`, with a stand-in `/metrics` behind the real guard.
+fn router_of(state: WebState) -> Router {
     let metrics = Router::new().route(
         "/metrics",
         axum::routing::get(|| async { "repoll_queue_depth{state=\"ready\"} 7\n" }),
     );
-    let router = web::router(
+    web::router(
         state.clone(),
         Limits {
             body_bytes: 64 * 1024,
             timeout: Duration::from_secs(30),
         },
         web::guarded_metrics(metrics, state),
+    )
+}
+
+/// The router of another process on `env`'s Redis and queues — a restart with other settings:
+/// the tests' sign-in settings changed by `tweak`, and the web state by `state` (e.g. a
+/// metrics token), with `trust_forwarded` (REPOLL_TRUST_FORWARDED).
+pub fn restarted(
+    env: &Env,
+    trust_forwarded: bool,
+    tweak: impl FnOnce(&mut AuthSettings),
+    state: impl FnOnce(&mut WebState),
+) -> Router {
+    let auth = AuthConfig::new(test_settings(trust_forwarded, tweak));
+    let mut s = web_state(
+        &env.queue,
+        &env.search,
+        &env.live,
+        &auth,
+        trust_forwarded,
+        server::admin::events::QUIET_REFRESH,
+        &Default::default(),
     );
-    Env {
-        redis,
-        _dir: dir,
-        router,
-        queue,
-        search,
-        auth,
-        live,
-    }
+    state(&mut s);
+    router_of(s)
 }
 
 /// Minimal x-www-form-urlencoded encoding (what the server-function client sends).

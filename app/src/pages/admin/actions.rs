@@ -8,6 +8,8 @@
 //!
 //! Forms post `op` (what), `id` (a task id, or the purge target) and `confirm` (the typed
 //! purge target) / `token` (the lease to release); the forms work without JavaScript.
+//! `sign_out_all` ends every dashboard session (the acting admin's too, who is handed a new
+//! one), e.g. after a cookie may have leaked.
 
 use leptos::prelude::*;
 
@@ -169,6 +171,24 @@ pub async fn act(
             };
             (target_of("breaker", &id), n, msg)
         }
+        // Every session ends (a cookie may have leaked, an operator left): admins and viewers,
+        // the acting admin's too, since the leaked cookie may be that one. The acting admin
+        // then gets a new session with this answer, so the page stays usable.
+        "sign_out_all" => {
+            let n = crate::auth::Sessions::of(&ctx)
+                .end_all()
+                .await
+                .map_err(failed)?;
+            super::login::start_session(&ctx, Role::Admin).await?;
+            (
+                "sessions".into(),
+                n,
+                format!(
+                    "signed out {}; you were given a new session",
+                    plural(n, "session", "sessions")
+                ),
+            )
+        }
         _ => return Err(bad("unknown action")),
     };
     record_audit(q, who, &op, &target, count).await;
@@ -187,7 +207,8 @@ fn target_of(kind: &str, upstream: &str) -> String {
     }
 }
 
-/// The sentence the last action answered (or its error), for `data-testid="action-result"`.
+/// The sentence the last action answered (or its error: only our own words when it came from
+/// the URL, see `crate::pages::form_error`), for `data-testid="action-result"`.
 /// After a form post without JavaScript, the page rendered next shows it from the flash
 /// cookie instead (the browser never ran the action's client side).
 #[component]
@@ -199,10 +220,8 @@ pub fn ActionResult(action: ServerAction<Act>) -> impl IntoView {
     view! {
         <p class="action-result" data-testid="action-result" aria-live="polite">
             {move || {
-                action
-                    .value()
-                    .get()
-                    .map(|r| super::ui::or_dash(r.unwrap_or_else(|e| super::ui::error_text(&e))))
+                crate::pages::form_error::outcome(action)
+                    .map(|r| super::ui::or_dash(r.unwrap_or_else(|e| e)))
                     .or_else(|| flash.clone())
             }}
         </p>

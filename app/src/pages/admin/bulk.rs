@@ -315,12 +315,7 @@ fn BulkBody(
 ) -> impl IntoView {
     let query = use_query_map();
     let form = move || query.with(FilterForm::from_query);
-    let result = move || {
-        action
-            .value()
-            .get()
-            .map(|r| r.unwrap_or_else(|e| error_text(&e)))
-    };
+    let result = move || crate::pages::form_error::outcome(action).map(|r| r.unwrap_or_else(|e| e));
     view! {
         <section class="panel">
             <h1>"Bulk actions"</h1>

@@ -3,7 +3,9 @@
 //! Sign-in is a plain form posting to a server function, so it works without JavaScript. Any
 //! failure says only "wrong password" (no hint whether a viewer or admin password exists);
 //! attempts are limited per client address (counted before the check), and the password is
-//! checked by argon2 off the async threads, a bounded number at once. Success stores a session in Redis, sets the cookie and redirects to /admin.
+//! checked by argon2 off the async threads, a bounded number at once. Success stores a session in
+//! Redis (with the fingerprint of the credential it was made with: see `crate::auth`), sets the
+//! cookie and redirects to /admin.
 
 use leptos::prelude::*;
 
@@ -21,8 +23,8 @@ pub async fn whoami() -> Result<Option<Me>, ServerFnError> {
 /// Checks the password and, if it is right, starts a session.
 #[server(prefix = "/admin/fn")]
 pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
-    use crate::auth::{refuse, request_is_https, set_cookie, Session, Sessions};
-    use http::{header::SET_COOKIE, HeaderValue, StatusCode};
+    use crate::auth::refuse;
+    use http::StatusCode;
 
     let ctx = crate::context::app_context()?;
     let settings = ctx.admin.settings();
@@ -80,23 +82,39 @@ pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
     if let Err(e) = limiter.give_back().await {
         tracing::warn!(error = %e, "sign-in: attempt not given back");
     }
-    let session = Session {
-        user: role.as_str().into(),
-        role,
-        created_ms: ctx.queue.now_ms().await.unwrap_or_default(),
-    };
-    let id = Sessions::of(&ctx.queue)
-        .create(&session, settings.session_ttl_s)
+    start_session(&ctx, role).await?;
+    tracing::info!(client, role = role.as_str(), "signed in");
+    leptos_axum::redirect("/admin");
+    Ok(())
+}
+
+/// Starts a session for `role` (made with the credential configured for it now) and hands
+/// its cookie to the browser with this response.
+#[cfg(feature = "ssr")]
+pub(super) async fn start_session(
+    ctx: &crate::context::AppContext,
+    role: crate::auth::Role,
+) -> Result<(), ServerFnError> {
+    use crate::auth::{refuse, request_is_https, set_cookie, Sessions};
+    use http::{header::SET_COOKIE, HeaderValue, StatusCode};
+
+    let settings = ctx.admin.settings();
+    let created_ms = ctx.queue.now_ms().await.unwrap_or_default();
+    let id = Sessions::of(ctx)
+        .create(role, created_ms)
         .await
-        .map_err(unavailable)?;
-    let secure = settings.cookie_secure || request_is_https(&parts, settings.trust_forwarded);
+        .map_err(|e| {
+            tracing::warn!(error = %e, "session not stored: redis error");
+            refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
+        })?;
+    let secure = settings.cookie_secure
+        || use_context::<http::request::Parts>()
+            .is_some_and(|p| request_is_https(&p, settings.trust_forwarded));
     let cookie = HeaderValue::from_str(&set_cookie(&id, settings.session_ttl_s, secure))
         .map_err(|_| ServerFnError::new("server misconfigured"))?;
     if let Some(res) = use_context::<leptos_axum::ResponseOptions>() {
         res.append_header(SET_COOKIE, cookie);
     }
-    tracing::info!(client, role = role.as_str(), "signed in");
-    leptos_axum::redirect("/admin");
     Ok(())
 }
 
@@ -110,7 +128,7 @@ pub async fn sign_out() -> Result<(), ServerFnError> {
     let settings = ctx.admin.settings();
     if let Some(parts) = use_context::<http::request::Parts>() {
         if let Some(id) = cookie_id(&parts.headers) {
-            if let Err(e) = Sessions::of(&ctx.queue).delete(&id).await {
+            if let Err(e) = Sessions::of(&ctx).delete(&id).await {
                 tracing::warn!(error = %e, "sign-out: session not deleted");
                 return Err(ServerFnError::new("Redis is unreachable"));
             }
@@ -150,13 +168,7 @@ pub fn LoginPage() -> impl IntoView {
                 </button>
             </ActionForm>
             <p class="err" data-testid="login-error">
-                {move || {
-                    sign_in
-                        .value()
-                        .get()
-                        .and_then(|r| r.err())
-                        .map(|e| super::ui::error_text(&e))
-                }}
+                {move || crate::pages::form_error::error(sign_in)}
             </p>
         </section>
     }

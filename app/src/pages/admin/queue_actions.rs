@@ -1,6 +1,6 @@
 //! The overview's queue-wide actions on the default upstream: pause / resume, the breaker
 //! (open for a planned maintenance, close), retry all dead (asked with its count first) and
-//! purge by state (the state's name typed to confirm). Admins only: the overview renders this
+//! purge by state (the state's name typed to confirm), and signing out every session. Admins only: the overview renders this
 //! panel only when `frame::can_act` says so.
 
 use leptos::prelude::*;
@@ -78,6 +78,20 @@ pub fn QueueActions(
                 </tbody>
             </table>
             </div>
+            <h3>"Sessions"</h3>
+            <p class="muted">
+                "Ends every signed-in session, admins' and viewers', yours included (you are given a new one): after a cookie may have leaked, or someone should no longer see the dashboard. Changing a password ends its sessions by itself."
+            </p>
+            <ConfirmAction
+                action
+                op="sign_out_all"
+                label="Sign out every session"
+                question="Sign out every session? Everyone signed in must sign in again.".to_string()
+                yes="Sign out everyone".to_string()
+                count=1
+                here="/admin"
+                testid="sign-out-all"
+            />
         </section>
     }
 }
