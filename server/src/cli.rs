@@ -139,8 +139,10 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub redis_request_timeout_ms: u64,
 
-    /// Bearer token for `GET /metrics` from other hosts (`Authorization: Bearer <token>`).
-    /// Without it, /metrics answers only to loopback clients.
+    /// Bearer token for `GET /metrics` (`Authorization: Bearer <token>`): once set, every
+    /// client needs it, loopback included (a proxy on the same host makes every client
+    /// loopback). Without it, /metrics answers only to a loopback peer, never to a forwarded
+    /// address.
     #[arg(long, env = "REPOLL_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
 
