@@ -149,6 +149,13 @@ mod ssr {
         /// Redis is unreachable: try again later.
         #[error("the queue is unavailable")]
         Unavailable,
+        /// The queue was repartitioned while this process ran: it accepts nothing until it
+        /// is restarted (safe to show: the queue's name and counts are in the log only).
+        #[error(
+            "this process's queue layout changed (repartitioned): it accepts nothing until it \
+             is restarted"
+        )]
+        LayoutChanged,
         /// Something on our side is wrong (details are in the log only).
         #[error("internal error")]
         Internal,
@@ -168,6 +175,7 @@ mod ssr {
                     tracing::warn!(error = %e, "query: redis unavailable");
                     QueryError::Unavailable
                 }
+                QueueError::LayoutChanged { .. } => QueryError::LayoutChanged,
                 e => {
                     tracing::error!(error = %e, "query: queue error");
                     QueryError::Internal

@@ -11,12 +11,19 @@
 -- shares": a tenant's new interactive task waits in the fair zset, not the ready list)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
+-- KEYS[13] meta hash of this slot (read only; keys.rs `meta`)
 -- ARGV[12] priority ('interactive' | 'bg')   ARGV[13] tenant ('' = none; at most 64 bytes, no
 -- '|'). A join keeps the task's own tenant: a query asked by two tenants is one task, counted
 -- once, for the one who asked first.
+-- ARGV[14] the partition count this process runs with. The slot's meta holds the queue's count
+-- once a repartition has written it there (and, in the control slot `{name}`, `moving_to`
+-- while one runs): when it differs, the task would be written into a layout the queue no
+-- longer reads, so nothing is written and the caller is told (repartition.rs). An absent
+-- count (a slot no repartition has touched) is the process's own.
 -- Returns {'joined', fields, partial|false, due_score|false}
 --       | {'stored', packed result}
 --       | {'created', fields, false, false}     where fields is the record's HGETALL.
+--       | {'moved', the queue's partition count (or the one it is moving to)}
 local tkey = KEYS[1]
 local rkey = KEYS[2]
 local pkey = KEYS[3]
@@ -36,11 +43,18 @@ local deadline_ms = tonumber(ARGV[10])
 local max_attempts = tonumber(ARGV[11])
 local pr = ARGV[12]
 local tn = ARGV[13]
+local metak = KEYS[13]
+local layout = tonumber(ARGV[14])
 if id == nil or id == '' or query == nil or query == '' or payload == nil
   or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
-  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 12 or tn == nil or #tn > 64
-  or string.find(tn, '|', 1, true) then
+  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 13 or tn == nil or #tn > 64
+  or string.find(tn, '|', 1, true) or layout == nil or layout < 1 then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
+end
+
+local m = redis.call('HMGET', metak, 'partitions', 'moving_to')
+if m[2] or (m[1] and tonumber(m[1]) ~= layout) then
+  return { 'moved', m[2] or m[1] }
 end
 
 local f = redis.call('HMGET', tkey, 's', 'pr', 'tn')

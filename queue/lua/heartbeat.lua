@@ -1,33 +1,50 @@
--- heartbeat.lua: record a worker as alive. Its hash expires after ttl_ms without heartbeats;
--- the zset (id -> last seen) lets workers() list them without KEYS, and entries silent for
--- a day are dropped here. Publishes `worker_joined` on the dashboard channel when the worker
--- is new (nothing on later heartbeats: they would wake every open dashboard every few seconds).
--- KEYS[1] workers zset   KEYS[2] worker hash
--- ARGV[1..6] common   ARGV[7] id   ARGV[8] host   ARGV[9] pid   ARGV[10] started_ms   ARGV[11] in_flight
--- ARGV[12] completed   ARGV[13] dead   ARGV[14] ttl_ms
--- Returns the Redis time of this heartbeat (ms).
-local workersz = KEYS[1]
-local wkey = KEYS[2]
-local id = ARGV[7]
-local ttl = tonumber(ARGV[14])
-if id == nil or id == '' or ARGV[8] == nil or ttl == nil or ttl < 1 then
+-- heartbeat.lua: record a repoll process as alive, in the registry of its kind (workers, or web
+-- processes: a `serve` with no worker still accepts queries, so it registers too). Its hash
+-- expires after ttl_ms without heartbeats; the zset (id -> last seen) lets the registry be
+-- listed without KEYS, and entries silent for a day are dropped here. Publishes
+-- `worker_joined` on the dashboard channel when a worker is new (nothing on later heartbeats:
+-- they would wake every open dashboard every few seconds; nothing for a web process: the
+-- dashboard lists workers only).
+-- Also answers the queue's layout as recorded in the meta hash, so a running process learns
+-- at no extra round trip that `repoll admin repartition` changed it under it.
+-- KEYS[1] registry zset   KEYS[2] process hash   KEYS[3] meta hash (read only)
+-- ARGV[1..6] common   ARGV[7] kind ('worker' | 'web')   ARGV[8] id   ARGV[9] host   ARGV[10] pid
+-- ARGV[11] started_ms   ARGV[12] ttl_ms   and for a worker: ARGV[13] in_flight
+-- ARGV[14] completed   ARGV[15] dead
+-- Returns {Redis time of this heartbeat (ms), meta `partitions` | false, meta `moving_to` | false}.
+local regz = KEYS[1]
+local pkey = KEYS[2]
+local metak = KEYS[3]
+local kind = ARGV[7]
+local id = ARGV[8]
+local ttl = tonumber(ARGV[12])
+if (kind ~= 'worker' and kind ~= 'web') or id == nil or id == '' or ARGV[9] == nil
+  or ttl == nil or ttl < 1 or #KEYS ~= 3 then
   return redis.error_reply('ERR repoll heartbeat: bad arguments')
 end
-for i = 9, 13 do
+local last = 11
+if kind == 'worker' then last = 15 end
+for i = 10, last do
   if tonumber(ARGV[i]) == nil then return redis.error_reply('ERR repoll heartbeat: bad number') end
 end
+local layout = redis.call('HMGET', metak, 'partitions', 'moving_to')
 local now = now_ms()
--- HSET answers how many fields were new: all of them on a worker's first heartbeat (or its
+local rec = { 'id', id, 'host', ARGV[9], 'pid', ARGV[10], 'started', ARGV[11],
+  'last_seen', fmt(now) }
+if kind == 'worker' then
+  for _, f in ipairs({ { 'in_flight', 13 }, { 'completed', 14 }, { 'dead', 15 } }) do
+    rec[#rec + 1] = f[1]; rec[#rec + 1] = ARGV[f[2]]
+  end
+end
+-- HSET answers how many fields were new: all of them on a process's first heartbeat (or its
 -- first after its record expired), none later. That is news for the dashboard's workers
--- table. No "id" field: the message is about the queue, not a task.
-local added = redis.call('HSET', wkey, 'id', id, 'host', ARGV[8], 'pid', ARGV[9],
-  'started', ARGV[10], 'in_flight', ARGV[11], 'completed', ARGV[12], 'dead', ARGV[13],
-  'last_seen', fmt(now))
-if added > 0 then
+-- table. No "id" field in the message: it is about the queue, not a task.
+local added = redis.call('HSET', pkey, unpack(rec))
+if added > 0 and kind == 'worker' then
   redis.call('PUBLISH', CH_DASH, '{"kind":"worker_joined","worker":' .. cjson.encode(id)
     .. ',"at_ms":' .. fmt(now) .. '}')
 end
-redis.call('PEXPIRE', wkey, ttl)
-redis.call('ZADD', workersz, now, id)
-redis.call('ZREMRANGEBYSCORE', workersz, '-inf', now - 86400000)
-return now
+redis.call('PEXPIRE', pkey, ttl)
+redis.call('ZADD', regz, now, id)
+redis.call('ZREMRANGEBYSCORE', regz, '-inf', now - 86400000)
+return { now, layout[1] or false, layout[2] or false }

@@ -245,6 +245,16 @@ pub(crate) fn worker(f: &Fields) -> Result<WorkerInfo> {
     })
 }
 
+pub(crate) fn web_process(f: &Fields) -> Result<crate::WebProcess> {
+    Ok(crate::WebProcess {
+        id: get(f, "id")?.to_string(),
+        host: f.get("host").cloned().unwrap_or_default(),
+        pid: get_u32(f, "pid")?,
+        started_ms: get_i64(f, "started")?,
+        last_seen_ms: get_i64(f, "last_seen")?,
+    })
+}
+
 /// History entries are stored as "at|kind|detail".
 pub(crate) fn history(s: &str) -> Result<HistoryEntry> {
     let mut it = s.splitn(3, '|');

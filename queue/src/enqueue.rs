@@ -13,13 +13,18 @@ use crate::slot::Slot;
 use crate::worker_ops::MAX_BATCH;
 use redis::Value;
 
-/// An enqueue script's reply: created, joined (with partial data and due time) or stored.
-fn decode_enqueued(id: &str, reply: Value) -> Result<Enqueued> {
+/// An enqueue script's reply: created, joined (with partial data and due time) or stored; or
+/// refused because `q`'s layout is not the queue's any more ([`Queue::moved`]).
+fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
     let (tag, rest) = status(reply)?;
     let mut rest = rest.into_iter();
     let body = rest
         .next()
         .ok_or_else(|| corrupt("enqueue: missing record"))?;
+    if tag == "moved" {
+        let now = decode::parse_i64(&string(&body)?)?;
+        return Err(q.moved(u16::try_from(now).unwrap_or(u16::MAX)));
+    }
     if tag == "stored" {
         let packed = string(&body)?;
         return Ok(Enqueued::Stored(decode::packed_result(id, &packed)?.result));
@@ -57,6 +62,9 @@ impl Queue {
     /// Creates the task for `query` (due now), or joins the live one, or returns the fresh
     /// stored result — atomically, so concurrent callers for one query create one task.
     /// A dead task is replaced by a fresh one: asking again is an explicit new try.
+    ///
+    /// [`QueueError::LayoutChanged`] (nothing written) when the queue was repartitioned while
+    /// this handle ran: the task would go where the queue no longer looks.
     pub async fn enqueue(
         &self,
         query: &str,
@@ -68,7 +76,7 @@ impl Queue {
         let id = self.task_id(&q);
         let at = self.slot_of(&id);
         let inv = at.enqueue_invocation(&id, &q, payload, policy);
-        decode_enqueued(&id, at.run(&inv).await?)
+        decode_enqueued(self, &id, at.run(&inv).await?)
     }
 
     /// [`Queue::enqueue`] for many queries in one round trip: a pipeline of enqueue script
@@ -109,7 +117,7 @@ impl Queue {
                         .collect();
                     let replies = crate::library::call_many(&at.conn, &invs).await?;
                     for ((i, id, _, _), v) in chunk.iter().zip(replies) {
-                        out.push((*i, decode_enqueued(id, v)));
+                        out.push((*i, decode_enqueued(self, id, v)));
                     }
                 }
                 Ok::<_, crate::QueueError>(out)
@@ -158,7 +166,9 @@ impl Slot {
             .key(&k.fair)
             .key(&k.fairt)
             .key(&k.fairv)
-            .arg(policy.tenant.as_str());
+            .arg(policy.tenant.as_str())
+            .key(k.meta())
+            .arg(self.layout());
         inv
     }
 }

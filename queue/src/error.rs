@@ -26,6 +26,22 @@ pub enum QueueError {
     /// the message says what to change, in the settings' own names. Nothing was written.
     #[error("{0}")]
     Config(String),
+    /// The queue was repartitioned (`repoll admin repartition`) while this process ran: it
+    /// has another partition count now, or is being moved to one, so this handle would write
+    /// where the queue no longer reads (and read where it no longer writes). Nothing was
+    /// written. Only a restart with the new count helps; not the caller's mistake.
+    #[error(
+        "queue {queue:?} was repartitioned to {now} partitions while this process ran with \
+         {have}: it accepts nothing more; restart it (with REPOLL_PARTITIONS={now})"
+    )]
+    LayoutChanged {
+        /// The queue's name.
+        queue: String,
+        /// The partition count this process runs with.
+        have: u16,
+        /// The count the queue has now (or is being moved to).
+        now: u16,
+    },
 }
 
 impl From<model::InvalidQuery> for QueueError {

@@ -30,7 +30,10 @@ pub(crate) struct Keys {
     pub tphour: String,
     /// Index of `tphour` (hours and histogram fields, scored by hour) for trimming after a week.
     pub tphourix: String,
+    /// The worker registry (`registry.rs`): worker id -> last seen.
     pub workers: String,
+    /// The web process registry (`registry.rs`): process id -> last seen.
+    pub webs: String,
     /// The upstream's circuit breaker (a hash; absent = closed): prelude.lua.
     pub breaker: String,
     /// Rate limiter of upstream calls (GCRA arrival time), shared by all workers.
@@ -82,7 +85,10 @@ impl Keys {
 
     /// Which partition count a queue was first used with (a hash, field `partitions`), so a
     /// process configured with another count refuses to start instead of looking for tasks
-    /// where they are not (`partition::check_layout`).
+    /// where they are not (`partition::check_layout`). Under the control tag it is the
+    /// queue's record (with `moving_to` while a repartition runs); under a partition's tag it
+    /// is that slot's copy of the count, which a repartition writes (`repartition.rs`) so that
+    /// an enqueue can check, in its own slot, that the queue still has its process's layout.
     pub fn meta(&self) -> String {
         format!("{}:meta", self.tag)
     }
@@ -107,6 +113,7 @@ impl Keys {
             tphour: k("tphour"),
             tphourix: k("tphourix"),
             workers: k("workers"),
+            webs: k("webs"),
             breaker: k("breaker"),
             upstream_rate: k("upstream_rate"),
             wakeups: k("wakeups"),
@@ -202,6 +209,11 @@ impl Keys {
     /// Worker heartbeat hash (expires when heartbeats stop).
     pub fn worker(&self, id: &str) -> String {
         format!("{}:w:{id}", self.tag)
+    }
+
+    /// Web process heartbeat hash (expires when heartbeats stop).
+    pub fn web(&self, id: &str) -> String {
+        format!("{}:web:{id}", self.tag)
     }
 }
 

@@ -33,8 +33,8 @@
 //! - [`scripts`] and `conn`: the Lua scripts, and one connection type ([`RedisConn`]) for a
 //!   server or a cluster.
 //! - The operations, each a `Queue` method that routes and a `Slot` method that does the
-//!   work: `enqueue`, `worker_ops` (claim, renew, complete, reschedule, fail, release, reap,
-//!   heartbeats), `callback`, `operator_ops` (retry, cancel, pause, breaker, purge,
+//!   work: `enqueue`, `worker_ops` (claim, renew, complete, reschedule, fail, release, reap),
+//!   `registry` (every running process's heartbeat), `callback`, `operator_ops` (retry, cancel, pause, breaker, purge,
 //!   migrate), [`bulk`] (actions by filter, in the background), `read` (stats, cursor pages,
 //!   details, throughput, tenants, events; `read::merge` merges the slots' answers).
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per task).
@@ -62,6 +62,7 @@ mod operator_ops;
 pub mod partition;
 mod queue;
 pub(crate) mod read;
+mod registry;
 mod repartition;
 pub mod scripts;
 mod sessions;
@@ -88,6 +89,7 @@ pub use bulk::{
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
 pub use read::{is_list_cursor, ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
+pub use registry::{registry_ttl_ms, WebProcess, REGISTRY_TTL_PERIODS};
 pub use repartition::Repartitioned;
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};

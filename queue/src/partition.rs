@@ -38,7 +38,7 @@ use std::future::Future;
 
 use futures::{StreamExt, TryStreamExt};
 
-use crate::error::{config, corrupt, Result};
+use crate::error::{config, corrupt, QueueError, Result};
 use crate::model::{QueueConfig, TaskId};
 use crate::slot::Slot;
 use crate::Queue;
@@ -197,6 +197,60 @@ impl Queue {
         partition_of(id, self.partitions())
     }
 
+    /// The partition count this handle runs with (the slots' `layout`).
+    pub(crate) fn layout_partitions(&self) -> u16 {
+        self.inner.slots[0].layout()
+    }
+
+    /// The error of a handle whose queue now has (or is moving to) `now` partitions; the
+    /// handle remembers it (see [`Queue::layout_changed`]) and says so in the log once.
+    pub(crate) fn moved(&self, now: u16) -> QueueError {
+        use std::sync::atomic::Ordering;
+        let e = QueueError::LayoutChanged {
+            queue: self.config().name.clone(),
+            have: self.layout_partitions(),
+            now,
+        };
+        if self
+            .inner
+            .moved_to
+            .swap(u32::from(now.max(1)), Ordering::Relaxed)
+            == 0
+        {
+            tracing::error!("{e}; its claims and reads by id refuse too");
+        }
+        e
+    }
+
+    /// Records what a heartbeat read of the queue's meta hash (`partitions`, `moving_to`):
+    /// a repartition that started or finished since this process connected sets the flag,
+    /// a layout that is still this handle's clears it (a repartition refused half-way gives
+    /// the old one back: `repartition.rs`).
+    pub(crate) fn note_layout(&self, partitions: Option<u16>, moving_to: Option<u16>) {
+        use std::sync::atomic::Ordering;
+        match moving_to.or(partitions.filter(|p| *p != self.layout_partitions())) {
+            Some(now) => {
+                self.moved(now);
+            }
+            None => self.inner.moved_to.store(0, Ordering::Relaxed),
+        }
+    }
+
+    /// [`QueueError::LayoutChanged`] when this process has learnt (by a heartbeat, or an
+    /// enqueue the queue refused) that the queue was repartitioned while it ran: its claims
+    /// and reads by id would look in the old layout, so they refuse too. `None` while the
+    /// layout is this handle's (or nothing has said otherwise yet; an enqueue checks for
+    /// itself, inside its script).
+    pub fn layout_changed(&self) -> Option<QueueError> {
+        use std::sync::atomic::Ordering;
+        let now = self.inner.moved_to.load(Ordering::Relaxed);
+        (now != 0).then(|| QueueError::LayoutChanged {
+            queue: self.config().name.clone(),
+            have: self.layout_partitions(),
+            now: u16::try_from(now).unwrap_or(u16::MAX),
+        })
+    }
+
     /// The queue's slots, one per partition (never empty).
     pub(crate) fn slots(&self) -> &[Slot] {
         &self.inner.slots
@@ -337,6 +391,12 @@ impl Queue {
         F: Fn(Slot, Vec<I>, usize) -> Fut,
         Fut: Future<Output = Result<(Vec<R>, Vec<crate::Claimed>)>>,
     {
+        // Nothing new from a layout that is not the queue's any more (claim_woken_at).
+        let next_n = if self.layout_changed().is_some() {
+            0
+        } else {
+            next_n
+        };
         let slots = self.slots();
         let ids: Vec<&str> = items.iter().map(|i| id_of(i).as_str()).collect();
         let groups = self.group_by_slot(&ids);

@@ -40,6 +40,10 @@ pub(crate) struct Inner {
     pub next_part: std::sync::atomic::AtomicUsize,
     /// Chained claims since this process last sent one to another partition.
     pub chain_hops: std::sync::atomic::AtomicUsize,
+    /// The partition count the queue was last seen to have (or be moving to) when it is not
+    /// this handle's, else 0: set by a heartbeat or a refused enqueue, cleared by a heartbeat
+    /// that finds the layout unchanged (`partition::moved`).
+    pub moved_to: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Queue {
@@ -134,13 +138,14 @@ impl Queue {
     /// A handle of `cfg.partitions` partitions, not checked against what the queue records
     /// (`with_connection` checks; a repartition reads both layouts).
     pub(crate) fn layout(conn: RedisConn, cfg: QueueConfig) -> Queue {
-        let n = usize::from(cfg.partitions.max(1));
-        let control = Slot::new(conn.clone(), cfg.clone(), Keys::new(&cfg.name));
+        let layout = cfg.partitions.max(1);
+        let n = usize::from(layout);
+        let control = Slot::new(conn.clone(), cfg.clone(), Keys::new(&cfg.name), layout);
         let slot_cfg = crate::partition::part_config(&cfg);
         let slots = (0..n)
             .map(|i| {
                 let keys = Keys::slot(&cfg.name, i, n);
-                Slot::new(conn.clone(), slot_cfg.clone(), keys)
+                Slot::new(conn.clone(), slot_cfg.clone(), keys, layout)
             })
             .collect();
         Queue {
@@ -155,6 +160,7 @@ impl Queue {
                     std::process::id() as usize ^ local_ms().unsigned_abs() as usize,
                 ),
                 chain_hops: std::sync::atomic::AtomicUsize::new(0),
+                moved_to: std::sync::atomic::AtomicU32::new(0),
             }),
         }
     }

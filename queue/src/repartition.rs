@@ -2,16 +2,24 @@
 //!
 //! A task's partition is its id's hash mod P, so a new P puts most ids in another partition.
 //! Moving live tasks while workers hold leases on them cannot be one atomic step (a script sees
-//! one slot), so this moves a *drained* queue: no task ready, waiting, leased or dead, and no
-//! worker heartbeating. What a drained queue still holds is worth keeping and is moved: the
+//! one slot), so this moves a *drained* queue that nobody runs: no task ready, waiting, leased
+//! or dead, and no repoll process heartbeating — web processes included (`registry.rs`): one
+//! left running would keep accepting queries into the old layout, where the new one never
+//! looks. What a drained queue still holds is worth keeping and is moved: the
 //! stored results (still served to callers without asking the upstream) with their remaining
 //! time to live, the finished tasks' histories, and the throughput counters behind the charts
 //! (added into the new partition 0). The old partitions' event streams are dropped.
 //!
 //! Resumable and never silent: the target count is recorded first (`moving_to` in the meta
-//! hash, which makes every process refuse to start), every copy is a RESTORE REPLACE of the
-//! same bytes (a second run copies again, harmlessly), the old keys are deleted only after
-//! every copy, and the new count is recorded last.
+//! hash, which makes every process refuse to start), then copied into the meta hash of every
+//! partition of both layouts, where each enqueue reads it in its own slot (enqueue.lua), so a
+//! process still running the old layout (one that never registered, or started in between)
+//! has its enqueues refused from then on instead of accepted and lost; its heartbeat tells it
+//! too, and it stops claiming ([`Queue::layout_changed`]). The queue is then checked again
+//! (nothing can join the old layout any more), and a refusal at that point gives the old
+//! layout back. Every copy is a RESTORE REPLACE of the same bytes (a second run copies again,
+//! harmlessly), the old keys are deleted only after every copy (their meta hashes stay: they
+//! keep refusing the old layout), and the new count is recorded last.
 
 use redis::AsyncCommands;
 
@@ -40,7 +48,8 @@ const CHUNK: isize = 500;
 
 impl Queue {
     /// Moves the drained queue `cfg.name` to `to` partitions (see the module doc). Refuses,
-    /// writing nothing, while any task is live or a worker heartbeats.
+    /// writing nothing, while any task is live or any repoll process (web or worker)
+    /// heartbeats.
     pub async fn repartition(
         conn: impl Into<RedisConn>,
         cfg: QueueConfig,
@@ -82,9 +91,22 @@ impl Queue {
         if from == to && moving.is_none() {
             return Ok(out);
         }
-        if moving.is_none() {
-            old.refuse_unless_drained().await?;
+        let starts = moving.is_none();
+        if starts {
+            old.refuse_unless_idle().await?;
             let _: () = c.hset(&meta, "moving_to", to).await?;
+        }
+        // From here on no enqueue of the old layout is accepted (each is refused in its own
+        // slot), so what the check below sees stays true.
+        let marked = mark_slots(&mut c, &cfg.name, &old, &new, to).await?;
+        if starts {
+            // A process that was not registered (or registered since), or a query accepted
+            // between the first check and the marks: give the old layout back and refuse.
+            if let Err(e) = old.refuse_unless_idle().await {
+                unmark_slots(&mut c, marked).await?;
+                let _: () = c.hdel(&meta, "moving_to").await?;
+                return Err(e);
+            }
         }
         // Every partition's index as it is before anything moves (a moved id joins the index
         // of its new partition, which may be an old partition's too).
@@ -118,9 +140,38 @@ impl Queue {
 }
 
 impl Queue {
-    /// Errors (writing nothing) while any task of this layout is live or a worker heartbeats:
-    /// only a drained queue can move.
-    async fn refuse_unless_drained(&self) -> Result<()> {
+    /// Errors (writing nothing) while any repoll process of the queue heartbeats (a web
+    /// process or a worker: either would write into the old layout) or any task of this
+    /// layout is live: only a drained queue that nobody runs can move.
+    async fn refuse_unless_idle(&self) -> Result<()> {
+        let webs = self.web_processes().await?;
+        let workers = self.workers().await?;
+        if !webs.is_empty() || !workers.is_empty() {
+            let named: Vec<String> = webs
+                .iter()
+                .map(|p| format!("web process {} (pid {} on {})", p.id, p.pid, p.host))
+                .chain(
+                    workers
+                        .iter()
+                        .map(|w| format!("worker {} (pid {} on {})", w.id, w.pid, w.host)),
+                )
+                .collect();
+            let n = named.len();
+            let mut list = named.into_iter().take(5).collect::<Vec<_>>().join(", ");
+            if n > 5 {
+                list.push_str(&format!(" and {} more", n - 5));
+            }
+            return Err(config(format!(
+                "repartition: {n} repoll process{} of queue {:?} {} running: {list}. Stop \
+                 each first (SIGTERM or Ctrl-C: a clean stop leaves the registry at once; a \
+                 killed process drops out {} heartbeat periods after its last heartbeat, 15 s \
+                 with the default REPOLL_HEARTBEAT_MS), then run this again",
+                if n == 1 { "" } else { "es" },
+                self.config().name,
+                if n == 1 { "is" } else { "are" },
+                crate::registry::REGISTRY_TTL_PERIODS,
+            )));
+        }
         let s = self.stats().await?;
         let live = s.ready + s.waiting + s.retrying + s.leased + s.dead;
         if live > 0 {
@@ -134,17 +185,45 @@ impl Queue {
                 s.dead
             )));
         }
-        let workers = self.workers().await?;
-        if !workers.is_empty() {
-            return Err(config(format!(
-                "repartition: {} workers are running ({}…); stop every repoll process of \
-             this queue first",
-                workers.len(),
-                workers[0].id
-            )));
-        }
         Ok(())
     }
+}
+
+/// Records `to` as the partition count in the meta hash of every slot of both layouts (the
+/// control slot `{name}` aside: its `partitions` is the queue's record, set last, and its
+/// `moving_to` speaks meanwhile), so an enqueue of a process still running the old layout is
+/// refused in its own slot (enqueue.lua). Answers each meta key with the count it held, for
+/// [`unmark_slots`].
+async fn mark_slots(
+    c: &mut RedisConn,
+    name: &str,
+    old: &Queue,
+    new: &Queue,
+    to: u16,
+) -> Result<Vec<(String, Option<String>)>> {
+    let control = Keys::new(name).meta();
+    let mut marked: Vec<(String, Option<String>)> = Vec::new();
+    for part in old.slots().iter().chain(new.slots()) {
+        let meta = part.keys().meta();
+        if meta == control || marked.iter().any(|(k, _)| *k == meta) {
+            continue;
+        }
+        let before: Option<String> = c.hget(&meta, "partitions").await?;
+        let _: () = c.hset(&meta, "partitions", to).await?;
+        marked.push((meta, before));
+    }
+    Ok(marked)
+}
+
+/// Gives each meta key [`mark_slots`] wrote the count it held before (none: no field).
+async fn unmark_slots(c: &mut RedisConn, marked: Vec<(String, Option<String>)>) -> Result<()> {
+    for (meta, before) in marked {
+        let _: () = match before {
+            Some(n) => c.hset(&meta, "partitions", n).await?,
+            None => c.hdel(&meta, "partitions").await?,
+        };
+    }
+    Ok(())
 }
 
 /// A results index (id, completion time), read in chunks of [`CHUNK`].

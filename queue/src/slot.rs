@@ -37,20 +37,25 @@ struct SlotInner {
     /// inside a script are its share of the queue's (`partition::part_config`).
     cfg: QueueConfig,
     keys: Keys,
+    /// The partition count of the queue this slot belongs to, as this process runs it (the
+    /// enqueue script checks it against the slot's copy of the queue's: `repartition.rs`).
+    layout: u16,
     channels: Channels,
     /// When this process last recounted this slot's per-tenant leases (local ms; reap).
     last_fair_sync_ms: AtomicI64,
 }
 
 impl Slot {
-    /// A slot of `keys` on `conn`, its scripts run with `cfg`.
-    pub(crate) fn new(conn: RedisConn, cfg: QueueConfig, keys: Keys) -> Slot {
+    /// A slot of `keys` on `conn`, its scripts run with `cfg`, in a queue of `layout`
+    /// partitions.
+    pub(crate) fn new(conn: RedisConn, cfg: QueueConfig, keys: Keys, layout: u16) -> Slot {
         Slot {
             conn,
             inner: Arc::new(SlotInner {
                 channels: Channels::new(&cfg.name),
                 cfg,
                 keys,
+                layout,
                 last_fair_sync_ms: AtomicI64::new(0),
             }),
         }
@@ -64,6 +69,11 @@ impl Slot {
     /// This slot's key names.
     pub(crate) fn keys(&self) -> &Keys {
         &self.inner.keys
+    }
+
+    /// The partition count of the queue this slot belongs to, as this process runs it.
+    pub(crate) fn layout(&self) -> u16 {
+        self.inner.layout
     }
 
     /// The queue's channels (the same for every slot of a queue).

@@ -1,8 +1,9 @@
 //! A partitioned queue (`QueueConfig::partitions` > 1) on one private redis-server: tasks land
 //! in every partition's hash tag and nowhere else, a handle works across them (claims sweep
-//! every partition, operator switches reach every partition, reads merge exactly), and a
-//! process configured with another partition count is refused instead of looking for tasks in
-//! the wrong place.
+//! every partition, operator switches reach every partition, reads merge exactly), a process
+//! configured with another partition count is refused instead of looking for tasks in the
+//! wrong place, and a repartition neither runs beside a live process nor lets one that runs
+//! the old layout accept anything afterwards.
 
 mod common;
 use common::*;
@@ -368,4 +369,177 @@ async fn a_drained_queue_moves_to_another_count_with_its_results() {
     }
     let tp = three.throughput(5, 5).await.unwrap();
     assert_eq!(tp.iter().map(|b| b.completed).sum::<u64>(), 41);
+}
+
+fn web_process(id: &str) -> WebProcess {
+    WebProcess {
+        id: id.into(),
+        host: "web-host".into(),
+        pid: 4242,
+        started_ms: 0,
+        last_seen_ms: 0,
+    }
+}
+
+fn worker_info(id: &str) -> WorkerInfo {
+    WorkerInfo {
+        id: id.into(),
+        host: "worker-host".into(),
+        pid: 4343,
+        started_ms: 0,
+        in_flight: 0,
+        completed: 0,
+        dead: 0,
+        last_seen_ms: 0,
+    }
+}
+
+/// A repartition refuses, writing nothing, while any repoll process of the queue heartbeats:
+/// a web process with no worker (it accepts queries into the old layout) as much as a worker,
+/// each named with its pid and host; once they leave the registry it runs.
+#[tokio::test]
+async fn a_repartition_waits_for_every_process_web_ones_included() {
+    let name = "pt-procs";
+    let q = queue_with(pcfg(name, 1)).await;
+    q.heartbeat_web(&web_process("web-1"), 600_000)
+        .await
+        .unwrap();
+    let before = snapshot(name).await;
+    let e = Queue::repartition(q.connection(), pcfg(name, 1), 2)
+        .await
+        .expect_err("a web process runs");
+    assert!(matches!(e, QueueError::Config(_)), "{e:?}");
+    assert!(
+        e.to_string().contains(
+            "1 repoll process of queue \"pt-procs\" is running: web process web-1 (pid 4242 on \
+             web-host). Stop each first"
+        ),
+        "{e}"
+    );
+    assert_eq!(snapshot(name).await, before, "a refusal writes nothing");
+
+    q.heartbeat(&worker_info("w-1"), 600_000).await.unwrap();
+    let e = Queue::repartition(q.connection(), pcfg(name, 1), 2)
+        .await
+        .expect_err("two processes run");
+    assert!(
+        e.to_string().contains(
+            "2 repoll processes of queue \"pt-procs\" are running: web process web-1 (pid 4242 \
+             on web-host), worker w-1 (pid 4343 on worker-host)"
+        ),
+        "{e}"
+    );
+    // A clean stop leaves the registry at once.
+    q.remove_web_process("web-1").await.unwrap();
+    let e = Queue::repartition(q.connection(), pcfg(name, 1), 2)
+        .await
+        .expect_err("the worker still runs");
+    assert!(e.to_string().contains("1 repoll process"), "{e}");
+    q.remove_worker("w-1").await.unwrap();
+    let r = Queue::repartition(q.connection(), pcfg(name, 1), 2)
+        .await
+        .unwrap();
+    assert_eq!((r.from, r.to), (1, 2));
+}
+
+/// A process that still runs the old layout after a repartition (it never registered, or its
+/// entry expired) accepts nothing more: each enqueue is refused inside its script, in its
+/// own slot, writing nothing (P = 1 -> 2 and back 2 -> 1). The refusal, or a heartbeat, tells
+/// the handle: its claims and reads by id refuse too. A heartbeat that finds the handle's
+/// own layout again clears it.
+#[tokio::test]
+async fn an_enqueue_into_a_layout_the_queue_left_is_refused() {
+    let name = "pt-stale";
+    let one = queue_with(pcfg(name, 1)).await;
+    one.enqueue("stale kept", "", &policy()).await.unwrap();
+    let c = one.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    one.complete(&c.id, c.token, "kept", 1).await.unwrap();
+    assert!(one.layout_changed().is_none());
+
+    let r = Queue::repartition(one.connection(), pcfg(name, 1), 2)
+        .await
+        .unwrap();
+    assert_eq!((r.from, r.to, r.results), (1, 2, 1));
+    let before = snapshot(name).await;
+    let e = one
+        .enqueue("stale after", "", &policy())
+        .await
+        .expect_err("the old layout is refused");
+    let moved = |have: u16, now: u16| {
+        move |e: &QueueError| {
+            matches!(e, QueueError::LayoutChanged { queue, have: h, now: n }
+            if queue == "pt-stale" && *h == have && *n == now)
+        }
+    };
+    assert!(moved(1, 2)(&e), "{e:?}");
+    assert!(
+        e.to_string().contains(
+            "queue \"pt-stale\" was repartitioned to 2 partitions while this process ran with \
+             1: it accepts nothing more; restart it (with REPOLL_PARTITIONS=2)"
+        ),
+        "{e}"
+    );
+    let many = one
+        .enqueue_many(&[("stale a", ""), ("stale b", "")], &policy())
+        .await
+        .unwrap();
+    assert!(
+        many.iter().all(|r| r.as_ref().is_err_and(moved(1, 2))),
+        "{many:?}"
+    );
+    assert_eq!(snapshot(name).await, before, "nothing written");
+    // The handle knows now: no claims, no reads by id in the old layout.
+    assert!(one.layout_changed().is_some_and(|e| moved(1, 2)(&e)));
+    assert!(one
+        .claim("w", 1, 60_000)
+        .await
+        .is_err_and(|e| moved(1, 2)(&e)));
+    assert!(one.get(&c.id).await.is_err_and(|e| moved(1, 2)(&e)));
+
+    // The new layout takes the query; the other way round, the same.
+    let two = queue_with(pcfg(name, 2)).await;
+    let idle_two = queue_with(pcfg(name, 2)).await;
+    assert!(matches!(
+        two.enqueue("stale after", "", &policy()).await.unwrap(),
+        Enqueued::Created(_)
+    ));
+    let c2 = two.claim("w", 1, 60_000).await.unwrap().pop().unwrap();
+    two.complete(&c2.id, c2.token, "after", 1).await.unwrap();
+    Queue::repartition(two.connection(), pcfg(name, 2), 1)
+        .await
+        .unwrap();
+    let before = snapshot(name).await;
+    for text in ["stale 2a", "stale 2b", "stale 2c", "stale 2d"] {
+        let e = two.enqueue(text, "", &policy()).await.unwrap_err();
+        assert!(moved(2, 1)(&e), "{text}: {e:?}");
+    }
+    assert_eq!(snapshot(name).await, before, "nothing written");
+    // A handle that asked nothing learns it from its heartbeat, and stops claiming.
+    assert!(idle_two.layout_changed().is_none());
+    idle_two
+        .heartbeat(&worker_info("w-2"), 600_000)
+        .await
+        .unwrap();
+    assert!(idle_two.layout_changed().is_some_and(|e| moved(2, 1)(&e)));
+    assert!(idle_two
+        .claim("w-2", 1, 60_000)
+        .await
+        .is_err_and(|e| moved(2, 1)(&e)));
+    idle_two.remove_worker("w-2").await.unwrap();
+    // The queue has one partition again: the first handle's layout. Its next heartbeat says
+    // so, and it works again (the results moved twice are there).
+    one.heartbeat_web(&web_process("web-1"), 600_000)
+        .await
+        .unwrap();
+    assert!(one.layout_changed().is_none());
+    one.remove_web_process("web-1").await.unwrap();
+    assert_eq!(
+        one.result_by_id(&c2.id).await.unwrap().unwrap().data,
+        "after"
+    );
+    assert!(one.get(&c.id).await.unwrap().is_some());
+    assert!(matches!(
+        one.enqueue("stale back", "", &policy()).await.unwrap(),
+        Enqueued::Created(_)
+    ));
 }

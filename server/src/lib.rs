@@ -21,6 +21,7 @@
 //! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
 //! - [`serve`]: the `repoll serve` command — Redis, router, embedded workers and simulator,
 //!   listener, graceful drain.
+//! - [`registry`]: the web process's heartbeat into its queues' process registries.
 //! - [`work`]: the `repoll worker` command — a worker process without the web app.
 //! - [`simulate`]: the `repoll sim` command — the simulated upstream API.
 //! - [`settings`]: the settings every command shares (Redis, breaker, tenants).
@@ -31,7 +32,7 @@
 //! `settings` at the bottom; then `config_file`, `upstreams`, `live_hub`, `managed_redis`,
 //! `startup`; then the state (`state`, `api::state`, `admin::state`) and `api::error`; the
 //! routes and handlers (`api`, `admin`, `web`, `security`, `http_server`) above them; and the
-//! commands (`cli`, `serve`, `work`, `simulate`) at the top.
+//! commands (`cli`, `serve`, `work`, `simulate`, with `registry`) at the top.
 
 pub mod admin;
 pub mod api;
@@ -41,6 +42,7 @@ pub mod http_server;
 pub mod live_hub;
 pub mod managed_redis;
 pub mod metrics;
+pub mod registry;
 pub mod security;
 pub mod serve;
 pub mod settings;

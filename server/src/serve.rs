@@ -137,6 +137,17 @@ async fn serve_with(
         },
         web::guarded_metrics(crate::metrics::metrics_router(metrics), state),
     );
+    // In every served queue's process registry before anything is accepted, so a
+    // repartition refuses while this process runs (even with no worker of its own).
+    let registration = crate::registry::WebRegistration::start(
+        served.iter().map(|s| s.web_queue.clone()).collect(),
+        args.worker.heartbeat_ms,
+    )
+    .await
+    .map_err(|source| ServeError::Redis {
+        url: redact(url),
+        source,
+    })?;
     let listener = bind(args.addr).await?;
     let conn_limits = connection_limits(args, fd_limit);
 
@@ -171,6 +182,8 @@ async fn serve_with(
         grace,
     )
     .await;
+    // Nothing more is accepted: out of the registries (the workers leave theirs as they stop).
+    registration.stop().await;
     shutdown.cancel();
     let background = background
         .await

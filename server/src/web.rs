@@ -292,8 +292,20 @@ async fn healthz() -> &'static str {
     "ok"
 }
 
-/// Readiness: Redis answers PING within a second.
+/// Readiness: Redis answers PING within a second, and no queue this process serves was
+/// repartitioned under it (it accepts nothing until restarted: the reason says so, for an
+/// orchestrator to restart it).
 async fn readyz(State(state): State<WebState>) -> impl IntoResponse {
+    if state
+        .app
+        .queues()
+        .any(|(_, q)| q.layout_changed().is_some())
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "queue layout changed (repartitioned): restart this process",
+        );
+    }
     let mut conn = state.app.queue.connection();
     let ping = tokio::time::timeout(
         Duration::from_secs(1),

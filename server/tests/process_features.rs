@@ -1,5 +1,5 @@
 //! The real `repoll` binary's features end to end: its metrics, callbacks (and the tokens they
-//! refuse), named upstreams, and the admin repartition command.
+//! refuse) and named upstreams (the admin repartition command: process_repartition.rs).
 
 mod common;
 use common::process::*;
@@ -438,72 +438,4 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
         "{stderr}"
     );
     std::fs::remove_dir_all(&dir).ok();
-}
-
-/// `repoll admin repartition`: refused (exit 1, saying why) while a task is live; moves a
-/// drained queue; a worker started with the old count afterwards refuses to start and says
-/// which count the queue has.
-#[test]
-fn admin_repartition_moves_a_drained_queue_and_old_counts_are_refused() {
-    let port = free_port();
-    let _redis = spawn_redis(port, &[]);
-    let url = format!("redis://127.0.0.1:{port}/");
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let cfg = queue::QueueConfig {
-        name: "rp".into(),
-        ..queue::QueueConfig::default()
-    };
-    let q = rt
-        .block_on(queue::Queue::connect(&url, cfg.clone()))
-        .unwrap();
-    rt.block_on(q.enqueue("repartition me", "", &Default::default()))
-        .unwrap();
-    let admin = |to: &str| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-        cmd.args(["admin", "repartition", "--to", to])
-            .env("REDIS_URL", &url)
-            .env("REPOLL_QUEUE", "rp");
-        output_within(cmd, Duration::from_secs(20))
-    };
-    let out = admin("4");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("1 tasks are live"), "{stderr}");
-
-    let c = rt.block_on(q.claim("w", 1, 60_000)).unwrap().pop().unwrap();
-    rt.block_on(q.complete(&c.id, c.token, "the answer", 1))
-        .unwrap();
-    let out = admin("4");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("1 -> 4 partitions; moved 1 stored results"),
-        "{stdout}"
-    );
-
-    // The result is served by a handle of the new count.
-    let four = rt
-        .block_on(queue::Queue::connect(
-            &url,
-            queue::QueueConfig {
-                partitions: 4,
-                ..cfg
-            },
-        ))
-        .unwrap();
-    let r = rt.block_on(four.result_by_id(&c.id)).unwrap().unwrap();
-    assert_eq!(r.data, "the answer");
-    // A process with the old count stops at once and says why.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
-    cmd.arg("worker")
-        .env("REDIS_URL", &url)
-        .env("REPOLL_QUEUE", "rp");
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("has 4 partitions"), "{stderr}");
 }

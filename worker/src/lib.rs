@@ -28,7 +28,7 @@ mod wake;
 
 pub use callback::{CallbackArgs, CallbackToken, Callbacks};
 pub use policy::{Next, PolicyArgs};
-pub use runtime::{default_worker_id, Worker, WorkerArgs, WorkerError, WorkerReport};
+pub use runtime::{default_worker_id, host_name, Worker, WorkerArgs, WorkerError, WorkerReport};
 pub use telemetry::install_prometheus;
 pub use upstream::{
     simulator_url, Answer, ConfigError, RateLimit, Secret, Upstream, UpstreamArgs, UpstreamError,

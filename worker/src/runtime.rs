@@ -47,7 +47,8 @@ pub struct WorkerArgs {
     /// On shutdown, how long in-flight calls may finish before their leases are released.
     #[arg(long = "grace-ms", env = "REPOLL_GRACE_MS", default_value_t = 10_000)]
     pub grace_ms: u64,
-    /// Heartbeat period into the worker registry, in ms (the entry lives 3 periods).
+    /// Heartbeat period into the process registry, in ms: a worker's entry, and a `serve`'s
+    /// web process's (an entry lives 3 periods).
     #[arg(
         long = "heartbeat-ms",
         env = "REPOLL_HEARTBEAT_MS",
@@ -480,7 +481,7 @@ fn log_join(done: Result<(), tokio::task::JoinError>) {
 
 /// `host-pid-random`: unique across hosts, processes and restarts of one pid.
 pub fn default_worker_id() -> String {
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let host = host_name();
     let host = if host.is_empty() {
         "host".to_string()
     } else {
@@ -488,4 +489,9 @@ pub fn default_worker_id() -> String {
     };
     let suffix: u16 = rand::thread_rng().gen();
     format!("{host}-{}-{suffix:04x}", std::process::id())
+}
+
+/// This host's name, as the process registries show it ("" when it has none).
+pub fn host_name() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
 }

@@ -14,13 +14,13 @@ use crate::telemetry;
 const REAP_BATCHES_PER_TICK: usize = 10;
 
 /// Writes this worker's entry into the registry every `every_ms` (first at once); it lives
-/// three periods, so a dead worker disappears by itself.
+/// `queue::REGISTRY_TTL_PERIODS` periods, so a dead worker disappears by itself. Each
+/// heartbeat also tells the queue handle whether the queue was repartitioned under this
+/// process (its claims then refuse: `Queue::layout_changed`).
 pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
     let every = Duration::from_millis(every_ms.max(100));
-    let ttl_ms = u64::try_from(every.as_millis())
-        .unwrap_or(u64::MAX)
-        .saturating_mul(3);
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    let ttl_ms = queue::registry_ttl_ms(u64::try_from(every.as_millis()).unwrap_or(u64::MAX));
+    let host = crate::runtime::host_name();
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;

@@ -17,8 +17,13 @@ impl Queue {
     /// stored entries plus those derived from the record and the result (the enqueue, the
     /// live lease, the completion), which the scripts do not write (prelude.lua).
     /// None when the id has neither a live task, nor a result, nor a history. Errors: Redis,
-    /// or a record that does not decode (`Corrupt`).
+    /// or a record that does not decode (`Corrupt`); `LayoutChanged` once this process knows
+    /// the queue was repartitioned under it (the id would be looked for in the old layout:
+    /// "not found" for a query the queue has).
     pub async fn get(&self, id: &str) -> Result<Option<TaskDetail>> {
+        if let Some(e) = self.layout_changed() {
+            return Err(e);
+        }
         self.slot_of(id).get(id).await
     }
 

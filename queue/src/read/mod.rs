@@ -1,8 +1,8 @@
 //! Read-only operations for the dashboard and the API, one module per job: `stats` (counts),
 //! `list` and `ready` (cursor pages), `detail` (one task, stuck leases), `throughput`,
 //! `switches` (pause flag, breaker, tenants), `events`; `merge` holds every merge of the
-//! slots' answers. What reads no slot (the worker registry, the id-prefix search, the Redis
-//! server's facts) is here.
+//! slots' answers. What reads no slot (the id-prefix search, the Redis server's facts) is
+//! here; the registries of running processes are in `registry`.
 
 mod detail;
 mod events;
@@ -13,11 +13,8 @@ mod stats;
 mod switches;
 mod throughput;
 
-use redis::Value;
-
-use crate::decode;
 use crate::error::Result;
-use crate::model::{TaskId, WorkerInfo};
+use crate::model::TaskId;
 use crate::Queue;
 
 pub use list::is_list_cursor;
@@ -30,43 +27,6 @@ pub const TENANT_SCAN_MAX: usize = 10_000;
 pub const MAX_PAGE: usize = 1000;
 
 impl Queue {
-    /// Workers with a live heartbeat, most recently seen first. Entries whose heartbeat hash
-    /// expired are dropped from the index on the way.
-    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        let k = self.keys();
-        let mut c = self.conn.clone();
-        let ids: Vec<String> = redis::cmd("ZREVRANGE")
-            .arg(&k.workers)
-            .arg(0)
-            .arg(999)
-            .query_async(&mut c)
-            .await?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.hgetall(k.worker(id));
-        }
-        let rows: Vec<Value> = pipe.query_async(&mut c).await?;
-        let mut out = Vec::new();
-        let mut gone = Vec::new();
-        for (id, row) in ids.iter().zip(rows) {
-            match decode::maybe_fields(row)? {
-                Some(f) => out.push(decode::worker(&f)?),
-                None => gone.push(id.clone()),
-            }
-        }
-        if !gone.is_empty() {
-            redis::cmd("ZREM")
-                .arg(&k.workers)
-                .arg(&gone)
-                .query_async::<()>(&mut c)
-                .await?;
-        }
-        Ok(out)
-    }
-
     /// Ids of live tasks and stored results that start with `prefix` (1 to 31 lowercase hex
     /// characters; anything else finds nothing), at most `max` of them, found by a key scan
     /// of at most `scan_calls` `SCAN` calls of ~1000 keys each. The flag is false when the

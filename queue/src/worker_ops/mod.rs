@@ -11,8 +11,8 @@ mod slot_ops;
 
 use crate::decode::int;
 use crate::error::{corrupt, QueueError, Result};
-use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry, WorkerInfo};
-use crate::queue::{clamp_ms, Queue};
+use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry};
+use crate::queue::Queue;
 use crate::scripts::SCRIPTS;
 use crate::TaskId;
 
@@ -58,6 +58,9 @@ impl Queue {
     /// (`woken`; see [`Queue::partition_wakeups`]). A partitioned queue then claims from that
     /// partition only (the wake-up was for a task there); without a wake-up it sweeps the
     /// partitions from the next of its rotation until it has `max_n` tasks or has asked each.
+    ///
+    /// [`QueueError::LayoutChanged`] once this process knows the queue was repartitioned
+    /// under it ([`Queue::layout_changed`]): it would claim from the old layout.
     pub async fn claim_woken_at(
         &self,
         worker: &str,
@@ -67,6 +70,9 @@ impl Queue {
     ) -> Result<Vec<Claimed>> {
         if max_n == 0 {
             return Ok(Vec::new());
+        }
+        if let Some(e) = self.layout_changed() {
+            return Err(e);
         }
         let slots = self.slots();
         if let Some(p) = woken.filter(|p| *p < slots.len()) {
@@ -218,6 +224,12 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Result<Failed>, Vec<Claimed>)> {
+        // Nothing new from a layout that is not the queue's any more (claim_woken_at).
+        let next_n = if self.layout_changed().is_some() {
+            0
+        } else {
+            next_n
+        };
         let own = self.partition_of(id);
         let slots = self.slots();
         // Every CHAIN_ROTATE-th hop claims in the rotation's next slot (partition.rs); when
@@ -267,25 +279,6 @@ impl Queue {
         Ok(all.into_iter().flatten().min())
     }
 
-    /// Records a worker as alive for `ttl_ms`; `last_seen_ms` is set from Redis time.
-    pub async fn heartbeat(&self, w: &WorkerInfo, ttl_ms: u64) -> Result<()> {
-        let control = self.control();
-        let k = control.keys();
-        let mut inv = control.invocation(&SCRIPTS.heartbeat);
-        inv.key(&k.workers)
-            .key(k.worker(&w.id))
-            .arg(&w.id)
-            .arg(&w.host)
-            .arg(w.pid)
-            .arg(w.started_ms)
-            .arg(w.in_flight)
-            .arg(w.completed)
-            .arg(w.dead)
-            .arg(clamp_ms(ttl_ms).max(1));
-        control.run(&inv).await?;
-        Ok(())
-    }
-
     /// Takes one permit of the queue-wide limit on upstream calls (`per_sec` on average, up
     /// to `burst` at once), shared by every worker of the queue on any host: `Ok(0)` means
     /// call now; otherwise the milliseconds to wait before asking again. Redis time decides.
@@ -297,22 +290,5 @@ impl Queue {
             .arg(burst.max(1));
         let wait = int(&control.run(&inv).await?)?;
         u64::try_from(wait).map_err(|_| corrupt("upstream_rate: negative wait"))
-    }
-
-    /// Forgets a worker at once (clean shutdown) instead of waiting for its heartbeat TTL,
-    /// and tells the dashboard (`worker_left`).
-    pub async fn remove_worker(&self, worker_id: &str) -> Result<()> {
-        let k = self.keys();
-        let mut c = self.conn.clone();
-        let msg = serde_json::json!({ "kind": "worker_left", "worker": worker_id }).to_string();
-        // Not MULTI/EXEC (a cluster connection has no transactions); nothing needs it: a
-        // half-done removal leaves an index entry that workers() drops once the hash is gone.
-        redis::pipe()
-            .del(k.worker(worker_id))
-            .zrem(&k.workers, worker_id)
-            .publish(self.channels().dashboard, msg)
-            .query_async::<()>(&mut c)
-            .await?;
-        Ok(())
     }
 }

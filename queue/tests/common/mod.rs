@@ -221,6 +221,16 @@ pub async fn exercise_every_operation(q: &Queue) {
     q.heartbeat(&w, 1000).await.unwrap();
     q.workers().await.unwrap();
     q.remove_worker("w").await.unwrap();
+    let web = queue::WebProcess {
+        id: "web".into(),
+        host: "h".into(),
+        pid: 1,
+        started_ms: 0,
+        last_seen_ms: 0,
+    };
+    q.heartbeat_web(&web, 1000).await.unwrap();
+    q.web_processes().await.unwrap();
+    q.remove_web_process("web").await.unwrap();
     q.stats().await.unwrap();
     for s in [
         ListState::Ready,

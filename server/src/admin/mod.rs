@@ -33,9 +33,9 @@ pub enum AdminCommand {
     /// to run twice. Needs REDIS_URL.
     Migrate(Box<MigrateArgs>),
     /// Move a drained queue to another partition count (REPOLL_PARTITIONS): its stored
-    /// results, histories and chart counters are moved; refused while a task is live or a
-    /// worker runs. Stop every repoll process of the queue first, then start them all with
-    /// the new count. Resumable. Needs REDIS_URL.
+    /// results, histories and chart counters are moved; refused while a task is live or any
+    /// repoll process of the queue (web or worker) runs. Stop them all first, then start them
+    /// with the new count. Resumable. Needs REDIS_URL.
     Repartition(Box<RepartitionArgs>),
 }
 

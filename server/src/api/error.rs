@@ -49,7 +49,9 @@ pub enum ErrorCode {
     StreamsFull,
     /// The server holds its maximum of open connections (503, then the connection closes).
     Overloaded,
-    /// The queue (Redis) is unavailable; try again shortly (503).
+    /// The queue (Redis) is unavailable; try again shortly (503). Also: this process's queue
+    /// was repartitioned while it ran, and it accepts nothing until restarted (503; the
+    /// message says so).
     Unavailable,
     /// Something failed on our side; details are in the server log only (500).
     Internal,
@@ -227,6 +229,13 @@ impl From<QueryError> for ApiError {
                     "the queue is unavailable; try again shortly",
                 )
             },
+            // Not for the client to fix, and not over by retrying here: the process must be
+            // restarted (its /readyz says so); another instance may already serve.
+            e @ QueryError::LayoutChanged => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Unavailable,
+                e.to_string(),
+            ),
             QueryError::Internal => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 ErrorCode::Internal,
