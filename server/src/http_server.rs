@@ -16,7 +16,12 @@
 //! - sets `TCP_NODELAY`, so a response's last small write is not held back;
 //! - speaks HTTP/1.1 only: browsers reach repoll directly over plain HTTP (HTTP/2 needs TLS)
 //!   or through a proxy, and HTTP/1 keeps one request per connection under the caps above;
-//! - drains on shutdown: stops accepting, lets open requests finish within the grace period.
+//! - drains on shutdown: stops accepting, lets open requests finish within the grace period;
+//! - lets only requests whose target is a path reach the app ([`routable_target`]): an
+//!   authority-form (`CONNECT host:port`, `POST host:port`) or asterisk-form (`OPTIONS *`)
+//!   request line is answered 400 and counted (`repoll_bad_request_lines_total`), nothing
+//!   logged. Why: Leptos's handlers unwrap the target's path and panicked on those, one 500
+//!   and a backtrace in the log per request, an anonymous log flood.
 
 use std::{
     sync::{
@@ -26,7 +31,12 @@ use std::{
     time::Duration,
 };
 
-use axum::{extract::ConnectInfo, Router};
+use axum::{
+    extract::ConnectInfo,
+    http::{header, HeaderValue, StatusCode, Uri},
+    response::{IntoResponse, Response},
+    Router,
+};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
@@ -55,6 +65,40 @@ pub struct ConnLimits {
 #[derive(Default, Debug)]
 pub struct ConnStats {
     pub refused: AtomicU64,
+    /// Requests answered 400 for a target that is not a path ([`routable_target`]).
+    pub bad_request_lines: AtomicU64,
+}
+
+/// The counter of request lines refused by [`routable_target`].
+pub const BAD_REQUEST_LINES_METRIC: &str = "repoll_bad_request_lines_total";
+
+/// Whether a request's target can reach the app: origin-form (`/path?query`) or absolute-form
+/// (`http://host/path`, which HTTP/1.1 servers must accept; its path is used). Not the
+/// authority-form (`host:port`, for CONNECT to a proxy) or the asterisk-form (`*`, OPTIONS of
+/// the server as a whole): they name no resource here, and Leptos's handlers panicked on
+/// them.
+pub fn routable_target(uri: &Uri) -> bool {
+    uri.path_and_query()
+        .is_some_and(|pq| pq.as_str().starts_with('/'))
+}
+
+/// The answer to a request whose target is not a path: a JSON 400 that closes the
+/// connection (a client that sends such lines is not one to keep talking to).
+fn bad_request_line() -> Response {
+    let body = crate::api::ErrorBody::new(
+        crate::api::ErrorCode::BadRequest,
+        "the request target must be a path (origin-form, e.g. GET /path HTTP/1.1)",
+    )
+    .to_json();
+    let mut res = (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response();
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
 }
 
 /// Raises the soft descriptor limit to the hard one (what servers usually do: the soft
@@ -103,6 +147,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let graceful = GracefulShutdown::new();
+    // 0 until something happens, so an alert on it has a series from the start.
+    metrics::counter!(BAD_REQUEST_LINES_METRIC).increment(0);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
@@ -135,12 +181,24 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = router
-            .clone()
-            .map_request(move |mut req: axum::http::Request<Incoming>| {
+        let service = {
+            let (router, stats) = (router.clone(), stats.clone());
+            tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
+                let router = router.clone();
+                let routable = routable_target(req.uri());
+                if !routable {
+                    stats.bad_request_lines.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!(BAD_REQUEST_LINES_METRIC).increment(1);
+                }
                 req.extensions_mut().insert(ConnectInfo(peer));
-                req
-            });
+                async move {
+                    if !routable {
+                        return Ok(bad_request_line());
+                    }
+                    router.oneshot(req).await
+                }
+            })
+        };
         let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
