@@ -21,9 +21,12 @@
 //!   authority-form (`CONNECT host:port`, `POST host:port`) or asterisk-form (`OPTIONS *`)
 //!   request line is answered 400 and counted (`repoll_bad_request_lines_total`), nothing
 //!   logged. Why: Leptos's handlers unwrap the target's path and panicked on those, one 500
-//!   and a backtrace in the log per request, an anonymous log flood.
+//!   and a backtrace in the log per request, an anonymous log flood;
+//! - closes a connection on request ([`ConnCloser`]): a live stream whose reader stopped
+//!   taking events is dropped at once, with what it had not sent.
 
 use std::{
+    os::fd::AsRawFd,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -71,6 +74,20 @@ pub struct ConnStats {
 
 /// The counter of request lines refused by [`routable_target`].
 pub const BAD_REQUEST_LINES_METRIC: &str = "repoll_bad_request_lines_total";
+
+/// Closes the connection a request came on (in its extensions when served here): the live
+/// stream uses it to drop a reader that stopped reading, which no response body can do by
+/// ending (hyper only asks a body for more once the socket has taken what it had).
+#[derive(Clone, Debug, Default)]
+pub struct ConnCloser(CancellationToken);
+
+impl ConnCloser {
+    /// Drops the connection now: its unsent bytes are discarded (a reset, not a FIN after
+    /// them), so neither this process nor the kernel holds them any longer.
+    pub fn close(&self) {
+        self.0.cancel();
+    }
+}
 
 /// Whether a request's target can reach the app: origin-form (`/path?query`) or absolute-form
 /// (`http://host/path`, which HTTP/1.1 servers must accept; its path is used). Not the
@@ -181,8 +198,10 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let fd = stream.as_raw_fd();
+        let closer = ConnCloser::default();
         let service = {
-            let (router, stats) = (router.clone(), stats.clone());
+            let (router, stats, closer) = (router.clone(), stats.clone(), closer.clone());
             tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
                 let router = router.clone();
                 let routable = routable_target(req.uri());
@@ -191,6 +210,7 @@ pub async fn serve(
                     metrics::counter!(BAD_REQUEST_LINES_METRIC).increment(1);
                 }
                 req.extensions_mut().insert(ConnectInfo(peer));
+                req.extensions_mut().insert(closer.clone());
                 async move {
                     if !routable {
                         return Ok(bad_request_line());
@@ -202,9 +222,22 @@ pub async fn serve(
         let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            {
+                let mut conn = std::pin::pin!(conn);
+                tokio::select! {
+                    ended = conn.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    }
+                    _ = closer.0.cancelled() => {
+                        // The connection is still open (`conn` owns it until the end of this
+                        // block), so the descriptor is still this socket's.
+                        discard_unsent_on_close(fd);
+                    }
+                }
             }
+            // The socket is closed: its place is free.
             drop(slot);
         });
     }
@@ -237,6 +270,27 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
         stream.shutdown().await
     })
     .await;
+}
+
+/// `SO_LINGER` 0 on `fd`: closing it then resets the connection and frees its send buffer at
+/// once, instead of the kernel trying (for minutes, to a reader that does not read) to
+/// deliver what was queued.
+fn discard_unsent_on_close(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is an open socket owned by the connection the caller still holds; the call
+    // only reads the struct we pass.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
 }
 
 fn is_connection_error(e: &std::io::Error) -> bool {
