@@ -9,7 +9,11 @@
 //! - With it, repoll sits behind **one** reverse proxy that appends the address it saw to
 //!   `X-Forwarded-For`. The **last** entry is the one that proxy wrote; everything before it
 //!   came from the client and is ignored (taking the first entry let a client rotate its
-//!   address with every request). Without the header the peer is used.
+//!   address with every request). "Last" spans repeated headers: the last entry of the last
+//!   `X-Forwarded-For` line, whether the proxy appended to the client's line or added its own,
+//!   read as bytes (a client's line that is not text must not make an earlier, client-written
+//!   entry the last one). When that entry is no address, or there is no header, the peer is
+//!   used.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -26,10 +30,10 @@ pub fn client_ip(
         let last = headers
             .get_all("x-forwarded-for")
             .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .rfind(|s| !s.trim().is_empty())
-            .and_then(|s| s.trim().parse::<IpAddr>().ok());
+            .next_back()
+            .and_then(|line| line.as_bytes().rsplit(|b| *b == b',').next())
+            .and_then(|entry| std::str::from_utf8(entry).ok())
+            .and_then(|entry| entry.trim().parse::<IpAddr>().ok());
         if last.is_some() {
             return last;
         }
@@ -81,5 +85,23 @@ mod tests {
         // No header, or a last entry that is no address: the peer.
         assert_eq!(client_ip(&headers(&[]), peer, true), peer);
         assert_eq!(client_ip(&headers(&["1.1.1.1, junk"]), peer, true), peer);
+        // An empty last entry is no address either: never the client's entry before it.
+        assert_eq!(client_ip(&headers(&["6.6.6.6", ""]), peer, true), peer);
+        assert_eq!(client_ip(&headers(&["6.6.6.6,"]), peer, true), peer);
+    }
+
+    /// The proxy appended to the client's own line, which the client made non-text: the
+    /// proxy's entry is still the last one (skipping the line made the client's entry on an
+    /// earlier line the key).
+    #[test]
+    fn a_line_that_is_not_text_does_not_hand_the_key_to_an_earlier_line() {
+        let peer = Some(IpAddr::from([10, 0, 0, 9]));
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "6.6.6.6".parse().unwrap());
+        h.append(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(b"\xff\xfe, 2.2.2.2").unwrap(),
+        );
+        assert_eq!(client_ip(&h, peer, true), Some(IpAddr::from([2, 2, 2, 2])));
     }
 }

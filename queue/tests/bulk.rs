@@ -300,6 +300,78 @@ async fn a_run_stops_between_chunks() {
     assert!(ttl > 0);
 }
 
+/// A Stop sent while a run still selects its tasks (after the operator's click, before its
+/// first chunk) finds the run (it used to answer "no bulk action is running" and the run then
+/// went through): the run ends stopped, having acted on nothing. A start meanwhile is refused
+/// as busy, naming the run that selects.
+#[tokio::test]
+async fn a_stop_sent_while_the_run_selects_stops_it_before_any_chunk() {
+    on_each_layout("bulk_stop_early", async |conf: QueueConfig| {
+        let q = queue_with(conf).await;
+        let ids = dead_tasks(&q, "early", 2 * BULK_CHUNK + 5, "HTTP 502").await;
+        let qc = q.clone();
+        let job = q
+            .bulk_begin_with(
+                BulkAction::Cancel,
+                &by_error("502"),
+                "ops",
+                10_000,
+                None,
+                || async move {
+                    assert!(qc.bulk_stop().await.unwrap(), "the selecting run is found");
+                    match qc
+                        .bulk_begin(BulkAction::Purge, &by_error("502"), "other", 10_000, None)
+                        .await
+                        .unwrap()
+                    {
+                        Err(BulkRefused::Busy(p)) => assert_eq!(
+                            (p.action.as_str(), p.who.as_str(), p.running()),
+                            ("cancel", "ops", true)
+                        ),
+                        other => panic!("a second start while selecting: {other:?}"),
+                    }
+                },
+            )
+            .await
+            .unwrap()
+            .expect("started");
+        assert_eq!(job.progress().total, ids.len() as u64);
+        let end = job.run().await.unwrap();
+        assert_eq!(
+            (
+                end.state.as_str(),
+                end.stop_requested,
+                end.done,
+                end.changed
+            ),
+            ("stopped", true, 0, 0)
+        );
+        for id in &ids {
+            assert_eq!(state_of(&q, id).await, Some(TaskState::Dead));
+        }
+        let stored = q.bulk_progress().await.unwrap().unwrap();
+        assert_eq!(
+            (stored.state.as_str(), stored.done, stored.stop_requested),
+            ("stopped", 0, true)
+        );
+        // The lock and the stop request went with the run: the next one goes through whole.
+        assert!(!q.bulk_stop().await.unwrap(), "nothing running to stop");
+        let end = q
+            .bulk_begin(BulkAction::Cancel, &by_error("502"), "ops", 10_000, None)
+            .await
+            .unwrap()
+            .expect("started")
+            .run()
+            .await
+            .unwrap();
+        assert_eq!(
+            (end.state.as_str(), end.changed),
+            ("finished", ids.len() as u64)
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn waiting_and_ready_tasks_by_query_text() {
     on_each_layout("bulk_states", async |conf: QueueConfig| {

@@ -16,9 +16,17 @@
 //! - sets `TCP_NODELAY`, so a response's last small write is not held back;
 //! - speaks HTTP/1.1 only: browsers reach repoll directly over plain HTTP (HTTP/2 needs TLS)
 //!   or through a proxy, and HTTP/1 keeps one request per connection under the caps above;
-//! - drains on shutdown: stops accepting, lets open requests finish within the grace period.
+//! - drains on shutdown: stops accepting, lets open requests finish within the grace period;
+//! - lets only requests whose target is a path reach the app ([`routable_target`]): an
+//!   authority-form (`CONNECT host:port`, `POST host:port`) or asterisk-form (`OPTIONS *`)
+//!   request line is answered 400 and counted (`repoll_bad_request_lines_total`), nothing
+//!   logged. Why: Leptos's handlers unwrap the target's path and panicked on those, one 500
+//!   and a backtrace in the log per request, an anonymous log flood;
+//! - closes a connection on request ([`ConnCloser`]): a live stream whose reader stopped
+//!   taking events is dropped at once, with what it had not sent.
 
 use std::{
+    os::fd::AsRawFd,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -26,7 +34,12 @@ use std::{
     time::Duration,
 };
 
-use axum::{extract::ConnectInfo, Router};
+use axum::{
+    extract::ConnectInfo,
+    http::{header, HeaderValue, StatusCode, Uri},
+    response::{IntoResponse, Response},
+    Router,
+};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
@@ -55,6 +68,54 @@ pub struct ConnLimits {
 #[derive(Default, Debug)]
 pub struct ConnStats {
     pub refused: AtomicU64,
+    /// Requests answered 400 for a target that is not a path ([`routable_target`]).
+    pub bad_request_lines: AtomicU64,
+}
+
+/// The counter of request lines refused by [`routable_target`].
+pub const BAD_REQUEST_LINES_METRIC: &str = "repoll_bad_request_lines_total";
+
+/// Closes the connection a request came on (in its extensions when served here): the live
+/// stream uses it to drop a reader that stopped reading, which no response body can do by
+/// ending (hyper only asks a body for more once the socket has taken what it had).
+#[derive(Clone, Debug, Default)]
+pub struct ConnCloser(CancellationToken);
+
+impl ConnCloser {
+    /// Drops the connection now: its unsent bytes are discarded (a reset, not a FIN after
+    /// them), so neither this process nor the kernel holds them any longer.
+    pub fn close(&self) {
+        self.0.cancel();
+    }
+}
+
+/// Whether a request's target can reach the app: origin-form (`/path?query`) or absolute-form
+/// (`http://host/path`, which HTTP/1.1 servers must accept; its path is used). Not the
+/// authority-form (`host:port`, for CONNECT to a proxy) or the asterisk-form (`*`, OPTIONS of
+/// the server as a whole): they name no resource here, and Leptos's handlers panicked on
+/// them.
+pub fn routable_target(uri: &Uri) -> bool {
+    uri.path_and_query()
+        .is_some_and(|pq| pq.as_str().starts_with('/'))
+}
+
+/// The answer to a request whose target is not a path: a JSON 400 that closes the
+/// connection (a client that sends such lines is not one to keep talking to).
+fn bad_request_line() -> Response {
+    let body = crate::api::ErrorBody::new(
+        crate::api::ErrorCode::BadRequest,
+        "the request target must be a path (origin-form, e.g. GET /path HTTP/1.1)",
+    )
+    .to_json();
+    let mut res = (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response();
+    res.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
 }
 
 /// Raises the soft descriptor limit to the hard one (what servers usually do: the soft
@@ -103,6 +164,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let graceful = GracefulShutdown::new();
+    // 0 until something happens, so an alert on it has a series from the start.
+    metrics::counter!(BAD_REQUEST_LINES_METRIC).increment(0);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
@@ -135,18 +198,46 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = router
-            .clone()
-            .map_request(move |mut req: axum::http::Request<Incoming>| {
+        let fd = stream.as_raw_fd();
+        let closer = ConnCloser::default();
+        let service = {
+            let (router, stats, closer) = (router.clone(), stats.clone(), closer.clone());
+            tower::service_fn(move |mut req: axum::http::Request<Incoming>| {
+                let router = router.clone();
+                let routable = routable_target(req.uri());
+                if !routable {
+                    stats.bad_request_lines.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!(BAD_REQUEST_LINES_METRIC).increment(1);
+                }
                 req.extensions_mut().insert(ConnectInfo(peer));
-                req
-            });
+                req.extensions_mut().insert(closer.clone());
+                async move {
+                    if !routable {
+                        return Ok(bad_request_line());
+                    }
+                    router.oneshot(req).await
+                }
+            })
+        };
         let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            {
+                let mut conn = std::pin::pin!(conn);
+                tokio::select! {
+                    ended = conn.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, %peer, "connection ended with an error");
+                        }
+                    }
+                    _ = closer.0.cancelled() => {
+                        // The connection is still open (`conn` owns it until the end of this
+                        // block), so the descriptor is still this socket's.
+                        discard_unsent_on_close(fd);
+                    }
+                }
             }
+            // The socket is closed: its place is free.
             drop(slot);
         });
     }
@@ -179,6 +270,27 @@ async fn refuse(mut stream: tokio::net::TcpStream) {
         stream.shutdown().await
     })
     .await;
+}
+
+/// `SO_LINGER` 0 on `fd`: closing it then resets the connection and frees its send buffer at
+/// once, instead of the kernel trying (for minutes, to a reader that does not read) to
+/// deliver what was queued.
+fn discard_unsent_on_close(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: `fd` is an open socket owned by the connection the caller still holds; the call
+    // only reads the struct we pass.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            std::ptr::addr_of!(linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
 }
 
 fn is_connection_error(e: &std::io::Error) -> bool {

@@ -15,6 +15,9 @@
 //! missed messages (Redis reconnect, slow client) gets [`LiveEvent::Resync`] (or a bumped
 //! task version) and re-reads from Redis. So nothing is ever lost, only coalesced.
 //!
+//! A query's streams do not read the task themselves: its one feed (`api::query_feed`) is the
+//! only watcher of the id here, reads once per wake-up and hands every stream the same bytes.
+//!
 //! Every stream holds a [`StreamPermit`] from [`Live::admit`]: at most `per_client` streams
 //! per client address and `total` in all. An open stream holds a connection (a file
 //! descriptor) for as long as the client likes, so without caps one client could take every
@@ -23,7 +26,10 @@
 use std::{
     collections::HashMap,
     net::IpAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
     time::Duration,
 };
 
@@ -82,7 +88,12 @@ struct Hub {
     tasks: Mutex<HashMap<String, watch::Sender<u64>>>,
     caps: StreamCaps,
     open: Mutex<OpenStreams>,
+    /// Streams dropped because their reader stopped taking events ([`Live::count_slow_drop`]).
+    dropped_slow: AtomicU64,
 }
+
+/// The counter of live streams dropped, by reason (`slow`: the reader stopped reading).
+pub const DROPPED_METRIC: &str = "repoll_live_streams_dropped_total";
 
 #[derive(Default)]
 struct OpenStreams {
@@ -124,6 +135,8 @@ impl Live {
         stop: CancellationToken,
     ) -> Live {
         let hub = Live::new(caps);
+        // 0 until a stream is dropped, so an alert on it has a series from the start.
+        metrics::counter!(DROPPED_METRIC, "reason" => "slow").increment(0);
         let feed = hub.clone();
         tokio::spawn(async move {
             // 100 ms doubling to 5 s, with jitter: many web processes that lost one Redis
@@ -163,6 +176,7 @@ impl Live {
                 tasks: Mutex::new(HashMap::new()),
                 caps,
                 open: Mutex::new(OpenStreams::default()),
+                dropped_slow: AtomicU64::new(0),
             }),
         }
     }
@@ -217,6 +231,17 @@ impl Live {
     /// Streams open right now.
     pub fn open_streams(&self) -> usize {
         lock(&self.inner.open).total
+    }
+
+    /// Counts a stream dropped because its reader stopped taking events.
+    pub fn count_slow_drop(&self) {
+        self.inner.dropped_slow.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(DROPPED_METRIC, "reason" => "slow").increment(1);
+    }
+
+    /// Streams dropped so far because their reader stopped taking events.
+    pub fn slow_drops(&self) -> u64 {
+        self.inner.dropped_slow.load(Ordering::Relaxed)
     }
 
     /// Routes one event (what the Pub/Sub subscriber does with each message).

@@ -49,12 +49,15 @@ fn metrics_carry_every_named_series() {
         panic!("repoll serve became ready (30 s hang guard)");
     }
     // Before anything has happened, the counters a first alert reads are there at 0: the
-    // failures of each kind and outcome, the managed Redis's restarts.
+    // failures of each kind and outcome, the managed Redis's restarts, the live streams
+    // dropped for a slow reader, the request lines refused.
     // (The embedded worker registers its series as it starts, beside the listener: waited for.)
     let zeros = [
         "repoll_managed_redis_restarts_total 0",
         "repoll_failures_total{kind=\"timeout\",outcome=\"retry\",upstream=\"default\"} 0",
         "repoll_failures_total{kind=\"failed\",outcome=\"dead\",upstream=\"default\"} 0",
+        "repoll_live_streams_dropped_total{reason=\"slow\"} 0",
+        "repoll_bad_request_lines_total 0",
     ];
     let t0 = Instant::now();
     let mut fresh = String::new();

@@ -163,6 +163,12 @@ impl Callbacks {
             return None;
         }
         let (body, sig) = token.rsplit_once('.')?;
+        // One text per token: the signature exactly as `token` writes it (64 lower-case hex
+        // digits). Upper-case digits decode to the same MAC, so without this check a token
+        // had 2^n spellings (n: its letter digits), each a distinct URL, log line and key.
+        if sig.len() != 64 || !sig.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
         let sig = hex::decode(sig).ok()?;
         self.mac(body).verify_slice(&sig).ok()?;
         let mut parts = body.split('.');
@@ -253,6 +259,33 @@ mod tests {
             "zz.1.2.00",
         ] {
             assert!(c.verify(junk).is_none(), "{junk:?}");
+        }
+    }
+
+    /// The signature is hex outside the MAC: its upper-case spelling decodes to the same
+    /// bytes. Only the canonical (lower-case) text of a valid token is accepted.
+    #[test]
+    fn only_the_canonical_text_of_a_token_is_accepted() {
+        let c = cb("k".repeat(32).as_str());
+        let t = c.token(ID, 1_700_000_000_000, 0);
+        assert!(c.verify(&t).is_some());
+        let (body, sig) = t.rsplit_once('.').unwrap();
+        assert!(sig.bytes().any(|b| b.is_ascii_alphabetic()), "{sig}");
+        for variant in [
+            format!("{body}.{}", sig.to_ascii_uppercase()),
+            // One digit's case is enough to make another text of the same MAC.
+            {
+                let i = sig.find(|ch: char| ch.is_ascii_alphabetic()).unwrap();
+                let mut s = sig.to_string();
+                s.replace_range(i..=i, &sig[i..=i].to_ascii_uppercase());
+                format!("{body}.{s}")
+            },
+        ] {
+            assert_eq!(
+                hex::decode(variant.rsplit_once('.').unwrap().1).unwrap(),
+                hex::decode(sig).unwrap()
+            );
+            assert!(c.verify(&variant).is_none(), "{variant}");
         }
     }
 

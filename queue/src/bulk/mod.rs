@@ -12,7 +12,10 @@
 //! One run at a time per queue: `{q}:bulk:lock` (SET NX with a TTL renewed every chunk, so a
 //! web process that dies mid-run frees it within [`LOCK_MS`]); `{q}:bulk` holds the current or
 //! last run's progress (a hash, kept [`KEEP_MS`] after the end) and its stop request, so any
-//! web process can show the progress bar and stop the run.
+//! web process can show the progress bar and stop the run. The lock is taken *before* the
+//! tasks are selected (a large selection takes a while): from the operator's click on, the
+//! run exists, and a Stop sent while it still selects is kept in `{q}:bulk:stop` (naming the
+//! run's lock) and ends the run before its first chunk.
 //!
 //! Here the filter and the run's types; `select` reads the candidates slot after slot, `run`
 //! starts, works through and stops a run.
@@ -316,6 +319,8 @@ pub enum BulkRefused {
 #[derive(Debug)]
 pub struct BulkJob {
     queue: Queue,
+    /// The value this run holds `{q}:bulk:lock` with (its run id, action and operator).
+    lock: String,
     action: BulkAction,
     state: BulkState,
     ids: Vec<TaskId>,

@@ -18,9 +18,16 @@ impl Queue {
         format!("{}bulk", self.keys().prefix)
     }
 
-    /// The lock that keeps runs one at a time (its value: the run id).
+    /// The lock that keeps runs one at a time (its value: `<run id> <action> <who>`, so a
+    /// start refused while another run still selects can say what is running).
     fn bulk_lock_key(&self) -> String {
         format!("{}bulk:lock", self.keys().prefix)
+    }
+
+    /// A stop request for the run holding the lock with the value stored here: kept apart
+    /// from `{q}:bulk`, which a run still selecting has not written yet.
+    fn bulk_stop_key(&self) -> String {
+        format!("{}bulk:stop", self.keys().prefix)
     }
 
     /// Starts a run of `action` on what `filter` selects, if at most `limit` tasks match (and,
@@ -34,40 +41,74 @@ impl Queue {
         limit: u64,
         confirmed: Option<u64>,
     ) -> Result<std::result::Result<BulkJob, BulkRefused>> {
+        self.bulk_begin_with(action, filter, who, limit, confirmed, || async {})
+            .await
+    }
+
+    /// As [`Queue::bulk_begin`], awaiting `selecting` once the run holds the lock, before its
+    /// tasks are selected (tests use it to send a Stop while the run selects).
+    pub async fn bulk_begin_with<F, Fut>(
+        &self,
+        action: BulkAction,
+        filter: &BulkFilter,
+        who: &str,
+        limit: u64,
+        confirmed: Option<u64>,
+        selecting: F,
+    ) -> Result<std::result::Result<BulkJob, BulkRefused>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = ()>,
+    {
         if !action.applies_to(filter.state) {
             return Ok(Err(BulkRefused::NotApplicable));
         }
-        let keep = usize::try_from(limit).unwrap_or(usize::MAX);
-        let sel = self.bulk_select(filter, keep).await?;
-        if sel.matched > limit {
-            return Ok(Err(BulkRefused::OverLimit {
-                matched: sel.matched,
-                limit,
-            }));
-        }
-        if let Some(confirmed) = confirmed.filter(|c| sel.matched > *c) {
-            return Ok(Err(BulkRefused::CountGrew {
-                confirmed,
-                matched: sel.matched,
-            }));
-        }
-        if sel.ids.is_empty() {
-            return Ok(Err(BulkRefused::Nothing));
-        }
+        // The lock first: a selection can take seconds, and a Stop sent meanwhile must find
+        // the run (before, it answered "no bulk action is running" and the run went on).
         let run = format!("{:016x}", rand_u64());
+        let lock = format!("{run} {} {who}", action.as_str());
         let mut c = self.conn.clone();
         let locked: Option<String> = redis::cmd("SET")
             .arg(self.bulk_lock_key())
-            .arg(&run)
+            .arg(&lock)
             .arg("NX")
             .arg("PX")
             .arg(LOCK_MS)
             .query_async(&mut c)
             .await?;
         if locked.is_none() {
-            let current = self.bulk_progress().await?.unwrap_or_default();
-            return Ok(Err(BulkRefused::Busy(Box::new(current))));
+            return Ok(Err(BulkRefused::Busy(Box::new(self.bulk_current().await?))));
         }
+        let selected = async {
+            selecting().await;
+            let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+            let sel = self.bulk_select(filter, keep).await?;
+            let stop: Option<String> = self.conn.clone().get(self.bulk_stop_key()).await?;
+            Ok::<_, crate::error::QueueError>((sel, stop.as_deref() == Some(lock.as_str())))
+        }
+        .await;
+        let refused = match &selected {
+            Err(_) => None,
+            Ok((sel, _)) if sel.matched > limit => Some(BulkRefused::OverLimit {
+                matched: sel.matched,
+                limit,
+            }),
+            Ok((sel, _)) if confirmed.is_some_and(|c| sel.matched > c) => {
+                Some(BulkRefused::CountGrew {
+                    confirmed: confirmed.unwrap_or_default(),
+                    matched: sel.matched,
+                })
+            }
+            Ok((sel, _)) if sel.ids.is_empty() => Some(BulkRefused::Nothing),
+            Ok(_) => None,
+        };
+        if selected.is_err() || refused.is_some() {
+            self.bulk_release(&lock).await;
+        }
+        if let Some(refused) = refused {
+            return Ok(Err(refused));
+        }
+        let (sel, stop_requested) = selected?;
         let mut filter_text = filter.describe();
         if !sel.complete {
             filter_text.push_str(&format!(" (among the first {BULK_SCAN_MAX} looked at)"));
@@ -83,11 +124,14 @@ impl Queue {
             state: "running".into(),
             started_ms: self.now_ms().await?,
             ended_ms: None,
-            stop_requested: false,
+            // Asked while selecting: the run ends at its first stop check, having acted on
+            // nothing.
+            stop_requested,
         };
         self.bulk_write(&progress, true).await?;
         Ok(Ok(BulkJob {
             queue: self.clone(),
+            lock,
             action,
             state: filter.state,
             ids: sel.ids,
@@ -119,16 +163,63 @@ impl Queue {
         }))
     }
 
-    /// Asks the running run to stop after its current chunk; false when none is running.
-    pub async fn bulk_stop(&self) -> Result<bool> {
-        match self.bulk_progress().await? {
-            Some(p) if p.running() => {
-                let mut c = self.conn.clone();
-                let _: () = c.hset(self.bulk_key(), "stop", "1").await?;
-                Ok(true)
+    /// What a start refused as busy reports: the running run's progress, or (while the lock's
+    /// holder still selects its tasks, its progress not written yet) what its lock says.
+    async fn bulk_current(&self) -> Result<BulkProgress> {
+        let current = self.bulk_progress().await?.unwrap_or_default();
+        let holder: Option<String> = self.conn.clone().get(self.bulk_lock_key()).await?;
+        match holder {
+            Some(h) if !(current.running() && h.starts_with(&current.run)) => {
+                let mut parts = h.splitn(3, ' ');
+                Ok(BulkProgress {
+                    run: parts.next().unwrap_or_default().into(),
+                    action: parts.next().unwrap_or_default().into(),
+                    who: parts.next().unwrap_or_default().into(),
+                    filter: "selecting its tasks".into(),
+                    state: "running".into(),
+                    ..BulkProgress::default()
+                })
             }
-            _ => Ok(false),
+            _ => Ok(current),
         }
+    }
+
+    /// Frees the lock and its stop request if they are still `lock`'s (either may have
+    /// expired and been taken by another run).
+    async fn bulk_release(&self, lock: &str) {
+        let mut c = self.conn.clone();
+        for key in [self.bulk_lock_key(), self.bulk_stop_key()] {
+            let holder: Option<String> = c.get(&key).await.unwrap_or(None);
+            if holder.as_deref() == Some(lock) {
+                let _: redis::RedisResult<()> = c.del(&key).await;
+            }
+        }
+    }
+
+    /// Asks the current run to stop before its next chunk; false when none is running. A run
+    /// still selecting its tasks counts: it holds the lock, and the request (naming that
+    /// lock) ends it before it acts on anything.
+    pub async fn bulk_stop(&self) -> Result<bool> {
+        let mut c = self.conn.clone();
+        let holder: Option<String> = c.get(self.bulk_lock_key()).await?;
+        let running = self.bulk_progress().await?.is_some_and(|p| p.running());
+        if holder.is_none() && !running {
+            return Ok(false);
+        }
+        let mut pipe = redis::pipe();
+        if let Some(lock) = &holder {
+            pipe.cmd("SET")
+                .arg(self.bulk_stop_key())
+                .arg(lock)
+                .arg("PX")
+                .arg(LOCK_MS)
+                .ignore();
+        }
+        if running {
+            pipe.hset(self.bulk_key(), "stop", "1").ignore();
+        }
+        pipe.query_async::<()>(&mut c).await?;
+        Ok(true)
     }
 
     async fn bulk_write(&self, p: &BulkProgress, fresh: bool) -> Result<()> {
@@ -152,6 +243,9 @@ impl Queue {
             ],
         )
         .ignore();
+        if p.stop_requested {
+            pipe.hset(&key, "stop", "1").ignore();
+        }
         if let Some(end) = p.ended_ms {
             pipe.hset(&key, "ended", end).ignore();
             pipe.pexpire(&key, KEEP_MS as i64).ignore();
@@ -220,11 +314,7 @@ impl BulkJob {
         }
         let written = q.bulk_write(&self.progress, false).await;
         // Free the slot only if it is still ours (it may have expired and been taken).
-        let mut c = q.conn.clone();
-        let holder: Option<String> = c.get(q.bulk_lock_key()).await.unwrap_or(None);
-        if holder.as_deref() == Some(self.progress.run.as_str()) {
-            let _: redis::RedisResult<()> = c.del(q.bulk_lock_key()).await;
-        }
+        q.bulk_release(&self.lock).await;
         result?;
         written?;
         Ok(self.progress)
@@ -240,12 +330,15 @@ impl BulkJob {
         let ids = std::mem::take(&mut self.ids);
         for chunk in ids.chunks(BULK_CHUNK) {
             let mut c = q.conn.clone();
-            let (stop, holder): (Option<String>, Option<String>) = redis::pipe()
-                .hget(q.bulk_key(), "stop")
-                .get(q.bulk_lock_key())
-                .query_async(&mut c)
-                .await?;
-            if stop.is_some() || holder.as_deref() != Some(self.progress.run.as_str()) {
+            let (stop, holder, stop_for): (Option<String>, Option<String>, Option<String>) =
+                redis::pipe()
+                    .hget(q.bulk_key(), "stop")
+                    .get(q.bulk_lock_key())
+                    .get(q.bulk_stop_key())
+                    .query_async(&mut c)
+                    .await?;
+            let mine = Some(self.lock.as_str());
+            if stop.is_some() || stop_for.as_deref() == mine || holder.as_deref() != mine {
                 self.progress.stop_requested = true;
                 self.progress.state = "stopped".into();
                 return Ok(());

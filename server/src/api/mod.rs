@@ -2,6 +2,7 @@
 //!
 //! - `queries`: submit a query, read its state.
 //! - `events`: the per-query Server-Sent-Events stream.
+//! - `query_feed`: one shared read per change of a watched query, for all its streams.
 //! - `rate`: the per-client rate limit of submits.
 //! - `error`: the one error shape and the JSON extractor that uses it.
 //! - `callbacks`: an upstream's answer posted to a task's callback URL.
@@ -15,6 +16,7 @@ mod error;
 mod events;
 mod openapi;
 mod queries;
+pub mod query_feed;
 mod rate;
 pub mod state;
 

@@ -61,7 +61,7 @@ pub struct SubmitBody {
         (status = 400, body = ErrorBody, description = "Malformed JSON (code malformed_json)."),
         (status = 413, body = ErrorBody, description = "Body larger than 4 KiB (code payload_too_large)."),
         (status = 415, body = ErrorBody, description = "Content type is not application/json (code unsupported_media_type)."),
-        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), the body has no string `query` (code invalid_body), names an unknown upstream (code unknown_upstream, the message lists the known ones) or a malformed tenant (code invalid_tenant)."),
+        (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), the body has no string `query` (code invalid_body), names an unknown upstream (code unknown_upstream, the message lists the known ones) or a malformed tenant (code invalid_tenant; also when the operator's tenant header appears more than once)."),
         (status = 429, body = ErrorBody, description = "Rate limit of this client reached (code rate_limited).",
             headers(("Retry-After" = u64, description = "Seconds to wait."))),
         (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
@@ -73,16 +73,8 @@ pub async fn submit(
     _limit: RateLimited,
     ApiJson(body): ApiJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
-    // The operator's header, when named, is the only source (a gateway sets it); an absent
-    // header is no tenant. A value that is not text is a malformed tenant, not "none".
     let tenant = match &state.api.tenant_header {
-        Some(name) => match headers.get(name) {
-            Some(v) => v
-                .to_str()
-                .map_err(|_| ApiError::from(app::query_view::QueryError::InvalidTenant))?
-                .to_string(),
-            None => String::new(),
-        },
+        Some(name) => tenant_of(&headers, name)?,
         None => body.tenant.unwrap_or_default(),
     };
     let (view, created) = app::query_view::submit_with(
@@ -104,6 +96,29 @@ pub async fn submit(
         res.headers_mut().insert(header::LOCATION, v);
     }
     Ok(res)
+}
+
+/// The tenant named by the operator's header `name`: the only source when configured (a
+/// gateway sets it); an absent header is no tenant. The header must appear once: a gateway
+/// that appends its value instead of replacing the client's would otherwise let the client's
+/// copy (the first) win, so a repeated header is refused like a comma-joined one (which is
+/// no valid tenant either). A value that is not text is a malformed tenant, not "none".
+fn tenant_of(headers: &HeaderMap, name: &axum::http::HeaderName) -> Result<String, ApiError> {
+    let mut values = headers.get_all(name).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return match headers.contains_key(name) {
+            false => Ok(String::new()),
+            true => Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                super::ErrorCode::InvalidTenant,
+                format!("the {name} header names the tenant and must appear once"),
+            )),
+        };
+    };
+    value
+        .to_str()
+        .map(str::to_string)
+        .map_err(|_| ApiError::from(app::query_view::QueryError::InvalidTenant))
 }
 
 /// The current state of one query; 404 for an unknown or malformed id.

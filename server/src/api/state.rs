@@ -32,6 +32,10 @@ pub struct ApiArgs {
     /// Interval of heartbeat comments on live streams, in ms.
     #[arg(long, env = "REPOLL_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     pub sse_keepalive_ms: u64,
+    /// A live stream whose reader has not taken the states sent to it this long after a newer
+    /// one was published is closed (its unsent bytes discarded), in ms.
+    #[arg(long, env = "REPOLL_SSE_SLOW_READER_MS", default_value_t = 30_000)]
+    pub sse_slow_reader_ms: u64,
     /// A request header that names the caller's tenant (e.g. `X-Api-Key-Id`, set by your API
     /// gateway): when set, a submit's tenant is that header's value (none when absent) and the
     /// body's `tenant` is ignored, so callers cannot pick another's share. Unset: the body's.
@@ -57,6 +61,10 @@ pub struct ApiState {
     /// `None` when the rate limit is off.
     pub limiter: Option<Limiter>,
     pub keep_alive: Duration,
+    /// `REPOLL_SSE_SLOW_READER_MS`: how long a live stream may be behind before it is dropped.
+    pub slow_reader: Duration,
+    /// The live streams' shared reads of their queries (one feed per watched id).
+    pub feeds: super::query_feed::QueryFeeds,
     /// `REPOLL_METRICS_TOKEN`: bearer token for `/metrics` from other hosts.
     pub metrics_token: Option<std::sync::Arc<str>>,
     /// `REPOLL_TRUST_FORWARDED` (the rule is `app::client`'s).
@@ -79,6 +87,8 @@ impl ApiState {
         ApiState {
             limiter: Limiter::new(args.rate_per_min, args.rate_burst, trust_forwarded),
             keep_alive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
+            slow_reader: Duration::from_millis(args.sse_slow_reader_ms.max(1)),
+            feeds: Default::default(),
             metrics_token: None,
             trust_forwarded,
             callbacks: None,

@@ -48,6 +48,8 @@ impl Default for Opts {
 
 pub struct Env {
     pub router: Router,
+    /// The router's state (its live hub and query feeds, for counters).
+    pub state: WebState,
     pub queue: queue::Queue,
     pub sim_url: String,
     pub redis: Option<ManagedRedis>,
@@ -135,7 +137,7 @@ impl Env {
         // by the handler, never raced by this layer's own 503.
         assert!(queue::RESPONSE_TIMEOUT < Duration::from_secs(60));
         let router = web::router(
-            state,
+            state.clone(),
             Limits {
                 body_bytes: 64 * 1024,
                 timeout: Duration::from_secs(60),
@@ -144,6 +146,7 @@ impl Env {
         );
         Env {
             router,
+            state,
             queue,
             sim_url: format!("http://{sim_addr}"),
             redis: Some(redis),
