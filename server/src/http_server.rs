@@ -75,19 +75,9 @@ pub struct ConnStats {
 /// The counter of request lines refused by [`routable_target`].
 pub const BAD_REQUEST_LINES_METRIC: &str = "repoll_bad_request_lines_total";
 
-/// Closes the connection a request came on (in its extensions when served here): the live
-/// stream uses it to drop a reader that stopped reading, which no response body can do by
-/// ending (hyper only asks a body for more once the socket has taken what it had).
-#[derive(Clone, Debug, Default)]
-pub struct ConnCloser(CancellationToken);
-
-impl ConnCloser {
-    /// Drops the connection now: its unsent bytes are discarded (a reset, not a FIN after
-    /// them), so neither this process nor the kernel holds them any longer.
-    pub fn close(&self) {
-        self.0.cancel();
-    }
-}
+// The handle a request gets to close its own connection (below the routes, so a handler can
+// take it without importing the accept loop).
+pub use crate::conn::ConnCloser;
 
 /// Whether a request's target can reach the app: origin-form (`/path?query`) or absolute-form
 /// (`http://host/path`, which HTTP/1.1 servers must accept; its path is used). Not the
@@ -230,7 +220,7 @@ pub async fn serve(
                             tracing::debug!(error = %e, %peer, "connection ended with an error");
                         }
                     }
-                    _ = closer.0.cancelled() => {
+                    _ = closer.closed() => {
                         // The connection is still open (`conn` owns it until the end of this
                         // block), so the descriptor is still this socket's.
                         discard_unsent_on_close(fd);

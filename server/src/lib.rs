@@ -17,7 +17,7 @@
 //! - [`security`]: response headers (CSP with per-response nonces, framing, sniffing,
 //!   referrer), JSON errors for every API 4xx, redirects kept on our own paths.
 //! - [`http_server`]: the accept loop — connection cap, header-read/idle timeout,
-//!   `TCP_NODELAY`, drain.
+//!   `TCP_NODELAY`, drain; [`conn`]: the handle a request gets to close its own connection.
 //! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
 //! - [`serve`]: the `repoll serve` command — Redis, router, embedded workers and simulator,
 //!   listener, graceful drain.
@@ -38,6 +38,7 @@ pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod config_file;
+pub mod conn;
 pub mod http_server;
 pub mod live_hub;
 pub mod managed_redis;

@@ -53,7 +53,15 @@ const OURS: &[&str] = &[
     // submit_query: the query rules (model::normalise_query) and the page's own refusals.
     "query is empty",
     "query is {n} chars, at most {n} allowed",
-    "query contains a control or invisible character (U+{hex})",
+    "query contains a control character (U+{hex})",
+    // model/src/query_chars.rs `refusal`: its kinds (`invisible_kind`), then its reasons.
+    "query contains an invisible character (U+{hex}, {zero width joiner|zero width non-joiner|\
+     control character|variation selector|tag character|bidirectional control|format character|\
+     default-ignorable character|visible character}){| where no emoji sequence or joining script \
+     uses it| outside the letters of a script it separates| after no character it selects a form \
+     of| outside a subdivision flag|: characters that show nothing are refused|: tag characters \
+     only spell a subdivision flag (U+1F3F4, tag letters, U+E007F)|: a subdivision flag names its \
+     region in 3 to 7 tag letters}",
     "tenant: 1 to {n} of letters, digits and ._:@-",
     "Too many queries from your address; try again in {n} s.",
     "the queue is unavailable",
@@ -148,7 +156,9 @@ mod tests {
         for ours in [
             "wrong password",
             "query is 600 chars, at most 512 allowed",
-            "query contains a control or invisible character (U+202E)",
+            "query contains a control character (U+0007)",
+            "query contains an invisible character (U+202E, bidirectional control): characters \
+             that show nothing are refused",
             "not purged: type \"dead\" to confirm",
             "nothing done: another bulk retry is running (3 of 40)",
             "Too many queries from your address; try again in 7 s.",

@@ -44,12 +44,10 @@ use futures::{stream, Stream};
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{
-    error::ApiError,
-    query_feed::{Feed, Shared},
-};
+use super::error::ApiError;
+use super::query_feed::{Feed, Shared};
 use crate::{
-    http_server::ConnCloser,
+    conn::ConnCloser,
     live_hub::{Live, StreamPermit},
     state::{ClientIp, WebState},
 };

@@ -110,7 +110,7 @@ fn tenant_of(headers: &HeaderMap, name: &axum::http::HeaderName) -> Result<Strin
             false => Ok(String::new()),
             true => Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                super::ErrorCode::InvalidTenant,
+                super::error::ErrorCode::InvalidTenant,
                 format!("the {name} header names the tenant and must appear once"),
             )),
         };
