@@ -4,8 +4,9 @@
 //!   workers SIGKILLed every 2 s, Redis restarted once and stalled once, while queries are
 //!   submitted over HTTP. Fails when an accepted query is lost or the upstream was driven to
 //!   `done` twice for a task that never lost a lease. See [`run`].
-//! - `chaos abuse`: live streams, slow headers and wrong sign-ins against `repoll serve
-//!   --sim`, each followed by probes that must answer within 1 s. See [`abuse`].
+//! - `chaos abuse`: live streams, slow headers, a hostile upstream, request lines without a
+//!   path and wrong sign-ins against `repoll serve --sim`, each followed by probes that must
+//!   answer within 1 s, and gates on what each left behind. See [`abuse`].
 //!
 //! Exit codes: 0 pass, 1 a gate failed, 2 the suite itself could not run, 130 interrupted.
 
@@ -28,7 +29,8 @@ struct Cli {
 enum Command {
     /// Worker kills, a Redis restart and stall, upstream faults; counts lost and duplicate work.
     Run(run::RunArgs),
-    /// Live streams, slow connections and wrong sign-ins; probes must answer within 1 s.
+    /// Live streams, slow connections, a hostile upstream, request lines without a path and
+    /// wrong sign-ins; probes must answer within 1 s.
     Abuse(abuse::AbuseArgs),
 }
 

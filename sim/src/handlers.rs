@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::faults::Fault;
-use crate::limits::{MAX_KEY_BYTES, MAX_PAD_BYTES};
+use crate::limits::{MAX_DEEP, MAX_KEY_BYTES, MAX_PAD_BYTES};
 use crate::overrides::Overrides;
 use crate::state::{CallbackPlan, Plan, SimState};
 
@@ -50,8 +50,14 @@ pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, Stri
         tokio::time::sleep(latency).await;
     }
     match plan {
-        Plan::Answer(body) if o.pad > 0 => padded(&body, o.pad),
-        Plan::Answer(body) => Json(body).into_response(),
+        Plan::Answer(body) => {
+            let pad = o.pad_for(body["status"].as_str().unwrap_or_default());
+            if pad > 0 || o.deep > 0 {
+                shaped(&body, pad, o.deep)
+            } else {
+                Json(body).into_response()
+            }
+        }
         Plan::Fault {
             fault,
             retry_after_s,
@@ -62,33 +68,45 @@ pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, Stri
 /// The filler of `pad=`: made once, then every padded answer sends a slice of it as it is.
 static FILLER: LazyLock<Box<[u8]>> = LazyLock::new(|| vec![b'x'; MAX_PAD_BYTES].into_boxed_slice());
 
-/// `answer` with `pad` filler bytes (at most [`MAX_PAD_BYTES`]): appended to the message of a
-/// failed answer, or as the string `"pad"` of its data otherwise. The body is sent in three
-/// pieces, the middle one borrowed from [`FILLER`], so however many padded answers are in
-/// flight, the filler is in memory once.
-fn padded(answer: &serde_json::Value, pad: usize) -> Response {
+/// The brackets of `deep=`, made once like the filler.
+static OPEN: LazyLock<Box<[u8]>> = LazyLock::new(|| vec![b'['; MAX_DEEP].into_boxed_slice());
+static CLOSE: LazyLock<Box<[u8]>> = LazyLock::new(|| vec![b']'; MAX_DEEP].into_boxed_slice());
+
+/// `answer` with `pad` filler bytes (at most [`MAX_PAD_BYTES`]) and `deep` levels of nested
+/// arrays (at most [`MAX_DEEP`]). The filler is appended to the message of a failed answer, or
+/// is the string `"pad"` of its data otherwise; the arrays are the member `"deep"` next to it.
+/// The body is sent in pieces, the large ones borrowed from [`FILLER`], [`OPEN`] and
+/// [`CLOSE`], so however many such answers are in flight, they are in memory once.
+fn shaped(answer: &serde_json::Value, pad: usize, deep: usize) -> Response {
     let status = &answer["status"];
-    let (head, tail) = if status == "failed" {
+    let head = if status == "failed" {
         // The message as a JSON string without its closing quote; the filler continues it.
         let message = serde_json::to_string(&answer["error"]).unwrap_or_else(|_| "\"".into());
         let open = message.strip_suffix('"').unwrap_or("\"");
-        (format!(r#"{{"status":"failed","error":{open}"#), r#""}"#)
+        format!(r#"{{"status":"failed","error":{open}"#)
     } else {
         // The data is an object (`data_for`): the filler goes in as its last member.
         let data = serde_json::to_string(&answer["data"]).unwrap_or_else(|_| "{}".into());
         let open = data.strip_suffix('}').unwrap_or("{");
         let sep = if open.len() > 1 { "," } else { "" };
-        (
-            format!(r#"{{"status":{status},"data":{open}{sep}"pad":""#),
-            r#""}}"#,
-        )
+        format!(r#"{{"status":{status},"data":{open}{sep}"pad":""#)
     };
+    // After the filler: the string's quote, then the data's object (or, failed, the answer's)
+    // is still open.
+    let close = if status == "failed" { "}" } else { "}}" };
     let filler: &'static [u8] = &FILLER[..pad.min(MAX_PAD_BYTES)];
-    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+    let deep = deep.min(MAX_DEEP);
+    let mut chunks: Vec<Result<Bytes, std::io::Error>> = vec![
         Ok(Bytes::from(head)),
         Ok(Bytes::from_static(filler)),
-        Ok(Bytes::from_static(tail.as_bytes())),
+        Ok(Bytes::from_static(b"\"")),
     ];
+    if deep > 0 {
+        chunks.push(Ok(Bytes::from_static(br#","deep":"#)));
+        chunks.push(Ok(Bytes::from_static(&OPEN[..deep])));
+        chunks.push(Ok(Bytes::from_static(&CLOSE[..deep])));
+    }
+    chunks.push(Ok(Bytes::from_static(close.as_bytes())));
     let mut r = Response::new(Body::from_stream(futures::stream::iter(chunks)));
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -48,6 +48,11 @@ pub const MAX_ERROR_BYTES: usize = 1024;
 /// by every answer (see [`crate::handlers`]), so a padded answer costs no memory of its own.
 pub const MAX_PAD_BYTES: usize = 4 * 1024 * 1024;
 
+/// Deepest nesting of `deep=` (arrays inside arrays in the answer): 100,000 levels, two bytes
+/// each, so an answer stays under 200 KB while reaching far past any JSON parser's recursion
+/// limit (serde_json stops at 128). Like the filler, the brackets are one buffer made once.
+pub const MAX_DEEP: usize = 100_000;
+
 /// Longest key (`q=`): 4 KiB — room for repoll's longest query (512 chars of up to 4 bytes
 /// each) while a key, kept in the per-key map and echoed in the data, stays small.
 pub const MAX_KEY_BYTES: usize = 4 * 1024;

@@ -15,7 +15,10 @@
 //! `status=failed`, at most [`MAX_ERROR_BYTES`]), `payload` (echoed inside the data, at most
 //! [`MAX_PAYLOAD_BYTES`]), `pad` (that many bytes of filler, 0..=[`MAX_PAD_BYTES`]: a `"pad"`
 //! string in the data of every answer, or appended to a `status=failed` message — an
-//! oversized answer or error without a key that long).
+//! oversized answer or error without a key that long), `pad_partial` (the same filler in the
+//! `processing` answers only, so a key sends huge partials and then a small final answer),
+//! `deep` (0..=[`MAX_DEEP`]: a `"deep"` member of that many nested arrays, `[[[…]]]`, in
+//! every answer — JSON deeper than any parser's recursion limit).
 //!
 //! A recognised name with a value out of range or unparsable is refused: the request is
 //! answered HTTP 400 `{"error": "<knob>: <value> is out of range 0..=N"}` and nothing is
@@ -28,8 +31,8 @@ use std::fmt;
 
 use crate::faults::Fault;
 use crate::limits::{
-    shown, MAX_ERROR_BYTES, MAX_FAIL_TIMES, MAX_ITEMS, MAX_LATENCY_MS, MAX_MS, MAX_PAD_BYTES,
-    MAX_PAYLOAD_BYTES, MAX_POLLS, MAX_RETRY_AFTER_S,
+    shown, MAX_DEEP, MAX_ERROR_BYTES, MAX_FAIL_TIMES, MAX_ITEMS, MAX_LATENCY_MS, MAX_MS,
+    MAX_PAD_BYTES, MAX_PAYLOAD_BYTES, MAX_POLLS, MAX_RETRY_AFTER_S,
 };
 
 /// The overrides of one request; `None` = use the simulator's flags.
@@ -47,6 +50,10 @@ pub struct Overrides {
     pub payload: Option<String>,
     /// Filler bytes added to the answer (`pad=`); 0 = none.
     pub pad: usize,
+    /// Filler bytes added to a `processing` answer instead of `pad` (`pad_partial=`).
+    pub pad_partial: Option<usize>,
+    /// Levels of nested arrays added to the answer (`deep=`); 0 = none.
+    pub deep: usize,
 }
 
 /// A recognised override whose value is out of range or unparsable; its `Display` is the
@@ -94,6 +101,15 @@ fn bounded_text(knob: &'static str, value: &str, max: usize) -> Result<String, O
 }
 
 impl Overrides {
+    /// The filler bytes of an answer whose status is `status`: `pad_partial` (when given) for
+    /// a `processing` answer, `pad` otherwise.
+    pub fn pad_for(&self, status: &str) -> usize {
+        match self.pad_partial {
+            Some(n) if status == "processing" => n,
+            _ => self.pad,
+        }
+    }
+
     /// Overrides found in `key`, then in the other query parameters `params` (which win).
     /// The first recognised override with a bad value is the error.
     pub fn parse(key: &str, params: &HashMap<String, String>) -> Result<Overrides, OverrideError> {
@@ -145,6 +161,8 @@ impl Overrides {
             "error" => self.error = Some(bounded_text("error", value, MAX_ERROR_BYTES)?),
             "payload" => self.payload = Some(bounded_text("payload", value, MAX_PAYLOAD_BYTES)?),
             "pad" => self.pad = bounded("pad", value, MAX_PAD_BYTES)?,
+            "pad_partial" => self.pad_partial = Some(bounded("pad_partial", value, MAX_PAD_BYTES)?),
+            "deep" => self.deep = bounded("deep", value, MAX_DEEP)?,
             _ => {}
         }
         Ok(())
@@ -177,6 +195,16 @@ mod tests {
         let o = parse("k polls=1 payload=<script>alert('x y')</script>").expect("valid");
         assert_eq!(o.polls, Some(1));
         assert_eq!(o.payload.as_deref(), Some("<script>alert('x y')</script>"));
+    }
+
+    #[test]
+    fn pad_partial_pads_only_processing_answers() {
+        let o = parse("k pad=7 pad_partial=5000").expect("valid");
+        assert_eq!(o.pad_for("processing"), 5000);
+        assert_eq!(o.pad_for("done"), 7);
+        assert_eq!(o.pad_for("failed"), 7);
+        let o = parse("k pad=7").expect("valid");
+        assert_eq!(o.pad_for("processing"), 7);
     }
 
     #[test]
@@ -220,6 +248,14 @@ mod tests {
             err("x pad=4194305"),
             "pad: 4194305 is out of range 0..=4194304"
         );
+        assert_eq!(
+            err("x pad_partial=4194305"),
+            "pad_partial: 4194305 is out of range 0..=4194304"
+        );
+        assert_eq!(
+            err("x deep=100001"),
+            "deep: 100001 is out of range 0..=100000"
+        );
         // The query string is checked the same way.
         let mut params = HashMap::new();
         params.insert("items".to_string(), "1001".to_string());
@@ -236,10 +272,12 @@ mod tests {
         let o = parse(&format!(
             "k polls={MAX_POLLS} ms={MAX_MS} items={MAX_ITEMS} fail=hang fail_times={MAX_FAIL_TIMES} \
              retry_after={MAX_RETRY_AFTER_S} latency={MAX_LATENCY_MS} status=failed error=e \
-             pad={MAX_PAD_BYTES} payload={}",
+             pad={MAX_PAD_BYTES} pad_partial={MAX_PAD_BYTES} deep={MAX_DEEP} payload={}",
             "p".repeat(MAX_PAYLOAD_BYTES)
         ))
         .expect("valid");
+        assert_eq!(o.pad_partial, Some(MAX_PAD_BYTES));
+        assert_eq!(o.deep, MAX_DEEP);
         assert_eq!(o.items, Some(MAX_ITEMS));
         assert_eq!(o.polls, Some(MAX_POLLS));
         assert_eq!(o.latency_ms, Some(MAX_LATENCY_MS));

@@ -218,6 +218,55 @@ async fn forced_faults() {
     assert_eq!(stats(&sim).await.keys["b fail=500"].done, 0);
 }
 
+/// `pad_partial=` pads the `processing` answers only (huge partials, then a small final
+/// answer); `deep=` nests that many arrays in the data (or next to a failed message): JSON
+/// that a parser with a recursion limit refuses, sent whole and nothing else changed.
+#[tokio::test]
+async fn pad_partial_and_deep_shape_the_answers() {
+    let sim = start(SimArgs::default()).await;
+    let key = "pp polls=2 pad_partial=5000";
+    let v: Value = get(&sim, key).await.json().await.expect("padded partial");
+    assert_eq!(v["status"], "processing");
+    assert_eq!(v["data"]["pad"].as_str().map(str::len), Some(5000));
+    let v: Value = get(&sim, key).await.json().await.expect("final");
+    assert_eq!(v["status"], "done");
+    assert!(v["data"].get("pad").is_none(), "{v}");
+
+    let v: Value = get(&sim, "d1 polls=1 deep=3")
+        .await
+        .json()
+        .await
+        .expect("deep 3");
+    assert_eq!(v["status"], "done");
+    assert_eq!(v["data"]["deep"], serde_json::json!([[[]]]));
+    assert_eq!(v["data"]["query"], "d1 polls=1 deep=3");
+    let v: Value = get(&sim, "d2 status=failed error=boom deep=2")
+        .await
+        .json()
+        .await
+        .expect("deep failed");
+    assert_eq!(
+        (&v["error"], &v["deep"]),
+        (&"boom".into(), &serde_json::json!([[]]))
+    );
+
+    let deep = 60_000;
+    let body = get(&sim, &format!("d3 polls=1 deep={deep}"))
+        .await
+        .text()
+        .await
+        .expect("deep body");
+    assert!(
+        body.starts_with(r#"{"status":"done","data":{"#),
+        "{}",
+        &body[..80]
+    );
+    let nest = format!(r#""deep":{}{}}}}}"#, "[".repeat(deep), "]".repeat(deep));
+    assert!(body.ends_with(&nest), "{} bytes", body.len());
+    let e = serde_json::from_str::<Value>(&body).expect_err("deeper than serde_json's limit");
+    assert!(e.to_string().contains("recursion limit"), "{e}");
+}
+
 /// The status of each of 200 calls (keys `k0`..`k199`, one after the other) to a fresh
 /// simulator with a 50 % error rate and `seed`.
 async fn statuses_with_seed(seed: u64) -> Vec<u16> {

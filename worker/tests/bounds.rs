@@ -201,3 +201,45 @@ async fn a_partial_over_the_max_result_is_not_stored_and_polling_goes_on() {
     );
     assert!(sim.key(key).await.calls >= 3);
 }
+
+/// An answer nested 60,000 arrays deep (`deep=`) is refused by the JSON parser's recursion
+/// limit as a bad body, like any unreadable answer: the worker does not crash (a recursive
+/// parse or drop that deep would overflow its stack), the call is retried and the task ends
+/// dead after its attempts with "bad body" in its last error, nothing stored; a shallow
+/// `deep=` answer is read as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_nested_deeper_than_the_parser_allows_is_a_bad_body() {
+    init_tracing();
+    let sim = start_sim(SimArgs::default()).await;
+    let q = default_queue("bounds-deep").await;
+    let deep = "deep polls=1 deep=60000";
+    let shallow = "shallow polls=1 deep=20";
+    for k in [deep, shallow] {
+        q.enqueue(k, "", &fast_policy().enqueue_policy())
+            .await
+            .expect("enqueue");
+    }
+    work(&q, &sim.upstream_args(5_000), 2).await;
+
+    let d = q.get(&id_of(deep)).await.expect("get").expect("known");
+    assert!(d.result.is_none(), "a refused body was stored");
+    let t = d.task.expect("task");
+    assert_eq!(t.state, TaskState::Dead, "{t:?}");
+    assert_eq!(t.dead_reason, Some(DeadReason::MaxAttempts), "{t:?}");
+    assert_eq!(t.attempts, fast_policy().max_attempts);
+    let e = t.last_error.as_deref().unwrap_or_default();
+    assert!(
+        e.contains("bad body") && e.contains("recursion limit"),
+        "{e}"
+    );
+    assert_eq!(
+        sim.key(deep).await.calls,
+        u64::from(fast_policy().max_attempts)
+    );
+
+    let d = q.get(&id_of(shallow)).await.expect("get").expect("known");
+    let stored = d
+        .result
+        .expect("a shallow nest is an answer like any other");
+    assert!(stored.data.contains("[[[[[[[[[["), "{}", stored.data);
+}

@@ -245,6 +245,25 @@ pub fn progress_of_text(text: &str) -> Option<f64> {
         .and_then(progress_percent)
 }
 
+/// Characters of a long text (a query, a last error) that one row of a dashboard list shows;
+/// the task page, which the row links to, shows the whole text. 160 keeps a page of 50 rows
+/// small however long the texts are (a query is at most 512 chars, an error 1,200 bytes).
+pub const ROW_TEXT_CHARS: usize = 160;
+
+/// `text` cut to `max` characters (never inside a character) with "…" after them, or as it is
+/// when it is not longer. Cutting a cut text again gives the same text.
+pub fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_string(),
+    }
+}
+
+/// Whether `text` was cut (by [`cut`], or by whoever stored it): it ends with "…".
+pub fn is_cut(text: &str) -> bool {
+    text.ends_with('…')
+}
+
 /// Percent-encodes a URL query component (unreserved characters kept).
 pub fn encode_component(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -362,6 +381,21 @@ mod tests {
         assert_eq!(progress_of_text(r#"{"progress":420}"#), None);
         assert_eq!(progress_of_text(r#"{"progress":"half"}"#), None);
         assert_eq!(progress_of_text("[1,2]"), None);
+    }
+
+    #[test]
+    fn long_texts_are_cut_on_a_character_boundary() {
+        assert_eq!(cut("short", 160), "short");
+        assert_eq!(cut("", 3), "");
+        assert_eq!(cut("abcd", 4), "abcd");
+        assert_eq!(cut("abcde", 4), "abcd…");
+        // Multi-byte characters are kept whole: 4 characters of 4 bytes each.
+        let long = "𝕏".repeat(200);
+        let shown = cut(&long, 160);
+        assert_eq!(shown.chars().count(), 161);
+        assert!(shown.starts_with(&"𝕏".repeat(160)) && is_cut(&shown));
+        assert_eq!(cut(&shown, 160), shown, "a cut text cut again is the same");
+        assert!(!is_cut("HTTP 500"));
     }
 
     #[test]

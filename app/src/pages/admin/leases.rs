@@ -13,9 +13,12 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
+use super::task_rows::whole_on_task_page;
 use super::ui::{
     duration, error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner,
 };
+#[cfg(feature = "ssr")]
+use crate::pages::format::{cut, ROW_TEXT_CHARS};
 use crate::pages::format::{iso, utc};
 use model::{LeaseInfo, PauseInfo};
 
@@ -69,6 +72,10 @@ pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
     }
     rows.sort_by_key(|r| r.lease.deadline_ms);
     rows.truncate(500);
+    // A row shows the start of a long query; its task page, linked, shows it whole.
+    for r in &mut rows {
+        r.lease.query = cut(&r.lease.query, ROW_TEXT_CHARS);
+    }
     Ok(LeasesData {
         rows,
         several_upstreams: ctx.upstream_names().len() > 1,
@@ -200,12 +207,16 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                         let class = if l.overdue_ms >= 0 { "stuck" } else { "" };
                         let (id, worker) = (l.id.clone(), l.worker.clone());
                         let href = format!("/admin/tasks/{}", l.id);
+                        let more_query = whole_on_task_page(&l.query, &href, "query");
                         let short_id = short(&l.id);
                         view! {
                             <tr data-testid="lease-row" data-id=l.id.to_string() data-worker=worker class=class>
                                 {upstream}
                                 <td><A href=href><code>{short_id}</code></A></td>
-                                <td class="query"><crate::pages::reveal::QueryText text=l.query /></td>
+                                <td class="query">
+                                    <crate::pages::reveal::QueryText text=l.query />
+                                    <span>{more_query}</span>
+                                </td>
                                 <td>{or_dash(l.worker)}</td>
                                 <td>{l.token}</td>
                                 <td>

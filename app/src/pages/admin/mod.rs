@@ -5,7 +5,7 @@
 //! - `frame`: what every signed-in page shares (session check, navigation, live indicator).
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
 //! - [`overview`], [`tasks`], [`task`], [`leases`], [`upstreams`]: the pages and their read
-//!   functions.
+//!   functions; `task_rows`: a list's rows (long texts cut, linking to the task page).
 //! - [`actions`]: every state-changing admin action, through one server function;
 //!   `queue_actions`: the overview's panel of them. Only an admin is shown any control that
 //!   changes something (`frame::can_act`, decided once by the frame).
@@ -38,6 +38,7 @@ mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
 pub mod task;
+mod task_rows;
 pub mod tasks;
 mod ui;
 pub mod upstreams;

@@ -9,6 +9,8 @@
 //! queue does, so it finds the one task of that query in O(1). An id prefix (hex) is looked
 //! up with a bounded `SCAN` over the task and result keys; on a big queue it may stop before
 //! seeing every key and says so.
+//!
+//! The rows themselves, and what of a task they carry, are `task_rows`'.
 
 use leptos::prelude::*;
 use leptos_router::{components::A, hooks::use_query_map};
@@ -17,11 +19,12 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActionResult};
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::ui::{
-    error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner, TimeAt,
-};
+#[cfg(feature = "ssr")]
+use super::task_rows::rows_only;
+use super::task_rows::TaskTable;
+use super::ui::{error_text, plural, provide_confirm, ConfirmAction, PausedBanner};
 use crate::pages::format::encode_component;
-use model::{DeadReason, PauseInfo, Priority, StoredResult, Task, TaskState};
+use model::{PauseInfo, StoredResult, Task};
 
 /// Rows per page.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
@@ -165,6 +168,7 @@ pub async fn list_tasks(
         hits.paused = paused;
         hits.upstream = upstream;
         hits.upstreams = upstreams;
+        rows_only(&mut hits.tasks, &mut hits.results);
         return Ok(hits);
     }
     let list_state = match state.as_str() {
@@ -183,10 +187,12 @@ pub async fn list_tasks(
     // A malformed cursor (edited URL) starts from the first page instead of failing.
     let cursor = cursor.filter(|c| queue::is_list_cursor(c));
     let paged = cursor.is_some();
-    let page = q
+    let mut page = q
         .list(list_state, order, cursor.as_deref(), PAGE)
         .await
         .map_err(failed)?;
+    // What the rows show and nothing more: this is sent with the page, twice.
+    rows_only(&mut page.items, &mut page.results);
     Ok(Listing {
         state: if state.is_empty() {
             "ready".into()
@@ -517,87 +523,6 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
         }}
         <p class="pager row"><span>{first}</span><span>{next}</span></p>
         </div>
-    }
-}
-
-/// The rows of a list: a table on a wide screen, one card per task on a phone (each cell
-/// names its column through `data-label`).
-#[component]
-fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl IntoView {
-    view! {
-        <table class="cards" data-testid="task-table">
-            <thead>
-                <tr>
-                    <th>"id"</th><th>"query"</th><th>"state"</th><th>"attempts"</th><th>"polls"</th>
-                    <th>"when"</th><th>"worker"</th><th>"last error"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {tasks
-                    .into_iter()
-                    .map(|t| {
-                        let when = match t.state {
-                            TaskState::Due => {
-                                let at = t.due_ms.unwrap_or(0);
-                                let word = if at <= now { "ready since " } else { "next poll " };
-                                view! { {word} <TimeAt now at /> }.into_any()
-                            }
-                            TaskState::Leased => {
-                                let at = t.lease_deadline_ms.unwrap_or(0);
-                                let word = if at <= now { "lease expired " } else { "lease ends " };
-                                view! { {word} <TimeAt now at /> }.into_any()
-                            }
-                            TaskState::Dead => {
-                                let reason = format!(" ({})", or_dash(t.dead_reason.map(DeadReason::as_str).unwrap_or_default().to_string()));
-                                view! { "died " <TimeAt now at=t.updated_ms past=true /> {reason} }.into_any()
-                            }
-                            _ => view! { <TimeAt now at=t.updated_ms past=true /> }.into_any(),
-                        };
-                        let state = match t.state {
-                            TaskState::Due if t.due_ms.unwrap_or(0) <= now => "ready",
-                            TaskState::Due if t.attempts > 0 => "retrying",
-                            TaskState::Due => "waiting",
-                            s => s.as_str(),
-                        };
-                        let state_class = format!("state state-{state}");
-                        let (href, short_id) = (format!("/admin/tasks/{}", t.id), short(&t.id));
-                        view! {
-                            <tr data-testid="task-row" data-id=t.id.to_string()>
-                                <td data-label="id"><A href=href><code>{short_id}</code></A></td>
-                                <td data-label="query" class="query"><crate::pages::reveal::QueryText text=t.query /></td>
-                                <td data-label="state">
-                                    <span class=state_class>{state}</span>
-                                    {(t.priority == Priority::Background).then(|| view! { " " <span class="badge" data-testid="badge-background" title="background priority: claimed after interactive work">"background"</span> })}
-                                </td>
-                                <td data-label="attempts">{format!("{} of {}", t.attempts, t.max_attempts)}</td>
-                                <td data-label="polls">{t.polls}</td>
-                                <td data-label="when">{when}</td>
-                                <td data-label="worker">{or_dash(t.worker.unwrap_or_default())}</td>
-                                <td data-label="last error" class="error-text">{or_dash(t.last_error.unwrap_or_default())}</td>
-                            </tr>
-                        }
-                    })
-                    .collect_view()}
-                {results
-                    .into_iter()
-                    .map(|r| {
-                        let (href, short_id) = (format!("/admin/tasks/{}", r.id), short(&r.id));
-                        view! {
-                            <tr data-testid="task-row" data-id=r.id.to_string()>
-                                <td data-label="id"><A href=href><code>{short_id}</code></A></td>
-                                <td data-label="query" class="query"><crate::pages::reveal::QueryText text=r.query /></td>
-                                <td data-label="state"><span class="state state-done">"done"</span></td>
-                                <td data-label="attempts">"—"</td>
-                                <td data-label="polls">{r.polls}</td>
-                                <td data-label="when">"completed " <TimeAt now at=r.completed_ms past=true /></td>
-                                <td data-label="worker">"—"</td>
-                                <td data-label="last error">"—"</td>
-                            </tr>
-                        }
-                    })
-                    .collect_view()}
-            </tbody>
-        </table>
     }
 }
 

@@ -1,7 +1,8 @@
 //! The abuse check: does `repoll serve` still answer a newcomer quickly while someone holds
-//! thousands of live streams, trickles half-sent request headers, or hammers the sign-in?
+//! thousands of live streams, trickles half-sent request headers, makes its upstream answer
+//! the worst it may, sends request lines that name no path, or hammers the sign-in?
 //!
-//! Against `repoll serve --sim` on its own Redis, three phases, each measured by a probe with
+//! Against `repoll serve --sim` on its own Redis, five phases, each measured by a probe with
 //! a fresh connection (a new user): `GET /healthz` and `POST /api/v1/queries`, each of which
 //! must answer 2xx within the budget (1 s). A probe runs before anything (baseline), then
 //! while each phase's load is held:
@@ -15,13 +16,27 @@
 //!    reported, not opened.)
 //! 2. slow connections: N sockets that send half a request header and then nothing; after the
 //!    hold they are counted: how many did the server close (a header-read timeout would)?
-//! 3. wrong sign-ins: N parallel POSTs with wrong passwords to the sign-in form's server
+//! 3. hostile upstream ([`hostile`]): queries whose upstream answers with megabytes (a failed
+//!    message, partials, a final result) or JSON 60,000 deep, then 50 dead tasks with the
+//!    longest texts; Redis memory, a dead task's size, the server's resident memory, the dead
+//!    list page and the public answers are gated once they ended. Probed while the answers
+//!    are being read (reported) and after (gated).
+//! 4. request lines that name no path ([`request_lines`]): `CONNECT host:port`,
+//!    `POST host:port`, `OPTIONS *`; each must be a 400 or a closed connection, and the
+//!    server's log must gain no panic.
+//! 5. wrong sign-ins: N parallel POSTs with wrong passwords to the sign-in form's server
 //!    function (its URL read from the `/admin/login` page's form). A probe runs while they are
-//!    in flight (reported) and one after they all answered (gated).
+//!    in flight (reported) and one after they all answered (gated). Last, because they use up
+//!    the sign-in allowance of the suite's address that phase 3 signs in from.
 //!
 //! Each phase's connections are closed before the next, so each phase measures its own
-//! effect. Failing probes are reported and make the exit code non-zero: today's server is
-//! expected to fail some of them, and the check says so rather than hiding it.
+//! effect. Failing probes and gates are reported and make the exit code non-zero: the check
+//! says so rather than hiding it.
+
+mod connections;
+mod hostile;
+mod request_lines;
+mod sign_in;
 
 use std::{
     collections::BTreeMap,
@@ -29,8 +44,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{stream, StreamExt};
-use tokio::{io::AsyncWriteExt, net::TcpStream};
+use connections::{closed_by_server, open_slow, open_streams, still_open};
+use sign_in::{sign_in_action, wrong_sign_ins};
 
 use crate::{
     common::{fmt_ms, log_dir, repoll_cmd, wait_http},
@@ -53,6 +68,23 @@ pub struct AbuseArgs {
     /// Parallel sign-ins with wrong passwords.
     #[arg(long, default_value_t = 100)]
     pub logins: usize,
+    /// Hostile-upstream queries of each kind with megabytes: a failed message, partials, a
+    /// final result.
+    #[arg(long, default_value_t = 20)]
+    pub hostile: usize,
+    /// Hostile-upstream queries answered with JSON nested 60,000 deep.
+    #[arg(long, default_value_t = 3)]
+    pub deep: usize,
+    /// Dead tasks with the longest texts, for the dead list page (it shows 50).
+    #[arg(long, default_value_t = 50)]
+    pub rows: usize,
+    /// Filler bytes of a hostile answer (the simulator's `pad=`, at most 4 MiB; the workers'
+    /// largest body is 4 MiB, so this much is read whole).
+    #[arg(long, default_value_t = 3_900_000)]
+    pub pad: usize,
+    /// Request lines that name no path (`CONNECT host:port`, `OPTIONS *`, ...).
+    #[arg(long, default_value_t = 200)]
+    pub request_lines: usize,
     /// Time a probe (healthz, submit) may take, in ms.
     #[arg(long, default_value_t = 1000)]
     pub budget_ms: u64,
@@ -85,6 +117,34 @@ impl Probe {
     }
 }
 
+/// A verdict on something other than a probe's timing, printed as one PASS / FAIL line.
+pub(super) struct Gate {
+    name: String,
+    pass: bool,
+    detail: String,
+}
+
+impl Gate {
+    pub(super) fn new(name: &str, pass: bool, detail: String) -> Gate {
+        Gate {
+            name: name.to_string(),
+            pass,
+            detail,
+        }
+    }
+}
+
+/// The server under test, as the phases reach it.
+pub(super) struct Target {
+    /// `http://127.0.0.1:<port>`.
+    pub(super) base: String,
+    pub(super) redis_url: String,
+    /// The admin password it was started with.
+    pub(super) password: String,
+    /// Its process id (for `/proc/<pid>/status`).
+    pub(super) pid: u32,
+}
+
 /// One line of the final table.
 struct Row {
     phase: String,
@@ -111,10 +171,16 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
             .min(hard)
     });
     println!(
-        "abuse check: {} streams, {} slow connections, {} wrong sign-ins; budget {} ms; \
-         open files: client {soft}, server {server_nofile}; logs in {}",
+        "abuse check: {} streams, {} slow connections, {} × 3 hostile answers of {} bytes + {} \
+         JSON 60,000 deep + {} long dead rows, {} request lines without a path, {} wrong sign-ins; \
+         budget {} ms; open files: client {soft}, server {server_nofile}; logs in {}",
         args.streams,
         args.slow,
+        args.hostile,
+        args.pad,
+        args.deep,
+        args.rows,
+        args.request_lines,
         args.logins,
         args.budget_ms,
         logs.display()
@@ -134,7 +200,7 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     let password = format!("abuse-{:016x}", rand::random::<u64>());
     // Everything else is the server's default: this checks the server as shipped.
     let env: Vec<(String, String)> = vec![
-        ("REPOLL_ADMIN_PASSWORD".into(), password),
+        ("REPOLL_ADMIN_PASSWORD".into(), password.clone()),
         (
             "REPOLL_UPSTREAM_URL".into(),
             format!("http://{sim_addr}/api/query?q={{key}}"),
@@ -159,6 +225,12 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     let mut web =
         Proc::spawn("repoll serve --sim", cmd, &log).map_err(|e| format!("repoll serve: {e}"))?;
     let base = format!("http://{addr}");
+    let target = Target {
+        base: base.clone(),
+        redis_url: redis.url(),
+        password,
+        pid: web.child.id().ok_or("repoll serve has no pid")?,
+    };
     let setup = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .redirect(reqwest::redirect::Policy::none())
@@ -252,8 +324,79 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     // Half-sent requests must not be held for as long as the client likes.
     let slow_unclosed = held.saturating_sub(closed);
     drop(slow);
+    let mut gates = Vec::new();
+    if args.hold_secs > 10 {
+        gates.push(Gate::new(
+            "slow headers: every half-sent request closed",
+            slow_unclosed == 0,
+            format!(
+                "{closed} of {held} closed after {} s (the header-read timeout is 10 s)",
+                args.hold_secs
+            ),
+        ));
+    }
 
-    // Phase 3: wrong sign-ins.
+    // Phase 3: the hostile upstream.
+    let plan = hostile::Plan {
+        each: args.hostile,
+        deep: args.deep,
+        rows: args.rows,
+        pad: args.pad,
+    };
+    let log_from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let h = hostile::run(&target, plan).await?;
+    let (panics, first) = request_lines::panics_since(&log, log_from);
+    gates.extend(h.gates);
+    gates.push(Gate::new(
+        "hostile upstream: no panic in serve's log, serve still running",
+        panics == 0 && web.exited().is_none(),
+        format!(
+            "{panics} panic lines{}; serve {}",
+            first.map(|l| format!(" (first: {l})")).unwrap_or_default(),
+            web.exited()
+                .map(|s| format!("exited ({s})"))
+                .unwrap_or_else(|| "running".into())
+        ),
+    ));
+    rows.push(Row {
+        phase: "hostile upstream (in flight)".into(),
+        load: h.load.clone(),
+        probe: h.during,
+        gated: false,
+    });
+    rows.push(Row {
+        phase: "hostile upstream (after)".into(),
+        load: "all ended; figures below".into(),
+        probe: h.after,
+        gated: true,
+    });
+
+    // Phase 4: request lines that name no path.
+    let flood = request_lines::flood(&addr, &log, args.request_lines).await;
+    gates.push(Gate::new(
+        "request lines without a path: 400 or closed, no panic",
+        flood.pass(),
+        format!(
+            "{} lines ({}): {}; {} panic lines in serve's log{}",
+            args.request_lines,
+            request_lines::LINES.join(" | "),
+            fmt_counts(&flood.answers),
+            flood.panic_lines,
+            flood
+                .first_panic
+                .as_deref()
+                .map(|l| format!(" (first: {l})"))
+                .unwrap_or_default()
+        ),
+    ));
+    rows.push(Row {
+        phase: format!("{} request lines (after)", args.request_lines),
+        load: fmt_counts(&flood.answers),
+        probe: probe(&base, "lines-after").await,
+        gated: true,
+    });
+
+    // Phase 5: wrong sign-ins.
     let action = sign_in_action(&setup, &base).await?;
     let logins = {
         let base = base.clone();
@@ -317,28 +460,34 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
             r.load
         );
     }
-    println!("(* reported, not gated: the probe ran while the sign-ins were still in flight)");
-    if args.hold_secs > 10 && slow_unclosed > 0 {
-        pass = false;
+    println!(
+        "(* reported, not gated: the probe ran while the answers or sign-ins were still in flight)"
+    );
+    // Attempts are counted before the password check, so no burst may get more checks than
+    // the limit.
+    gates.push(Gate::new(
+        "sign-in limit",
+        checked <= LOGIN_MAX_FAILURES as usize,
+        format!(
+            "{checked} of {} parallel wrong passwords from one client checked (401); limit \
+             {LOGIN_MAX_FAILURES} a minute",
+            args.logins
+        ),
+    ));
+    println!();
+    println!("── gates ─────────────────────────────────────────────────────────");
+    for g in &gates {
+        pass &= g.pass;
         println!(
-            "FAIL: {slow_unclosed} half-sent requests still open after {} s (the header-read timeout is 10 s)",
-            args.hold_secs
+            "{} {}: {}",
+            if g.pass { "PASS" } else { "FAIL" },
+            g.name,
+            g.detail
         );
     }
-    if checked > LOGIN_MAX_FAILURES as usize {
-        // A gate: attempts are counted before the password check, so no burst may get more
-        // checks than the limit.
-        pass = false;
-        println!(
-            "FAIL: {checked} of {} parallel wrong passwords from one client were checked \
-             (401) although the limit is {LOGIN_MAX_FAILURES} per minute",
-            args.logins
-        );
-    } else {
-        println!(
-            "sign-in limit held: {checked} of {} parallel wrong passwords checked (limit {LOGIN_MAX_FAILURES})",
-            args.logins
-        );
+    println!();
+    for f in &h.figures {
+        println!("figure: {f}");
     }
     println!("logs: {}", logs.display());
     println!("{}", if pass { "PASS" } else { "FAIL" });
@@ -401,210 +550,4 @@ async fn probe(base: &str, tag: &str) -> Probe {
         Err(_) => Err("conn error".into()),
     };
     Probe { healthz, submit }
-}
-
-struct Streams {
-    open: Vec<reqwest::Response>,
-    failed: BTreeMap<String, usize>,
-}
-
-/// How long one stream may take to answer and send its first event.
-const STREAM_OPEN: Duration = Duration::from_secs(5);
-
-/// Opens `n` live streams, 200 at a time; a stream counts as open once its first `state`
-/// event arrived.
-async fn open_streams(base: &str, id: &str, n: usize) -> Streams {
-    let client = match reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            return Streams {
-                open: Vec::new(),
-                failed: BTreeMap::from([(format!("client: {e}"), n)]),
-            }
-        }
-    };
-    let url = format!("{base}/api/v1/queries/{id}/events");
-    let results: Vec<Result<reqwest::Response, String>> = stream::iter(0..n)
-        .map(|_| {
-            let client = client.clone();
-            let url = url.clone();
-            async move {
-                // A server out of file descriptors leaves connections in the kernel's accept
-                // queue: connected, never answered. Bounded, or the check would wait forever.
-                let sent = tokio::time::timeout(STREAM_OPEN, client.get(&url).send())
-                    .await
-                    .map_err(|_| format!("no answer in {} s", STREAM_OPEN.as_secs()))?;
-                let mut r = sent.map_err(|e| {
-                    if e.is_connect() {
-                        "connect".to_string()
-                    } else {
-                        "request".to_string()
-                    }
-                })?;
-                if !r.status().is_success() {
-                    return Err(format!("HTTP {}", r.status().as_u16()));
-                }
-                match tokio::time::timeout(STREAM_OPEN, r.chunk()).await {
-                    Ok(Ok(Some(c))) if String::from_utf8_lossy(&c).contains("event: state") => {
-                        Ok(r)
-                    }
-                    Ok(Ok(_)) => Err("no state event".into()),
-                    Ok(Err(_)) => Err("stream error".into()),
-                    Err(_) => Err(format!("no event in {} s", STREAM_OPEN.as_secs())),
-                }
-            }
-        })
-        .buffer_unordered(200)
-        .collect()
-        .await;
-    let mut s = Streams {
-        open: Vec::new(),
-        failed: BTreeMap::new(),
-    };
-    for r in results {
-        match r {
-            Ok(r) => s.open.push(r),
-            Err(e) => *s.failed.entry(e).or_default() += 1,
-        }
-    }
-    s
-}
-
-/// How many of the streams still deliver (a heartbeat or event within a short wait counts;
-/// so does a quiet stream that has not ended). Consumes them: the phase is over.
-async fn still_open(streams: Vec<reqwest::Response>) -> usize {
-    stream::iter(streams)
-        .map(|mut r| async move {
-            match tokio::time::timeout(Duration::from_millis(200), r.chunk()).await {
-                Ok(Ok(Some(_))) | Err(_) => 1,
-                Ok(Ok(None)) | Ok(Err(_)) => 0,
-            }
-        })
-        .buffer_unordered(500)
-        .collect::<Vec<usize>>()
-        .await
-        .into_iter()
-        .sum()
-}
-
-/// Opens `n` sockets, each sending the first half of a request header and nothing more.
-async fn open_slow(addr: &str, n: usize) -> (Vec<TcpStream>, BTreeMap<String, usize>) {
-    let results: Vec<Result<TcpStream, String>> = stream::iter(0..n)
-        .map(|_| async move {
-            let mut s = tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr))
-                .await
-                .map_err(|_| "connect timeout".to_string())?
-                .map_err(|e| format!("connect: {}", e.kind()))?;
-            s.write_all(
-                b"POST /api/v1/queries HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: applicat",
-            )
-            .await
-            .map_err(|e| format!("write: {}", e.kind()))?;
-            Ok(s)
-        })
-        .buffer_unordered(100)
-        .collect()
-        .await;
-    let mut open = Vec::new();
-    let mut failed = BTreeMap::new();
-    for r in results {
-        match r {
-            Ok(s) => open.push(s),
-            Err(e) => *failed.entry(e).or_default() += 1,
-        }
-    }
-    (open, failed)
-}
-
-/// (closed, answered): sockets the server closed, and ones it sent something on (e.g. 408).
-fn closed_by_server(socks: &mut [TcpStream]) -> (usize, usize) {
-    let mut closed = 0;
-    let mut answered = 0;
-    let mut buf = [0u8; 512];
-    for s in socks.iter_mut() {
-        match s.try_read(&mut buf) {
-            Ok(0) => closed += 1,
-            Ok(_) => answered += 1,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => closed += 1,
-        }
-    }
-    (closed, answered)
-}
-
-/// The sign-in form's target: the server function's URL, as the page renders it (it carries
-/// a hash suffix, so it is read rather than guessed).
-async fn sign_in_action(http: &reqwest::Client, base: &str) -> Result<String, String> {
-    let html = http
-        .get(format!("{base}/admin/login"))
-        .send()
-        .await
-        .map_err(|e| format!("/admin/login: {e}"))?
-        .text()
-        .await
-        .map_err(|e| format!("/admin/login: {e}"))?;
-    let form = html
-        .find("<form")
-        .map(|i| &html[i..])
-        .ok_or("/admin/login has no form")?;
-    let end = form.find('>').unwrap_or(form.len());
-    let tag = &form[..end];
-    let start = tag
-        .find("action=\"")
-        .ok_or("the sign-in form has no action")?
-        + "action=\"".len();
-    let rest = &tag[start..];
-    let action = &rest[..rest.find('"').unwrap_or(rest.len())];
-    Ok(action.replace("&amp;", "&"))
-}
-
-/// `n` parallel form posts with wrong passwords; statuses counted, slowest answer timed.
-async fn wrong_sign_ins(base: &str, action: &str, n: usize) -> (BTreeMap<String, usize>, Duration) {
-    let client = match reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            return (
-                BTreeMap::from([(format!("client: {e}"), n)]),
-                Duration::ZERO,
-            )
-        }
-    };
-    let url = format!("{base}{action}");
-    let answers: Vec<(String, Duration)> = stream::iter(0..n)
-        .map(|i| {
-            let client = client.clone();
-            let url = url.clone();
-            async move {
-                let t = Instant::now();
-                let r = client
-                    .post(&url)
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    .body(format!("password=wrong-guess-{i}"))
-                    .send()
-                    .await;
-                let s = match r {
-                    Ok(r) => r.status().as_u16().to_string(),
-                    Err(e) if e.is_timeout() => "timeout".into(),
-                    Err(_) => "error".into(),
-                };
-                (s, t.elapsed())
-            }
-        })
-        .buffer_unordered(n.max(1))
-        .collect()
-        .await;
-    let mut counts = BTreeMap::new();
-    let mut slowest = Duration::ZERO;
-    for (s, d) in answers {
-        *counts.entry(s).or_default() += 1;
-        slowest = slowest.max(d);
-    }
-    (counts, slowest)
 }
