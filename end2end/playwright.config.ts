@@ -74,6 +74,12 @@ export default defineConfig({
       // tested in server/tests/api.rs. A high limit keeps submissions from waiting on 429s.
       REPOLL_RATE_PER_MIN: "6000",
       REPOLL_RATE_BURST: "1000",
+      // The suite makes its upstream fail on purpose (dead tasks to retry, purge and search:
+      // `fail=500`), which would open the default breaker and hold the next tests' tasks for
+      // its 30 s cool-down. Off here: the breaker opening by itself is tested in Rust
+      // (server/tests/process_settings.rs, worker/tests/breaker.rs); here an admin opens and
+      // closes it by hand.
+      REPOLL_BREAKER_FAILURES: "0",
       REPOLL_ADMIN_PASSWORD: adminPassword,
     },
   },
