@@ -8,6 +8,8 @@
 //! - [`pages`]: one module per page.
 //! - [`auth`]: who may use the admin dashboard (roles; on the server: passwords, sessions).
 //! - [`query_view`]: one query as the user sees it, shared by the query page and the JSON API.
+//! - [`freshness`]: whether a stored result is served, fresh or stale and why, and what the
+//!   caller accepts (`Cache-Control` request directives).
 //! - `client` (server only): the one client-address rule every per-client limit uses.
 //! - `context` (server only): what the server hands to server functions (Redis connection,
 //!   queue name); never compiled into the wasm.
@@ -17,6 +19,7 @@
 #![recursion_limit = "256"]
 
 pub mod auth;
+pub mod freshness;
 pub mod pages;
 pub mod query_view;
 pub mod status;

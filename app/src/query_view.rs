@@ -7,6 +7,7 @@
 //! view is plain data that also compiles to wasm (the page decodes it from the live stream);
 //! its id is the shared model's [`TaskId`], checked where it enters.
 
+pub use crate::freshness::{Freshness, StaleReason};
 pub use model::TaskId;
 use serde::{Deserialize, Serialize};
 
@@ -80,6 +81,23 @@ pub struct QueryView {
     /// The server's clock when this view was read, so a page rendered without JavaScript can
     /// still show the elapsed time.
     pub as_of: i64,
+    /// `fresh` or `stale` when the answer comes from the store (a result, or a failure
+    /// cached for the failed window); null when it is a task's progress.
+    #[cfg_attr(feature = "ssr", schema(required = true))]
+    pub freshness: Option<Freshness>,
+    /// How old the stored answer is (ms since the result was stored, or the task failed).
+    #[cfg_attr(feature = "ssr", schema(required = true))]
+    pub age_ms: Option<u64>,
+    /// Until when (ms since the epoch) the stored answer is fresh.
+    #[cfg_attr(feature = "ssr", schema(required = true))]
+    pub fresh_until: Option<i64>,
+    /// Why a stale result is served (null when fresh, or when no refresh was asked for yet:
+    /// a read starts none, a submit does).
+    #[cfg_attr(feature = "ssr", schema(required = true))]
+    pub stale_reason: Option<StaleReason>,
+    /// A refresh of the stored result runs or waits its turn; the new result replaces this
+    /// one (the live stream sends it).
+    pub refreshing: bool,
 }
 
 impl QueryView {
@@ -92,14 +110,17 @@ impl QueryView {
     /// retry now, a retry after an error, a lost lease given back) is news too.
     pub fn nothing_new_since(&self, shown: &QueryView) -> bool {
         let next_poll_at = self.next_poll_at.or(shown.next_poll_at);
+        // A stored answer's age grows by itself: the page counts it from `as_of`.
         QueryView {
             as_of: 0,
             updated_at: 0,
+            age_ms: None,
             next_poll_at,
             ..self.clone()
         } == QueryView {
             as_of: 0,
             updated_at: 0,
+            age_ms: None,
             ..shown.clone()
         }
     }
@@ -128,7 +149,8 @@ mod ssr {
 
     use queue::{Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
 
-    use super::{QueryStatus, QueryView, TaskId};
+    use super::{Freshness, QueryStatus, QueryView, StaleReason, TaskId};
+    use crate::freshness::{servable, CacheRequest, Windows};
     use crate::context::AppContext;
 
     /// How often [`submit`] re-reads the task while it waits for the first partial.
@@ -156,6 +178,9 @@ mod ssr {
              is restarted"
         )]
         LayoutChanged,
+        /// `only-if-cached`, and nothing is stored (or running) for the query.
+        #[error("nothing is stored for this query, and only a stored answer was asked for")]
+        NotCached,
         /// Something on our side is wrong (details are in the log only).
         #[error("internal error")]
         Internal,
@@ -184,52 +209,102 @@ mod ssr {
         }
     }
 
+    /// One ask of a query: its text and who asks, how, and what they accept of a stored result.
+    #[derive(Clone, Debug, Default)]
+    pub struct Ask<'a> {
+        pub text: &'a str,
+        pub priority: queue::Priority,
+        /// `None`: the default upstream.
+        pub upstream: Option<&'a str>,
+        /// "" = no tenant.
+        pub tenant: &'a str,
+        pub cache: CacheRequest,
+    }
+
+    /// How a submit was answered, for the caller's headers and counters.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Answered {
+        /// A new task was made (nothing stored).
+        Created,
+        /// The task already running for the query was joined.
+        Joined,
+        /// From the store: a result or a cached failure, fresh or stale. `collapsed`: a
+        /// refresh was already running (this ask joined it).
+        Stored { refresh_started: bool, collapsed: bool },
+        /// `only-if-cached`, and nothing is stored or running.
+        NotCached,
+    }
+
     /// Enqueues `text` (or joins its task, or finds its fresh result) and answers with what is
     /// known, waiting up to `ctx.first_answer` for the workers' first poll so the first answer
     /// usually carries partial data. No upstream call is made here: the workers' chain of
     /// polls is the only one, however many users ask. Returns the view and whether a new task
     /// was created.
     pub async fn submit(ctx: &AppContext, text: &str) -> Result<(QueryView, bool), QueryError> {
-        submit_with(ctx, text, queue::Priority::Interactive, None, "").await
+        let (view, answered) = submit_with(ctx, &Ask { text, ..Ask::default() }).await?;
+        Ok((view, answered == Answered::Created))
     }
 
-    /// [`submit`] with a priority and an upstream (`None`: the default one). Background work
+    /// [`submit`] with a priority, an upstream, a tenant and cache directives. Background work
     /// is claimed after interactive work (with a share, so it never starves) and answers at
-    /// once: nobody waits for its first poll.
+    /// once: nobody waits for its first poll. A stored result is answered at once, fresh or
+    /// (while its refresh runs) stale; one older than the caller accepts is not shown: the
+    /// refresh's progress is, as for a first ask.
     pub async fn submit_with(
         ctx: &AppContext,
-        text: &str,
-        priority: queue::Priority,
-        upstream: Option<&str>,
-        tenant: &str,
-    ) -> Result<(QueryView, bool), QueryError> {
+        ask: &Ask<'_>,
+    ) -> Result<(QueryView, Answered), QueryError> {
+        let tenant = ask.tenant;
         if !tenant.is_empty() && !queue::is_valid_tenant(tenant) {
             return Err(QueryError::InvalidTenant);
         }
-        let normalised = queue::normalise_query(text)?;
-        let (q, policy) = ctx.upstream(upstream)?;
-        let up = q.config().upstream.as_str();
-        let up = if up.is_empty() {
-            queue::DEFAULT_UPSTREAM
-        } else {
-            up
-        };
+        let normalised = queue::normalise_query(ask.text)?;
+        let (q, policy) = ctx.upstream(ask.upstream)?;
+        let up = upstream_name(q);
         let policy = queue::EnqueuePolicy {
-            priority,
+            priority: ask.priority,
             tenant: tenant.to_string(),
+            max_age_ms: ask.cache.max_age_for_queue(),
+            only_if_cached: ask.cache.only_if_cached,
             ..policy.clone()
         };
         let enqueued = q.enqueue(&normalised, "", &policy).await?;
-        let (task, created) = match enqueued {
-            Enqueued::Stored(r) => return Ok((from_result(up, &r), false)),
-            Enqueued::Created(t) => (t, true),
-            Enqueued::Joined(t) => (t, false),
+        let (task, answered) = match enqueued {
+            Enqueued::Stored(r) => {
+                let v = served(q, up, &r, None, &ask.cache).await?;
+                let answered = Answered::Stored { refresh_started: false, collapsed: false };
+                return Ok((v.unwrap_or_else(|| from_result(up, &r)), answered));
+            }
+            Enqueued::Negative(t) => {
+                let answered = Answered::Stored { refresh_started: false, collapsed: false };
+                return Ok((negative(q, up, &t), answered));
+            }
+            Enqueued::NotCached => {
+                return Err(QueryError::NotCached);
+            }
+            Enqueued::Stale { result, refresh, created } => {
+                let answered = Answered::Stored {
+                    refresh_started: created,
+                    collapsed: !created && refresh.as_ref().is_some_and(Task::is_live),
+                };
+                if let Some(v) = served(q, up, &result, refresh.as_ref(), &ask.cache).await? {
+                    return Ok((v, answered));
+                }
+                // Not to be shown to this caller: the refresh's progress, as for a first ask.
+                match refresh {
+                    Some(t) => (t, answered),
+                    None => return Err(QueryError::NotCached),
+                }
+            }
+            Enqueued::Created(t) => (t, Answered::Created),
+            Enqueued::Joined(t) => (t, Answered::Joined),
         };
         if task.partial.is_some()
             || ctx.first_answer.is_zero()
-            || priority == queue::Priority::Background
+            || ask.priority == queue::Priority::Background
+            || !task.is_live()
         {
-            return Ok((from_task(up, &task), created));
+            return Ok((from_task(up, &task), answered));
         }
         let deadline = Instant::now() + ctx.first_answer;
         let mut latest = from_task(up, &task);
@@ -237,7 +312,7 @@ mod ssr {
             tokio::time::sleep(FIRST_ANSWER_STEP.min(deadline - Instant::now())).await;
             match read_in(q, up, &task.id).await? {
                 Some(v) => {
-                    let settled = v.partial.is_some() || v.status.is_final();
+                    let settled = v.partial.is_some() || v.status.is_final() || v.result.is_some();
                     latest = v;
                     if settled {
                         break;
@@ -247,7 +322,90 @@ mod ssr {
                 None => break,
             }
         }
-        Ok((latest, created))
+        Ok((latest, answered))
+    }
+
+    /// The upstream's name as the API says it.
+    fn upstream_name(q: &queue::Queue) -> &str {
+        match q.config().upstream.as_str() {
+            "" => queue::DEFAULT_UPSTREAM,
+            name => name,
+        }
+    }
+
+    /// The view of a stored result `r` for a caller who accepts `cache`, with `refresh` the
+    /// task refreshing it (if any): fresh; stale with why; or None when neither the service's
+    /// windows nor the caller let it be shown. Reads the upstream's switches only for a stale
+    /// result whose refresh waits (to say whether the breaker or a pause holds it).
+    async fn served(
+        q: &queue::Queue,
+        upstream: &str,
+        r: &StoredResult,
+        refresh: Option<&Task>,
+        cache: &CacheRequest,
+    ) -> Result<Option<QueryView>, QueryError> {
+        let w = windows(q);
+        let mut v = stored_view(q, upstream, r);
+        let age = v.age_ms.unwrap_or(0);
+        v.refreshing = refresh.is_some_and(Task::is_live);
+        if age < w.fresh_ms {
+            if !cache.accepts(age, 0) {
+                return Ok(None);
+            }
+            v.freshness = Some(Freshness::Fresh);
+            return Ok(Some(v));
+        }
+        let staleness = age - w.fresh_ms;
+        let reason = match refresh {
+            None => None,
+            Some(t) if t.state == TaskState::Dead => Some(StaleReason::UpstreamFailed),
+            Some(t) if t.state == TaskState::Leased => Some(StaleReason::Refreshing),
+            Some(_) => Some(waiting_reason(q).await?),
+        };
+        if !servable(&w, staleness, reason) || !cache.accepts(age, staleness) {
+            return Ok(None);
+        }
+        v.freshness = Some(Freshness::Stale);
+        v.stale_reason = reason;
+        Ok(Some(v))
+    }
+
+    /// A stored result with its age and end of freshness, not yet marked fresh or stale.
+    fn stored_view(q: &queue::Queue, upstream: &str, r: &StoredResult) -> QueryView {
+        let mut v = from_result(upstream, r);
+        v.age_ms = Some(u64::try_from(v.as_of - r.completed_ms).unwrap_or(0));
+        v.fresh_until = Some(r.completed_ms.saturating_add(q.config().result_ttl_ms as i64));
+        v
+    }
+
+    /// Why a refresh that waits its turn is not running: the breaker, a pause, or nothing
+    /// (it is next).
+    async fn waiting_reason(q: &queue::Queue) -> Result<StaleReason, QueryError> {
+        if q.breaker().await?.is_some() {
+            return Ok(StaleReason::BreakerOpen);
+        }
+        if q.is_paused().await? {
+            return Ok(StaleReason::Paused);
+        }
+        Ok(StaleReason::Refreshing)
+    }
+
+    fn windows(q: &queue::Queue) -> Windows {
+        let c = q.config();
+        Windows {
+            fresh_ms: c.result_ttl_ms,
+            stale_ms: c.freshness.stale_ms,
+            stale_if_error_ms: c.freshness.stale_if_error_ms,
+        }
+    }
+
+    /// A task that died for good, answered from the store for the failed window.
+    fn negative(q: &queue::Queue, upstream: &str, t: &Task) -> QueryView {
+        let mut v = from_task(upstream, t);
+        v.freshness = Some(Freshness::Fresh);
+        v.age_ms = Some(u64::try_from(now_ms() - t.updated_ms).unwrap_or(0));
+        v.fresh_until = Some(t.updated_ms.saturating_add(q.config().freshness.failed_ms as i64));
+        v
     }
 
     /// The current view of `id`, or `None` when the id is unknown. (A malformed id cannot
@@ -270,7 +428,34 @@ mod ssr {
         upstream: &str,
         id: &TaskId,
     ) -> Result<Option<QueryView>, QueryError> {
-        Ok(q.get(id).await?.map(|d| from_detail(upstream, id, &d)))
+        let Some(d) = q.get(id).await? else {
+            return Ok(None);
+        };
+        // A stored result wins over a task record while it may be shown: it is the answer
+        // users are waiting for, and the task beside it is its refresh.
+        if let Some(r) = &d.result {
+            let cache = CacheRequest::default();
+            if let Some(v) = served(q, upstream, r, d.task.as_ref(), &cache).await? {
+                return Ok(Some(v));
+            }
+            if d.task.is_none() {
+                // Past its windows for a new ask, and nobody has asked since: what is stored
+                // is still the best answer to a read (a submit would start the refresh).
+                let mut v = stored_view(q, upstream, r);
+                v.freshness = Some(Freshness::Stale);
+                return Ok(Some(v));
+            }
+        }
+        if let Some(t) = d.task.as_ref().filter(|t| t.state == TaskState::Dead) {
+            let failed = q.config().freshness.failed_ms as i64;
+            if d.result.is_none()
+                && t.dead_reason == Some(queue::DeadReason::Fatal)
+                && now_ms() - t.updated_ms < failed
+            {
+                return Ok(Some(negative(q, upstream, t)));
+            }
+        }
+        Ok(Some(from_detail(upstream, id, &d)))
     }
 
     use queue::local_ms as now_ms;
@@ -281,12 +466,11 @@ mod ssr {
     }
 
     fn from_detail(upstream: &str, id: &TaskId, d: &TaskDetail) -> QueryView {
-        // A fresh result wins over a task record: it is the answer users are waiting for.
-        if let Some(r) = &d.result {
-            return from_result(upstream, r);
-        }
         if let Some(t) = &d.task {
             return from_task(upstream, t);
+        }
+        if let Some(r) = &d.result {
+            return from_result(upstream, r);
         }
         // Only history is left: the task was cancelled or purged and its result expired.
         let at = d.history.first().map_or(0, |h| h.at_ms);
@@ -306,6 +490,11 @@ mod ssr {
             updated_at: at,
             completed_at: None,
             as_of: now_ms(),
+            freshness: None,
+            age_ms: None,
+            fresh_until: None,
+            stale_reason: None,
+            refreshing: false,
         }
     }
 
@@ -324,6 +513,11 @@ mod ssr {
             updated_at: r.completed_ms,
             completed_at: Some(r.completed_ms),
             as_of: now_ms(),
+            freshness: None,
+            age_ms: None,
+            fresh_until: None,
+            stale_reason: None,
+            refreshing: false,
         }
     }
 
@@ -350,6 +544,11 @@ mod ssr {
             updated_at: t.updated_ms,
             completed_at: None,
             as_of: now_ms(),
+            freshness: None,
+            age_ms: None,
+            fresh_until: None,
+            stale_reason: None,
+            refreshing: false,
         }
     }
 
@@ -380,6 +579,11 @@ mod tests {
             updated_at,
             completed_at: None,
             as_of: updated_at + 7,
+            freshness: None,
+            age_ms: None,
+            fresh_until: None,
+            stale_reason: None,
+            refreshing: false,
         }
     }
 

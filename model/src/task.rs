@@ -143,9 +143,21 @@ pub struct Task {
     /// Who asked first ("" = no tenant): its fair share and per-tenant limits apply.
     #[serde(default)]
     pub tenant: String,
+    /// A refresh: a result was stored for the query when this task was made (record field
+    /// `rf`), so the old result is still answered (stale) while it runs, and its death is a
+    /// failed refresh.
+    #[serde(default)]
+    pub refresh: bool,
 }
 
-/// A final result, kept for the queue's result TTL.
+impl Task {
+    /// Waiting or being worked on (not dead).
+    pub fn is_live(&self) -> bool {
+        matches!(self.state, TaskState::Due | TaskState::Leased)
+    }
+}
+
+/// A final result, kept to the end of its last window (fresh, stale, stale-if-error).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredResult {
     pub id: TaskId,

@@ -17,7 +17,7 @@
 -- "Fair shares")   KEYS[16] dead zset
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
 -- (0 = never)   ARGV[10] outcome ('done' | 'failed')   ARGV[11] the result data (done) or the
--- upstream's message (failed)   ARGV[12] result_ttl_ms
+-- upstream's message (failed)   ARGV[12] result life ms
 -- Returns 1 if the task was ended, 0 if no live task of that life exists (or it expired).
 local tkey = KEYS[1]
 local hkey = KEYS[2]
@@ -79,8 +79,7 @@ end
 local who = 'callback'
 local query = f[5] or ''
 local polls = num(f[6], 0)
-redis.call('SET', rkey, string.format('%d,%d,%d,%s,%d,%d,%d\n', now, created, polls, token, 0,
-  #who, #query) .. who .. query .. text, 'PX', ttl)
+redis.call('SET', rkey, pack_result(now, created, polls, token, '0', who, query, text), 'PX', ttl)
 redis.call('DEL', tkey, pkey)
 hist_routine(hkey, now, 'completed', 'by callback (was ' .. state .. ')')
 redis.call('PEXPIRE', hkey, ttl)

@@ -2,9 +2,9 @@
 -- optionally lease the caller its next tasks in the same call (so a busy worker needs one
 -- call per task and never a separate claim). Each item is refused (nothing written for it)
 -- unless it carries the current lease token, so a worker whose lease was lost can never ack.
--- The result is one string key, "completed,created,polls,token,latency_ms,#worker,#query\n"
--- followed by the worker id, the query and the data (decode.rs reads it); the record and any
--- partial data go. The completion is shown in the task's history from the result itself, so
+-- The result is one string key (prelude/records.lua `pack_result`), written over the result a
+-- refresh replaces, with the result's whole life (fresh + stale + stale-if-error) as its TTL;
+-- the record and any partial data go. The completion is shown in the task's history from the result itself, so
 -- nothing is pushed there (except at the 'full' level); an existing history list expires with
 -- the result.
 -- Per completed task: HMGET, SET with PX, DEL (record + partial), PEXPIRE (history). Per call:
@@ -20,7 +20,7 @@
 -- KEYS[19+4n] (last) wake-up list. A success of the breaker's probe closes the breaker
 -- (prelude/breaker.lua); the breaker is read with the claim, or alone when next_n = 0. A tenant's
 -- completed task gives back its lease (fair_release).
--- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
+-- ARGV[1..6] common   ARGV[7] result life ms (QueueConfig::result_life_ms)   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
 -- ARGV[7+4i] id i   ARGV[8+4i] token i   ARGV[9+4i] result data i   ARGV[10+4i] latency_ms i
 -- ARGV[11+4n .. 13+4n] the per-tenant limits (claim.lua)
 -- Returns {{status_1, ..., status_n}, {claimed rows as claim.lua}}: status 1 = completed,
@@ -82,8 +82,8 @@ for i = 1, n do
     local who = f[6] or ''
     local query = f[3] or ''
     local latency = ARGV[10 + 4 * i]
-    redis.call('SET', rkey, string.format('%d,%d,%d,%s,%s,%d,%d\n', now, created, num(f[5], 0),
-      token, latency, #who, #query) .. who .. query .. ARGV[9 + 4 * i], 'PX', ttl)
+    redis.call('SET', rkey, pack_result(now, created, num(f[5], 0), token, latency, who, query,
+      ARGV[9 + 4 * i]), 'PX', ttl)
     redis.call('DEL', tkey, pkey)
     fair_release(K.fairc, f[7])
     hist_routine(hkey, now, 'completed', 'by ' .. who .. ' token ' .. token .. ' in ' .. latency

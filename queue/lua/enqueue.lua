@@ -1,5 +1,7 @@
--- enqueue.lua: create a task (ready now), join the live one, or hand back a fresh stored result.
--- Atomic, so 50 concurrent callers for one query get exactly one 'created'.
+-- enqueue.lua: answer one ask of a query from what is stored, and make sure one task works on
+-- it when that is needed: create the task (ready now), join the live one, or hand back the
+-- stored result — fresh, or stale with its refresh (ARCHITECTURE.md, "A result's life").
+-- Atomic, so 50 concurrent callers for one query get exactly one 'created' (or one refresh).
 -- The new record holds only non-default fields (prelude.lua), goes to the tail of its
 -- priority's ready list, and writes no history (the enqueue is shown from the record's `c`).
 -- A join by an interactive caller raises a background task to interactive (the higher
@@ -9,9 +11,11 @@
 -- KEYS[9] wake-up list (prelude: one entry per task made ready)
 -- KEYS[10] fair zset   KEYS[11] tenants' last tags zset   KEYS[12] V string (prelude/fair.lua, "Fair
 -- shares": a tenant's new interactive task waits in the fair zset, not the ready list)
+-- KEYS[13] meta hash of this slot (read only; keys.rs `meta`)
+-- KEYS[14] throughput hash   KEYS[15] throughput minutes zset (one counter per answer: fresh,
+-- stale, miss, negative; and ahead per refresh-ahead started)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
--- KEYS[13] meta hash of this slot (read only; keys.rs `meta`)
 -- ARGV[12] priority ('interactive' | 'bg')   ARGV[13] tenant ('' = none; at most 64 bytes, no
 -- '|'). A join keeps the task's own tenant: a query asked by two tenants is one task, counted
 -- once, for the one who asked first.
@@ -20,9 +24,26 @@
 -- while one runs): when it differs, the task would be written into a layout the queue no
 -- longer reads, so nothing is written and the caller is told (repartition.rs). An absent
 -- count (a slot no repartition has touched) is the process's own.
+-- ARGV[15] the fresh window ms (> 0)   ARGV[16] the caller's max age ms (-1 = none; 0 = nothing
+-- is fresh for it: a refresh starts or is joined)   ARGV[17] failed window ms (negative
+-- caching; 0 = none)   ARGV[18] '1' = only if cached (never create a task)
+-- ARGV[19] hot asks (0 = no refresh-ahead; at most 99)   ARGV[20] refresh-ahead lead ms
+-- ARGV[21] refreshes ahead this slot may start per minute
+-- A stored result younger than the fresh window (and the caller's max age) is a fresh hit: no
+-- task, unless it is hot (ARGV[19] asks counted in the stored value, prelude `count_ask`) and
+-- within the lead of going stale, when one background refresh starts (at most ARGV[21] a
+-- minute). An older one is answered stale with its refresh: the live task joined, else a new
+-- one (record field `rf`) — unless the last refresh died within the failed window (its dead
+-- record is handed back: stale-if-error, no new try yet) or the caller asked only for what is
+-- cached. With nothing stored, a task that died for good (reason fatal) within the failed
+-- window is answered as it is (negative caching). Whether a stale result may still be shown
+-- (which window, why) is the caller's to decide from its age and the refresh's state.
 -- Returns {'joined', fields, partial|false, due_score|false}
 --       | {'stored', packed result}
+--       | {'stale', packed result, fields|false, partial|false, due_score|false, created 0|1}
+--       | {'negative', fields}
 --       | {'created', fields, false, false}     where fields is the record's HGETALL.
+--       | {'none'}                              only if cached, and nothing stored or running
 --       | {'moved', the queue's partition count (or the one it is moving to)}
 local tkey = KEYS[1]
 local rkey = KEYS[2]
@@ -36,6 +57,9 @@ local wakek = KEYS[9]
 local fairz = KEYS[10]
 local fairt = KEYS[11]
 local fairv = KEYS[12]
+local metak = KEYS[13]
+local tp = KEYS[14]
+local tpmin = KEYS[15]
 local id = ARGV[7]
 local query = ARGV[8]
 local payload = ARGV[9]
@@ -43,12 +67,22 @@ local deadline_ms = tonumber(ARGV[10])
 local max_attempts = tonumber(ARGV[11])
 local pr = ARGV[12]
 local tn = ARGV[13]
-local metak = KEYS[13]
 local layout = tonumber(ARGV[14])
+local fresh_ms = tonumber(ARGV[15])
+local max_age = tonumber(ARGV[16])
+local failed_ms = tonumber(ARGV[17])
+local cached_only = ARGV[18] == '1'
+local hot_asks = tonumber(ARGV[19])
+local lead_ms = tonumber(ARGV[20])
+local ahead_per_min = tonumber(ARGV[21])
 if id == nil or id == '' or query == nil or query == '' or payload == nil
   or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
-  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 13 or tn == nil or #tn > 64
-  or string.find(tn, '|', 1, true) or layout == nil or layout < 1 then
+  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 15 or tn == nil or #tn > 64
+  or string.find(tn, '|', 1, true) or layout == nil or layout < 1
+  or fresh_ms == nil or fresh_ms < 1 or max_age == nil or max_age < -1 or failed_ms == nil
+  or failed_ms < 0 or (ARGV[18] ~= '1' and ARGV[18] ~= '0') or hot_asks == nil or hot_asks < 0
+  or hot_asks > 99 or lead_ms == nil or lead_ms < 0 or ahead_per_min == nil
+  or ahead_per_min < 0 then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
 end
 
@@ -57,52 +91,109 @@ if m[2] or (m[1] and tonumber(m[1]) ~= layout) then
   return { 'moved', m[2] or m[1] }
 end
 
-local f = redis.call('HMGET', tkey, 's', 'pr', 'tn')
+local f = redis.call('HMGET', tkey, 's', 'pr', 'tn', 'dr', 'u')
 local state = f[1]
-if state == 'due' or state == 'leased' then
+local live = state == 'due' or state == 'leased'
+local stored = redis.call('GET', rkey)
+local now = now_ms()
+
+-- Makes the task: a first ask, a refresh of a stored result (`refresh`), or a new life of a
+-- dead task (its old history stays).
+local function create(prio, refresh)
+  if state == 'dead' then
+    redis.call('ZREM', deadz, id)
+    redis.call('DEL', tkey, pkey)
+    hist(hkey, now, 'enqueued', 're-enqueued after dead')
+  end
+  local rec = { 'q', query, 's', 'due', 'c', fmt(now) }
+  if max_attempts > 0 then rec[#rec + 1] = 'm'; rec[#rec + 1] = fmt(max_attempts) end
+  if deadline_ms > 0 then rec[#rec + 1] = 'dl'; rec[#rec + 1] = fmt(now + deadline_ms) end
+  if prio == 'bg' then rec[#rec + 1] = 'pr'; rec[#rec + 1] = 'bg' end
+  if payload ~= '' then rec[#rec + 1] = 'pl'; rec[#rec + 1] = payload end
+  if tn ~= '' then rec[#rec + 1] = 'tn'; rec[#rec + 1] = tn end
+  if refresh then rec[#rec + 1] = 'rf'; rec[#rec + 1] = '1' end
+  local tag = nil
+  if tn ~= '' and prio ~= 'bg' then tag = fair_tag(fairt, fairv, tn) end
+  redis.call('HSET', tkey, unpack(rec))
+  if tag then
+    redis.call('ZADD', fairt, tag, tn)
+    redis.call('ZADD', fairz, tag, fair_member(tn, id))
+  else
+    redis.call('RPUSH', ready_list(prio, readyk, bgk), id)
+  end
+  -- A cancelled or finished earlier life's history has a TTL: it belongs to this life now.
+  redis.call('PERSIST', hkey)
+  notify_dash('enqueued', id, now)
+  wake_workers(wakek, 1)
+  return rec
+end
+
+-- Joins the live task; an interactive caller raises a background one.
+local function join()
   if pr == 'interactive' and f[2] == 'bg' then
     redis.call('HDEL', tkey, 'pr')
     if state == 'due' and redis.call('LREM', bgk, 1, id) > 0 then
       if f[3] then
         -- A tenant's task: due now, the next claim gives it its fair place.
-        redis.call('ZADD', duez, now_ms(), id)
+        redis.call('ZADD', duez, now, id)
       else
         redis.call('RPUSH', readyk, id)
       end
     end
   end
-  return { 'joined', redis.call('HGETALL', tkey), redis.call('GET', pkey),
-    redis.call('ZSCORE', duez, id) }
-end
-if state ~= 'dead' then
-  local stored = redis.call('GET', rkey)
-  if stored then return { 'stored', stored } end
+  return redis.call('HGETALL', tkey), redis.call('GET', pkey), redis.call('ZSCORE', duez, id)
 end
 
-local now = now_ms()
-if state == 'dead' then
-  -- Asking again for a dead query starts a fresh life; the old history stays.
-  redis.call('ZREM', deadz, id)
-  redis.call('DEL', tkey, pkey)
-  hist(hkey, now, 'enqueued', 're-enqueued after dead')
+-- A dead task's death is recent enough to stand for its query (negative caching, and the
+-- pause of a failed refresh).
+local function died_recently()
+  return state == 'dead' and failed_ms > 0 and now - num(f[5], 0) < failed_ms
 end
-local rec = { 'q', query, 's', 'due', 'c', fmt(now) }
-if max_attempts > 0 then rec[#rec + 1] = 'm'; rec[#rec + 1] = fmt(max_attempts) end
-if deadline_ms > 0 then rec[#rec + 1] = 'dl'; rec[#rec + 1] = fmt(now + deadline_ms) end
-if pr == 'bg' then rec[#rec + 1] = 'pr'; rec[#rec + 1] = 'bg' end
-if payload ~= '' then rec[#rec + 1] = 'pl'; rec[#rec + 1] = payload end
-if tn ~= '' then rec[#rec + 1] = 'tn'; rec[#rec + 1] = tn end
-local tag = nil
-if tn ~= '' and pr ~= 'bg' then tag = fair_tag(fairt, fairv, tn) end
-redis.call('HSET', tkey, unpack(rec))
-if tag then
-  redis.call('ZADD', fairt, tag, tn)
-  redis.call('ZADD', fairz, tag, fair_member(tn, id))
-else
-  redis.call('RPUSH', ready_list(pr, readyk, bgk), id)
+
+if stored then
+  local age = now - (result_completed(stored) or 0)
+  local fresh_for = fresh_ms
+  if max_age >= 0 and max_age < fresh_for then fresh_for = max_age end
+  if age < fresh_for then
+    bump(tp, tpmin, now, 'fresh', 1)
+    if hot_asks > 0 and not live then
+      local asks = count_ask(rkey, stored, hot_asks)
+      if asks >= hot_asks and age >= fresh_ms - lead_ms and not died_recently() then
+        local minute = now - (now % 60000)
+        local started = tonumber(redis.call('HGET', tp, fmt(minute) .. ':ahead')) or 0
+        if started < ahead_per_min then
+          create('bg', true)
+          bump(tp, tpmin, now, 'ahead', 1)
+        end
+      end
+    end
+    return { 'stored', stored }
+  end
+  bump(tp, tpmin, now, 'stale', 1)
+  if live then
+    local fields, partial, due = join()
+    return { 'stale', stored, fields, partial, due, 0 }
+  end
+  if died_recently() then
+    return { 'stale', stored, redis.call('HGETALL', tkey), false, false, 0 }
+  end
+  if cached_only then
+    return { 'stale', stored, false, false, false, 0 }
+  end
+  return { 'stale', stored, create(pr, true), false, false, 1 }
 end
--- A cancelled or finished earlier life's history has a TTL: it belongs to this life now.
-redis.call('PERSIST', hkey)
-notify_dash('enqueued', id, now)
-wake_workers(wakek, 1)
-return { 'created', rec, false, false }
+
+if live then
+  bump(tp, tpmin, now, 'miss', 1)
+  local fields, partial, due = join()
+  return { 'joined', fields, partial, due }
+end
+if died_recently() and f[4] == 'fatal' then
+  bump(tp, tpmin, now, 'negative', 1)
+  return { 'negative', redis.call('HGETALL', tkey) }
+end
+bump(tp, tpmin, now, 'miss', 1)
+if cached_only then
+  return { 'none' }
+end
+return { 'created', create(pr, false), false, false }

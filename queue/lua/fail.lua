@@ -60,7 +60,7 @@ end
 -- whatever the caller sent.
 err = cut(err, ERROR_MAX)
 local now = now_ms()
-local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u', 'tn')
+local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u', 'tn', 'rf')
 local plan, br = claim_next_read(K, FP, next_n, now)
 if f[1] ~= 'leased' or f[2] ~= token then
   return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
@@ -131,6 +131,8 @@ if reason then
   redis.call('HSET', tkey, 'a', fmt(attempts), 'e', err)
   hist(hkey, now, 'error', err)
   to_dead(tkey, hkey, K.events, deadz, id, now, reason, 'after ' .. fmt(attempts) .. ' attempts')
+  -- A refresh's death: its stored result is answered stale-if-error (enqueue.lua).
+  if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
   notify_dash('dead', id, now)
   out = { 'dead', reason }
 else

@@ -22,6 +22,7 @@
 --   pr priority ('bg'; omitted = interactive)   a attempts   p polls   m max_attempts
 --   dl whole-life deadline   tk token   w worker   ld lease deadline   e last error
 --   dr dead reason   ll lease losses   pl payload   tn tenant (who asked; omitted = none)
+--   rf '1' on a refresh (a result was stored when it was made: enqueue.lua)
 --   (omitted numbers are 0, strings empty)
 -- The common ARGV of the call being served. The library's helpers are built once when it loads
 -- (not per call), so these are upvalues that read_common() sets at the start of every call:

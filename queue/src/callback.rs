@@ -89,7 +89,7 @@ impl Slot {
             .arg(expires_ms)
             .arg(kind)
             .arg(text)
-            .arg(clamp_ms(self.config().result_ttl_ms));
+            .arg(clamp_ms(self.config().result_life_ms()));
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 }

@@ -151,6 +151,7 @@ pub(crate) fn task(
         query: get(f, "q")?.to_string(),
         payload: f.get("pl").cloned().unwrap_or_default(),
         state,
+        refresh: f.get("rf").is_some(),
         priority: if f.get("pr").map(String::as_str) == Some("bg") {
             Priority::Background
         } else {
@@ -195,7 +196,8 @@ pub(crate) fn task(
 }
 
 /// A stored result and how it was completed, from its one string:
-/// `completed,created,polls,token,latency_ms,#worker,#query\n` + worker + query + data
+/// `completed,created,polls,token,latency_ms,#worker,#query,asks\n` + worker + query + data
+/// (prelude/records.lua `pack_result`; a result stored by an older version has no `asks`)
 /// (complete.lua writes it; the lengths are in bytes).
 pub(crate) struct Packed {
     pub result: StoredResult,
@@ -208,9 +210,15 @@ pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
     let bad = || corrupt(format!("result of {id}: bad format"));
     let (head, body) = s.split_once('\n').ok_or_else(bad)?;
     let n: Vec<i64> = head.split(',').map(parse_i64).collect::<Result<Vec<_>>>()?;
-    let [completed, created, polls, token, latency, wlen, qlen] = n.as_slice() else {
+    // Eight fields; the eighth (asks counted for refresh-ahead) is the library's alone, and a
+    // result stored before it existed has seven.
+    let (&[completed, created, polls, token, latency, wlen, qlen]
+    | &[completed, created, polls, token, latency, wlen, qlen, _]) = n.as_slice()
+    else {
         return Err(bad());
     };
+    let (completed, created, polls, token, latency, wlen, qlen) =
+        (&completed, &created, &polls, &token, &latency, &wlen, &qlen);
     let wlen = usize::try_from(*wlen).map_err(|_| bad())?;
     let qlen = usize::try_from(*qlen).map_err(|_| bad())?;
     let worker = body.get(..wlen).ok_or_else(bad)?;

@@ -5,7 +5,7 @@
 use crate::decode::{self, opt_string, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::library::Invocation;
-use crate::model::{EnqueuePolicy, Enqueued, Priority};
+use crate::model::{EnqueuePolicy, Enqueued, Priority, Task};
 use crate::normalise_query;
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
@@ -17,6 +17,9 @@ use redis::Value;
 /// refused because `q`'s layout is not the queue's any more ([`Queue::moved`]).
 fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
     let (tag, rest) = status(reply)?;
+    if tag == "none" {
+        return Ok(Enqueued::NotCached);
+    }
     let mut rest = rest.into_iter();
     let body = rest
         .next()
@@ -25,11 +28,38 @@ fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
         let now = decode::parse_i64(&string(&body)?)?;
         return Err(q.moved(u16::try_from(now).unwrap_or(u16::MAX)));
     }
-    if tag == "stored" {
-        let packed = string(&body)?;
-        return Ok(Enqueued::Stored(decode::packed_result(id, &packed)?.result));
+    if tag == "stored" || tag == "stale" {
+        let result = decode::packed_result(id, &string(&body)?)?.result;
+        if tag == "stored" {
+            return Ok(Enqueued::Stored(result));
+        }
+        let refresh = match rest.next() {
+            Some(v @ Value::Array(_)) => Some(task_of(id, v, &mut rest)?),
+            _ => {
+                rest.nth(1); // its partial data and due score: none
+                None
+            }
+        };
+        let created = rest.next().map(|v| decode::int(&v)).transpose()? == Some(1);
+        return Ok(Enqueued::Stale {
+            result,
+            refresh,
+            created,
+        });
     }
-    let f = decode::fields(body)?;
+    let task = task_of(id, body, &mut rest)?;
+    match tag.as_str() {
+        "created" => Ok(Enqueued::Created(task)),
+        "joined" => Ok(Enqueued::Joined(task)),
+        "negative" => Ok(Enqueued::Negative(task)),
+        other => Err(corrupt(format!("enqueue: unexpected reply {other:?}"))),
+    }
+}
+
+/// A task from an enqueue reply: its fields, then its partial data and due score when the
+/// reply carries them (`false` = none).
+fn task_of(id: &str, fields: Value, rest: &mut impl Iterator<Item = Value>) -> Result<Task> {
+    let f = decode::fields(fields)?;
     let partial = rest.next().map(|v| opt_string(&v)).transpose()?.flatten();
     let score = rest
         .next()
@@ -38,12 +68,7 @@ fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
         .flatten()
         .map(|s| decode::parse_i64(&s))
         .transpose()?;
-    let task = decode::task(id, &f, partial, score)?;
-    match tag.as_str() {
-        "created" => Ok(Enqueued::Created(task)),
-        "joined" => Ok(Enqueued::Joined(task)),
-        other => Err(corrupt(format!("enqueue: unexpected reply {other:?}"))),
-    }
+    decode::task(id, &f, partial, score)
 }
 
 /// A tenant is empty (nobody in particular) or a valid name ([`crate::is_valid_tenant`]).
@@ -168,7 +193,20 @@ impl Slot {
             .key(&k.fairv)
             .arg(policy.tenant.as_str())
             .key(k.meta())
-            .arg(self.layout());
+            .arg(self.layout())
+            .key(&k.tp)
+            .key(&k.tpmin);
+        let cfg = self.config();
+        let fresh = &cfg.freshness;
+        // A partitioned queue's limit is shared by its partitions (at least one each).
+        let ahead_per_min = fresh.refresh_ahead_per_min.div_ceil(u32::from(self.layout()).max(1));
+        inv.arg(clamp_ms(cfg.result_ttl_ms).max(1))
+            .arg(policy.max_age_ms.map_or(-1, |ms| clamp_ms(ms) as i64))
+            .arg(clamp_ms(fresh.failed_ms))
+            .arg(if policy.only_if_cached { "1" } else { "0" })
+            .arg(fresh.hot_asks.min(crate::model::MAX_HOT_ASKS))
+            .arg(clamp_ms(cfg.refresh_ahead_lead_ms()))
+            .arg(ahead_per_min);
         inv
     }
 }

@@ -137,7 +137,8 @@ impl Keys {
         format!("{}:h:{id}", self.tag)
     }
 
-    /// Final result, one string (expires after result_ttl_ms; decode.rs has the format).
+    /// Final result, one string (expires at the end of its last window,
+    /// `QueueConfig::result_life_ms`; decode.rs has the format).
     pub fn result(&self, id: &str) -> String {
         format!("{}:r:{id}", self.tag)
     }

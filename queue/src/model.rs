@@ -17,8 +17,14 @@ pub use model::{
 pub struct QueueConfig {
     /// Queue name; every key lives under the hash tag `{name}`. No `{`, `}` allowed.
     pub name: String,
-    /// How long a final result (and the finished task's history) is kept.
+    /// How long a stored result is fresh: answered from the store with no upstream call
+    /// (`REPOLL_RESULT_TTL_MS` / `fresh_for_ms`). The result itself is kept for
+    /// [`QueueConfig::result_life_ms`], the end of its last window ([`FreshnessWindows`]).
     pub result_ttl_ms: u64,
+    /// What happens after the fresh window: stale while refreshing, stale if the refresh
+    /// fails, failed answers cached, refresh-ahead of hot results.
+    #[serde(default)]
+    pub freshness: FreshnessWindows,
     /// Per-task history entries kept.
     pub history_cap: u32,
     /// Global event stream length (approximate, `MAXLEN ~`).
@@ -51,6 +57,71 @@ pub struct QueueConfig {
 
 fn one_partition() -> u16 {
     1
+}
+
+impl QueueConfig {
+    /// How long a stored result (and a finished task's history) is kept: to the end of its
+    /// last window, fresh + stale + stale-if-error.
+    pub fn result_life_ms(&self) -> u64 {
+        self.result_ttl_ms
+            .saturating_add(self.freshness.stale_ms)
+            .saturating_add(self.freshness.stale_if_error_ms)
+    }
+
+    /// How long before the end of the fresh window a hot result is refreshed ahead: a quarter
+    /// of the window, at most ten minutes (enough for a slow upstream's chain of polls; a
+    /// refresh that takes longer is answered stale, at once, meanwhile).
+    pub fn refresh_ahead_lead_ms(&self) -> u64 {
+        (self.result_ttl_ms / 4).min(REFRESH_AHEAD_LEAD_MAX_MS)
+    }
+}
+
+/// The longest lead of a refresh-ahead ([`QueueConfig::refresh_ahead_lead_ms`]).
+pub const REFRESH_AHEAD_LEAD_MAX_MS: u64 = 10 * 60_000;
+
+/// The most asks counted per stored result for refresh-ahead (two decimal digits inside the
+/// stored value: `hot_asks` is at most this).
+pub const MAX_HOT_ASKS: u32 = 99;
+
+/// The windows of a stored result after its fresh window (`QueueConfig::result_ttl_ms`), as a
+/// caching front has them (RFC 5861 `stale-while-revalidate` / `stale-if-error`, Varnish grace
+/// and keep, nginx `proxy_cache_use_stale`), and refresh-ahead of hot results.
+///
+/// ```text
+/// completed ── fresh ──▶ ── stale ──▶ ── stale-if-error ──▶ gone
+///              answered    answered at    answered only while the refresh
+///              as it is    once; one      has failed, the breaker is open
+///                          refresh runs   or the upstream is paused
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreshnessWindows {
+    /// After the fresh window, how long the result is still answered at once (marked stale)
+    /// while one refresh runs.
+    pub stale_ms: u64,
+    /// After the stale window, how long the result is still answered when its refresh failed
+    /// (dead, breaker open, upstream paused).
+    pub stale_if_error_ms: u64,
+    /// Negative caching: how long a query whose task died for good (the upstream answered
+    /// `failed`, a permanent 4xx) is answered from its dead record before a new ask starts a
+    /// new task. Also how long a failed refresh waits before the next ask may start another.
+    pub failed_ms: u64,
+    /// Asks within its fresh window that make a result hot: it is refreshed in the background
+    /// shortly before it would go stale. 0 = no refresh-ahead. At most [`MAX_HOT_ASKS`].
+    pub hot_asks: u32,
+    /// Refreshes ahead started per minute, per upstream (spread over its partitions).
+    pub refresh_ahead_per_min: u32,
+}
+
+impl Default for FreshnessWindows {
+    fn default() -> Self {
+        FreshnessWindows {
+            stale_ms: 24 * 3600 * 1000,
+            stale_if_error_ms: 24 * 3600 * 1000,
+            failed_ms: 60_000,
+            hot_asks: 3,
+            refresh_ahead_per_min: 60,
+        }
+    }
 }
 
 /// Limits per tenant (who asked: [`EnqueuePolicy::tenant`]) on one queue, so one caller's
@@ -150,6 +221,7 @@ impl Default for QueueConfig {
             events_cap: 10_000,
             max_lease_losses: 3,
             history: HistoryLevel::Transitions,
+            freshness: FreshnessWindows::default(),
             breaker: BreakerConfig::default(),
             upstream: String::new(),
             tenants: TenantLimits::default(),
@@ -173,6 +245,15 @@ pub struct EnqueuePolicy {
     /// ([`crate::is_valid_tenant`]). A join keeps the task's own tenant.
     #[serde(default)]
     pub tenant: String,
+    /// The oldest stored result this caller takes as fresh, in ms (`Cache-Control: max-age`);
+    /// None = the queue's fresh window; `Some(0)` = none (`no-cache`: a refresh starts now, or
+    /// the running one is joined). It can only shorten the queue's window.
+    #[serde(default)]
+    pub max_age_ms: Option<u64>,
+    /// Never start a task (`only-if-cached`): answer what is stored or running, or
+    /// [`Enqueued::NotCached`].
+    #[serde(default)]
+    pub only_if_cached: bool,
 }
 
 impl Default for EnqueuePolicy {
@@ -182,6 +263,8 @@ impl Default for EnqueuePolicy {
             max_attempts: 5,
             priority: Priority::Interactive,
             tenant: String::new(),
+            max_age_ms: None,
+            only_if_cached: false,
         }
     }
 }
@@ -193,8 +276,26 @@ pub enum Enqueued {
     Created(Task),
     /// The task already existed (due or leased); the caller shares it.
     Joined(Task),
-    /// A fresh result is stored for this query; no task was created.
+    /// A fresh result is stored for this query; no task was created. (A refresh-ahead may
+    /// have started in the background.)
     Stored(StoredResult),
+    /// A stored result that is not fresh for this caller, and its refresh: the one created or
+    /// joined now, or one that died within the failed window (`refresh.state == Dead`: the
+    /// result is served stale-if-error and no new refresh starts yet), or None when the caller
+    /// asked only for what is cached.
+    Stale {
+        /// The stored result.
+        result: StoredResult,
+        /// Its refresh, when there is one.
+        refresh: Option<Task>,
+        /// The refresh was created by this call.
+        created: bool,
+    },
+    /// Negative caching: the query's task died for good (reason `fatal`) within the failed
+    /// window; it is answered from its dead record and nothing starts.
+    Negative(Task),
+    /// Only what is cached was asked for, and nothing is stored or running.
+    NotCached,
 }
 
 /// A task handed to a worker by [`crate::Queue::claim`].

@@ -185,7 +185,7 @@ impl Slot {
             .key(&k.fairc)
             .arg(id)
             .arg(who)
-            .arg(clamp_ms(self.config().result_ttl_ms));
+            .arg(clamp_ms(self.config().result_life_ms()));
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 

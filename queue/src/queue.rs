@@ -128,6 +128,13 @@ impl Queue {
                 "the result TTL (REPOLL_RESULT_TTL_MS), history cap and events cap must be > 0",
             ));
         }
+        if cfg.freshness.hot_asks > crate::model::MAX_HOT_ASKS {
+            return Err(config(format!(
+                "hot asks must be 0 to {}, not {} (REPOLL_HOT_ASKS)",
+                crate::model::MAX_HOT_ASKS,
+                cfg.freshness.hot_asks
+            )));
+        }
         let q = Queue::layout(conn, cfg);
         crate::library::check_version(&q.conn).await?;
         crate::library::load(&q.conn).await?;

@@ -102,7 +102,7 @@ async fn fifty_concurrent_enqueues_one_created() {
                     joined += 1;
                     ids.insert(t.id);
                 }
-                Enqueued::Stored(_) => panic!("no result yet"),
+                other => panic!("no result yet: {other:?}"),
             }
         }
         assert_eq!((created, joined), (1, 49));

@@ -269,11 +269,14 @@ async fn a_task_costs_its_record_and_a_list_entry_then_one_result_string() {
         .await
         .unwrap();
     assert_eq!(encoding, "listpack");
-    // Plus one entry in the queue-wide wake-up list (a few bytes, capped; no key per task).
+    // Plus one entry in the queue-wide wake-up list (a few bytes, capped; no key per task),
+    // and the answer counted in the minute's counters (one field a minute, not per task).
     let want: BTreeSet<String> = [
         format!("{{{name}}}:t:{id}"),
         format!("{{{name}}}:ready"),
         format!("{{{name}}}:wakeups"),
+        format!("{{{name}}}:tp"),
+        format!("{{{name}}}:tpmin"),
     ]
     .into();
     assert_eq!(keys_of(name).await, want);

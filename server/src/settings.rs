@@ -108,9 +108,14 @@ pub struct RedisArgs {
     #[arg(long, env = "REPOLL_QUEUE", default_value_t = queue::QueueConfig::default().name)]
     pub queue: String,
 
-    /// How long a final result is kept and served without asking the upstream again (ms).
-    #[arg(long, env = "REPOLL_RESULT_TTL_MS", default_value_t = queue::QueueConfig::default().result_ttl_ms)]
+    /// How long a stored result is fresh: answered without asking the upstream again (ms).
+    /// The same as REPOLL_FRESH_FOR_MS, which wins when both are set.
+    #[arg(long, env = "REPOLL_RESULT_TTL_MS", default_value_t = queue::QueueConfig::default().result_ttl_ms,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WINDOW_MS))]
     pub result_ttl_ms: u64,
+
+    #[command(flatten)]
+    pub freshness: FreshnessArgs,
 
     /// Lease expiries after which a task is dead as "poison" (0 = never).
     #[arg(long, env = "REPOLL_MAX_LEASE_LOSSES", default_value_t = queue::QueueConfig::default().max_lease_losses)]
@@ -167,6 +172,7 @@ impl std::fmt::Debug for RedisArgs {
             .field("redis_cluster", &self.redis_cluster)
             .field("queue", &self.queue)
             .field("result_ttl_ms", &self.result_ttl_ms)
+            .field("freshness", &self.freshness)
             .field("max_lease_losses", &self.max_lease_losses)
             .field("partitions", &self.partitions)
             .field("history", &self.history)
@@ -193,7 +199,8 @@ impl RedisArgs {
     pub fn queue_config(&self) -> queue::QueueConfig {
         queue::QueueConfig {
             name: self.queue.clone(),
-            result_ttl_ms: self.result_ttl_ms,
+            result_ttl_ms: self.freshness.fresh_for_ms.unwrap_or(self.result_ttl_ms),
+            freshness: self.freshness.config(),
             max_lease_losses: self.max_lease_losses,
             partitions: self.partitions,
             history: self.history,
@@ -244,6 +251,67 @@ impl BreakerArgs {
             failures: self.failures,
             error_percent: self.error_percent,
             cooldown_ms: self.cooldown_ms,
+        }
+    }
+}
+
+/// The longest window of a stored result a setting may name: ten years, in ms.
+pub const MAX_WINDOW_MS: u64 = 10 * 365 * 24 * 3_600_000;
+
+/// What a stored result is worth after its fresh window, per upstream (see
+/// `queue::FreshnessWindows` and README, "Freshness").
+#[derive(Clone, Copy, Debug, Args)]
+pub struct FreshnessArgs {
+    /// How long a stored result is fresh (ms): answered with no upstream call. Unset: the
+    /// top level's REPOLL_RESULT_TTL_MS.
+    #[arg(long = "fresh-for-ms", env = "REPOLL_FRESH_FOR_MS",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WINDOW_MS))]
+    pub fresh_for_ms: Option<u64>,
+
+    /// After the fresh window, how long the result is still answered at once, marked stale,
+    /// while one refresh runs (ms; 0 = a result past its fresh window is not served).
+    #[arg(long = "stale-for-ms", env = "REPOLL_STALE_FOR_MS",
+          default_value_t = queue::FreshnessWindows::default().stale_ms,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WINDOW_MS))]
+    pub stale_for_ms: u64,
+
+    /// After the stale window, how long the result is still answered while its refresh
+    /// cannot bring a new one: it failed, the breaker is open, the upstream is paused (ms).
+    #[arg(long = "stale-if-error-for-ms", env = "REPOLL_STALE_IF_ERROR_FOR_MS",
+          default_value_t = queue::FreshnessWindows::default().stale_if_error_ms,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WINDOW_MS))]
+    pub stale_if_error_for_ms: u64,
+
+    /// Negative caching: how long a query whose task failed for good (the upstream answered
+    /// "failed", a permanent 4xx) is answered with that failure before a new ask tries again;
+    /// also how long after a failed refresh the next one may start (ms; 0 = none).
+    #[arg(long = "failed-for-ms", env = "REPOLL_FAILED_FOR_MS",
+          default_value_t = queue::FreshnessWindows::default().failed_ms,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_WINDOW_MS))]
+    pub failed_for_ms: u64,
+
+    /// Refresh-ahead: a result asked this many times within its fresh window is refreshed in
+    /// the background shortly before it would go stale (0 = never).
+    #[arg(long = "hot-asks", env = "REPOLL_HOT_ASKS",
+          default_value_t = queue::FreshnessWindows::default().hot_asks,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(queue::MAX_HOT_ASKS)))]
+    pub hot_asks: u32,
+
+    /// Refreshes ahead started per minute for this upstream, at most.
+    #[arg(long = "refresh-ahead-per-min", env = "REPOLL_REFRESH_AHEAD_PER_MIN",
+          default_value_t = queue::FreshnessWindows::default().refresh_ahead_per_min,
+          value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub refresh_ahead_per_min: u32,
+}
+
+impl FreshnessArgs {
+    pub fn config(&self) -> queue::FreshnessWindows {
+        queue::FreshnessWindows {
+            stale_ms: self.stale_for_ms,
+            stale_if_error_ms: self.stale_if_error_for_ms,
+            failed_ms: self.failed_for_ms,
+            hot_asks: self.hot_asks,
+            refresh_ahead_per_min: self.refresh_ahead_per_min,
         }
     }
 }

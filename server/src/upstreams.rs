@@ -30,7 +30,7 @@ use std::path::Path;
 use clap::{Args, Command, FromArgMatches};
 
 use crate::config_file::{self, ConfigError};
-use crate::settings::{BreakerArgs, RedisArgs, TenantArgs};
+use crate::settings::{BreakerArgs, FreshnessArgs, RedisArgs, TenantArgs};
 
 /// Most named upstreams one deployment may declare: each is a queue with its own worker
 /// slots, so the number is a resource decision, not a free label.
@@ -47,6 +47,8 @@ pub struct UpstreamSettings {
     pub breaker: BreakerArgs,
     #[command(flatten)]
     pub tenants: TenantArgs,
+    #[command(flatten)]
+    pub freshness: FreshnessArgs,
     /// Worker slots for this upstream in each process (unset: the process's `--workers` /
     /// `--concurrency`).
     #[arg(long = "concurrency", env = "REPOLL_CONCURRENCY",
@@ -209,7 +211,7 @@ fn section_hint(key: &str, known: &BTreeMap<String, bool>) -> String {
     config_file::hint_among(
         key,
         names,
-        " (a section takes the upstream, poll, error-policy and breaker settings)",
+        " (a section takes the upstream, poll, error-policy, breaker and freshness settings)",
     )
 }
 
@@ -255,6 +257,8 @@ pub fn plans(
                 name: format!("{}.{}", base.name, s.name),
                 breaker: s.settings.breaker.config(),
                 tenants: s.settings.tenants.config(),
+                result_ttl_ms: s.settings.freshness.fresh_for_ms.unwrap_or(base.result_ttl_ms),
+                freshness: s.settings.freshness.config(),
                 upstream: s.name.clone(),
                 ..base.clone()
             },

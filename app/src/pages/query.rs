@@ -36,14 +36,13 @@ pub async fn submit_query(
             "Too many queries from your address; try again in {wait} s."
         )));
     }
-    let submitted = crate::query_view::submit_with(
-        &ctx,
-        &query,
-        queue::Priority::Interactive,
-        upstream.as_deref(),
-        PAGE_TENANT,
-    )
-    .await;
+    let ask = crate::query_view::Ask {
+        text: &query,
+        upstream: upstream.as_deref(),
+        tenant: PAGE_TENANT,
+        ..Default::default()
+    };
+    let submitted = crate::query_view::submit_with(&ctx, &ask).await;
     match submitted {
         Ok((view, _created)) => {
             leptos_axum::redirect(&format!("/q/{}", view.id));

@@ -36,7 +36,7 @@ impl Slot {
             .key(&k.paused)
             .key(&k.tp)
             .key(&k.fair)
-            .arg(clamp_ms(self.config().result_ttl_ms))
+            .arg(clamp_ms(self.config().result_life_ms()))
             .arg(STATS_BUCKETS);
         let a = array(self.run(&inv).await?)?;
         if a.len() < 11 {

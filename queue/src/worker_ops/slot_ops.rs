@@ -139,7 +139,7 @@ impl Slot {
             inv.key(&k.results)
                 .key(&k.tp)
                 .key(&k.tpmin)
-                .arg(clamp_ms(self.config().result_ttl_ms).max(1))
+                .arg(clamp_ms(self.config().result_life_ms()).max(1))
                 .arg(worker)
                 .arg(next)
                 .arg(clamp_ms(lease_ms).max(1));
@@ -334,7 +334,7 @@ impl Slot {
             .key(&k.tphourix)
             .arg(cfg.max_lease_losses)
             .arg(THROUGHPUT_RETENTION_MS)
-            .arg(clamp_ms(cfg.result_ttl_ms))
+            .arg(clamp_ms(cfg.result_life_ms()))
             .arg(THROUGHPUT_HOURLY_RETENTION_MS);
         for pair in flat.chunks(2) {
             let id = string(&pair[0])?;

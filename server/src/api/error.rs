@@ -35,6 +35,10 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// Another client mistake (400).
     BadRequest,
+    /// A `Cache-Control` request directive (header or `cache_control`) with a malformed value (400).
+    InvalidCacheControl,
+    /// `only-if-cached`, and nothing is stored for the query (504).
+    NotCached,
     /// Unknown endpoint, or unknown, malformed or expired query id (404).
     NotFound,
     /// The method is not allowed on this endpoint (405).
@@ -68,6 +72,8 @@ impl ErrorCode {
         ErrorCode::UnsupportedMediaType,
         ErrorCode::PayloadTooLarge,
         ErrorCode::BadRequest,
+        ErrorCode::InvalidCacheControl,
+        ErrorCode::NotCached,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
         ErrorCode::Timeout,
@@ -90,6 +96,8 @@ impl ErrorCode {
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidCacheControl => "invalid_cache_control",
+            ErrorCode::NotCached => "not_cached",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Timeout => "timeout",
@@ -234,6 +242,11 @@ impl From<QueryError> for ApiError {
             e @ QueryError::LayoutChanged => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorCode::Unavailable,
+                e.to_string(),
+            ),
+            e @ QueryError::NotCached => ApiError::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorCode::NotCached,
                 e.to_string(),
             ),
             QueryError::Internal => ApiError::new(

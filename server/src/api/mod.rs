@@ -11,6 +11,7 @@
 //!
 //! Every answer to a client mistake is a 4xx in the shape `{"error": {"code", "message"}}`.
 
+mod cache_status;
 mod callbacks;
 mod error;
 mod events;

@@ -91,6 +91,11 @@ mod tests {
             updated_at: 0,
             completed_at: None,
             as_of: 0,
+            freshness: None,
+            age_ms: None,
+            fresh_until: None,
+            stale_reason: None,
+            refreshing: false,
         };
         let sent = serde_json::to_value(&view).unwrap();
         let mut sent_keys: Vec<&String> = sent.as_object().unwrap().keys().collect();

@@ -1,7 +1,8 @@
 //! `POST /api/v1/queries` and `GET /api/v1/queries/{id}`: thin HTTP wrappers around
 //! `app::query_view::{submit, read}`, the same code the query page's server functions call.
 
-use app::query_view::{QueryView, TaskId};
+use app::freshness::CacheRequest;
+use app::query_view::{Freshness, QueryView, TaskId};
 use axum::{
     extract::{Path, State},
     http::{header, HeaderMap, HeaderValue, StatusCode},
@@ -43,6 +44,56 @@ pub struct SubmitBody {
     /// tenant header (`REPOLL_TENANT_HEADER`): then that header says who asks.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// What the caller accepts of a stored result, for clients that cannot set headers: the
+    /// request directives of `Cache-Control` (`max-age=N`, `max-stale[=N]`, `no-cache`,
+    /// `only-if-cached`), taken together with the header's.
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub cache_control: Option<String>,
+}
+
+/// The longest `cache_control` text (field and header together) read.
+const MAX_CACHE_CONTROL: usize = 256;
+
+/// The directives of the request's `Cache-Control` headers and the body's `cache_control`.
+fn cache_request(headers: &HeaderMap, body: Option<&str>) -> Result<CacheRequest, ApiError> {
+    let mut text = String::new();
+    for v in headers.get_all(header::CACHE_CONTROL) {
+        let v = v.to_str().map_err(|_| bad_cache_control("Cache-Control is not text"))?;
+        text.push_str(v);
+        text.push(',');
+    }
+    text.push_str(body.unwrap_or(""));
+    if text.len() > MAX_CACHE_CONTROL {
+        return Err(bad_cache_control(&format!(
+            "cache directives longer than {MAX_CACHE_CONTROL} bytes"
+        )));
+    }
+    CacheRequest::parse(&text).map_err(|e| bad_cache_control(&e))
+}
+
+fn bad_cache_control(why: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        super::error::ErrorCode::InvalidCacheControl,
+        format!("Cache-Control: {why}"),
+    )
+}
+
+/// The answers counted in `repoll_answers_total{upstream,freshness}`: `fresh`, `stale` and
+/// `negative` from the store, `miss` otherwise (a new task, a join, or a result too old for
+/// the caller).
+pub const ANSWERS_METRIC: &str = "repoll_answers_total";
+
+fn count_answer(view: &QueryView) {
+    let kind = match view.freshness {
+        Some(Freshness::Fresh) if view.result.is_none() => "negative",
+        Some(Freshness::Fresh) => "fresh",
+        Some(Freshness::Stale) => "stale",
+        None => "miss",
+    };
+    metrics::counter!(ANSWERS_METRIC, "upstream" => view.upstream.clone(), "freshness" => kind)
+        .increment(1);
 }
 
 /// 202 while processing (a task was created or joined), 200 once final (a fresh stored
@@ -70,22 +121,32 @@ pub struct SubmitBody {
 pub async fn submit(
     State(state): State<WebState>,
     headers: HeaderMap,
-    _limit: RateLimited,
+    RateLimited(client): RateLimited,
     ApiJson(body): ApiJson<SubmitBody>,
 ) -> Result<Response, ApiError> {
     let tenant = match &state.api.tenant_header {
         Some(name) => tenant_of(&headers, name)?,
         None => body.tenant.unwrap_or_default(),
     };
-    let (view, created) = app::query_view::submit_with(
-        &state.app,
-        &body.query,
-        body.priority,
-        body.upstream.as_deref(),
-        &tenant,
-    )
-    .await?;
-    tracing::debug!(id = %view.id, created, status = view.status.as_str(), "api: query submitted");
+    let cache = cache_request(&headers, body.cache_control.as_deref())?;
+    // A caller who refuses what is stored makes the upstream work: at most so many a minute.
+    if cache.max_age_for_queue().is_some() {
+        if let Some(limiter) = &state.api.refresh_limiter {
+            limiter
+                .check(client)
+                .map_err(ApiError::rate_limited)?;
+        }
+    }
+    let ask = app::query_view::Ask {
+        text: &body.query,
+        priority: body.priority,
+        upstream: body.upstream.as_deref(),
+        tenant: &tenant,
+        cache,
+    };
+    let (view, answered) = app::query_view::submit_with(&state.app, &ask).await?;
+    tracing::debug!(id = %view.id, ?answered, status = view.status.as_str(), "api: query submitted");
+    count_answer(&view);
     let status = if view.status.is_final() {
         StatusCode::OK
     } else {
@@ -95,6 +156,7 @@ pub async fn submit(
     if let Ok(v) = HeaderValue::from_str(&format!("/api/v1/queries/{}", view.id)) {
         res.headers_mut().insert(header::LOCATION, v);
     }
+    super::cache_status::insert(res.headers_mut(), &view, Some(answered));
     Ok(res)
 }
 
@@ -137,29 +199,33 @@ fn tenant_of(headers: &HeaderMap, name: &axum::http::HeaderName) -> Result<Strin
 pub async fn get(
     State(state): State<WebState>,
     Path(id): Path<String>,
-) -> Result<Json<QueryView>, ApiError> {
+) -> Result<Response, ApiError> {
     let id: TaskId = id.parse().map_err(|_| ApiError::not_found())?;
-    app::query_view::read(&state.app, &id)
+    let view = app::query_view::read(&state.app, &id)
         .await?
-        .map(Json)
-        .ok_or_else(ApiError::not_found)
+        .ok_or_else(ApiError::not_found)?;
+    let mut res = Json(&view).into_response();
+    super::cache_status::insert(res.headers_mut(), &view, None);
+    Ok(res)
 }
 
 /// Extractor that admits a request under the rate limit or rejects it with 429 and
 /// `Retry-After`. It reads no body, so it runs before the body is parsed: invalid requests
 /// cost a token too.
-pub struct RateLimited;
+/// The client's address (`app::client`'s rule), for the other per-client limits.
+pub struct RateLimited(pub Option<std::net::IpAddr>);
 
 impl FromRequestParts<WebState> for RateLimited {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &WebState) -> Result<Self, ApiError> {
+        let client = app::client::client_ip_of(parts, state.api.trust_forwarded);
         let Some(limiter) = &state.api.limiter else {
-            return Ok(RateLimited);
+            return Ok(RateLimited(client));
         };
         limiter
-            .check_parts(parts)
-            .map(|()| RateLimited)
+            .check(client)
+            .map(|()| RateLimited(client))
             .map_err(ApiError::rate_limited)
     }
 }

@@ -29,6 +29,10 @@ pub struct ApiArgs {
           num_args = 0..=1, require_equals = true, default_value = "false",
           default_missing_value = "true")]
     pub trust_forwarded_for: bool,
+    /// Submits per client per minute that refuse what is stored (`Cache-Control: no-cache` or
+    /// `max-age`, which make the upstream work), on top of the submit rate (0 = no limit).
+    #[arg(long, env = "REPOLL_REFRESH_PER_MIN", default_value_t = 10)]
+    pub refresh_per_min: u32,
     /// Interval of heartbeat comments on live streams, in ms.
     #[arg(long, env = "REPOLL_SSE_KEEPALIVE_MS", default_value_t = 15_000)]
     pub sse_keepalive_ms: u64,
@@ -60,6 +64,8 @@ impl Default for ApiArgs {
 pub struct ApiState {
     /// `None` when the rate limit is off.
     pub limiter: Option<Limiter>,
+    /// `REPOLL_REFRESH_PER_MIN` (`None`: off).
+    pub refresh_limiter: Option<Limiter>,
     pub keep_alive: Duration,
     /// `REPOLL_SSE_SLOW_READER_MS`: how long a live stream may be behind before it is dropped.
     pub slow_reader: Duration,
@@ -86,6 +92,8 @@ impl ApiState {
     pub fn new(args: &ApiArgs, trust_forwarded: bool) -> Self {
         ApiState {
             limiter: Limiter::new(args.rate_per_min, args.rate_burst, trust_forwarded),
+            // A burst of a few, so one page's reload and a retry are not refused.
+            refresh_limiter: Limiter::new(args.refresh_per_min, 3, trust_forwarded),
             keep_alive: Duration::from_millis(args.sse_keepalive_ms.max(1)),
             slow_reader: Duration::from_millis(args.sse_slow_reader_ms.max(1)),
             feeds: Default::default(),

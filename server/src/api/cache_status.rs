@@ -1,0 +1,93 @@
+//! What a query answer says about where it came from, in the headers caches and clients
+//! read: `Age` (RFC 9111 §5.1), `Cache-Control` and `Cache-Status` (RFC 9211), from the view
+//! the answer carries (`app::freshness` decided it) and how a submit was answered.
+
+use app::query_view::{Answered, Freshness, QueryView, StaleReason};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+
+/// The `Cache-Status` header (RFC 9211).
+pub static CACHE_STATUS: HeaderName = HeaderName::from_static("cache-status");
+
+/// The cache's name in `Cache-Status`.
+const CACHE_NAME: &str = "repoll";
+
+/// Seconds, rounded down, of a duration in ms (negative stays negative).
+fn seconds(ms: i64) -> i64 {
+    ms.div_euclid(1000)
+}
+
+/// The `Cache-Status` value for `view`; `answered` is how a submit was answered (None for a
+/// read). Examples: `repoll; hit; ttl=86399`, `repoll; fwd=stale; fwd-status=202; ttl=-12;
+/// collapsed; detail=refreshing`, `repoll; fwd=miss; stored`.
+pub fn cache_status(view: &QueryView, answered: Option<Answered>) -> String {
+    let ttl = view.fresh_until.map(|until| seconds(until - view.as_of));
+    let mut parts: Vec<String> = vec![CACHE_NAME.into()];
+    let collapsed = matches!(
+        answered,
+        Some(Answered::Joined | Answered::Stored { collapsed: true, .. })
+    );
+    match view.freshness {
+        Some(Freshness::Fresh) => parts.push("hit".into()),
+        Some(Freshness::Stale) => {
+            parts.push("fwd=stale".into());
+            // What the refresh's upstream side says right now, as our API would.
+            let status = match view.stale_reason {
+                Some(StaleReason::Refreshing) => Some(202),
+                Some(StaleReason::UpstreamFailed) => Some(502),
+                Some(StaleReason::BreakerOpen | StaleReason::Paused) => Some(503),
+                None => None,
+            };
+            if let Some(s) = status {
+                parts.push(format!("fwd-status={s}"));
+            }
+        }
+        None => {
+            // A task's progress: a new ask forwarded (the result will be stored), a join, or
+            // a result too old for this caller while its refresh runs.
+            let stale = matches!(answered, Some(Answered::Stored { .. }));
+            parts.push(if stale { "fwd=stale" } else { "fwd=miss" }.into());
+        }
+    }
+    if view.freshness.is_some() {
+        if let Some(t) = ttl {
+            parts.push(format!("ttl={t}"));
+        }
+    }
+    if matches!(answered, Some(Answered::Created)) {
+        parts.push("stored".into());
+    }
+    if collapsed {
+        parts.push("collapsed".into());
+    }
+    if let Some(r) = view.stale_reason {
+        parts.push(format!("detail={}", r.as_str()));
+    } else if view.freshness.is_some() && view.result.is_none() {
+        parts.push("detail=negative".into());
+    }
+    parts.join("; ")
+}
+
+/// Puts `Age`, `Cache-Control` and `Cache-Status` on a query answer. A stored answer carries
+/// its age and how long it stays fresh (`max-age=0` once stale); a task's progress is not to
+/// be kept by anyone (`no-store`): it changes with every poll.
+pub fn insert(headers: &mut HeaderMap, view: &QueryView, answered: Option<Answered>) {
+    let mut put = |name: HeaderName, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    };
+    match (view.freshness, view.age_ms) {
+        (Some(f), Some(age)) => {
+            put(header::AGE, (age / 1000).to_string());
+            let left = match f {
+                Freshness::Fresh => view
+                    .fresh_until
+                    .map_or(0, |until| seconds(until - view.as_of).max(0)),
+                Freshness::Stale => 0,
+            };
+            put(header::CACHE_CONTROL, format!("max-age={left}"));
+        }
+        _ => put(header::CACHE_CONTROL, "no-store".into()),
+    }
+    put(CACHE_STATUS.clone(), cache_status(view, answered));
+}
