@@ -1,10 +1,12 @@
-//! README: a stored final result is served "without asking the upstream" for
-//! `result_ttl_ms`, then the query is asked again. With a real worker on the simulator: the
-//! stored result (and the task's history) expire exactly a TTL after the completion; re-asking
-//! within the TTL answers the stored result, creates no task and makes no upstream call; once
-//! the TTL has run out (made to run out in Redis, not waited for) the result and the results
-//! index entry are gone (the index is trimmed by the reaper's housekeeping) and re-asking
-//! creates a new task that is polled again.
+//! README: a stored final result is served "without asking the upstream" while fresh
+//! (`result_ttl_ms`) and kept to the end of its last window (fresh + stale + stale-if-error),
+//! then the query is asked again. With a real worker on the simulator: the stored result (and
+//! the task's history) expire exactly a life after the completion; re-asking within the fresh
+//! window answers the stored result, creates no task and makes no upstream call; once the life
+//! has run out (made to run out in Redis, not waited for) the result and the results index
+//! entry are gone (the index is trimmed by the reaper's housekeeping) and re-asking creates a
+//! new task that is polled again. (What happens in the stale windows: queue/tests/freshness.rs
+//! and server/tests/api_freshness.rs.)
 
 mod common;
 
@@ -17,6 +19,11 @@ use sim::SimArgs;
 /// An hour: every step of the test is inside it by construction, and it is not the default
 /// (a day), so the expiry read back from the keys proves the setting.
 const TTL_MS: u64 = 3_600_000;
+/// The stale and stale-if-error windows: not the defaults either, so the expiry proves both.
+const STALE_MS: u64 = 1_800_000;
+const STALE_IF_ERROR_MS: u64 = 900_000;
+/// The stored result's whole life.
+const LIFE_MS: u64 = TTL_MS + STALE_MS + STALE_IF_ERROR_MS;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_result_is_served_until_its_ttl_then_asked_again() {
@@ -28,6 +35,11 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         QueueConfig {
             name: name.into(),
             result_ttl_ms: TTL_MS,
+            freshness: queue::FreshnessWindows {
+                stale_ms: STALE_MS,
+                stale_if_error_ms: STALE_IF_ERROR_MS,
+                ..Default::default()
+            },
             // Every claim listed: the test counts the upstream calls in the history.
             history: queue::HistoryLevel::Full,
             ..QueueConfig::default()
@@ -64,8 +76,8 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         .expect("zscore");
     assert_eq!(indexed, Some(first.completed_ms), "indexed when completed");
 
-    // The result and the task's history expire a TTL after the completion, on the Redis
-    // clock: the setting (an hour; the default is a day) is what was set on the keys. (Redis
+    // The result and the task's history expire a life after the completion, on the Redis
+    // clock: the settings (not the defaults) are what was set on the keys. (Redis
     // counts a script's relative expiry from the moment the script started, which may be a
     // millisecond before the completion time the script read; it cannot be before the task
     // was created.)
@@ -77,17 +89,17 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
             .query_async(&mut redis)
             .await
             .expect("pexpiretime");
-        let ttl = TTL_MS as i64;
+        let ttl = LIFE_MS as i64;
         assert!(
             (first.created_ms + ttl..=first.completed_ms + ttl).contains(&expires),
-            "{key} expires at {expires}, not a TTL ({ttl} ms) after its completion at {} \
+            "{key} expires at {expires}, not a life ({ttl} ms) after its completion at {} \
              (created at {})",
             first.completed_ms,
             first.created_ms
         );
     }
 
-    // Within the TTL (by construction: an hour): the stored result, no task, no call.
+    // Within the fresh window (by construction: an hour): the stored result, no task, no call.
     match q
         .enqueue(key, "", &policy.enqueue_policy())
         .await
@@ -101,10 +113,10 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
     let s = q.stats().await.expect("stats");
     assert_eq!((s.ready, s.waiting, s.leased, s.results), (0, 0, 0, 1));
 
-    // The TTL runs out, without waiting an hour: the two keys are made to expire now (Redis
-    // removes them as it would at their deadline), and the results index entry is moved a TTL
-    // into the past, which is what the reaper's trim (members older than now - TTL) sees once
-    // the clock has moved on by a TTL.
+    // The life runs out, without waiting for it: the two keys are made to expire now (Redis
+    // removes them as it would at their deadline), and the results index entry is moved a life
+    // into the past, which is what the reaper's trim (members older than now - life) sees once
+    // the clock has moved on by a life.
     for key in [&rkey, &hkey] {
         let set: i64 = redis::cmd("PEXPIRE")
             .arg(key)
@@ -118,7 +130,7 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         .arg(&index)
         .arg("XX")
         .arg("CH")
-        .arg(first.completed_ms - TTL_MS as i64)
+        .arg(first.completed_ms - LIFE_MS as i64)
         .arg(id.as_str())
         .query_async(&mut redis)
         .await
