@@ -105,17 +105,31 @@ fn count_answer(view: &QueryView) {
     operation_id = "submitQuery",
     summary = "Submit a query (or join the identical one already running)",
     request_body = SubmitBody,
+    params(
+        ("Cache-Control" = Option<String>, Header, description = "What the caller accepts of a stored result (RFC 9111 request directives): `max-age=N` (nothing older is taken: the refresh's progress is answered), `max-stale[=N]` (stale taken up to N s past fresh), `no-cache` (a refresh starts now or the running one is joined), `only-if-cached` (never start a task). The body's `cache_control` adds to it."),
+    ),
     responses(
-        (status = 200, body = QueryView, description = "Final already: a fresh stored result (status done), or the task finished (or failed) within the first-answer budget."),
-        (status = 202, body = QueryView, description = "Processing: a task was created or joined; partial data included when the upstream has some. Follow `Location` or the events stream.",
-            headers(("Location" = String, description = "The query's resource, /api/v1/queries/{id}."))),
-        (status = 400, body = ErrorBody, description = "Malformed JSON (code malformed_json)."),
+        (status = 200, body = QueryView, description = "From the store or final already: a stored result, fresh or stale (`freshness`, `age_ms`, `stale_reason`; a stale one is being refreshed or cannot be: see README Freshness), a cached failure (status failed, freshness fresh), or a task that finished within the first-answer budget.",
+            headers(
+                ("Location" = String, description = "The query's resource, /api/v1/queries/{id}."),
+                ("Age" = u64, description = "Seconds since the stored answer was stored (stored answers only)."),
+                ("Cache-Control" = String, description = "`max-age=<seconds fresh left>` on a stored answer (0 when stale); `no-store` on a task's progress."),
+                ("Cache-Status" = String, description = "RFC 9211: `repoll; hit; ttl=N` (fresh), `repoll; fwd=stale; fwd-status=202|502|503; ttl=-N[; collapsed]; detail=<stale_reason>` (stale), `repoll; fwd=miss; stored` (new task), `repoll; fwd=miss; collapsed` (joined), `detail=negative` on a cached failure."),
+            )),
+        (status = 202, body = QueryView, description = "Processing: a task was created or joined (or the stored result is older than the caller accepts and its refresh runs); partial data included when the upstream has some. Follow `Location` or the events stream.",
+            headers(
+                ("Location" = String, description = "The query's resource, /api/v1/queries/{id}."),
+                ("Cache-Control" = String, description = "`no-store`."),
+                ("Cache-Status" = String, description = "As for 200."),
+            )),
+        (status = 400, body = ErrorBody, description = "Malformed JSON (code malformed_json), or a malformed cache directive in `Cache-Control` or `cache_control` (code invalid_cache_control)."),
         (status = 413, body = ErrorBody, description = "Body larger than 4 KiB (code payload_too_large)."),
         (status = 415, body = ErrorBody, description = "Content type is not application/json (code unsupported_media_type)."),
         (status = 422, body = ErrorBody, description = "The query breaks the input rules (code invalid_query), the body has no string `query` (code invalid_body), names an unknown upstream (code unknown_upstream, the message lists the known ones) or a malformed tenant (code invalid_tenant; also when the operator's tenant header appears more than once)."),
-        (status = 429, body = ErrorBody, description = "Rate limit of this client reached (code rate_limited).",
+        (status = 429, body = ErrorBody, description = "Rate limit of this client reached (code rate_limited): all submits, or those that refuse what is stored (`no-cache`, `max-age`; REPOLL_REFRESH_PER_MIN).",
             headers(("Retry-After" = u64, description = "Seconds to wait."))),
         (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
+        (status = 504, body = ErrorBody, description = "`only-if-cached`, and nothing is stored or running for the query (code not_cached)."),
     )
 )]
 pub async fn submit(
@@ -191,7 +205,12 @@ fn tenant_of(headers: &HeaderMap, name: &axum::http::HeaderName) -> Result<Strin
     summary = "Current state of a query",
     params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
     responses(
-        (status = 200, body = QueryView, description = "The current state."),
+        (status = 200, body = QueryView, description = "The current state; a stored result with its freshness (a read never starts a refresh).",
+            headers(
+                ("Age" = u64, description = "Seconds since the stored answer was stored (stored answers only)."),
+                ("Cache-Control" = String, description = "`max-age=<seconds fresh left>` on a stored answer (0 when stale); `no-store` on a task's progress."),
+                ("Cache-Status" = String, description = "RFC 9211, as for the submit (`repoll; hit; ttl=N`, `repoll; fwd=stale; …`, `repoll; fwd=miss`)."),
+            )),
         (status = 404, body = ErrorBody, description = "Unknown or malformed id, or expired (code not_found)."),
         (status = 503, body = ErrorBody, description = "The queue (Redis) is unavailable (code unavailable)."),
     )
