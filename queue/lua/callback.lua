@@ -49,7 +49,7 @@ local now = now_ms()
 if expires > 0 and now > expires then
   return 0
 end
-local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn', 'u', 'w')
+local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn', 'u', 'w', 'rf')
 local state = f[1]
 if (state ~= 'due' and state ~= 'leased') or num(f[2], -1) ~= created then
   return 0
@@ -73,6 +73,8 @@ if outcome == 'failed' then
   hist(hkey, now, 'error', text)
   to_dead(tkey, hkey, ekey, deadz, id, now, 'fatal', 'by callback (was ' .. state .. ')')
   bump(tp, tpmin, now, 'failed', 1)
+  -- A refresh's death, as in fail.lua.
+  if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
   notify_dash('dead', id, now)
   return 1
 end

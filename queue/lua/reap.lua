@@ -51,7 +51,7 @@ for i = 1, n do
   local hkey = KEYS[12 + 2 * i]
   local score = redis.call('ZSCORE', leasez, id)
   if score and tonumber(score) == tonumber(seen) and tonumber(score) <= now then
-    local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u', 'tn')
+    local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u', 'tn', 'rf')
     if f[1] == 'leased' then
       local losses = num(f[4], 0) + 1
       local deadline = num(f[6], 0)
@@ -63,9 +63,12 @@ for i = 1, n do
       if max_losses > 0 and losses >= max_losses then
         to_dead(tkey, hkey, ekey, deadz, id, now, 'poison', fmt(losses) .. ' lease losses')
         dead[#dead + 1] = id
+        -- A refresh's death, as in fail.lua.
+        if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
       elseif deadline > 0 and now > deadline then
         to_dead(tkey, hkey, ekey, deadz, id, now, 'deadline', 'lease expired after the deadline')
         dead[#dead + 1] = id
+        if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
       else
         to_due(tkey, readyk, bgk, duez, retryz, id, f[7], now, num(f[5], 0), now)
         event(ekey, now, 'lease_expired', id, 'from ' .. (f[2] or '?'))
