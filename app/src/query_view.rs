@@ -310,7 +310,7 @@ mod ssr {
         let mut latest = from_task(up, &task);
         while Instant::now() < deadline {
             tokio::time::sleep(FIRST_ANSWER_STEP.min(deadline - Instant::now())).await;
-            match read_in(q, up, &task.id).await? {
+            match read_in(q, up, &task.id, &ask.cache).await? {
                 Some(v) => {
                     let settled = v.partial.is_some() || v.status.is_final() || v.result.is_some();
                     latest = v;
@@ -415,7 +415,7 @@ mod ssr {
     /// turn until one knows it: one read with a single upstream, at most one per upstream.
     pub async fn read(ctx: &AppContext, id: &TaskId) -> Result<Option<QueryView>, QueryError> {
         for (name, q) in ctx.queues() {
-            if let Some(v) = read_in(q, name, id).await? {
+            if let Some(v) = read_in(q, name, id, &CacheRequest::default()).await? {
                 return Ok(Some(v));
             }
         }
@@ -427,6 +427,7 @@ mod ssr {
         q: &queue::Queue,
         upstream: &str,
         id: &TaskId,
+        cache: &CacheRequest,
     ) -> Result<Option<QueryView>, QueryError> {
         let Some(d) = q.get(id).await? else {
             return Ok(None);
@@ -434,15 +435,16 @@ mod ssr {
         // A stored result wins over a task record while it may be shown: it is the answer
         // users are waiting for, and the task beside it is its refresh.
         if let Some(r) = &d.result {
-            let cache = CacheRequest::default();
-            if let Some(v) = served(q, upstream, r, d.task.as_ref(), &cache).await? {
+            if let Some(v) = served(q, upstream, r, d.task.as_ref(), cache).await? {
                 return Ok(Some(v));
             }
             if d.task.is_none() {
-                // Past its windows for a new ask, and nobody has asked since: what is stored
-                // is still the best answer to a read (a submit would start the refresh).
+                // Not what the caller would take, yet nothing else is there: past the windows
+                // with nobody having asked since (a read starts no refresh), or the result of
+                // a refresh this caller waits for, which is newer than its max age asked.
                 let mut v = stored_view(q, upstream, r);
-                v.freshness = Some(Freshness::Stale);
+                let fresh = v.age_ms.unwrap_or(u64::MAX) < q.config().result_ttl_ms;
+                v.freshness = Some(if fresh { Freshness::Fresh } else { Freshness::Stale });
                 return Ok(Some(v));
             }
         }

@@ -144,7 +144,12 @@ pub async fn submit(
     };
     let cache = cache_request(&headers, body.cache_control.as_deref())?;
     // A caller who refuses what is stored makes the upstream work: at most so many a minute.
-    if cache.max_age_for_queue().is_some() {
+    // (A max age at least the upstream's fresh window refuses nothing.)
+    let fresh_ms = state
+        .app
+        .upstream(body.upstream.as_deref())
+        .map_or(u64::MAX, |(q, _)| q.config().result_ttl_ms);
+    if cache.max_age_for_queue().is_some_and(|max_age| max_age < fresh_ms) {
         if let Some(limiter) = &state.api.refresh_limiter {
             limiter
                 .check(client)
