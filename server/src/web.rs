@@ -77,6 +77,21 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         ))
     });
     let options = state.leptos_options.clone();
+    // What every rendered page gets, the routed ones and the 404 page alike (one closure, so
+    // the not-found page's scripts carry the nonce its CSP names, as every other page's do).
+    let context = move || {
+        provide_context(ctx.clone());
+        if let Some(gate) = &gate {
+            provide_context(gate.clone());
+        }
+        // The nonce of this response's CSP (crate::security), so Leptos's inline
+        // scripts carry the one value the policy allows.
+        if let Some(nonce) = use_context::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<crate::security::CspNonce>().cloned())
+        {
+            provide_context(leptos::nonce::Nonce::from_value(nonce.0));
+        }
+    };
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -85,22 +100,12 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .leptos_routes_with_context(
             &state,
             routes,
-            move || {
-                provide_context(ctx.clone());
-                if let Some(gate) = &gate {
-                    provide_context(gate.clone());
-                }
-                // The nonce of this response's CSP (crate::security), so Leptos's inline
-                // scripts carry the one value the policy allows.
-                if let Some(nonce) = use_context::<axum::http::request::Parts>()
-                    .and_then(|p| p.extensions.get::<crate::security::CspNonce>().cloned())
-                {
-                    provide_context(leptos::nonce::Nonce::from_value(nonce.0));
-                }
-            },
+            context.clone(),
             move || shell(options.clone()),
         )
-        .fallback(leptos_axum::file_and_error_handler::<WebState, _>(shell))
+        .fallback(leptos_axum::file_and_error_handler_with_context::<WebState, _>(
+            context, shell,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::admin::page_guard,
