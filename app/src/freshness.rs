@@ -168,7 +168,9 @@ mod tests {
         assert_eq!(r.max_age_for_queue(), Some(0));
         assert_eq!(r.max_stale_ms, Some(Some(5_000)));
         assert_eq!(
-            CacheRequest::parse("max-age=99999999999999999999").unwrap().max_age_ms,
+            CacheRequest::parse("max-age=99999999999999999999")
+                .unwrap()
+                .max_age_ms,
             Some(MAX_DELTA_SECONDS * 1000)
         );
         assert!(CacheRequest::parse("max-age=-1").is_err());
@@ -179,7 +181,11 @@ mod tests {
 
     #[test]
     fn the_caller_and_the_windows_each_have_a_say() {
-        let w = Windows { fresh_ms: 1_000, stale_ms: 500, stale_if_error_ms: 2_000 };
+        let w = Windows {
+            fresh_ms: 1_000,
+            stale_ms: 500,
+            stale_if_error_ms: 2_000,
+        };
         assert!(servable(&w, 499, Some(StaleReason::Refreshing)));
         assert!(!servable(&w, 500, Some(StaleReason::Refreshing)));
         assert!(!servable(&w, 500, None));
@@ -187,12 +193,21 @@ mod tests {
         assert!(!servable(&w, 2_500, Some(StaleReason::UpstreamFailed)));
         let any = CacheRequest::default();
         assert!(any.accepts(1_400, 400));
-        let strict = CacheRequest { max_age_ms: Some(1_200), ..any };
+        let strict = CacheRequest {
+            max_age_ms: Some(1_200),
+            ..any
+        };
         assert!(!strict.accepts(1_400, 400), "older than max-age");
-        let lenient = CacheRequest { max_stale_ms: Some(Some(450)), ..strict };
+        let lenient = CacheRequest {
+            max_stale_ms: Some(Some(450)),
+            ..strict
+        };
         assert!(lenient.accepts(1_400, 400), "max-stale widens max-age");
         assert!(!lenient.accepts(1_500, 500));
-        let no_cache = CacheRequest { no_cache: true, ..any };
+        let no_cache = CacheRequest {
+            no_cache: true,
+            ..any
+        };
         assert!(!no_cache.accepts(1, 0));
     }
 }

@@ -150,8 +150,8 @@ mod ssr {
     use queue::{Enqueued, QueueError, StoredResult, Task, TaskDetail, TaskState};
 
     use super::{Freshness, QueryStatus, QueryView, StaleReason, TaskId};
-    use crate::freshness::{servable, CacheRequest, Windows};
     use crate::context::AppContext;
+    use crate::freshness::{servable, CacheRequest, Windows};
 
     /// How often [`submit`] re-reads the task while it waits for the first partial.
     const FIRST_ANSWER_STEP: Duration = Duration::from_millis(25);
@@ -230,7 +230,10 @@ mod ssr {
         Joined,
         /// From the store: a result or a cached failure, fresh or stale. `collapsed`: a
         /// refresh was already running (this ask joined it).
-        Stored { refresh_started: bool, collapsed: bool },
+        Stored {
+            refresh_started: bool,
+            collapsed: bool,
+        },
         /// `only-if-cached`, and nothing is stored or running.
         NotCached,
     }
@@ -241,7 +244,14 @@ mod ssr {
     /// polls is the only one, however many users ask. Returns the view and whether a new task
     /// was created.
     pub async fn submit(ctx: &AppContext, text: &str) -> Result<(QueryView, bool), QueryError> {
-        let (view, answered) = submit_with(ctx, &Ask { text, ..Ask::default() }).await?;
+        let (view, answered) = submit_with(
+            ctx,
+            &Ask {
+                text,
+                ..Ask::default()
+            },
+        )
+        .await?;
         Ok((view, answered == Answered::Created))
     }
 
@@ -272,17 +282,27 @@ mod ssr {
         let (task, answered) = match enqueued {
             Enqueued::Stored(r) => {
                 let v = served(q, up, &r, None, &ask.cache).await?;
-                let answered = Answered::Stored { refresh_started: false, collapsed: false };
+                let answered = Answered::Stored {
+                    refresh_started: false,
+                    collapsed: false,
+                };
                 return Ok((v.unwrap_or_else(|| from_result(up, &r)), answered));
             }
             Enqueued::Negative(t) => {
-                let answered = Answered::Stored { refresh_started: false, collapsed: false };
+                let answered = Answered::Stored {
+                    refresh_started: false,
+                    collapsed: false,
+                };
                 return Ok((negative(q, up, &t), answered));
             }
             Enqueued::NotCached => {
                 return Err(QueryError::NotCached);
             }
-            Enqueued::Stale { result, refresh, created } => {
+            Enqueued::Stale {
+                result,
+                refresh,
+                created,
+            } => {
                 let answered = Answered::Stored {
                     refresh_started: created,
                     collapsed: !created && refresh.as_ref().is_some_and(Task::is_live),
@@ -374,7 +394,10 @@ mod ssr {
     fn stored_view(q: &queue::Queue, upstream: &str, r: &StoredResult) -> QueryView {
         let mut v = from_result(upstream, r);
         v.age_ms = Some(u64::try_from(v.as_of - r.completed_ms).unwrap_or(0));
-        v.fresh_until = Some(r.completed_ms.saturating_add(q.config().result_ttl_ms as i64));
+        v.fresh_until = Some(
+            r.completed_ms
+                .saturating_add(q.config().result_ttl_ms as i64),
+        );
         v
     }
 
@@ -404,7 +427,10 @@ mod ssr {
         let mut v = from_task(upstream, t);
         v.freshness = Some(Freshness::Fresh);
         v.age_ms = Some(u64::try_from(now_ms() - t.updated_ms).unwrap_or(0));
-        v.fresh_until = Some(t.updated_ms.saturating_add(q.config().freshness.failed_ms as i64));
+        v.fresh_until = Some(
+            t.updated_ms
+                .saturating_add(q.config().freshness.failed_ms as i64),
+        );
         v
     }
 
@@ -444,7 +470,11 @@ mod ssr {
                 // a refresh this caller waits for, which is newer than its max age asked.
                 let mut v = stored_view(q, upstream, r);
                 let fresh = v.age_ms.unwrap_or(u64::MAX) < q.config().result_ttl_ms;
-                v.freshness = Some(if fresh { Freshness::Fresh } else { Freshness::Stale });
+                v.freshness = Some(if fresh {
+                    Freshness::Fresh
+                } else {
+                    Freshness::Stale
+                });
                 return Ok(Some(v));
             }
         }

@@ -519,6 +519,38 @@ test("Stop in the browser ends a running bulk retry after its chunk: the rest st
   }
 });
 
+test("a bulk purge needs the count typed: one click purges nothing", async ({ page }) => {
+  const errors = watchErrors(page);
+  const marker = `typed-${run}`;
+  const at = Date.now();
+  const queries = [0, 1, 2].map((i) => `${marker}-${i} polls=1`);
+  const ids = queries.map(taskId);
+  redisPipe(queries.flatMap((q) => deadTaskLines(q, `HTTP 500 (${marker})`, at)));
+  const deadNow = () =>
+    redisPipe(ids.map((id) => `HGET {repoll}:t:${id} s`))
+      .split("\n")
+      .filter((l) => l.trim() === "dead").length;
+  await signIn(page);
+  await page.goto(`/admin/bulk?state=dead&error=${marker}`);
+  await waitLive(page);
+  await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "3");
+  // One click: the form is held until the count is typed; nothing is sent, nothing purged.
+  await page.getByTestId("bulk-purge").click();
+  const typed = page.getByTestId("bulk-purge-typed");
+  expect(await typed.evaluate((e: HTMLInputElement) => e.validity.valueMissing)).toBe(true);
+  await typed.fill("2");
+  await page.getByTestId("bulk-purge").click();
+  expect(await typed.evaluate((e: HTMLInputElement) => e.validity.patternMismatch)).toBe(true);
+  await expect(page.getByTestId("bulk-result")).toHaveCount(0);
+  expect(deadNow()).toBe(3);
+  // The count typed: the run starts and purges the three.
+  await typed.fill("3");
+  await page.getByTestId("bulk-purge").click();
+  await expect(page.getByTestId("bulk-result")).toHaveText("started: purge 3 tasks");
+  await expect.poll(deadNow).toBe(0);
+  expect(errors).toEqual([]);
+});
+
 test("a filter matching more than the per-action limit shows the count and the limit, and offers no action", async ({
   page,
 }) => {

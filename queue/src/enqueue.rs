@@ -199,7 +199,9 @@ impl Slot {
         let cfg = self.config();
         let fresh = &cfg.freshness;
         // A partitioned queue's limit is shared by its partitions (at least one each).
-        let ahead_per_min = fresh.refresh_ahead_per_min.div_ceil(u32::from(self.layout()).max(1));
+        let ahead_per_min = fresh
+            .refresh_ahead_per_min
+            .div_ceil(u32::from(self.layout()).max(1));
         inv.arg(clamp_ms(cfg.result_ttl_ms).max(1))
             .arg(policy.max_age_ms.map_or(-1, |ms| clamp_ms(ms) as i64))
             .arg(clamp_ms(fresh.failed_ms))

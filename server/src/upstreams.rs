@@ -257,7 +257,11 @@ pub fn plans(
                 name: format!("{}.{}", base.name, s.name),
                 breaker: s.settings.breaker.config(),
                 tenants: s.settings.tenants.config(),
-                result_ttl_ms: s.settings.freshness.fresh_for_ms.unwrap_or(base.result_ttl_ms),
+                result_ttl_ms: s
+                    .settings
+                    .freshness
+                    .fresh_for_ms
+                    .unwrap_or(base.result_ttl_ms),
                 freshness: s.settings.freshness.config(),
                 upstream: s.name.clone(),
                 ..base.clone()

@@ -97,15 +97,13 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .route("/readyz", get(readyz))
         .merge(crate::api::router())
         .merge(crate::admin::router())
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            context.clone(),
-            move || shell(options.clone()),
-        )
-        .fallback(leptos_axum::file_and_error_handler_with_context::<WebState, _>(
-            context, shell,
-        ))
+        .leptos_routes_with_context(&state, routes, context.clone(), move || {
+            shell(options.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            WebState,
+            _,
+        >(context, shell))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::admin::page_guard,

@@ -24,7 +24,13 @@ pub fn cache_status(view: &QueryView, answered: Option<Answered>) -> String {
     let mut parts: Vec<String> = vec![CACHE_NAME.into()];
     let collapsed = matches!(
         answered,
-        Some(Answered::Joined | Answered::Stored { collapsed: true, .. })
+        Some(
+            Answered::Joined
+                | Answered::Stored {
+                    collapsed: true,
+                    ..
+                }
+        )
     );
     match view.freshness {
         Some(Freshness::Fresh) => parts.push("hit".into()),

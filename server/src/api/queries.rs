@@ -59,7 +59,9 @@ const MAX_CACHE_CONTROL: usize = 256;
 fn cache_request(headers: &HeaderMap, body: Option<&str>) -> Result<CacheRequest, ApiError> {
     let mut text = String::new();
     for v in headers.get_all(header::CACHE_CONTROL) {
-        let v = v.to_str().map_err(|_| bad_cache_control("Cache-Control is not text"))?;
+        let v = v
+            .to_str()
+            .map_err(|_| bad_cache_control("Cache-Control is not text"))?;
         text.push_str(v);
         text.push(',');
     }
@@ -149,11 +151,12 @@ pub async fn submit(
         .app
         .upstream(body.upstream.as_deref())
         .map_or(u64::MAX, |(q, _)| q.config().result_ttl_ms);
-    if cache.max_age_for_queue().is_some_and(|max_age| max_age < fresh_ms) {
+    if cache
+        .max_age_for_queue()
+        .is_some_and(|max_age| max_age < fresh_ms)
+    {
         if let Some(limiter) = &state.api.refresh_limiter {
-            limiter
-                .check(client)
-                .map_err(ApiError::rate_limited)?;
+            limiter.check(client).map_err(ApiError::rate_limited)?;
         }
     }
     let ask = app::query_view::Ask {

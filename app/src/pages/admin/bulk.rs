@@ -150,12 +150,15 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
 
 /// Starts a bulk run (`op` = retry | cancel | purge) on what `filter` selects, or stops the
 /// running one (`op` = stop). `confirmed` is the count the button showed: a start is refused
-/// when more tasks match by now. Answers with a sentence saying what happened.
+/// when more tasks match by now. A destructive run (cancel, purge) also needs `typed`, the
+/// operator's own typing of that count: one click cannot destroy thousands of tasks. Answers
+/// with a sentence saying what happened.
 #[server(prefix = "/admin/fn")]
 pub async fn bulk_act(
     op: String,
     filter: FilterForm,
     confirmed: Option<u64>,
+    typed: Option<String>,
 ) -> Result<String, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     use http::StatusCode;
@@ -186,6 +189,19 @@ pub async fn bulk_act(
     }
     let action = queue::BulkAction::parse(&op)
         .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "unknown action"))?;
+    if destructive(&op) {
+        let want = confirmed.map(|n| n.to_string());
+        let typed = typed.as_deref().map(str::trim);
+        if want.is_none() || typed != want.as_deref() {
+            return Err(refuse(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "nothing done: type the number of tasks ({}) to confirm a {op}",
+                    want.as_deref().unwrap_or("shown")
+                ),
+            ));
+        }
+    }
     let f = super::bulk_filter::filter(&filter)?;
     let limit = ctx.admin.settings().bulk_limit;
     let job = match q
@@ -248,6 +264,11 @@ pub async fn bulk_act(
         super::actions::record_audit(&audit_q, &who, &audit_action, &target, count).await;
     });
     Ok(format!("started: {op} {}", plural(total, "task", "tasks")))
+}
+
+/// Whether `op` destroys work (asks for the count typed).
+fn destructive(op: &str) -> bool {
+    matches!(op, "cancel" | "purge")
 }
 
 /// `/admin/bulk?state=..&error=..&query=..&hours=..&field=..`.
@@ -457,11 +478,33 @@ fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) 
                 let class = if op == "retry" { "primary" } else { "danger" };
                 let form = form.clone();
                 let testid = format!("bulk-{op}");
+                // A destructive run asks for the count typed: the browser holds the form until
+                // it matches (with or without scripts), and the server checks it again.
+                let typed = destructive(&op).then(|| {
+                    let count = matched.to_string();
+                    view! {
+                        <label class="confirm">
+                            {format!("Type {count} to {}:", label.to_lowercase())}
+                            " "
+                            <input
+                                name="typed"
+                                inputmode="numeric"
+                                autocomplete="off"
+                                required
+                                pattern=format!("^{count}$")
+                                title=format!("the number of tasks, {count}")
+                                size="8"
+                                data-testid=format!("bulk-{op}-typed")
+                            />
+                        </label>
+                    }
+                });
                 view! {
                     <ActionForm action=action attr:class="inline">
                         <input type="hidden" name="op" value=op.clone() />
                         <FilterFields form=form />
                         <input type="hidden" name="confirmed" value=matched.to_string() />
+                        {typed}
                         <button type="submit" class=class data-testid=testid>{text}</button>
                     </ActionForm>
                 }
