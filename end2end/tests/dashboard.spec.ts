@@ -178,7 +178,57 @@ async function noSidewaysScroll(page: Page, url: string, ready: () => Promise<vo
   await ready();
   const w = await widths(page);
   expect(w.scroll, `${url}: ${w.scroll} px wide in a ${w.client} px viewport`).toBeLessThanOrEqual(w.client);
+  expect(await splitWords(page), `${url}: words split inside a table cell`).toEqual([]);
 }
+
+/**
+ * The words and numbers (up to 24 characters) of table cells that the browser has drawn on
+ * more than one line: "Ca lls", "34 6", "clos ed". Measured on the rendered text (a range per
+ * word, its line boxes). Upstream text cells (a query, an error, a call) may hold a token
+ * longer than any line and are left out; so are longer tokens (ids) on a phone.
+ */
+async function splitWords(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const bad: string[] = [];
+    for (const cell of Array.from(document.querySelectorAll("th, td"))) {
+      if (cell.closest("td.query, td.error-text, td.call-text")) continue;
+      const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const text = n.textContent ?? "";
+        for (const m of text.matchAll(/\S+/g)) {
+          if (m[0].length > 24) continue;
+          const r = document.createRange();
+          r.setStart(n, m.index!);
+          r.setEnd(n, m.index! + m[0].length);
+          const lines = new Set(
+            Array.from(r.getClientRects())
+              .filter((x) => x.width > 0)
+              .map((x) => Math.round(x.top)),
+          );
+          if (lines.size > 1) bad.push(`"${m[0]}" in ${cell.tagName.toLowerCase()} ${(cell as HTMLElement).dataset.label ?? ""}`);
+        }
+      }
+    }
+    return bad;
+  });
+}
+
+test("table cells never split a word or a number at 1280 px", async ({ browser }) => {
+  const context: BrowserContext = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  const errors = watchErrors(page);
+  try {
+    await signIn(page);
+    for (const url of ["/admin", "/admin/upstreams", "/admin/tasks?state=dead", "/admin/tasks?state=results", "/admin/leases?within=120000", "/admin/bulk?state=dead"]) {
+      await page.goto(url);
+      await waitLive(page);
+      expect(await splitWords(page), `${url}: words split inside a table cell`).toEqual([]);
+    }
+  } finally {
+    await context.close();
+  }
+  expect(errors).toEqual([]);
+});
 
 test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
   test.setTimeout(120_000);
@@ -231,6 +281,10 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
       await expect(page.getByTestId("audit").or(page.getByTestId("audit-empty")).first()).toBeVisible();
     });
     await shot(page, "phone-overview", true);
+    await noSidewaysScroll(page, "/admin/upstreams", async () => {
+      await waitLive(page);
+      await expect(page.getByTestId("upstreams-table")).toBeVisible();
+    });
     await noSidewaysScroll(page, "/admin?window=24h", async () => {
       await waitLive(page);
       await expect(page.getByTestId("ttr-chart")).toBeVisible();

@@ -483,10 +483,11 @@ fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) 
                 let typed = destructive(&op).then(|| {
                     let count = matched.to_string();
                     view! {
-                        <label class="confirm">
+                        <label class="typed-count">
                             {format!("Type {count} to {}:", label.to_lowercase())}
                             " "
                             <input
+                                type="text"
                                 name="typed"
                                 inputmode="numeric"
                                 autocomplete="off"
