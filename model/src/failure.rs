@@ -140,7 +140,8 @@ pub fn public_reason(
         }
         (Some(DeadReason::Fatal), _) => "The upstream API refused this query.".into(),
         (Some(DeadReason::MaxAttempts), _) => {
-            format!("The upstream API kept failing; gave up after {attempts} attempts.{last}")
+            let word = if attempts == 1 { "attempt" } else { "attempts" };
+            format!("The upstream API kept failing; gave up after {attempts} {word}.{last}")
         }
         (Some(DeadReason::Deadline), _) => {
             format!("The upstream API took too long; gave up at the deadline.{last}")
@@ -242,5 +243,13 @@ mod tests {
             "Workers kept losing this query; gave up."
         );
         assert_eq!(public_reason(None, 0, Some("  ")), "The query failed.");
+    }
+
+    #[test]
+    fn one_attempt_is_one_attempt() {
+        let one = public_reason(Some(DeadReason::MaxAttempts), 1, None);
+        assert!(one.contains("after 1 attempt."), "{one}");
+        let two = public_reason(Some(DeadReason::MaxAttempts), 2, None);
+        assert!(two.contains("after 2 attempts."), "{two}");
     }
 }

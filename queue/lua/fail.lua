@@ -130,7 +130,8 @@ local out
 if reason then
   redis.call('HSET', tkey, 'a', fmt(attempts), 'e', err)
   hist(hkey, now, 'error', err)
-  to_dead(tkey, hkey, K.events, deadz, id, now, reason, 'after ' .. fmt(attempts) .. ' attempts')
+  to_dead(tkey, hkey, K.events, deadz, id, now, reason,
+    'after ' .. fmt(attempts) .. (attempts == 1 and ' attempt' or ' attempts'))
   -- A refresh's death: its stored result is answered stale-if-error (enqueue.lua).
   if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
   notify_dash('dead', id, now)
