@@ -347,9 +347,13 @@ async fn the_breaker_banner_and_its_actions() {
     assert!(!page.body.contains("breaker-banner"));
 
     let audit = q.audit_log(10).await.unwrap();
-    let actions: Vec<&str> = audit.iter().map(|a| a.action.as_str()).collect();
-    assert!(actions.contains(&"open_breaker"), "{actions:?}");
-    assert!(actions.contains(&"close_breaker"), "{actions:?}");
+    let actions: Vec<(&str, &str)> = audit
+        .iter()
+        .map(|a| (a.action.as_str(), a.target.as_str()))
+        .collect();
+    // Each names the upstream it acted on, the default one too (issue 29 row 9).
+    assert!(actions.contains(&("open_breaker", "breaker:default")), "{actions:?}");
+    assert!(actions.contains(&("close_breaker", "breaker:default")), "{actions:?}");
     env.redis.stop().await;
 }
 

@@ -196,15 +196,16 @@ pub async fn act(
     Ok(message)
 }
 
-/// The audit target of a queue-wide action on an upstream: `kind` (`queue`, `breaker`) for the
-/// default upstream, else `kind:<upstream>`.
+/// The audit target of a queue-wide action on an upstream: `kind:<upstream>` (`queue:default`,
+/// `breaker:search`), so every entry names the upstream it acted on, the default one too.
 #[cfg(feature = "ssr")]
 fn target_of(kind: &str, upstream: &str) -> String {
-    if upstream.is_empty() || upstream == queue::DEFAULT_UPSTREAM {
-        kind.to_string()
+    let upstream = if upstream.is_empty() {
+        queue::DEFAULT_UPSTREAM
     } else {
-        format!("{kind}:{upstream}")
-    }
+        upstream
+    };
+    format!("{kind}:{upstream}")
 }
 
 /// The sentence the last action answered (or its error: only our own words when it came from

@@ -71,6 +71,7 @@ pub fn AdminFrame(
                                 <A href="/admin/tasks">"Tasks"</A>
                                 <A href="/admin/leases">"Leases"</A>
                                 <A href="/admin/upstreams">"Upstreams"</A>
+                                <A href="/admin/bulk">"Bulk"</A>
                                 <LiveIndicator />
                                 <span class="muted" data-testid="signed-in-as">
                                     {signed_in_as(&me)}
