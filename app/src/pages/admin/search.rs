@@ -42,6 +42,42 @@ impl Search {
             || self.tenant.is_some()
     }
 
+    /// The bulk page for the tasks this search finds, its filter carried (`/admin/bulk?...`),
+    /// when a bulk filter can say the same: one state, and an age in whole hours. `upstream`
+    /// is the listing's ("" = the default one).
+    pub fn bulk_href(&self, upstream: &str) -> Option<String> {
+        use crate::pages::format::encode_component as enc;
+        let state = self.state?;
+        let mut href = format!("/admin/bulk?state={}", state.as_str());
+        if let Some(ms) = self.within_ms {
+            if ms % 3_600_000 != 0 {
+                return None;
+            }
+            href.push_str(&format!("&hours={}", ms / 3_600_000));
+        }
+        if let Some(e) = &self.error {
+            href.push_str(&format!("&error={}", enc(e)));
+        }
+        let query = match (&self.query, self.text.as_str()) {
+            (Some(q), "") => Some(q.clone()),
+            (Some(q), t) => Some(format!("{q} {t}")),
+            (None, "") => None,
+            (None, t) => Some(t.to_string()),
+        };
+        if let Some(q) = query {
+            href.push_str(&format!("&query={}", enc(&q)));
+        }
+        match self.tenant.as_deref() {
+            Some("") => href.push_str("&tenant=none"),
+            Some(t) => href.push_str(&format!("&tenant={}", enc(t))),
+            None => {}
+        }
+        if !upstream.is_empty() && upstream != queue::DEFAULT_UPSTREAM {
+            href.push_str(&format!("&upstream={}", enc(upstream)));
+        }
+        Some(href)
+    }
+
     /// The filter for one state; free text counts as part of the query text.
     pub fn filter(&self, state: BulkState) -> BulkFilter {
         let mut query = self.query.clone();
@@ -311,5 +347,27 @@ mod tests {
         assert_eq!(span_ms("15min"), Some(900_000));
         assert_eq!(span_ms("7d"), Some(7 * 86_400_000));
         assert_eq!(span_ms("400d"), None);
+    }
+
+    /// Issue 29 row 6: search results led nowhere. A search a bulk filter can say links to the
+    /// bulk page with every qualifier carried; one it cannot (no state, a span not in hours)
+    /// has no link rather than one that would act on more.
+    #[test]
+    fn a_search_carries_its_filter_to_the_bulk_page() {
+        let s = parse(r#"state:dead error:"HTTP 503" query:order- after:2h late tenant:acme"#);
+        assert_eq!(
+            s.unwrap().bulk_href("search").as_deref(),
+            Some(
+                "/admin/bulk?state=dead&hours=2&error=HTTP%20503&query=order-%20late\
+                 &tenant=acme&upstream=search"
+            )
+        );
+        let none = parse("state:waiting tenant:none").unwrap();
+        assert_eq!(
+            none.bulk_href("").as_deref(),
+            Some("/admin/bulk?state=waiting&tenant=none")
+        );
+        assert_eq!(parse("error:503").unwrap().bulk_href(""), None, "no state");
+        assert_eq!(parse("state:dead after:90m").unwrap().bulk_href(""), None);
     }
 }

@@ -116,6 +116,9 @@ pub struct Listing {
     pub upstream: String,
     /// Every upstream's name (more than one: the page offers the choice).
     pub upstreams: Vec<String>,
+    /// For a search a bulk filter can express: the bulk page with that filter.
+    #[serde(default)]
+    pub bulk_href: Option<String>,
 }
 
 /// A page of `state` in `order` ("oldest", the default, or "newest") after `cursor`, or the
@@ -166,6 +169,7 @@ pub async fn list_tasks(
         hits.now_ms = now_ms;
         hits.counts = counts;
         hits.paused = paused;
+        hits.bulk_href = parsed.bulk_href(&upstream);
         hits.upstream = upstream;
         hits.upstreams = upstreams;
         rows_only(&mut hits.tasks, &mut hits.results);
@@ -212,6 +216,7 @@ pub async fn list_tasks(
         paged,
         upstream,
         upstreams,
+        bulk_href: None,
     })
 }
 
@@ -368,6 +373,16 @@ fn Tabs(
 
 /// The link to a page of the task list. Oldest-first is the default and stays out of the
 /// URL; a cursor only ever travels with the order it came from; a named upstream is kept.
+/// The bulk page for one state of one upstream's tasks.
+fn tasks_bulk_href(state: &str, upstream: &str) -> String {
+    let mut href = format!("/admin/bulk?state={state}");
+    if !upstream.is_empty() && upstream != "default" {
+        href.push_str("&upstream=");
+        href.push_str(&encode_component(upstream));
+    }
+    href
+}
+
 fn tasks_href(state: &str, order: &str, cursor: Option<&str>, upstream: &str) -> String {
     let mut href = format!("/admin/tasks?state={state}");
     if !upstream.is_empty() && upstream != "default" {
@@ -489,9 +504,23 @@ fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
     let current = (!searching).then(|| state.clone());
     // The same state, narrowed by error, query and age, for a retry / cancel / purge of many.
     // Bulk actions work on the default upstream's queue; only an admin can run them.
-    let bulk = (!searching && state != "results" && up.is_empty() && can_act()).then(|| {
-        let href = format!("/admin/bulk?state={state}");
-        view! { <A href=href attr:data-testid="bulk-link">"Bulk action by filter…"</A> }
+    // A search a bulk filter can express links to it with its filter: retry or purge what
+    // was found, not only a whole state.
+    let bulk_href = if searching {
+        listing.bulk_href.clone()
+    } else if state != "results" {
+        Some(tasks_bulk_href(&state, &up))
+    } else {
+        None
+    };
+    let bulk = bulk_href.filter(|_| can_act()).map(|href| {
+        // The bulk page counts every match again (a search shows at most 50).
+        let label = if searching {
+            "Bulk action on this search…"
+        } else {
+            "Bulk action by filter…"
+        };
+        view! { <A href=href attr:data-testid="bulk-link">{label}</A> }
     });
     view! {
         <div class="view">
