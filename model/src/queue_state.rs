@@ -52,6 +52,57 @@ pub struct ThroughputBucket {
     /// Duration of the upstream calls that ended in this span (completions, polls, errors), ms.
     #[serde(default)]
     pub latency: Option<Percentiles>,
+    /// Answers by freshness (counted by the queue's enqueue script, `{q}:tp` fields
+    /// `<minute>:<name>`): from a fresh stored result, from a stale one, from nothing stored
+    /// (a task created or joined, or only-if-cached with nothing), from a remembered failure.
+    #[serde(default)]
+    pub fresh: u64,
+    #[serde(default)]
+    pub stale: u64,
+    #[serde(default)]
+    pub miss: u64,
+    #[serde(default)]
+    pub negative: u64,
+    /// Background refreshes started ahead of a hot result going stale.
+    #[serde(default)]
+    pub ahead: u64,
+    /// Refresh tasks that died (their stored result is then answered stale-if-error).
+    #[serde(default)]
+    pub refresh_failed: u64,
+}
+
+impl ThroughputBucket {
+    /// Every answer counted: fresh, stale, negative and miss.
+    pub fn answers(&self) -> u64 {
+        self.fresh + self.stale + self.negative + self.miss
+    }
+
+    /// Answers served from the store (fresh, stale or negative) without waiting for the
+    /// upstream.
+    pub fn hits(&self) -> u64 {
+        self.fresh + self.stale + self.negative
+    }
+
+    /// Hits per answer in percent, None without answers.
+    pub fn hit_ratio_pct(&self) -> Option<f64> {
+        let all = self.answers();
+        (all > 0).then(|| self.hits() as f64 * 100.0 / all as f64)
+    }
+
+    /// Adds another span's counters (not its histograms or percentiles) to this one.
+    pub fn add_counts(&mut self, o: &ThroughputBucket) {
+        self.completed += o.completed;
+        self.failed += o.failed;
+        self.polled += o.polled;
+        self.ttr_sum_ms += o.ttr_sum_ms;
+        self.ttr_count += o.ttr_count;
+        self.fresh += o.fresh;
+        self.stale += o.stale;
+        self.miss += o.miss;
+        self.negative += o.negative;
+        self.ahead += o.ahead;
+        self.refresh_failed += o.refresh_failed;
+    }
 }
 
 /// A worker's heartbeat record.

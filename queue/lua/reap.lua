@@ -87,7 +87,16 @@ for _, id in ipairs(dead) do all[#all + 1] = id end
 notify_dash_batch('reaped', all, now)
 
 -- housekeeping
-local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum', 'uerr' }
+-- Every per-minute counter any script bumps (prelude/counters.lua, bump): the answers by
+-- freshness and the refreshes come from enqueue.lua and fail.lua. A counter missing here would
+-- be deleted after a day without being rolled up (and a week's view would miss it).
+local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum', 'uerr', 'fresh', 'stale', 'miss',
+  'negative', 'ahead', 'refresh_failed' }
+local function counter_fields(at)
+  local fields = {}
+  for j, c in ipairs(COUNTERS) do fields[j] = at .. ':' .. c end
+  return fields
+end
 local old = redis.call('ZRANGEBYSCORE', tpmin, '-inf', now - retention, 'LIMIT', 0, 200)
 for _, m in ipairs(old) do
   local minute = tonumber(string.match(m, '^(%d+)'))
@@ -106,8 +115,7 @@ for _, m in ipairs(old) do
     end
     redis.call('HDEL', tp, m)
   else
-    local fields = {}
-    for j, c in ipairs(COUNTERS) do fields[j] = m .. ':' .. c end
+    local fields = counter_fields(m)
     local vals = redis.call('HMGET', tp, unpack(fields))
     for j, c in ipairs(COUNTERS) do
       local v = tonumber(vals[j])
@@ -117,8 +125,8 @@ for _, m in ipairs(old) do
       end
     end
     -- ttr_count: written by older versions (every completion counts now).
-    redis.call('HDEL', tp, m .. ':completed', m .. ':failed', m .. ':polled', m .. ':ttr_sum',
-      m .. ':ttr_count', m .. ':uerr')
+    fields[#fields + 1] = m .. ':ttr_count'
+    redis.call('HDEL', tp, unpack(fields))
   end
   redis.call('ZREM', tpmin, m)
 end
@@ -128,8 +136,7 @@ for _, h in ipairs(old_hours) do
   if string.find(h, ':', 1, true) then
     redis.call('HDEL', tph, h)
   else
-    redis.call('HDEL', tph, h .. ':completed', h .. ':failed', h .. ':polled', h .. ':ttr_sum',
-      h .. ':uerr')
+    redis.call('HDEL', tph, unpack(counter_fields(h)))
   end
   redis.call('ZREM', tphix, h)
 end

@@ -3,7 +3,8 @@
 -- poll beyond the whole-life deadline makes the task dead with reason 'deadline'. Partial data
 -- goes to its own string key (a long value in the record would turn the whole hash from the
 -- compact listpack encoding into a hashtable). Polls go to the history at the 'full' level only.
--- Counted per minute: 'polled', and each call's upstream latency in its histogram bucket 'l'.
+-- Counted per minute: 'polled', each call's upstream latency in its histogram bucket 'l', and
+-- 'refresh_failed' for a refresh (record field `rf`) ended by the deadline.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
@@ -47,7 +48,8 @@ end
 local now = now_ms()
 local recs = {}
 for i = 1, n do
-  recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn')
+  recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn',
+    'rf')
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
 
@@ -57,6 +59,7 @@ local dead = {}
 local seen = {}
 local woke = 0
 local lat = {}
+local refreshes_failed = 0
 for i = 1, n do
   local f = recs[i]
   local id, token = ARGV[4 + 6 * i], ARGV[5 + 6 * i]
@@ -81,6 +84,8 @@ for i = 1, n do
       redis.call('HSET', tkey, 'p', fmt(polls))
       to_dead(tkey, hkey, K.events, deadz, id, now, 'deadline', 'next poll after the deadline')
       dead[#dead + 1] = id
+      -- A refresh's death, as fail.lua counts one (its result is answered stale-if-error).
+      if f[9] then refreshes_failed = refreshes_failed + 1 end
       out[#out + 1] = 'dead'
       out[#out + 1] = 'deadline'
     else
@@ -99,6 +104,7 @@ if #moved + #dead > 0 then
   bump(tp, tpmin, now, 'polled', #moved + #dead)
   bump_tally(tp, tpmin, now, lat)
 end
+if refreshes_failed > 0 then bump(tp, tpmin, now, 'refresh_failed', refreshes_failed) end
 notify_dash_batch('rescheduled', moved, now)
 notify_dash_batch('dead', dead, now)
 wake_workers(K.wake, woke)

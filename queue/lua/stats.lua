@@ -9,7 +9,8 @@
 -- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] buckets (minutes of throughput)
 -- Returns {ready, waiting, retrying, leased, stuck, dead, results, oldest_ready (-1 = none),
 --          paused (0/1), now, ready_background,
---          {minute, completed, failed, polled, ttr_sum, ttr_count}...}
+--          {minute, completed, failed, polled, ttr_sum, ttr_count, fresh, stale, miss, negative,
+--           ahead, refresh_failed}...}
 local readyk = KEYS[1]
 local bgk = KEYS[2]
 local duez = KEYS[3]
@@ -57,21 +58,24 @@ end
 local out = { due_now + ilen + blen + flen, math.max(later - retrying, 0), retrying, leased, stuck, dead,
   results, oldest, redis.call('EXISTS', paused), now, blen }
 local minute = now - (now % 60000)
+-- The counters of each minute, in the reply's order (ttr_count is not one: see below); the
+-- answers by freshness and the refreshes are enqueue.lua's and fail.lua's.
+local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum', 'fresh', 'stale', 'miss',
+  'negative', 'ahead', 'refresh_failed' }
+local nc = #COUNTERS
 local fields = {}
 for i = buckets - 1, 0, -1 do
   local m = fmt(minute - i * 60000)
-  fields[#fields + 1] = m .. ':completed'
-  fields[#fields + 1] = m .. ':failed'
-  fields[#fields + 1] = m .. ':polled'
-  fields[#fields + 1] = m .. ':ttr_sum'
+  for _, c in ipairs(COUNTERS) do fields[#fields + 1] = m .. ':' .. c end
 end
 local vals = {}
 if #fields > 0 then vals = redis.call('HMGET', tp, unpack(fields)) end
 for i = 0, buckets - 1 do
   local b = { minute - (buckets - 1 - i) * 60000 }
-  for j = 1, 4 do b[j + 1] = num(vals[i * 4 + j], 0) end
+  for j = 1, 4 do b[j + 1] = num(vals[i * nc + j], 0) end
   -- ttr_count: every completion counts its time to result (no separate counter is kept).
   b[6] = b[2]
+  for j = 5, nc do b[j + 2] = num(vals[i * nc + j], 0) end
   out[#out + 1] = b
 end
 return out

@@ -321,6 +321,10 @@ pub struct Claimed {
     pub deadline_ms: i64,
     /// When this lease ends unless renewed (Redis time, ms).
     pub lease_deadline_ms: i64,
+    /// A refresh of a stored result (record field `rf`): its outcome is a refresh done or
+    /// failed (the worker's `repoll_refreshes_total`).
+    #[serde(default)]
+    pub refresh: bool,
 }
 
 /// One item of [`crate::Queue::complete_many`] (an addition to the contract: a worker that

@@ -129,6 +129,7 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             if r.is_some() {
                 metrics::counter!(telemetry::COMPLETIONS, "upstream" => ctx.label.clone())
                     .increment(1);
+                telemetry::count_refresh(&ctx.label, c.refresh, "done");
                 ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
             }
             next
@@ -223,6 +224,7 @@ async fn reschedule(
         Some(0) => {
             metrics::counter!(telemetry::FAILURES, "kind" => "deadline", "outcome" => "dead", "upstream" => ctx.label.clone())
                 .increment(1);
+            telemetry::count_refresh(&ctx.label, c.refresh, "failed");
             ctx.counters.dead.fetch_add(1, Ordering::Relaxed);
         }
         Some(_) => {
@@ -323,6 +325,9 @@ async fn fail(
         let outcome = if dead { "dead" } else { "retry" };
         metrics::counter!(telemetry::FAILURES, "kind" => kind.to_string(), "outcome" => outcome, "upstream" => ctx.label.clone())
             .increment(1);
+        if dead {
+            telemetry::count_refresh(&ctx.label, c.refresh, "failed");
+        }
         let counter = if dead {
             &ctx.counters.dead
         } else {

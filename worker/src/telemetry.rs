@@ -41,6 +41,17 @@ pub const IN_FLIGHT: &str = "repoll_in_flight";
 pub const QUEUE_DEPTH: &str = "repoll_queue_depth";
 /// 1 while the upstream's circuit breaker is open or half-open, else 0 (label `upstream`).
 pub const BREAKER_OPEN: &str = "repoll_breaker_open";
+/// Refreshes of a stored result (tasks started while a result was stored: stale answers and
+/// refreshes ahead) this worker ended; label `outcome` of [`REFRESH_OUTCOMES`]: `done` (the
+/// new result replaced the stored one) or `failed` (the refresh died — the upstream failed it,
+/// an error was permanent or the last attempt, or its deadline passed between polls — and the
+/// old result is answered stale-if-error). A refresh is also a claim and a completion or a
+/// failure: these count the same calls again, by what they were for. The answers themselves
+/// are the web process's `repoll_answers_total{upstream,freshness}`.
+pub const REFRESHES: &str = "repoll_refreshes_total";
+
+/// Every `outcome` [`REFRESHES`] can count.
+pub const REFRESH_OUTCOMES: &[&str] = &["done", "failed"];
 
 /// Every `kind` / `outcome` pair [`FAILURES`] can count: an upstream error (see
 /// `UpstreamError::kind`) is retried or ends its task; the upstream's "failed", max polls and
@@ -62,7 +73,7 @@ pub const FAILURE_SERIES: &[(&str, &str)] = &[
 
 /// Makes a worker's counters 0, not absent, from its start, labelled with its upstream, so
 /// `rate()` and alerts work from the first scrape — the failures too, one series per pair of
-/// [`FAILURE_SERIES`].
+/// [`FAILURE_SERIES`], and the refreshes, one per [`REFRESH_OUTCOMES`].
 pub fn register_upstream(upstream: &str) {
     for name in [
         CLAIMS,
@@ -80,7 +91,20 @@ pub fn register_upstream(upstream: &str) {
         metrics::counter!(FAILURES, "kind" => *kind, "outcome" => *outcome, "upstream" => upstream.to_string())
             .increment(0);
     }
+    for outcome in REFRESH_OUTCOMES {
+        metrics::counter!(REFRESHES, "outcome" => *outcome, "upstream" => upstream.to_string())
+            .increment(0);
+    }
     metrics::gauge!(IN_FLIGHT, "upstream" => upstream.to_string()).increment(0.0);
+}
+
+/// Counts a refresh that ended (`outcome` one of [`REFRESH_OUTCOMES`]); anything but a
+/// refresh counts nothing.
+pub fn count_refresh(upstream: &str, refresh: bool, outcome: &'static str) {
+    if refresh {
+        metrics::counter!(REFRESHES, "outcome" => outcome, "upstream" => upstream.to_string())
+            .increment(1);
+    }
 }
 
 /// Latency buckets in seconds: an API poll is usually 10 ms..several s.

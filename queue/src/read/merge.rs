@@ -28,11 +28,7 @@ pub(crate) fn stats(all: Vec<Stats>) -> Stats {
         s.now_ms = s.now_ms.max(o.now_ms);
         for b in o.throughput {
             if let Some(t) = s.throughput.iter_mut().find(|t| t.minute_ms == b.minute_ms) {
-                t.completed += b.completed;
-                t.failed += b.failed;
-                t.polled += b.polled;
-                t.ttr_sum_ms += b.ttr_sum_ms;
-                t.ttr_count += b.ttr_count;
+                t.add_counts(&b);
             }
         }
     }
@@ -93,12 +89,7 @@ pub(crate) fn throughput(
             let Ok(i) = out.binary_search_by_key(&b.minute_ms, |x| x.minute_ms) else {
                 continue;
             };
-            let t = &mut out[i];
-            t.completed += b.completed;
-            t.failed += b.failed;
-            t.polled += b.polled;
-            t.ttr_sum_ms += b.ttr_sum_ms;
-            t.ttr_count += b.ttr_count;
+            out[i].add_counts(&b);
             for (mine, theirs) in hists[i].iter_mut().zip(hs.iter()) {
                 mine.merge(theirs);
             }

@@ -50,7 +50,8 @@ impl Slot {
         let mut throughput = Vec::with_capacity(STATS_BUCKETS);
         for b in &a[11..] {
             let row = array(b.clone())?;
-            let [m, c, f, p, ts, tc] = row.as_slice() else {
+            let [m, c, f, p, ts, tc, fresh, stale, miss, negative, ahead, rfail] = row.as_slice()
+            else {
                 return Err(corrupt("stats: bad bucket"));
             };
             let n = |v: &Value| -> Result<u64> {
@@ -63,6 +64,12 @@ impl Slot {
                 polled: n(p)?,
                 ttr_sum_ms: n(ts)?,
                 ttr_count: n(tc)?,
+                fresh: n(fresh)?,
+                stale: n(stale)?,
+                miss: n(miss)?,
+                negative: n(negative)?,
+                ahead: n(ahead)?,
+                refresh_failed: n(rfail)?,
                 ..ThroughputBucket::default()
             });
         }

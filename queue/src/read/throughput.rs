@@ -42,7 +42,19 @@ impl Slot {
         minutes: usize,
         per: usize,
     ) -> Result<(Vec<ThroughputBucket>, Vec<[Histogram; 3]>)> {
-        const FIELDS: [&str; 4] = ["completed", "failed", "polled", "ttr_sum"];
+        // The counters read, in the order `count` adds them.
+        const FIELDS: [&str; 10] = [
+            "completed",
+            "failed",
+            "polled",
+            "ttr_sum",
+            "fresh",
+            "stale",
+            "miss",
+            "negative",
+            "ahead",
+            "refresh_failed",
+        ];
         const HOUR: i64 = 3_600_000;
         let day = crate::THROUGHPUT_RETENTION_MS / 60_000;
         let week = (crate::THROUGHPUT_HOURLY_RETENTION_MS / 60_000).saturating_sub(60);
@@ -112,20 +124,34 @@ impl Slot {
                 let v = v.unwrap_or(0);
                 let b = &mut out[i];
                 match w {
-                    Field::Counter(0) => {
-                        b.completed += v;
-                        // Every completion counts its time to result.
-                        b.ttr_count += v;
-                    }
-                    Field::Counter(1) => b.failed += v,
-                    Field::Counter(2) => b.polled += v,
-                    Field::Counter(_) => b.ttr_sum_ms += v,
+                    Field::Counter(j) => count(b, j, v),
                     Field::Bucket(kind, bucket) => hists[i][kind].add(bucket, v),
                 }
             }
         }
         Ok((out, hists))
     }
+}
+
+/// Adds `v` to a point's counter number `j` of `FIELDS` (`Slot::throughput_raw`).
+fn count(b: &mut ThroughputBucket, j: usize, v: u64) {
+    let c = match j {
+        0 => {
+            // Every completion counts its time to result.
+            b.ttr_count += v;
+            &mut b.completed
+        }
+        1 => &mut b.failed,
+        2 => &mut b.polled,
+        3 => &mut b.ttr_sum_ms,
+        4 => &mut b.fresh,
+        5 => &mut b.stale,
+        6 => &mut b.miss,
+        7 => &mut b.negative,
+        8 => &mut b.ahead,
+        _ => &mut b.refresh_failed,
+    };
+    *c += v;
 }
 
 /// A histogram field's minute, kind (0 time to result, 1 polls, 2 upstream latency) and

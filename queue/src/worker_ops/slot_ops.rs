@@ -413,7 +413,7 @@ impl Slot {
 
 fn claimed_row(v: Value) -> Result<Claimed> {
     let a = array(v)?;
-    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease] =
+    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh] =
         a.as_slice()
     else {
         return Err(corrupt("claim: bad row"));
@@ -432,5 +432,6 @@ fn claimed_row(v: Value) -> Result<Claimed> {
         created_ms: int(created)?,
         deadline_ms: int(deadline)?,
         lease_deadline_ms: int(lease)?,
+        refresh: int(refresh)? == 1,
     })
 }

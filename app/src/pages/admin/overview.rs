@@ -1,6 +1,7 @@
-//! The overview page: counts per state, charts of the last hour or day (pauses, resumes and
-//! process starts marked on them), workers, the audit log, and, for an admin, the queue-wide
-//! actions (`queue_actions`: pause / resume, retry all dead, purge with typed confirmation).
+//! The overview page: counts per state, charts of the last hour, day or week (pauses, resumes
+//! and process starts marked on them), the answers by freshness and the hit ratio, workers,
+//! the audit log, and, for an admin, the queue-wide actions (`queue_actions`: pause / resume,
+//! retry all dead, purge with typed confirmation).
 //!
 //! Everything that changes is re-read on each live tick; the forms sit outside the re-read
 //! parts so a live update never wipes what the admin is typing.
@@ -9,7 +10,10 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::Act;
-use super::chart::{DistributionChart, Marker, Measure, ThroughputChart, Window};
+use super::chart::{
+    answers_words, hit_ratio_words, window_total, AnswersChart, AnswersTable, DistributionChart,
+    HitRatioChart, Marker, Measure, ThroughputChart, Window,
+};
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::queue_actions::QueueActions;
@@ -334,6 +338,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                 })
                 .collect_view()}
         </div>
+        <AnswersSection buckets=s.throughput.clone() window=data.window markers=data.markers.clone() />
         <h2>"Workers"</h2>
         {workers_empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
         <div class="table-scroll">
@@ -454,6 +459,34 @@ mod tests {
                 (9_000_000, "started")
             ]
         );
+    }
+}
+
+/// How the upstream's asks were answered over the charts' window: the hit ratio and the
+/// answers by freshness in words, their charts, and the same figures as a table.
+#[component]
+fn AnswersSection(
+    buckets: Vec<model::ThroughputBucket>,
+    window: Window,
+    markers: Vec<Marker>,
+) -> impl IntoView {
+    let total = window_total(&buckets);
+    view! {
+        <h2>"Answers"</h2>
+        <p data-testid="answers-summary">
+            {format!("Hit ratio, {}: ", window.words())}
+            <strong class="num" data-testid="hit-ratio">{hit_ratio_words(&total)}</strong>
+            {format!(" — {}.", answers_words(&total))}
+            <br />
+            <small class="muted">
+                "A hit is answered from the store without waiting for the upstream: a fresh result, a stale one                  (while it is refreshed, or kept because the refresh failed) or a remembered failure (negative).                  A miss waits for a task."
+            </small>
+        </p>
+        <div class="charts">
+            <AnswersChart buckets=buckets.clone() window markers=markers.clone() />
+            <HitRatioChart buckets=buckets.clone() window markers />
+        </div>
+        <AnswersTable buckets window />
     }
 }
 

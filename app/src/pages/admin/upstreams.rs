@@ -1,6 +1,7 @@
 //! The Upstreams page: every upstream API this deployment talks to (the default one and the
 //! config file's named ones), each a queue of its own — its circuit breaker and since when,
-//! its calls, error rate and latency over the last 15 minutes, its rate limit (configured and
+//! its calls, error rate, latency and hit ratio over the last 15 minutes (its answers charts
+//! are the overview's, per upstream), its rate limit (configured and
 //! used), its work by state, its busiest tenants (ready and in flight, each a link to its
 //! tasks) with the per-tenant limits — and, per upstream, its breaker's actions and pause /
 //! resume (one API paused while the others flow).
@@ -12,6 +13,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
+use super::chart::hit_ratio_words;
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{error_text, or_dash};
@@ -172,7 +174,8 @@ pub fn UpstreamsPage() -> impl IntoView {
                 <p class="muted">
                     {format!(
                         "Each upstream API has a queue of its own: its circuit breaker, rate limit and workers. \
-                         Calls, errors and latency cover the last {RECENT_MINUTES} minutes."
+                         Calls, errors, latency and the hit ratio (answers from the store, fresh, stale or \
+                         negative, of all answers) cover the last {RECENT_MINUTES} minutes."
                     )}
                 </p>
                 <ActionResult action />
@@ -249,6 +252,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
             };
             let paused_badge = r.paused.then(|| view! { " " <span class="badge warn" data-testid="upstream-paused">"paused"</span> });
             let tenants = tenant_cell(&r);
+            let answers = answers_cell(&r);
             let testid = format!("upstream-{}", r.name);
             view! {
                 <tr data-testid=testid>
@@ -258,6 +262,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                     <td class="num" data-testid="upstream-error-rate">{error_rate}</td>
                     <td class="num">{or_dash(latency.unwrap_or_default())}</td>
                     <td>{rate}</td>
+                    <td data-testid="upstream-answers">{answers}</td>
                     <td class="num">{r.leased}</td>
                     <td class="num">{format!("{} / {} / {}", r.ready, r.waiting, r.retrying)}</td>
                     <td class="num">{r.dead}</td>
@@ -279,6 +284,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                         <th>"Errors"</th>
                         <th>"Latency p50 / p95"</th>
                         <th>"Rate limit"</th>
+                        <th>"Hit ratio (answers)"</th>
                         <th>"In flight"</th>
                         <th>"Ready / waiting / retrying"</th>
                         <th>"Dead"</th>
@@ -290,6 +296,26 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                 <tbody>{rows}</tbody>
             </table>
         </div>
+    }
+}
+
+/// The upstream's hit ratio over the recent minutes, its answers from the store of all its
+/// answers, and a link to its answers charts (the overview of that upstream, any window).
+fn answers_cell(r: &UpstreamRow) -> impl IntoView {
+    let recent = r.recent.clone().unwrap_or_default();
+    let mut href = "/admin?window=1h".to_string();
+    if r.name != "default" {
+        href.push_str("&upstream=");
+        href.push_str(&r.name);
+    }
+    view! {
+        <span class="num" data-testid="upstream-hit-ratio">{hit_ratio_words(&recent)}</span>
+        <br />
+        <small class="muted">
+            <span class="num" data-testid="upstream-hits">{format!("{} of {}", recent.hits(), recent.answers())}</span>
+            {format!(" · {} fresh, {} stale, {} negative · ", recent.fresh, recent.stale, recent.negative)}
+            <a href=href aria-label=format!("answers charts of {}", r.name)>"charts"</a>
+        </small>
     }
 }
 

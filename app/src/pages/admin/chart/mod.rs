@@ -7,8 +7,10 @@
 //!
 //! One file per job: `scale` (geometry, ticks, labels, the frame), `window` (the span and its
 //! points), `parts` (axes, hover bands, markers, empty note), `throughput` and `distribution`
-//! (one chart each, from its series to its markup).
+//! (one chart each, from its series to its markup), `answers` (answers by freshness and the
+//! hit ratio, their table and words).
 
+mod answers;
 mod distribution;
 mod parts;
 mod scale;
@@ -17,6 +19,9 @@ mod tests;
 mod throughput;
 mod window;
 
+pub use answers::{
+    answers_words, hit_ratio_words, window_total, AnswersChart, AnswersTable, HitRatioChart,
+};
 pub use distribution::{DistributionChart, Measure};
 pub use parts::Marker;
 pub use throughput::ThroughputChart;

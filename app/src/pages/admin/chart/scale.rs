@@ -27,6 +27,13 @@ pub(super) const P50: &str = "#1d7fb8";
 pub(super) const P95: &str = "#d9822b";
 pub(super) const P99: &str = "#b8325a";
 pub(super) const MARKER: &str = "#b07a00";
+/// The answers by freshness (answers.rs): a hit from the store is green (fresh), orange
+/// (stale) or purple (negative); a miss is blue; refreshes started ahead are a darker blue.
+pub(super) const FRESH: &str = COMPLETED;
+pub(super) const STALE: &str = P95;
+pub(super) const NEGATIVE: &str = TTR;
+pub(super) const MISS: &str = POLLED;
+pub(super) const AHEAD: &str = P50;
 
 /// Y axis ticks from 0: 3 to 5 multiples of a 1, 2 or 5 × 10ⁿ step, the last one ≥ `max`.
 pub(super) fn nice_ticks(max: u64) -> Vec<u64> {

@@ -1,0 +1,262 @@
+//! The answers by freshness and the refreshes, as the dashboard reads them: the per-minute
+//! counters the scripts write (`fresh`, `stale`, `miss`, `negative`, `ahead`,
+//! `refresh_failed`) come back per minute from `throughput` and `stats`, summed over the
+//! partitions, and a week's view sums the minutes of the last day and the hours reap rolled
+//! older minutes into, exactly.
+mod common;
+
+use common::*;
+use queue::*;
+use redis::AsyncCommands;
+
+/// The six counters of a point, in a fixed order.
+fn counts(b: &ThroughputBucket) -> [u64; 6] {
+    [
+        b.fresh,
+        b.stale,
+        b.miss,
+        b.negative,
+        b.ahead,
+        b.refresh_failed,
+    ]
+}
+
+const NAMES: [&str; 6] = [
+    "fresh",
+    "stale",
+    "miss",
+    "negative",
+    "ahead",
+    "refresh_failed",
+];
+
+fn total(points: &[ThroughputBucket]) -> [u64; 6] {
+    let mut t = [0; 6];
+    for b in points {
+        for (s, v) in t.iter_mut().zip(counts(b)) {
+            *s += v;
+        }
+    }
+    t
+}
+
+/// Claims `n` tasks (every ready one), by id.
+async fn claim_all(q: &Queue, n: usize) -> std::collections::HashMap<String, Claimed> {
+    let mut out = std::collections::HashMap::new();
+    for _ in 0..20 {
+        for c in q.claim("w", n, 60_000).await.unwrap() {
+            out.insert(c.id.to_string(), c);
+        }
+        if out.len() == n {
+            return out;
+        }
+    }
+    panic!("claimed {} of {n}", out.len());
+}
+
+/// Every way an ask is answered, through the real scripts, on one partition and on three:
+/// the counters come back per minute (each point is the sum of the partitions' fields of its
+/// minute) and summed over the window, by `throughput` and by `stats` alike; a refresh's
+/// claim says it is one, and its death counts whether the upstream failed it or its
+/// deadline passed between polls.
+#[tokio::test]
+async fn answers_by_freshness_are_read_per_minute_and_summed_over_partitions() {
+    on_each_layout("answers_tp", async |conf| {
+        let q = queue_with(conf).await;
+        let p = EnqueuePolicy::default();
+        let id = |t: &str| q.task_id(&normalise_query(t).unwrap()).to_string();
+        let texts = ["ask a", "ask b", "ask c", "ask d", "ask e", "ask f"];
+        // Six misses: every task created.
+        for t in texts {
+            let e = q.enqueue(t, "", &p).await.unwrap();
+            assert!(matches!(e, Enqueued::Created(_)), "{e:?}");
+        }
+        // a..d done, e dead for good (a negative answer next), f left running.
+        let leased = claim_all(&q, texts.len()).await;
+        assert!(
+            leased.values().all(|c| !c.refresh),
+            "a first task is no refresh"
+        );
+        for t in &texts[..4] {
+            let c = &leased[&id(t)];
+            q.complete(c.id.as_str(), c.token, "answer", 1)
+                .await
+                .unwrap();
+        }
+        let e = &leased[&id("ask e")];
+        q.fail(e.id.as_str(), e.token, "gone", Retry::Dead, 1)
+            .await
+            .unwrap();
+        // Two fresh hits, a join (a miss), a negative answer, a miss of only-if-cached.
+        for t in ["ask a", "ask b"] {
+            let e = q.enqueue(t, "", &p).await.unwrap();
+            assert!(matches!(e, Enqueued::Stored(_)), "{e:?}");
+        }
+        let e = q.enqueue("ask f", "", &p).await.unwrap();
+        assert!(matches!(e, Enqueued::Joined(_)), "{e:?}");
+        let e = q.enqueue("ask e", "", &p).await.unwrap();
+        assert!(matches!(e, Enqueued::Negative(_)), "{e:?}");
+        let only_cached = EnqueuePolicy {
+            only_if_cached: true,
+            ..EnqueuePolicy::default()
+        };
+        let e = q.enqueue("never asked", "", &only_cached).await.unwrap();
+        assert!(matches!(e, Enqueued::NotCached), "{e:?}");
+        // A stale answer (no-cache) starts a refresh; its claim says so; it dies.
+        let no_cache = EnqueuePolicy {
+            max_age_ms: Some(0),
+            ..EnqueuePolicy::default()
+        };
+        let e = q.enqueue("ask c", "", &no_cache).await.unwrap();
+        assert!(matches!(e, Enqueued::Stale { created: true, .. }), "{e:?}");
+        let r = claim_one(&q, "w", 60_000).await;
+        assert_eq!(r.id.to_string(), id("ask c"));
+        assert!(r.refresh, "the refresh's claim carries its flag");
+        q.fail(r.id.as_str(), r.token, "down", Retry::Dead, 1)
+            .await
+            .unwrap();
+        // Another, whose next poll would pass its deadline: that death is a failed refresh too.
+        let short = EnqueuePolicy {
+            max_age_ms: Some(0),
+            deadline_ms: 60_000,
+            ..EnqueuePolicy::default()
+        };
+        let e = q.enqueue("ask d", "", &short).await.unwrap();
+        assert!(matches!(e, Enqueued::Stale { created: true, .. }), "{e:?}");
+        let r = claim_one(&q, "w", 60_000).await;
+        assert!(r.refresh && r.id.as_str() == id("ask d"), "{r:?}");
+        let due = q
+            .reschedule(r.id.as_str(), r.token, 120_000, None, 1)
+            .await
+            .unwrap();
+        assert_eq!(due, 0, "dead: the next poll is past the deadline");
+        // Refreshes ahead need a hot result at the edge of its fresh window: written as the
+        // enqueue script writes them, two in the first partition and two in the last.
+        let now = q.now_ms().await.unwrap();
+        let minute = now - now % 60_000;
+        let mut c = raw().await;
+        let last = q.partitions() - 1;
+        let ends = std::collections::BTreeSet::from([0, last]);
+        for &i in &ends {
+            let tag = q.partition_tag(i);
+            let _: i64 = c
+                .hincr(format!("{tag}:tp"), format!("{minute}:ahead"), 2)
+                .await
+                .unwrap();
+            let _: i64 = c
+                .zadd(format!("{tag}:tpmin"), minute.to_string(), minute)
+                .await
+                .unwrap();
+        }
+        let ahead = 2 * ends.len() as u64;
+
+        let want = [2, 2, 8, 1, ahead, 2];
+        let hour = q.throughput(60, 1).await.unwrap();
+        assert_eq!(hour.len(), 60);
+        assert_eq!(total(&hour), want, "{NAMES:?} over the hour");
+        // Each point is its minute: the partitions' fields of that minute, summed.
+        let mut spread = std::collections::BTreeSet::new();
+        for b in &hour {
+            let mut want = [0; 6];
+            for i in 0..q.partitions() {
+                let tag = q.partition_tag(i);
+                for (j, name) in NAMES.iter().enumerate() {
+                    let v: Option<u64> = c
+                        .hget(format!("{tag}:tp"), format!("{}:{name}", b.minute_ms))
+                        .await
+                        .unwrap();
+                    if v.unwrap_or(0) > 0 && *name != "ahead" {
+                        spread.insert(i);
+                    }
+                    want[j] += v.unwrap_or(0);
+                }
+            }
+            assert_eq!(counts(b), want, "minute {}", b.minute_ms);
+        }
+        // On three partitions the answers really were counted in more than one.
+        assert!(
+            spread.len() == q.partitions().min(3),
+            "answers counted in partitions {spread:?} of {}",
+            q.partitions()
+        );
+        // A wider point sums its minutes.
+        let quarter = q.throughput(60, 15).await.unwrap();
+        assert_eq!(total(&quarter), want);
+        // stats() reads the same counters for its last hour (a minute may turn between the
+        // two reads: the sums do not change with it).
+        assert_eq!(total(&q.stats().await.unwrap().throughput), want);
+        for (i, b) in hour.iter().enumerate() {
+            let hits = b.fresh + b.stale + b.negative;
+            assert_eq!(b.hits(), hits, "point {i}");
+            assert_eq!(b.answers(), hits + b.miss, "point {i}");
+        }
+    })
+    .await;
+}
+
+/// Reap rolls the answer and refresh counters of minutes older than a day into their hour
+/// like the other counters (not only deletes them), so a week's view sums the rolled-up hours
+/// and the last day's minutes exactly, partition by partition.
+#[tokio::test]
+async fn a_week_sums_rolled_up_hours_and_minutes_of_the_answer_counters() {
+    on_each_layout("answers_week", async |conf| {
+        let q = queue_with(conf).await;
+        let now = q.now_ms().await.unwrap();
+        let minute = |ms: i64| ms - ms.rem_euclid(60_000);
+        let old = minute(now - (THROUGHPUT_RETENTION_MS as i64) - 120_000);
+        let recent = minute(now - 3_600_000);
+        let mut c = raw().await;
+        // Every partition: the old minute counts (j + 1) * 10 of counter j, the recent one j + 1.
+        for i in 0..q.partitions() {
+            let tag = q.partition_tag(i);
+            for (m, scale) in [(old, 10), (recent, 1)] {
+                for (j, name) in NAMES.iter().enumerate() {
+                    let _: () = c
+                        .hset(
+                            format!("{tag}:tp"),
+                            format!("{m}:{name}"),
+                            (j as u64 + 1) * scale,
+                        )
+                        .await
+                        .unwrap();
+                }
+                let _: () = c
+                    .zadd(format!("{tag}:tpmin"), m.to_string(), m)
+                    .await
+                    .unwrap();
+            }
+        }
+        q.reap(10).await.unwrap();
+        let p = q.partitions() as u64;
+        let hour = old - old.rem_euclid(3_600_000);
+        for i in 0..q.partitions() {
+            let tag = q.partition_tag(i);
+            // The old minute is gone from the minutes, every counter of it in its hour.
+            let mut left: Vec<String> = c.hkeys(format!("{tag}:tp")).await.unwrap();
+            left.retain(|f| f.starts_with(&old.to_string()));
+            assert_eq!(left, Vec::<String>::new(), "partition {i}");
+            for (j, name) in NAMES.iter().enumerate() {
+                let v: Option<u64> = c
+                    .hget(format!("{tag}:tphour"), format!("{hour}:{name}"))
+                    .await
+                    .unwrap();
+                assert_eq!(v, Some((j as u64 + 1) * 10), "partition {i}: {name}");
+            }
+        }
+        let week = q.throughput(7 * 1440, 60).await.unwrap();
+        let each: [u64; 6] = std::array::from_fn(|j| (j as u64 + 1) * 11 * p);
+        assert_eq!(total(&week), each, "{NAMES:?} over the week");
+        let at_hour = week.iter().find(|b| b.minute_ms == hour).unwrap();
+        assert_eq!(
+            counts(at_hour),
+            std::array::from_fn(|j| (j as u64 + 1) * 10 * p)
+        );
+        // The day reads the minutes only: the recent one.
+        let day = q.throughput(1440, 15).await.unwrap();
+        assert_eq!(
+            total(&day),
+            std::array::from_fn::<u64, 6, _>(|j| (j as u64 + 1) * p)
+        );
+    })
+    .await;
+}
