@@ -47,7 +47,10 @@ async fn task_of(env: &Env, query: &str) -> Option<queue::Task> {
 fn assert_progress(r: &common::Reply, cache_status: &str) {
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(r.json["status"], "processing", "{}", r.body);
-    assert_eq!((&r.json["result"], &r.json["freshness"]), (&Value::Null, &Value::Null));
+    assert_eq!(
+        (&r.json["result"], &r.json["freshness"]),
+        (&Value::Null, &Value::Null)
+    );
     assert_eq!(r.header("cache-control"), "no-store", "{r:?}");
     assert_eq!(r.header("age"), "", "{r:?}");
     assert_eq!(r.cache_status(), cache_status, "{r:?}");
@@ -62,8 +65,15 @@ async fn max_age_refuses_an_older_result_and_answers_its_refresh() {
         env.backdate_result(&env.queue, &key, 5_000).await;
         // Five seconds old: fresh for a caller who takes ten.
         let r = ask(&env, &key, "max-age=10", via).await;
-        assert_eq!((r.status, r.json["freshness"].as_str()), (200, Some("fresh")), "{via:?}");
-        assert!(task_of(&env, &key).await.is_none(), "{via:?}: no refresh for a fresh hit");
+        assert_eq!(
+            (r.status, r.json["freshness"].as_str()),
+            (200, Some("fresh")),
+            "{via:?}"
+        );
+        assert!(
+            task_of(&env, &key).await.is_none(),
+            "{via:?}: no refresh for a fresh hit"
+        );
         // Too old for a caller who takes two: a refresh starts and its progress is the
         // answer, not the stored data; asked again, that refresh is joined.
         let r = ask(&env, &key, "max-age=2", via).await;
@@ -72,7 +82,10 @@ async fn max_age_refuses_an_older_result_and_answers_its_refresh() {
         let r = ask(&env, &key, "max-age=2", via).await;
         assert_progress(&r, "repoll; fwd=stale; collapsed");
         let again = task_of(&env, &key).await.expect("the refresh");
-        assert_eq!((again.state, again.created_ms), (TaskState::Due, t.created_ms));
+        assert_eq!(
+            (again.state, again.created_ms),
+            (TaskState::Due, t.created_ms)
+        );
     }
     env.stop().await;
 }
@@ -84,7 +97,8 @@ async fn max_stale_says_how_stale_a_caller_takes_within_the_windows() {
         let key = format!("max stale {via:?}");
         env.seed(&env.queue, &key, OLD).await;
         // Five seconds past its fresh window.
-        env.backdate_result(&env.queue, &key, STALE_BY + 4_000).await;
+        env.backdate_result(&env.queue, &key, STALE_BY + 4_000)
+            .await;
         let r = ask(&env, &key, "max-stale=2", via).await;
         assert_progress(&r, "repoll; fwd=stale");
         for cc in ["max-stale=10", "max-stale", "max-age=1, max-stale"] {
@@ -115,16 +129,26 @@ async fn no_cache_starts_one_refresh_now_and_later_ones_join_it() {
     assert_progress(&r, "repoll; fwd=stale; collapsed");
     let r = ask(&env, key, "No-Cache, max-age=5", Via::Header).await;
     assert_progress(&r, "repoll; fwd=stale; collapsed");
-    assert_eq!(task_of(&env, key).await.map(|t| t.created_ms), Some(t.created_ms));
+    assert_eq!(
+        task_of(&env, key).await.map(|t| t.created_ms),
+        Some(t.created_ms)
+    );
     // Who takes what is stored still gets it, fresh, meanwhile.
     let r = env.submit(key).await;
-    assert_eq!((r.status, r.json["freshness"].as_str()), (200, Some("fresh")), "{}", r.body);
+    assert_eq!(
+        (r.status, r.json["freshness"].as_str()),
+        (200, Some("fresh")),
+        "{}",
+        r.body
+    );
     assert_eq!(r.json["result"], json!({"v": "old"}));
     // One refresh, one chain of calls.
     env.start_workers();
-    until("the refreshed result", async || env.read(key).await, |r| {
-        r.json["result"]["query"] == key
-    })
+    until(
+        "the refreshed result",
+        async || env.read(key).await,
+        |r| r.json["result"]["query"] == key,
+    )
     .await;
     assert_eq!(env.sim_calls(key).await, (1, 1));
     env.stop().await;
@@ -139,7 +163,10 @@ async fn only_if_cached_answers_what_is_stored_and_never_creates_a_task() {
         let r = ask(&env, &key, "only-if-cached", via).await;
         assert_eq!(r.status, 504, "{via:?}: {}", r.body);
         assert_eq!(r.error_code(), "not_cached");
-        assert!(q.get(&id_of(q, &key)).await.unwrap().is_none(), "{via:?}: nothing written");
+        assert!(
+            q.get(&id_of(q, &key)).await.unwrap().is_none(),
+            "{via:?}: nothing written"
+        );
 
         let key = format!("stored stale {via:?}");
         env.seed(q, &key, OLD).await;
@@ -147,10 +174,19 @@ async fn only_if_cached_answers_what_is_stored_and_never_creates_a_task() {
         let r = ask(&env, &key, "only-if-cached", via).await;
         assert_eq!(r.status, 200, "{via:?}: {}", r.body);
         assert_eq!(r.json["freshness"], "stale", "{}", r.body);
-        assert_eq!((&r.json["stale_reason"], &r.json["refreshing"]), (&Value::Null, &json!(false)));
+        assert_eq!(
+            (&r.json["stale_reason"], &r.json["refreshing"]),
+            (&Value::Null, &json!(false))
+        );
         let cs = r.cache_status();
-        assert!(cs.starts_with("repoll; fwd=stale; ttl=-") && !cs.contains("detail"), "{cs}");
-        assert!(task_of(&env, &key).await.is_none(), "{via:?}: no refresh started");
+        assert!(
+            cs.starts_with("repoll; fwd=stale; ttl=-") && !cs.contains("detail"),
+            "{cs}"
+        );
+        assert!(
+            task_of(&env, &key).await.is_none(),
+            "{via:?}: no refresh started"
+        );
 
         // A running task is what there is: joined, not refused.
         let key = format!("running {via:?}");
@@ -165,18 +201,33 @@ async fn only_if_cached_answers_what_is_stored_and_never_creates_a_task() {
 async fn malformed_directives_are_refused_before_anything_is_written() {
     let env = Env::start(Opts::default()).await;
     let long = format!("max-age=1, {}", "x".repeat(300));
-    for cc in ["max-age=soon", "max-age", "max-stale=-1", "max-age=1.5", long.as_str()] {
+    for cc in [
+        "max-age=soon",
+        "max-age",
+        "max-stale=-1",
+        "max-age=1.5",
+        long.as_str(),
+    ] {
         for via in VIAS {
             let key = format!("malformed {cc} {via:?}");
             let r = ask(&env, &key, cc, via).await;
             assert_eq!(r.status, 400, "{cc:?} {via:?}: {}", r.body);
             assert_eq!(r.error_code(), "invalid_cache_control", "{cc:?} {via:?}");
             let q = &env.queue;
-            assert!(q.get(&id_of(q, &key)).await.unwrap().is_none(), "{cc:?} {via:?}");
+            assert!(
+                q.get(&id_of(q, &key)).await.unwrap().is_none(),
+                "{cc:?} {via:?}"
+            );
         }
     }
     // Unknown directives are ignored, as RFC 9111 asks.
-    let r = ask(&env, "unknown directive", "x-whatever=1, private", Via::Header).await;
+    let r = ask(
+        &env,
+        "unknown directive",
+        "x-whatever=1, private",
+        Via::Header,
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.body);
     env.stop().await;
 }
@@ -189,7 +240,10 @@ async fn refusing_the_store_is_limited_per_client() {
         ..Opts::default()
     })
     .await;
-    for (i, via) in [Via::Header, Via::Field, Via::Header].into_iter().enumerate() {
+    for (i, via) in [Via::Header, Via::Field, Via::Header]
+        .into_iter()
+        .enumerate()
+    {
         let r = ask(&env, &format!("refuse {i}"), "no-cache", via).await;
         assert_eq!(r.status, 202, "within the burst: {}", r.body);
     }
@@ -197,7 +251,10 @@ async fn refusing_the_store_is_limited_per_client() {
         let r = ask(&env, "refuse more", cc, via).await;
         assert_eq!(r.status, 429, "{cc} {via:?}: {}", r.body);
         assert_eq!(r.error_code(), "rate_limited");
-        assert!(r.header("retry-after").parse::<u64>().unwrap() >= 1, "{r:?}");
+        assert!(
+            r.header("retry-after").parse::<u64>().unwrap() >= 1,
+            "{r:?}"
+        );
     }
     // Asks that take the store are not limited by it.
     for cc in ["max-stale", "only-if-cached"] {
@@ -237,7 +294,10 @@ async fn every_answer_says_its_age_how_long_to_keep_it_and_where_it_came_from() 
     assert_progress(&joined, "repoll; fwd=miss; collapsed");
     let read = env.read("kind created").await;
     assert_eq!(read.status, 200, "{}", read.body);
-    assert_eq!((read.header("cache-control"), read.header("age")), ("no-store", ""));
+    assert_eq!(
+        (read.header("cache-control"), read.header("age")),
+        ("no-store", "")
+    );
     assert_eq!(read.cache_status(), "repoll; fwd=miss");
 
     // Fresh: five seconds old, 55 s left (a moment less by the time it is read).
@@ -264,16 +324,23 @@ async fn every_answer_says_its_age_how_long_to_keep_it_and_where_it_came_from() 
     let ttl = |r: &common::Reply| -> i64 {
         let cs = r.cache_status();
         let t = cs.split("; ").find_map(|p| p.strip_prefix("ttl="));
-        t.and_then(|t| t.parse().ok()).unwrap_or_else(|| panic!("{cs}"))
+        t.and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{cs}"))
     };
     assert!((-3..=-1).contains(&ttl(&ask)), "{ask:?}");
     assert_eq!(
         ask.cache_status(),
-        format!("repoll; fwd=stale; fwd-status=202; ttl={}; detail=refreshing", ttl(&ask))
+        format!(
+            "repoll; fwd=stale; fwd-status=202; ttl={}; detail=refreshing",
+            ttl(&ask)
+        )
     );
     assert_eq!(
         read.cache_status(),
-        format!("repoll; fwd=stale; fwd-status=202; ttl={}; detail=refreshing", ttl(&read))
+        format!(
+            "repoll; fwd=stale; fwd-status=202; ttl={}; detail=refreshing",
+            ttl(&read)
+        )
     );
 
     // Negative: a task that died for good, kept for the failed window (a minute).
@@ -283,11 +350,19 @@ async fn every_answer_says_its_age_how_long_to_keep_it_and_where_it_came_from() 
     let token = claim_task(q, &id).await;
     q.fail(&id, token, "refused", Retry::Dead, 1).await.unwrap();
     for r in [env.submit(key).await, env.read(key).await] {
-        assert_eq!((r.status, r.json["status"].as_str()), (200, Some("failed")), "{}", r.body);
+        assert_eq!(
+            (r.status, r.json["status"].as_str()),
+            (200, Some("failed")),
+            "{}",
+            r.body
+        );
         assert!((0..=1).contains(&secs(&r, "age")), "{r:?}");
         let left = max_age(&r);
         assert!((58..=60).contains(&left), "{r:?}");
-        assert_eq!(r.cache_status(), format!("repoll; hit; ttl={left}; detail=negative"));
+        assert_eq!(
+            r.cache_status(),
+            format!("repoll; hit; ttl={left}; detail=negative")
+        );
     }
     env.stop().await;
 }

@@ -230,7 +230,10 @@ impl Env {
             .await
             .unwrap();
         let k = &stats["keys"][key];
-        (k["calls"].as_u64().unwrap_or(0), k["done"].as_u64().unwrap_or(0))
+        (
+            k["calls"].as_u64().unwrap_or(0),
+            k["done"].as_u64().unwrap_or(0),
+        )
     }
 
     /// The queue of `upstream` (None: the default one).
@@ -244,11 +247,7 @@ impl Env {
     /// Stores `data` as the result of `query` without the upstream: its task created,
     /// claimed and completed by hand (no worker may run). Returns the completion time.
     pub async fn seed(&self, q: &Queue, query: &str, data: &str) -> i64 {
-        let Enqueued::Created(t) = q
-            .enqueue(query, "", &Default::default())
-            .await
-            .unwrap()
-        else {
+        let Enqueued::Created(t) = q.enqueue(query, "", &Default::default()).await.unwrap() else {
             panic!("{query}: nothing stored or running yet");
         };
         let token = claim_task(q, &t.id).await;
@@ -367,7 +366,10 @@ pub async fn until<T: std::fmt::Debug>(
         if done(&r) {
             return r;
         }
-        assert!(Instant::now() < guard, "{what}: not within 10 s; last {r:?}");
+        assert!(
+            Instant::now() < guard,
+            "{what}: not within 10 s; last {r:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
