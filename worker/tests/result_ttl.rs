@@ -28,6 +28,13 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         QueueConfig {
             name: name.into(),
             result_ttl_ms: TTL_MS,
+            // No windows after the fresh one: the result lives exactly its TTL, as before
+            // issue 26 (stale answers and their refresh: server/tests/api_freshness.rs).
+            freshness: queue::FreshnessWindows {
+                stale_ms: 0,
+                stale_if_error_ms: 0,
+                ..Default::default()
+            },
             // Every claim listed: the test counts the upstream calls in the history.
             history: queue::HistoryLevel::Full,
             ..QueueConfig::default()
