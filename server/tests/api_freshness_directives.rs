@@ -180,7 +180,7 @@ async fn only_if_cached_answers_what_is_stored_and_never_creates_a_task() {
         );
         let cs = r.cache_status();
         assert!(
-            cs.starts_with("repoll; fwd=stale; ttl=-") && !cs.contains("detail"),
+            cs.starts_with("repoll; hit; ttl=-") && !cs.contains("detail"),
             "{cs}"
         );
         assert!(

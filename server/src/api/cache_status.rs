@@ -18,7 +18,8 @@ fn seconds(ms: i64) -> i64 {
 
 /// The `Cache-Status` value for `view`; `answered` is how a submit was answered (None for a
 /// read). Examples: `repoll; hit; ttl=86399`, `repoll; fwd=stale; fwd-status=202; ttl=-12;
-/// collapsed; detail=refreshing`, `repoll; fwd=miss; stored`.
+/// collapsed; detail=refreshing`, `repoll; hit; ttl=-90000; detail=upstream_failed` (stale,
+/// nothing forwarded), `repoll; fwd=miss; stored`.
 pub fn cache_status(view: &QueryView, answered: Option<Answered>) -> String {
     let ttl = view.fresh_until.map(|until| seconds(until - view.as_of));
     let mut parts: Vec<String> = vec![CACHE_NAME.into()];
@@ -32,8 +33,20 @@ pub fn cache_status(view: &QueryView, answered: Option<Answered>) -> String {
                 }
         )
     );
+    // Forwarded: a refresh went (or was already going) to the upstream for this answer. A
+    // stale answer that sent nothing on (its refresh failed within the failed window, or the
+    // caller asked only for what is cached) is a hit, as RFC 9211 has it, with a negative ttl.
+    let forwarded = match answered {
+        Some(Answered::Stored {
+            refresh_started,
+            collapsed,
+        }) => refresh_started || collapsed,
+        Some(_) => true,
+        None => view.refreshing,
+    };
     match view.freshness {
         Some(Freshness::Fresh) => parts.push("hit".into()),
+        Some(Freshness::Stale) if !forwarded => parts.push("hit".into()),
         Some(Freshness::Stale) => {
             parts.push("fwd=stale".into());
             // What the refresh's upstream side says right now, as our API would.
