@@ -352,8 +352,14 @@ async fn the_breaker_banner_and_its_actions() {
         .map(|a| (a.action.as_str(), a.target.as_str()))
         .collect();
     // Each names the upstream it acted on, the default one too (issue 29 row 9).
-    assert!(actions.contains(&("open_breaker", "breaker:default")), "{actions:?}");
-    assert!(actions.contains(&("close_breaker", "breaker:default")), "{actions:?}");
+    assert!(
+        actions.contains(&("open_breaker", "breaker:default")),
+        "{actions:?}"
+    );
+    assert!(
+        actions.contains(&("close_breaker", "breaker:default")),
+        "{actions:?}"
+    );
     env.redis.stop().await;
 }
 

@@ -44,7 +44,11 @@ pub fn cache_status(view: &QueryView, answered: Option<Answered>) -> String {
         Some(_) => true,
         None => view.refreshing,
     };
+    // A new task or a joined one went to the upstream, even when its result came back within
+    // the first-answer wait and is shown as a fresh stored result.
+    let asked_upstream = matches!(answered, Some(Answered::Created | Answered::Joined));
     match view.freshness {
+        _ if asked_upstream => parts.push("fwd=miss".into()),
         Some(Freshness::Fresh) => parts.push("hit".into()),
         Some(Freshness::Stale) if !forwarded => parts.push("hit".into()),
         Some(Freshness::Stale) => {
@@ -67,7 +71,7 @@ pub fn cache_status(view: &QueryView, answered: Option<Answered>) -> String {
             parts.push(if stale { "fwd=stale" } else { "fwd=miss" }.into());
         }
     }
-    if view.freshness.is_some() {
+    if view.freshness.is_some() && !asked_upstream {
         if let Some(t) = ttl {
             parts.push(format!("ttl={t}"));
         }
@@ -109,4 +113,79 @@ pub fn insert(headers: &mut HeaderMap, view: &QueryView, answered: Option<Answer
         _ => put(header::CACHE_CONTROL, "no-store".into()),
     }
     put(CACHE_STATUS.clone(), cache_status(view, answered));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use app::query_view::QueryStatus;
+
+    fn view(
+        freshness: Option<Freshness>,
+        reason: Option<StaleReason>,
+        refreshing: bool,
+    ) -> QueryView {
+        QueryView {
+            id: model::TaskId::of_query("x"),
+            query: "x".into(),
+            upstream: "default".into(),
+            status: QueryStatus::Done,
+            partial: None,
+            result: Some(serde_json::json!(1)),
+            error: None,
+            polls: 0,
+            next_poll_at: None,
+            created_at: 0,
+            updated_at: 0,
+            completed_at: Some(0),
+            as_of: 100_000,
+            freshness,
+            age_ms: Some(100_000),
+            fresh_until: Some(160_000),
+            stale_reason: reason,
+            refreshing,
+        }
+    }
+
+    #[test]
+    fn each_kind_of_answer_says_where_it_came_from() {
+        let fresh = view(Some(Freshness::Fresh), None, false);
+        let stored = Answered::Stored {
+            refresh_started: false,
+            collapsed: false,
+        };
+        assert_eq!(cache_status(&fresh, Some(stored)), "repoll; hit; ttl=60");
+        // A new task whose result came back within the first-answer wait went upstream.
+        assert_eq!(
+            cache_status(&fresh, Some(Answered::Created)),
+            "repoll; fwd=miss; stored"
+        );
+        assert_eq!(
+            cache_status(&fresh, Some(Answered::Joined)),
+            "repoll; fwd=miss; collapsed"
+        );
+        let failed = view(
+            Some(Freshness::Stale),
+            Some(StaleReason::UpstreamFailed),
+            false,
+        );
+        let mut stale_failed = failed.clone();
+        stale_failed.fresh_until = Some(40_000);
+        assert_eq!(
+            cache_status(&stale_failed, Some(stored)),
+            "repoll; hit; ttl=-60; detail=upstream_failed"
+        );
+        let joined = Answered::Stored {
+            refresh_started: false,
+            collapsed: true,
+        };
+        let mut held = view(Some(Freshness::Stale), Some(StaleReason::BreakerOpen), true);
+        held.fresh_until = Some(40_000);
+        assert_eq!(
+            cache_status(&held, Some(joined)),
+            "repoll; fwd=stale; fwd-status=503; ttl=-60; collapsed; detail=breaker_open"
+        );
+        // A read of a stale result whose refresh runs: forwarded by an earlier ask.
+        assert!(cache_status(&held, None).starts_with("repoll; fwd=stale; fwd-status=503"));
+    }
 }
