@@ -27,6 +27,13 @@ pub fn freshness_line(v: &QueryView, clock: i64, paused: bool) -> Option<(Tone, 
     }
     let freshness = v.freshness?;
     let age = ago(clock, stored_at(v, clock));
+    // "Showing the result from just now" reads oddly (a stale result that young only comes
+    // with a very short fresh window).
+    let from = if age == "just now" {
+        "a moment ago"
+    } else {
+        age.as_str()
+    };
     let reason = match v.stale_reason {
         Some(StaleReason::Refreshing) if paused => Some(StaleReason::Paused),
         Some(StaleReason::Paused) if !paused => Some(StaleReason::Refreshing),
@@ -44,19 +51,19 @@ pub fn freshness_line(v: &QueryView, clock: i64, paused: bool) -> Option<(Tone, 
         }
         (Freshness::Stale, Some(StaleReason::UpstreamFailed)) => (
             Tone::Warn,
-            format!("Could not refresh: the upstream failed. Showing the result from {age}."),
+            format!("Could not refresh: the upstream failed. Showing the result from {from}."),
         ),
         (Freshness::Stale, Some(StaleReason::BreakerOpen)) => (
             Tone::Warn,
             format!(
                 "Could not refresh yet: the upstream is failing, so calls to it are on hold. \
-                 Showing the result from {age}; it is refreshed when the upstream recovers."
+                 Showing the result from {from}; it is refreshed when the upstream recovers."
             ),
         ),
         (Freshness::Stale, Some(StaleReason::Paused)) => (
             Tone::Warn,
             format!(
-                "Not refreshed yet: the service is paused. Showing the result from {age}; it is \
+                "Not refreshed yet: the service is paused. Showing the result from {from}; it is \
                  refreshed when the service resumes."
             ),
         ),
@@ -141,6 +148,8 @@ mod tests {
         assert!(line(&breaker, breaker.as_of, false).starts_with("Could not refresh yet"));
         let paused = stored(Freshness::Stale, Some(StaleReason::Paused), true);
         assert!(line(&paused, paused.as_of, true).contains("the service is paused"));
+        v.age_ms = Some(300);
+        assert!(line(&v, v.as_of, false).ends_with("Showing the result from a moment ago."));
         // The page learnt of a resume since the view was read, and the other way round.
         assert_eq!(
             line(&paused, paused.as_of, false),
