@@ -34,7 +34,8 @@ impl QueryStatus {
         }
     }
 
-    /// No further change will come (the live stream closes after such a state).
+    /// The query's own run is over (done or failed). Whether anything more will come for a
+    /// reader is [`QueryView::is_final`]: a stored result may still be refreshed.
     pub fn is_final(self) -> bool {
         !matches!(self, QueryStatus::Processing)
     }
@@ -123,6 +124,14 @@ impl QueryView {
             age_ms: None,
             ..shown.clone()
         }
+    }
+
+    /// No further change will come: the live stream closes after such a state, and the page
+    /// stops following. Done or failed, and no refresh of the stored answer runs or waits (a
+    /// stale or refreshed-ahead result whose refresh is live is followed until the refreshed
+    /// result lands, or the refresh fails). The one rule the stream and the page share.
+    pub fn is_final(&self) -> bool {
+        self.status.is_final() && !self.refreshing
     }
 
     /// The data to show: the result when done, otherwise the latest partial.
@@ -645,6 +654,57 @@ mod tests {
             ..claimed.clone()
         };
         assert!(!done.nothing_new_since(&due));
+    }
+
+    #[test]
+    fn a_result_whose_refresh_is_live_is_not_final() {
+        let done = QueryView {
+            status: QueryStatus::Done,
+            result: Some(serde_json::json!(1)),
+            next_poll_at: None,
+            freshness: Some(Freshness::Stale),
+            age_ms: Some(60_000),
+            ..processing(1, None, 2_000)
+        };
+        assert!(
+            done.is_final(),
+            "stale, nothing refreshing it: nothing more will come"
+        );
+        let refreshing = QueryView {
+            refreshing: true,
+            stale_reason: Some(StaleReason::Refreshing),
+            ..done.clone()
+        };
+        assert!(
+            !refreshing.is_final(),
+            "the refreshed result is still to come"
+        );
+        // A refresh held by the breaker or a pause still runs later; a fresh result refreshed
+        // ahead of going stale gets a new one too.
+        let held = QueryView {
+            stale_reason: Some(StaleReason::BreakerOpen),
+            ..refreshing.clone()
+        };
+        assert!(!held.is_final());
+        let ahead = QueryView {
+            freshness: Some(Freshness::Fresh),
+            stale_reason: None,
+            ..refreshing.clone()
+        };
+        assert!(!ahead.is_final());
+        // The refresh died: stale-if-error, final until someone asks again.
+        let failed_refresh = QueryView {
+            refreshing: false,
+            stale_reason: Some(StaleReason::UpstreamFailed),
+            ..refreshing
+        };
+        assert!(failed_refresh.is_final());
+        assert!(!processing(1, Some(2_000), 1_500).is_final());
+        let failed = QueryView {
+            status: QueryStatus::Failed,
+            ..processing(1, None, 2_000)
+        };
+        assert!(failed.is_final());
     }
 
     #[test]

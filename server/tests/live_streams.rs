@@ -1,7 +1,8 @@
 //! The per-query live streams share their task's state: many streams on one task get the same
 //! bytes, and the task is read from Redis once per change for all of them (counted by Redis
 //! itself, not by repoll). A stream whose reader stopped reading is dropped, its connection
-//! closed, and counted; a reading stream on the same task goes on. Over real HTTP (the real
+//! closed, and counted; a reading stream on the same task goes on. The stream of a stale
+//! result whose refresh runs stays open until the refreshed result. Over real HTTP (the real
 //! accept loop) against a private redis-server; the test plays the worker, so each change is
 //! one it made.
 
@@ -237,5 +238,82 @@ async fn a_stream_whose_reader_stopped_reading_is_dropped_and_counted() {
     poll_with(&env, &partial(k + 1, 1024)).await;
     assert_eq!(data_of(&reader.next().await)["partial"]["k"], k + 1);
     assert_eq!(live.slow_drops(), 1);
+    env.stop().await;
+}
+
+/// A stale result is answered at once while its refresh runs, and the stream does not end on
+/// it (a done state, but not final): it sends the refreshed result when it lands, then closes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stream_of_a_stale_result_sends_the_refreshed_one_then_closes() {
+    const FRESH_MS: u64 = 300;
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        fresh_for_ms: Some(FRESH_MS),
+        ..Default::default()
+    })
+    .await;
+    let r = env.submit("stale then fresh").await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let c = env.queue.claim("test-worker", 1, 60_000).await.unwrap();
+    env.queue
+        .complete(&c[0].id, c[0].token, r#"{"v":"old"}"#, 1)
+        .await
+        .unwrap();
+    // Past its fresh window (a read starts no refresh).
+    tokio::time::timeout(GUARD, async {
+        while env.get(&format!("/api/v1/queries/{id}")).await.json["freshness"] != "stale" {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the result went stale (hang guard)");
+    // Asked again: the old result at once, and a refresh task.
+    let r = env.submit("stale then fresh").await;
+    assert_eq!(r.json["freshness"], "stale", "{}", r.body);
+    assert_eq!(r.json["refreshing"], true, "{}", r.body);
+
+    let base = format!("http://{}", env.listen().await);
+    let mut stream = Records::open(&base, &id).await;
+    let first = data_of(&stream.next().await);
+    assert_eq!(
+        (&first["status"], &first["freshness"], &first["refreshing"]),
+        (&"done".into(), &"stale".into(), &true.into()),
+        "{first}"
+    );
+    assert_eq!(first["result"]["v"], "old");
+    assert_eq!(first["stale_reason"], "refreshing");
+
+    // The refresh: claimed (not news) and completed with a new result.
+    let c = env.queue.claim("test-worker", 1, 60_000).await.unwrap();
+    assert_eq!(c.len(), 1, "the refresh is due");
+    env.queue
+        .complete(&c[0].id, c[0].token, r#"{"v":"new"}"#, 1)
+        .await
+        .unwrap();
+    let next = data_of(&stream.next().await);
+    assert_eq!(next["result"]["v"], "new", "{next}");
+    assert_eq!(
+        (&next["status"], &next["freshness"], &next["refreshing"]),
+        (&"done".into(), &"fresh".into(), &false.into()),
+        "{next}"
+    );
+    // Final now: the stream ends.
+    let end = tokio::time::timeout(GUARD, async {
+        loop {
+            match stream.res.chunk().await {
+                Ok(Some(c)) if c.starts_with(b":") => continue,
+                Ok(Some(c)) => return Some(String::from_utf8_lossy(&c).into_owned()),
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .expect("the stream ends (hang guard)");
+    assert_eq!(end, None, "nothing after the final state");
     env.stop().await;
 }

@@ -6,6 +6,9 @@ pub mod form_error;
 pub mod format;
 mod not_found;
 mod query;
+mod query_age;
+#[cfg(feature = "hydrate")]
+mod query_live;
 pub mod reveal;
 mod widgets;
 

@@ -1,13 +1,16 @@
 //! The query pages: `/` asks (a form that works without JavaScript) and `/q/<id>` shows one
 //! query — rendered complete on the server, then kept live in the browser by the query's
-//! Server-Sent-Events stream (`/api/v1/queries/<id>/events`).
+//! Server-Sent-Events stream (`/api/v1/queries/<id>/events`; the browser side is
+//! `query_live`). A stored result says how old it is and whether it is being refreshed
+//! (`query_age`), and a refreshed result replaces a stale one live.
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_params_map;
 
 use super::format::{duration, plural, progress_percent, utc};
+use super::query_age::Tone;
 use super::widgets::{JsonBlock, ProgressBar};
-use crate::query_view::{pretty, QueryStatus, QueryView};
+use crate::query_view::{pretty, Freshness, QueryStatus, QueryView};
 
 /// Pretty text longer than this is folded into a `<details>` so a large body does not push
 /// the page's status out of sight.
@@ -237,7 +240,7 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
     let now = RwSignal::new(None::<i64>);
     let paused = RwSignal::new(paused);
     #[cfg(feature = "hydrate")]
-    live::follow(state, now, paused);
+    super::query_live::follow(state, now, paused);
     let waiting_for_resume =
         move || paused.get() && state.with(|v| v.status == QueryStatus::Processing);
 
@@ -291,10 +294,31 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
                 .map(|p| view! { <ProgressBar percent=p /> })
         })
     };
-    // Without JavaScript the page refreshes itself while the query runs. The markup is a
-    // constant (never upstream data), set as inner HTML so hydration does not walk into it.
+    // How old a stored result is, and whether it is being refreshed: always in the page (an
+    // empty line when there is nothing to say), so screen readers announce its changes.
+    let freshness = move || {
+        let clock = clock();
+        let paused = paused.get();
+        state.with(|v| super::query_age::freshness_line(v, clock, paused))
+    };
+    let freshness_class = move || match freshness() {
+        Some((Tone::Warn, _)) => "freshness banner paused",
+        _ => "freshness muted",
+    };
+    let freshness_state = move || {
+        state.with(|v| match (v.freshness, v.stale_reason) {
+            _ if v.status != QueryStatus::Done => "",
+            (Some(Freshness::Fresh), _) => "fresh",
+            (Some(Freshness::Stale), None) => "stale",
+            (Some(Freshness::Stale), Some(r)) => r.as_str(),
+            (None, _) => "",
+        })
+    };
+    // Without JavaScript the page refreshes itself until nothing more will come (the query
+    // runs, or its stored result is being refreshed). The markup is a constant (never
+    // upstream data), set as inner HTML so hydration does not walk into it.
     let refresh = move || {
-        (status() == QueryStatus::Processing).then(|| {
+        (!state.with(QueryView::is_final)).then(|| {
             view! { <noscript inner_html=r#"<meta http-equiv="refresh" content="3">"# /> }
         })
     };
@@ -352,6 +376,14 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
                 <span data-testid="query-polls">{polls}</span>
                 {next_poll}
             </p>
+            <p
+                class=freshness_class
+                role="status"
+                data-testid="query-freshness"
+                data-freshness=freshness_state
+            >
+                {move || freshness().map(|(_, text)| text)}
+            </p>
             {paused_notice}
             {refresh}
             {error}
@@ -385,89 +417,5 @@ mod tests {
         assert_eq!(polls_text(QueryStatus::Processing, 0), "0 polls so far");
         assert_eq!(polls_text(QueryStatus::Done, 5), "5 polls");
         assert_eq!(polls_text(QueryStatus::Failed, 1), "1 poll");
-    }
-}
-
-/// Browser-only: follow the query's live stream until a final state, and tick the clock.
-#[cfg(feature = "hydrate")]
-mod live {
-    use std::time::Duration;
-
-    use leptos::prelude::*;
-    use wasm_bindgen::{closure::Closure, JsCast};
-    use web_sys::{EventSource, MessageEvent};
-
-    use crate::query_view::QueryView;
-
-    type Source =
-        StoredValue<Option<(EventSource, Closure<dyn FnMut(MessageEvent)>)>, LocalStorage>;
-
-    fn browser_now() -> i64 {
-        js_sys::Date::now() as i64
-    }
-
-    /// Opens an `EventSource` while the query is processing and closes it on the final state
-    /// (the server closes its side too; closing ours stops the browser from reconnecting) or
-    /// when the page goes away. Every event is a full [`QueryView`], so a reconnect simply
-    /// starts again from the current state.
-    pub fn follow(state: RwSignal<QueryView>, now: RwSignal<Option<i64>>, paused: RwSignal<bool>) {
-        let source: Source = StoredValue::new_local(None);
-        let tick = set_interval_with_handle(
-            move || now.set(Some(browser_now())),
-            Duration::from_millis(250),
-        )
-        .ok();
-        // A pause publishes nothing on the query's stream: ask every few seconds while the
-        // query runs (one EXISTS on the server).
-        let pause_check = set_interval_with_handle(
-            move || {
-                if state.with_untracked(|v| v.status.is_final()) {
-                    return;
-                }
-                let id = state.with_untracked(|v| v.id.to_string());
-                leptos::task::spawn_local(async move {
-                    if let Ok(p) = super::service_paused(id).await {
-                        paused.set(p);
-                    }
-                });
-            },
-            Duration::from_secs(3),
-        )
-        .ok();
-        Effect::new(move |_| {
-            now.set(Some(browser_now()));
-            let (id, is_final) = state.with(|v| (v.id.clone(), v.status.is_final()));
-            if is_final {
-                close(source);
-                return;
-            }
-            if source.with_value(|s| s.is_some()) {
-                return;
-            }
-            let Ok(es) = EventSource::new(&format!("/api/v1/queries/{id}/events")) else {
-                return;
-            };
-            let on_state = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
-                if let Some(text) = ev.data().as_string() {
-                    if let Ok(v) = serde_json::from_str::<QueryView>(&text) {
-                        state.set(v);
-                    }
-                }
-            });
-            let _ = es.add_event_listener_with_callback("state", on_state.as_ref().unchecked_ref());
-            source.set_value(Some((es, on_state)));
-        });
-        on_cleanup(move || {
-            close(source);
-            for t in [tick, pause_check].into_iter().flatten() {
-                t.clear();
-            }
-        });
-    }
-
-    fn close(source: Source) {
-        if let Some(Some((es, _callback))) = source.try_update_value(Option::take) {
-            es.close();
-        }
     }
 }

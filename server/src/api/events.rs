@@ -7,7 +7,9 @@
 //! query's shared feed ([`super::query_feed`]): read once per change for all its streams, sent
 //! only if a reader would see something new ([`QueryView::nothing_new_since`]: the start of a
 //! poll is not sent, its result is), serialised once; every stream sends the same bytes. A
-//! stream closes after the final (`done`/`failed`) state. The id stays the state's
+//! stream closes after the final state ([`QueryView::is_final`]: `done`/`failed` with no
+//! refresh live). A stale result whose refresh runs is not final: the stream stays open and
+//! sends the refreshed result (the refresh's completion is published under the same id). The id stays the state's
 //! `updated_at`: skipping a state skips an id, and each state sent was written after the one
 //! sent before it, so a stream's ids still grow. Heartbeat comments keep proxies from timing
 //! the connection out. Each stream holds a place under the per-client and total stream caps;
@@ -22,6 +24,7 @@
 //! reconnects by itself and starts from the current state.
 //!
 //! [`QueryView::nothing_new_since`]: app::query_view::QueryView::nothing_new_since
+//! [`QueryView::is_final`]: app::query_view::QueryView::is_final
 
 use std::{
     convert::Infallible,
@@ -62,7 +65,7 @@ const HEARTBEAT: &[u8] = b":\n\n";
     path = "/api/v1/queries/{id}/events",
     operation_id = "queryEvents",
     summary = "Live state of a query as Server-Sent Events",
-    description = "Sends the current state at once, then one event per change a reader can see (a poll's result with its partial data, poll count and next due time; a moved due time; the final state), not the start of a poll; each is an event named `state` whose data is a complete Query object (as JSON) and whose id is its `updated_at`. Heartbeat comment lines keep the connection open. The stream closes after the final state (done or failed). Every event is a full state, so on reconnect (with or without Last-Event-ID) the client simply receives the current state first. A client that stops reading while newer states wait (REPOLL_SSE_SLOW_READER_MS) is disconnected; reconnecting gives the current state.",
+    description = "Sends the current state at once, then one event per change a reader can see (a poll's result with its partial data, poll count and next due time; a moved due time; the final state), not the start of a poll; each is an event named `state` whose data is a complete Query object (as JSON) and whose id is its `updated_at`. Heartbeat comment lines keep the connection open. The stream closes after the final state: done or failed, with no refresh running (a stored result answered while its refresh runs, `refreshing` true, is followed until the refreshed result is sent, or the refresh fails). Every event is a full state, so on reconnect (with or without Last-Event-ID) the client simply receives the current state first. A client that stops reading while newer states wait (REPOLL_SSE_SLOW_READER_MS) is disconnected; reconnecting gives the current state.",
     params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
     responses(
         (status = 200, content_type = "text/event-stream", body = String, description = "`event: state`, `id: <updated_at>`, `data: <Query as JSON>` records, and `:` heartbeat comments."),

@@ -40,7 +40,8 @@ pub struct Shared {
     /// The complete Server-Sent-Events record: `event: state`, `id: <updated_at>`,
     /// `data: <Query as JSON>`.
     pub record: Bytes,
-    /// The state is final (done or failed): a stream closes after it.
+    /// The state is final ([`QueryView::is_final`]: done or failed, and no refresh of a
+    /// stored result is live): a stream closes after it.
     pub is_final: bool,
 }
 
@@ -138,7 +139,7 @@ async fn run(
                 let shared = Shared {
                     seq,
                     record: record_of(&view),
-                    is_final: view.status.is_final(),
+                    is_final: view.is_final(),
                 };
                 shown = Some(view);
                 tx.send_replace(Feed::Known(Arc::new(shared)));

@@ -28,6 +28,8 @@ pub struct Opts {
     pub callbacks: Option<worker::Callbacks>,
     /// The upstream's `REPOLL_UPSTREAM_MAX_RESULT`; `None`: its default.
     pub max_result_bytes: Option<usize>,
+    /// The queue's fresh window (`REPOLL_FRESH_FOR_MS`); `None`: its default.
+    pub fresh_for_ms: Option<u64>,
 }
 
 impl Default for Opts {
@@ -42,6 +44,7 @@ impl Default for Opts {
             trust_forwarded: false,
             callbacks: None,
             max_result_bytes: None,
+            fresh_for_ms: None,
         }
     }
 }
@@ -61,7 +64,19 @@ impl Env {
     pub async fn start(opts: Opts) -> Env {
         let (redis, dir) = start_redis().await;
         let url = redis.url().to_string();
-        let queue = connect_queue(&url, "apitest").await;
+        let queue = match opts.fresh_for_ms {
+            None => connect_queue(&url, "apitest").await,
+            Some(ms) => queue::Queue::connect(
+                &url,
+                queue::QueueConfig {
+                    name: "apitest".into(),
+                    result_ttl_ms: ms,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("connect"),
+        };
         let stop = CancellationToken::new();
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

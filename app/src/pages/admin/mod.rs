@@ -5,7 +5,8 @@
 //! - `frame`: what every signed-in page shares (session check, navigation, live indicator).
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
 //! - [`overview`], [`tasks`], [`task`], [`leases`], [`upstreams`]: the pages and their read
-//!   functions; `task_rows`: a list's rows (long texts cut, linking to the task page).
+//!   functions; `task_rows`: a list's rows (long texts cut, linking to the task page);
+//!   `task_result`: the task page's stored result (age, windows, the refresh beside it).
 //! - [`actions`]: every state-changing admin action, through one server function;
 //!   `queue_actions`: the overview's panel of them. Only an admin is shown any control that
 //!   changes something (`frame::can_act`, decided once by the frame).
@@ -38,6 +39,7 @@ mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
 pub mod task;
+mod task_result;
 mod task_rows;
 pub mod tasks;
 mod ui;

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
+use super::task_result::{data_block, ResultWindows, StoredResultView};
 use super::ui::{duration, error_text, or_dash, plural, PausedBanner, TimeAt};
-use crate::pages::format::{detail_pieces, iso, pretty_json, progress_of_text, utc, Piece};
-use crate::pages::widgets::{JsonBlock, ProgressBar};
+use crate::pages::format::{detail_pieces, iso, utc, Piece};
 use model::{DeadReason, HistoryEntry, PauseInfo, StoredResult, Task, TaskState};
 
 /// Everything known about one id.
@@ -27,6 +27,8 @@ pub struct TaskView {
     pub now_ms: i64,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
+    /// The windows of its queue's results (fresh, stale, stale-if-error).
+    pub windows: ResultWindows,
 }
 
 /// The task, result and history of `id`; None when nothing is known about it.
@@ -56,6 +58,7 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         history: d.history,
         now_ms,
         paused,
+        windows: ResultWindows::of(q),
     }))
 }
 
@@ -155,15 +158,6 @@ fn field(name: &'static str, value: AnyView) -> impl IntoView {
 
 fn text(s: impl Into<String>) -> AnyView {
     or_dash(s).into_any()
-}
-
-/// The data of a task or result: a progress bar when it says how far it is, then the JSON.
-fn data_block(data: String, testid: &'static str) -> impl IntoView {
-    let progress = progress_of_text(&data).map(|p| view! { <ProgressBar percent=p /> });
-    view! {
-        <div>{progress}</div>
-        <JsonBlock pretty=pretty_json(&data) testid />
-    }
 }
 
 /// One failed attempt as the attempts table shows it, read from the history: the error entry
@@ -311,6 +305,8 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         }
     });
     let upstream = view.upstream.clone();
+    // The task beside a result is its refresh (or a new ask's task): its state and mark.
+    let beside = view.task.as_ref().map(|t| (t.state, t.refresh));
     let task = view.task.map(|t| {
         let (leased, dead) = (t.state == TaskState::Leased, t.state == TaskState::Dead);
         let retryable = matches!(t.state, TaskState::Dead | TaskState::Due);
@@ -326,6 +322,14 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         ];
         if !t.payload.is_empty() {
             fields.push(field("payload", text(t.payload.clone())).into_any());
+        }
+        if t.refresh {
+            let what = if view.result.is_some() {
+                "yes: its result replaces the stored one below"
+            } else {
+                "yes (the result it refreshes has expired)"
+            };
+            fields.push(field("refresh", text(what)).into_any());
         }
         if !t.tenant.is_empty() {
             fields.push(field("tenant", text(t.tenant.clone())).into_any());
@@ -376,19 +380,10 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
             }}
         }
     });
-    let result = view.result.map(|r| {
-        let took = (r.completed_ms - r.created_ms).max(0);
-        view! {
-            <h2>"Final result"</h2>
-            <dl class="fields">
-                {field("completed", past(r.completed_ms))}
-                {field("created", past(r.created_ms))}
-                {field("took", text(duration(took)))}
-                {field("polls", text(r.polls.to_string()))}
-            </dl>
-            {data_block(r.data, "task-result")}
-        }
-    });
+    let windows = view.windows;
+    let result = view
+        .result
+        .map(|result| view! { <StoredResultView result windows task=beside now /> });
     let history_empty = view.history.is_empty();
     let attempts = attempt_rows(&view.history);
     let attempts = (!attempts.is_empty()).then(|| view! { <Attempts rows=attempts now /> });
