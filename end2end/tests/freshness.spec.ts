@@ -97,7 +97,9 @@ test("without JavaScript a stale result says it is refreshed, and the page refre
   browser: Browser;
 }) => {
   test.setTimeout(120_000);
-  const web = await spawnServe({ REPOLL_FRESH_FOR_MS: String(FRESH_MS) });
+  // Fresh for 6 s here: the page reloads itself every 3 s, so the refreshed result is at most
+  // 3 s old when it is first seen, and still fresh (with 2 s it could already be stale again).
+  const web = await spawnServe({ REPOLL_FRESH_FOR_MS: "6000" });
   const context = await browser.newContext({ javaScriptEnabled: false });
   try {
     const page = await context.newPage();
