@@ -195,7 +195,8 @@ async function splitWords(page: Page): Promise<string[]> {
       const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
       for (let n = walker.nextNode(); n; n = walker.nextNode()) {
         const text = n.textContent ?? "";
-        for (const m of text.matchAll(/\S+/g)) {
+        // Words between the places a line may break anyway (spaces, hyphens, slashes, dashes).
+        for (const m of text.matchAll(/[^\s\-\/–—·]+/g)) {
           if (m[0].length > 24) continue;
           const r = document.createRange();
           r.setStart(n, m.index!);
@@ -595,7 +596,7 @@ test("a bulk purge needs the count typed: one click purges nothing", async ({ pa
   await typed.fill("2");
   await page.getByTestId("bulk-purge").click();
   expect(await typed.evaluate((e: HTMLInputElement) => e.validity.patternMismatch)).toBe(true);
-  await expect(page.getByTestId("bulk-result")).toHaveCount(0);
+  await expect(page.getByTestId("bulk-result")).not.toContainText("started");
   expect(deadNow()).toBe(3);
   // The count typed: the run starts and purges the three.
   await typed.fill("3");
