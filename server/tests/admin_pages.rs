@@ -516,17 +516,30 @@ async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
         &field[..40.min(field.len())]
     );
 
-    // A query page asks whether its own upstream is paused.
+    // A query page asks whether its own upstream is paused, or its breaker open.
     search.pause("ops").await.unwrap();
     let hay = q.task_id("hay in default");
     let asks = |task: String| async move {
-        call::<app::pages::ServicePaused>(r, &[("id", task.as_str())], None, &[])
+        call::<app::pages::ServiceHold>(r, &[("id", task.as_str())], None, &[])
             .await
             .body
     };
-    assert_eq!(asks(id.to_string()).await, "true");
-    assert_eq!(asks(hay.to_string()).await, "false");
+    assert_eq!(
+        asks(id.to_string()).await,
+        r#"{"paused":true,"breaker_until":null}"#
+    );
+    assert_eq!(
+        asks(hay.to_string()).await,
+        r#"{"paused":false,"breaker_until":null}"#
+    );
     search.resume("ops").await.unwrap();
+    search.open_breaker("ops", 60_000).await.unwrap();
+    let until = search.breaker().await.unwrap().unwrap().until_ms;
+    assert_eq!(
+        asks(id.to_string()).await,
+        format!(r#"{{"paused":false,"breaker_until":{until}}}"#)
+    );
+    search.close_breaker("ops").await.unwrap();
 
     let reply = act_as(r, &cookie, &[("op", "cancel"), ("id", id.as_str())]).await;
     assert!(reply.body.contains("cancelled task"), "{}", reply.body);

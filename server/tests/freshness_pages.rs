@@ -183,3 +183,54 @@ async fn the_task_page_shows_a_results_age_windows_and_refresh() {
     );
     env.redis.stop().await;
 }
+
+/// Issue 29, row 4: with the upstream's breaker open, a waiting query's page said "0 polls so
+/// far · next poll due now" for up to 15 minutes. It now says the upstream is unavailable and
+/// when the next try is (server-rendered, so without JavaScript too; the live page asks again
+/// every few seconds), and nothing of the kind once the breaker is closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_held_by_the_open_breaker_says_the_upstream_is_unavailable() {
+    let env = api::Env::start(api::Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let r = env.submit("held by the breaker").await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let page = format!("/q/{id}");
+    let before = env.get(&page).await;
+    assert_eq!(before.status, 200);
+    assert!(!before.body.contains("query-breaker"), "closed: no notice");
+
+    env.queue.open_breaker("ops", 15 * 60_000).await.unwrap();
+    let held = env.get(&page).await;
+    assert_eq!(held.status, 200);
+    let tag = tag_of(&held.body, "query-breaker");
+    assert!(tag.contains("role=\"status\""), "{tag}");
+    let notice = held
+        .body
+        .split("data-testid=\"query-breaker\"")
+        .nth(1)
+        .unwrap();
+    let notice = &notice[..notice.find("</p>").unwrap()];
+    assert!(
+        notice.contains("The upstream API is unavailable right now."),
+        "{notice}"
+    );
+    assert!(notice.contains("the next try is in 1"), "{notice}");
+    assert_eq!(
+        text_of(&held.body, "query-next-poll"),
+        "waiting for the upstream"
+    );
+
+    env.queue.close_breaker("ops").await.unwrap();
+    let after = env.get(&page).await;
+    assert!(
+        !after.body.contains("query-breaker"),
+        "closed again: no notice"
+    );
+}

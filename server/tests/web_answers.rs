@@ -19,7 +19,7 @@ use app::pages::{
         upstreams::Upstreams,
     },
     form_error::GENERIC,
-    ServicePaused, SubmitQuery,
+    ServiceHold, SubmitQuery,
 };
 use leptos::server_fn::{error::ServerFnUrlError, ServerFn, ServerFnError};
 
@@ -111,7 +111,7 @@ async fn server_functions_with_missing_or_malformed_arguments_are_400_json() {
         (BulkAct::PATH, vec![("filter[state]", "dead")]),
         (SubmitQuery::PATH, vec![]),
         (app::pages::ReadQuery::PATH, vec![]),
-        (ServicePaused::PATH, vec![]),
+        (ServiceHold::PATH, vec![]),
     ];
     // Nothing to get wrong: no argument, or only optional text ones.
     let no_arguments = [

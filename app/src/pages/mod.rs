@@ -16,4 +16,4 @@ pub use admin::{
     BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
 };
 pub use not_found::NotFound;
-pub use query::{QueryPage, QueryResultPage, ReadQuery, ServicePaused, SubmitQuery, UpstreamNames};
+pub use query::{QueryPage, QueryResultPage, ReadQuery, ServiceHold, SubmitQuery, UpstreamNames};

@@ -93,14 +93,23 @@ pub async fn read_query(id: String) -> Result<Option<QueryView>, ServerFnError> 
         .map_err(|e| ServerFnError::new(e.to_string()))
 }
 
-/// Whether the service of query `id` is paused (an operator stopped the workers of its
-/// upstream): a query then waits, and its page says so instead of "next poll due now"
-/// forever. Only the fact, nothing more.
+/// What holds the service of a query's upstream, for its page: a pause (an operator stopped
+/// its workers) or an open circuit breaker (the upstream failed too often; claims wait until
+/// the cool-down ends and a probe goes). A query then waits, and its page says why instead of
+/// "next poll due now" for minutes. Only these facts, nothing of the breaker's cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServiceState {
+    pub paused: bool,
+    /// The breaker is open: when its cool-down ends (ms since the epoch) and a probe may go.
+    pub breaker_until: Option<i64>,
+}
+
+/// The [`ServiceState`] of query `id`'s upstream (one EXISTS and one HGETALL).
 #[server]
-pub async fn service_paused(id: String) -> Result<bool, ServerFnError> {
+pub async fn service_hold(id: String) -> Result<ServiceState, ServerFnError> {
     let ctx = crate::context::app_context()?;
     let unavailable = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "pause check failed");
+        tracing::warn!(error = %e, "pause and breaker check failed");
         ServerFnError::new("the queue is unavailable")
     };
     // Not an id: the default upstream's answer (nothing else to go by).
@@ -108,7 +117,12 @@ pub async fn service_paused(id: String) -> Result<bool, ServerFnError> {
         Ok(id) => ctx.queue_of_task(&id).await.map_err(unavailable)?,
         Err(_) => &ctx.queue,
     };
-    q.is_paused().await.map_err(unavailable)
+    let paused = q.is_paused().await.map_err(unavailable)?;
+    let breaker = q.breaker().await.map_err(unavailable)?;
+    Ok(ServiceState {
+        paused,
+        breaker_until: breaker.map(|b| b.until_ms),
+    })
 }
 
 /// The query page: where a user asks the upstream API through repoll.
@@ -182,10 +196,9 @@ pub fn QueryResultPage() -> impl IntoView {
     let id = move || params.read().get("id").unwrap_or_default();
     let initial = Resource::new(id, read_query);
     // Not worth failing the page over: unknown counts as running.
-    let paused = Resource::new(
-        id,
-        |id| async move { service_paused(id).await.unwrap_or(false) },
-    );
+    let hold = Resource::new(id, |id| async move {
+        service_hold(id).await.unwrap_or_default()
+    });
     view! {
         <Suspense fallback=|| {
             view! {
@@ -195,9 +208,9 @@ pub fn QueryResultPage() -> impl IntoView {
             }
         }>
             {move || Suspend::new(async move {
-                let paused = paused.await;
+                let hold = hold.await;
                 match initial.await {
-                    Ok(Some(v)) => view! { <QueryState initial=v paused /> }.into_any(),
+                    Ok(Some(v)) => view! { <QueryState initial=v hold /> }.into_any(),
                     Ok(None) => {
                         #[cfg(feature = "ssr")]
                         {
@@ -235,14 +248,21 @@ pub fn QueryResultPage() -> impl IntoView {
 /// One query's live state. `now` is the browser's clock once hydrated (ticking), before that
 /// the server's read time, so the server-rendered text and the hydrated text agree.
 #[component]
-fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
+fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
     let state = RwSignal::new(initial);
     let now = RwSignal::new(None::<i64>);
-    let paused = RwSignal::new(paused);
+    let paused = RwSignal::new(hold.paused);
+    let breaker_until = RwSignal::new(hold.breaker_until);
     #[cfg(feature = "hydrate")]
-    super::query_live::follow(state, now, paused);
+    super::query_live::follow(state, now, paused, breaker_until);
     let waiting_for_resume =
         move || paused.get() && state.with(|v| v.status == QueryStatus::Processing);
+    // A pause says so first: it holds the query whatever the breaker does.
+    let waiting_for_upstream = move || {
+        breaker_until
+            .get()
+            .filter(|_| !paused.get() && state.with(|v| v.status == QueryStatus::Processing))
+    };
 
     let clock = move || now.get().unwrap_or_else(|| state.with(|v| v.as_of));
     let status = move || state.with(|v| v.status);
@@ -269,6 +289,7 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
         let at = state.with(|v| v.next_poll_at);
         let text = match at {
             _ if paused.get() => "paused".to_string(),
+            _ if waiting_for_upstream().is_some() => "waiting for the upstream".to_string(),
             Some(at) if at > clock() => format!("next poll in {}", duration(at - clock())),
             Some(_) => "next poll due now".to_string(),
             None => "polling the upstream now".to_string(),
@@ -282,6 +303,22 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
                 <p class="banner paused" role="status" data-testid="query-paused">
                     <strong>"The service is paused."</strong>
                     " Your query is kept and will continue when the service resumes; this page updates by itself."
+                </p>
+            }
+        })
+    };
+    let breaker_notice = move || {
+        waiting_for_upstream().map(|until| {
+            let left = until - clock();
+            let when = if left > 0 {
+                format!("the next try is in {} (at {})", duration(left), utc(until))
+            } else {
+                "it is being tried again now".to_string()
+            };
+            view! {
+                <p class="banner paused" role="status" data-testid="query-breaker">
+                    <strong>"The upstream API is unavailable right now."</strong>
+                    {format!(" Your query is kept; {when}. This page updates by itself.")}
                 </p>
             }
         })
@@ -385,6 +422,7 @@ fn QueryState(initial: QueryView, paused: bool) -> impl IntoView {
                 {move || freshness().map(|(_, text)| text)}
             </p>
             {paused_notice}
+            {breaker_notice}
             {refresh}
             {error}
             {progress}

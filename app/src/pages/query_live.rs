@@ -21,15 +21,20 @@ fn browser_now() -> i64 {
 /// (the server closes its side too; closing ours stops the browser from reconnecting) or
 /// when the page goes away. Every event is a full [`QueryView`], so a reconnect simply
 /// starts again from the current state.
-pub fn follow(state: RwSignal<QueryView>, now: RwSignal<Option<i64>>, paused: RwSignal<bool>) {
+pub fn follow(
+    state: RwSignal<QueryView>,
+    now: RwSignal<Option<i64>>,
+    paused: RwSignal<bool>,
+    breaker_until: RwSignal<Option<i64>>,
+) {
     let source: Source = StoredValue::new_local(None);
     let tick = set_interval_with_handle(
         move || now.set(Some(browser_now())),
         Duration::from_millis(250),
     )
     .ok();
-    // A pause publishes nothing on the query's stream: ask every few seconds while the
-    // query (or the refresh of its result) runs (one EXISTS on the server).
+    // A pause or the breaker publishes nothing on the query's stream: ask every few seconds
+    // while the query (or the refresh of its result) runs (one EXISTS and one HGETALL).
     let pause_check = set_interval_with_handle(
         move || {
             if state.with_untracked(|v| v.is_final()) {
@@ -37,8 +42,9 @@ pub fn follow(state: RwSignal<QueryView>, now: RwSignal<Option<i64>>, paused: Rw
             }
             let id = state.with_untracked(|v| v.id.to_string());
             leptos::task::spawn_local(async move {
-                if let Ok(p) = super::query::service_paused(id).await {
-                    paused.set(p);
+                if let Ok(h) = super::query::service_hold(id).await {
+                    paused.set(h.paused);
+                    breaker_until.set(h.breaker_until);
                 }
             });
         },
