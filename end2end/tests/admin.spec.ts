@@ -1,8 +1,9 @@
 import { test, expect, Page, APIRequestContext } from "@playwright/test";
-import { spawn, execFileSync, ChildProcess } from "child_process";
+import { spawn, ChildProcess } from "child_process";
 import * as fs from "fs";
 import * as path from "path";
-import { adminPassword, redis, redisUrl, signIn, spawnServe, waitLive, watchErrors } from "./support";
+import { redis, redisUrl, signIn, spawnServe, waitLive, watchErrors } from "./support";
+import { root, shot, submit } from "./fixtures";
 
 // The admin dashboard end to end: the real server (`repoll serve --sim`, 16 embedded worker
 // slots, managed Redis) in headless Chromium, signed in with the e2e admin password. Tasks are
@@ -17,34 +18,8 @@ import { adminPassword, redis, redisUrl, signIn, spawnServe, waitLive, watchErro
 // SIGSTOPped (see that test). Afterwards it waits until no lease is left, so the next tests
 // find the embedded workers free.
 
-const root = path.resolve(__dirname, "..", "..");
 const simUrl = process.env.E2E_SIM_URL!;
 const run = Date.now();
-const shotDir = path.join(__dirname, "..", "test-results", "screenshots");
-const docsDir = path.join(root, "docs", "screenshots");
-
-/** Screenshot into test-results/screenshots and docs/screenshots (for the README). */
-async function shot(page: Page, name: string) {
-  fs.mkdirSync(shotDir, { recursive: true });
-  fs.mkdirSync(docsDir, { recursive: true });
-  const file = path.join(shotDir, `admin-${name}.png`);
-  await page.screenshot({ path: file, fullPage: true });
-  fs.copyFileSync(file, path.join(docsDir, `admin-${name}.png`));
-}
-
-/** Creates (or joins) the task of `query` through the public API; returns its id. */
-async function submit(request: APIRequestContext, query: string): Promise<string> {
-  for (let i = 0; i < 30; i++) {
-    const res = await request.post("/api/v1/queries", { data: { query } });
-    if (res.status() === 429) {
-      await new Promise((r) => setTimeout(r, 1000 * Number(res.headers()["retry-after"] ?? 1)));
-      continue;
-    }
-    expect([200, 202]).toContain(res.status());
-    return (await res.json()).id;
-  }
-  throw new Error("rate limited for too long");
-}
 
 async function apiStatus(request: APIRequestContext, id: string): Promise<{ status: string; polls: number }> {
   const res = await request.get(`/api/v1/queries/${id}`);
@@ -91,7 +66,7 @@ test("sign in, see counts; the overview updates live while tasks flow", async ({
       expect(await count(page, "results")).toBeGreaterThanOrEqual(before + 3);
     }).toPass({ timeout: 30_000 });
     await expect(page.getByTestId("workers")).toContainText("in flight");
-    await shot(page, "overview");
+    await shot(page, "admin-overview", true);
     expect(errors).toEqual([]);
     // Leave before the process ends, so its stream's end is no page error.
     await page.goto("about:blank");
@@ -168,7 +143,7 @@ test("retry a dead task and watch it complete live; search finds it; its timelin
   }
   await expect(timeline).toContainText("admin");
   expect((await apiStatus(request, id)).status).toBe("done");
-  await shot(page, "task-detail");
+  await shot(page, "admin-task-detail", true);
 
   // The audit log on the overview names the action.
   await page.goto("/admin");
@@ -403,7 +378,7 @@ test("a lease held by a killed worker shows as stuck and is released", async ({ 
     // live worker may hold the same task anew.
     const row = (id: string) => page.locator(`[data-testid=lease-row][data-id="${id}"][data-worker="${workerId}"]`);
     for (const id of ids) await expect(row(id)).toBeVisible();
-    await shot(page, "stuck-leases");
+    await shot(page, "admin-stuck-leases", true);
     for (const id of ids) {
       await row(id).getByTestId("lease-release").click();
       await expect(page.getByTestId("action-result")).toHaveText("released 1 lease");
