@@ -39,7 +39,7 @@ pub use id::{
 pub use notice::Notice;
 pub use queue_state::{
     AuditEntry, BreakerInfo, BreakerState, ListState, Order, Page, PauseInfo, PurgeTarget, Stats,
-    TenantCount, ThroughputBucket, WorkerInfo,
+    TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
 };
 pub use task::{
     DeadReason, Event, HistoryEntry, LeaseInfo, Priority, StoredResult, Task, TaskDetail,

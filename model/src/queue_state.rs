@@ -119,6 +119,85 @@ pub struct WorkerInfo {
     pub dead: u64,
     /// Set by Redis on heartbeat (the value passed in is ignored).
     pub last_seen_ms: i64,
+    /// Resident memory of its process in bytes, as the process read it itself at its last
+    /// heartbeat (Linux `/proc/self/status`); None where unknown.
+    #[serde(default)]
+    pub rss_bytes: Option<u64>,
+    /// What it said it was doing at its last heartbeat.
+    #[serde(default)]
+    pub mode: WorkerMode,
+    /// The last command an admin sent it (it stays until the entry goes); it has acted on it
+    /// once `mode` says so.
+    #[serde(default)]
+    pub command: Option<WorkerCommand>,
+}
+
+/// What a worker is doing, as its heartbeat says. Ordered as a worker moves through them
+/// (running, quiet, stopping: never back).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerMode {
+    /// Claiming and running tasks.
+    #[default]
+    Running,
+    /// Claims nothing new; finishes (and completes) what it holds, and keeps heartbeating.
+    Quiet,
+    /// Shutting down: finishing or releasing its calls within its grace, then leaving.
+    Stopping,
+}
+
+impl WorkerMode {
+    /// Its name in the registry and on the page.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerMode::Running => "running",
+            WorkerMode::Quiet => "quiet",
+            WorkerMode::Stopping => "stopping",
+        }
+    }
+
+    /// The mode of a name ([`WorkerMode::as_str`]); None for anything else.
+    pub fn parse(s: &str) -> Option<WorkerMode> {
+        [WorkerMode::Running, WorkerMode::Quiet, WorkerMode::Stopping]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+}
+
+/// What an admin can tell a worker process through Redis (its registry entry), read on its
+/// next heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerCommand {
+    /// Claim nothing new, finish what it holds ([`WorkerMode::Quiet`]).
+    Quiet,
+    /// Stop gracefully, as on SIGTERM ([`WorkerMode::Stopping`]).
+    Stop,
+}
+
+impl WorkerCommand {
+    /// Its name in the registry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerCommand::Quiet => "quiet",
+            WorkerCommand::Stop => "stop",
+        }
+    }
+
+    /// The command of a name ([`WorkerCommand::as_str`]); None for anything else.
+    pub fn parse(s: &str) -> Option<WorkerCommand> {
+        [WorkerCommand::Quiet, WorkerCommand::Stop]
+            .into_iter()
+            .find(|c| c.as_str() == s)
+    }
+
+    /// The mode a worker is in once it has acted on this command.
+    pub fn mode(self) -> WorkerMode {
+        match self {
+            WorkerCommand::Quiet => WorkerMode::Quiet,
+            WorkerCommand::Stop => WorkerMode::Stopping,
+        }
+    }
 }
 
 impl WorkerInfo {

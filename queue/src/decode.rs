@@ -250,6 +250,15 @@ pub(crate) fn worker(f: &Fields) -> Result<WorkerInfo> {
         completed: get_u64(f, "completed")?,
         dead: get_u64(f, "dead")?,
         last_seen_ms: get_i64(f, "last_seen")?,
+        // An entry of an older repoll has neither field: running, memory unknown.
+        rss_bytes: f.get("rss").and_then(|s| s.parse().ok()),
+        mode: f
+            .get("mode")
+            .and_then(|m| crate::model::WorkerMode::parse(m))
+            .unwrap_or_default(),
+        command: f
+            .get("command")
+            .and_then(|c| crate::model::WorkerCommand::parse(c)),
     })
 }
 

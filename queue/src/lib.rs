@@ -89,7 +89,7 @@ pub use bulk::{
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
 pub use read::{is_list_cursor, ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
-pub use registry::{registry_ttl_ms, WebProcess, REGISTRY_TTL_PERIODS};
+pub use registry::{registry_ttl_ms, CommandSent, WebProcess, REGISTRY_TTL_PERIODS};
 pub use repartition::Repartitioned;
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};

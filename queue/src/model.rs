@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 pub use model::{
     AuditEntry, BreakerInfo, BreakerState, DeadReason, Event, Histogram, HistoryEntry, LeaseInfo,
     ListState, Notice, Order, Page, PauseInfo, Percentiles, Priority, PurgeTarget, Stats,
-    StoredResult, Task, TaskDetail, TaskId, TaskState, TenantCount, ThroughputBucket, WorkerInfo,
+    StoredResult, Task, TaskDetail, TaskId, TaskState, TenantCount, ThroughputBucket,
+    WorkerCommand, WorkerInfo, WorkerMode,
 };
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.

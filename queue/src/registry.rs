@@ -14,13 +14,17 @@
 //! Each heartbeat also reads the queue's layout (its meta hash, same slot) and records on the
 //! handle whether it is still the handle's ([`Queue::layout_changed`]): a process learns of a
 //! repartition under it within one heartbeat, at no extra round trip.
+//!
+//! An admin's command to a worker (quiet, stop: [`Queue::command_worker`]) is a field of its
+//! entry, answered by its next heartbeat: it reaches the process wherever it runs, and a
+//! missed message cannot lose it (there is none to miss).
 
 use redis::Value;
 
 use crate::decode::{self, array, int, opt_string, Fields};
 use crate::error::{corrupt, Result};
 use crate::keys::Keys;
-use crate::model::WorkerInfo;
+use crate::model::{WorkerCommand, WorkerInfo, WorkerMode};
 use crate::queue::clamp_ms;
 use crate::scripts::SCRIPTS;
 use crate::Queue;
@@ -80,21 +84,41 @@ impl Kind {
     }
 }
 
-/// What one heartbeat says besides the fields: who, and (for a worker) its counters.
+/// What an admin's command to a worker came to ([`Queue::command_worker`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandSent {
+    /// Left in its entry: its next heartbeat reads it.
+    Sent,
+    /// No live worker with this id in this queue's registry (stopped, or its entry expired).
+    NoSuchWorker,
+    /// A quiet for a worker already told to stop (a stop is final): nothing written.
+    AlreadyStopping,
+}
+
+/// What one heartbeat says besides the fields: who, and (for a worker) its counters, its
+/// mode and its memory.
 struct Beat<'a> {
     kind: Kind,
     id: &'a str,
     host: &'a str,
     pid: u32,
     started_ms: i64,
-    counters: Option<[u64; 3]>,
+    worker: Option<WorkerBeat>,
+}
+
+/// A worker's own part of its heartbeat.
+struct WorkerBeat {
+    counters: [u64; 3],
+    mode: WorkerMode,
+    rss_bytes: Option<u64>,
 }
 
 impl Queue {
-    /// Records a worker as alive for `ttl_ms` ([`registry_ttl_ms`] of its period);
-    /// `last_seen_ms` is set from Redis time.
-    pub async fn heartbeat(&self, w: &WorkerInfo, ttl_ms: u64) -> Result<()> {
-        let counters = [u64::from(w.in_flight), w.completed, w.dead];
+    /// Records a worker as alive for `ttl_ms` ([`registry_ttl_ms`] of its period), with its
+    /// counters, its mode and its memory; `last_seen_ms` is set from Redis time (`command` is
+    /// not written: only an admin sends one). Answers the command an admin left for it, if
+    /// any (it stays in the entry: the worker acts on it once).
+    pub async fn heartbeat(&self, w: &WorkerInfo, ttl_ms: u64) -> Result<Option<WorkerCommand>> {
         self.beat(
             Beat {
                 kind: Kind::Worker,
@@ -102,11 +126,35 @@ impl Queue {
                 host: &w.host,
                 pid: w.pid,
                 started_ms: w.started_ms,
-                counters: Some(counters),
+                worker: Some(WorkerBeat {
+                    counters: [u64::from(w.in_flight), w.completed, w.dead],
+                    mode: w.mode,
+                    rss_bytes: w.rss_bytes,
+                }),
             },
             ttl_ms,
         )
         .await
+    }
+
+    /// Tells the worker `worker_id` to go quiet or to stop (worker_command.lua): left in its
+    /// registry entry, read on its next heartbeat. Only a live entry is written.
+    pub async fn command_worker(
+        &self,
+        worker_id: &str,
+        command: WorkerCommand,
+    ) -> Result<CommandSent> {
+        let control = self.control();
+        let mut inv = control.invocation(&SCRIPTS.worker_command);
+        inv.key(control.keys().worker(worker_id))
+            .arg(worker_id)
+            .arg(command.as_str());
+        match int(&control.run(&inv).await?)? {
+            1 => Ok(CommandSent::Sent),
+            0 => Ok(CommandSent::NoSuchWorker),
+            2 => Ok(CommandSent::AlreadyStopping),
+            n => Err(corrupt(format!("worker_command: unexpected answer {n}"))),
+        }
     }
 
     /// Records a web process as alive for `ttl_ms` ([`registry_ttl_ms`] of its period).
@@ -118,15 +166,17 @@ impl Queue {
                 host: &p.host,
                 pid: p.pid,
                 started_ms: p.started_ms,
-                counters: None,
+                worker: None,
             },
             ttl_ms,
         )
         .await
+        .map(|_| ())
     }
 
-    /// One heartbeat (heartbeat.lua), and what it read of the layout noted on the handle.
-    async fn beat(&self, b: Beat<'_>, ttl_ms: u64) -> Result<()> {
+    /// One heartbeat (heartbeat.lua), and what it read of the layout noted on the handle;
+    /// the worker's pending command.
+    async fn beat(&self, b: Beat<'_>, ttl_ms: u64) -> Result<Option<WorkerCommand>> {
         let control = self.control();
         let k = control.keys();
         let mut inv = control.invocation(&SCRIPTS.heartbeat);
@@ -139,12 +189,16 @@ impl Queue {
             .arg(b.pid)
             .arg(b.started_ms)
             .arg(clamp_ms(ttl_ms).max(1));
-        for c in b.counters.iter().flatten() {
-            inv.arg(*c);
+        if let Some(w) = &b.worker {
+            for c in w.counters {
+                inv.arg(c);
+            }
+            inv.arg(w.mode.as_str())
+                .arg(w.rss_bytes.map(|n| n.to_string()).unwrap_or_default());
         }
         let reply = array(control.run(&inv).await?)?;
-        let [now, partitions, moving_to] =
-            <[Value; 3]>::try_from(reply).map_err(|_| corrupt("heartbeat: expected 3 values"))?;
+        let [now, partitions, moving_to, command] =
+            <[Value; 4]>::try_from(reply).map_err(|_| corrupt("heartbeat: expected 4 values"))?;
         int(&now)?;
         let count = |v: &Value| -> Result<Option<u16>> {
             opt_string(v)?
@@ -155,7 +209,12 @@ impl Queue {
                 .transpose()
         };
         self.note_layout(count(&partitions)?, count(&moving_to)?);
-        Ok(())
+        opt_string(&command)?
+            .map(|c| {
+                WorkerCommand::parse(&c)
+                    .ok_or_else(|| corrupt(format!("heartbeat: unknown command {c:?}")))
+            })
+            .transpose()
     }
 
     /// Forgets a worker at once (clean shutdown) instead of waiting for its heartbeat TTL,

@@ -86,6 +86,7 @@ functions! {
     stats: read_only = true, common_argv = true;
     list: read_only = true, common_argv = true;
     heartbeat: read_only = false, common_argv = true;
+    worker_command: read_only = false, common_argv = true;
     upstream_rate: read_only = false, common_argv = true;
     migrate: read_only = false, common_argv = true;
     callback: read_only = false, common_argv = true;

@@ -60,6 +60,9 @@ async fn workers_joining_and_leaving_wake_the_dashboard() {
         completed: 0,
         dead: 0,
         last_seen_ms: 0,
+        rss_bytes: None,
+        mode: Default::default(),
+        command: None,
     };
     // Three heartbeats, then a clean stop: one `worker_joined`, one `worker_left`.
     for _ in 0..3 {
@@ -209,6 +212,9 @@ async fn workers_events_stats() {
             completed: 3,
             dead: 4,
             last_seen_ms: 0,
+            rss_bytes: None,
+            mode: Default::default(),
+            command: None,
         };
         // A heartbeat good for ten minutes, listed however slow the machine; then its record's
         // expiry is moved into the past in Redis (PEXPIREAT in the past: gone at once).

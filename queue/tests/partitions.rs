@@ -391,6 +391,9 @@ fn worker_info(id: &str) -> WorkerInfo {
         completed: 0,
         dead: 0,
         last_seen_ms: 0,
+        rss_bytes: None,
+        mode: Default::default(),
+        command: None,
     }
 }
 

@@ -243,13 +243,16 @@ async fn open_upstreams<'a>(
 
 /// The embedded workers, built and checked ([`worker::Worker::check`]), not started: per
 /// upstream its slots (`--workers`, or the upstream's own concurrency), none where that is 0.
-/// The first setting a worker refuses is the error, as `repoll worker` gives it.
+/// The first setting a worker refuses is the error, as `repoll worker` gives it. They share
+/// one quiet / stop switch: an admin's stop ends the embedded workers (each leaves the
+/// registry; `supervise` counts a clean end as no failure), not the web server.
 fn embedded_workers(
     args: &ServeArgs,
     served: &[Served<'_>],
     url: &str,
 ) -> Result<Vec<worker::Worker>, ServeError> {
     let default_slots = args.workers.unwrap_or(args.worker.concurrency);
+    let control = worker::Control::new();
     let mut workers = Vec::new();
     for s in served {
         let slots = s.plan.concurrency.unwrap_or(default_slots);
@@ -269,7 +272,8 @@ fn embedded_workers(
             s.plan.policy.clone(),
             wargs,
         )
-        .with_callbacks(s.callbacks.clone());
+        .with_callbacks(s.callbacks.clone())
+        .with_control(control.clone());
         w.check().map_err(crate::startup::worker_refusal)?;
         tracing::info!(worker = w.id(), slots, upstream = %s.plan.name, "embedded worker ready");
         workers.push(w);

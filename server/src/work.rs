@@ -8,7 +8,8 @@ use crate::{
     startup::{open_queue, pubsub_client, upstream_queue, worker_refusal, ServeError},
 };
 
-/// Runs the worker until SIGINT/SIGTERM, then releases unfinished leases and exits.
+/// Runs the worker until SIGINT/SIGTERM or an admin's stop, then releases unfinished leases
+/// and exits.
 pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
     let stop = shutdown::on_signal();
     let url =
@@ -33,8 +34,10 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
     let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
     let plans =
         crate::upstreams::select(plans, &args.only_upstreams).map_err(ServeError::Config)?;
-    // One worker per upstream served, each with its own slots, sharing the stop signal. Every
-    // setting is checked before the first one starts.
+    // One worker per upstream served, each with its own slots, sharing the stop signal and
+    // the admin's quiet / stop switch (a stop read by any of them ends the process, exit 0).
+    // Every setting is checked before the first one starts.
+    let control = worker::Control::new();
     let mut workers = Vec::with_capacity(plans.len());
     for plan in &plans {
         let upstream = worker::Upstream::new(&plan.upstream)?;
@@ -48,7 +51,8 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
             plan.policy.clone(),
             wargs,
         )
-        .with_callbacks(callbacks.as_ref().map(|c| c.for_upstream(&plan.name)));
+        .with_callbacks(callbacks.as_ref().map(|c| c.for_upstream(&plan.name)))
+        .with_control(control.clone());
         w.check().map_err(worker_refusal)?;
         tracing::info!(worker = w.id(), upstream = %plan.name, "worker ready");
         workers.push(w);

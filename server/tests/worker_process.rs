@@ -12,6 +12,9 @@ use std::{
 
 use server::managed_redis::ManagedRedis;
 
+mod common;
+use common::held_upstream::HeldUpstream;
+
 // The queue tests' Redis-time travel (`expire_lease`: a lease's deadline moved one millisecond
 // into the past, as if it had passed while its holder was still calling).
 #[path = "../../queue/tests/common/clock.rs"]
@@ -385,67 +388,6 @@ async fn a_late_worker_cannot_overwrite_the_newer_result() {
     let k = sim_key(&env, partial_key).await;
     assert_eq!((k.calls, k.done), (2, 1), "exactly one done: {k:?}");
     env.redis.stop().await;
-}
-
-/// An upstream held by the test: each call (`?q=<key>&w=<worker>`) is announced on
-/// `arrived` (the worker's name) and answered `done` with `{"by": <worker>}` only once the
-/// test has opened that worker's gate.
-struct HeldUpstream {
-    port: u16,
-    arrived: tokio::sync::mpsc::UnboundedReceiver<String>,
-    open: tokio::sync::watch::Sender<Vec<String>>,
-}
-
-impl HeldUpstream {
-    async fn start() -> HeldUpstream {
-        use axum::extract::{Query, State};
-        use std::collections::HashMap;
-        type Gates = (
-            tokio::sync::mpsc::UnboundedSender<String>,
-            tokio::sync::watch::Receiver<Vec<String>>,
-        );
-        async fn call(
-            State((arrived, open)): State<Gates>,
-            Query(q): Query<HashMap<String, String>>,
-        ) -> axum::Json<serde_json::Value> {
-            let who = q.get("w").cloned().unwrap_or_default();
-            let _ = arrived.send(who.clone());
-            let mut open = open.clone();
-            let _ = open.wait_for(|o| o.contains(&who)).await;
-            axum::Json(serde_json::json!({"status": "done", "data": {"by": who}}))
-        }
-        let (arrived_tx, arrived) = tokio::sync::mpsc::unbounded_channel();
-        let (open, open_rx) = tokio::sync::watch::channel(Vec::new());
-        let app = axum::Router::new()
-            .route("/api/query", axum::routing::get(call))
-            .with_state((arrived_tx, open_rx));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        HeldUpstream {
-            port,
-            arrived,
-            open,
-        }
-    }
-
-    /// The URL template of worker `who`.
-    fn url(&self, who: &str) -> String {
-        format!("http://127.0.0.1:{}/api/query?q={{key}}&w={who}", self.port)
-    }
-
-    /// Waits for the next call to arrive (60 s hang guard); the caller's name.
-    async fn next_call(&mut self) -> String {
-        tokio::time::timeout(Duration::from_secs(60), self.arrived.recv())
-            .await
-            .expect("an upstream call within 60 s (hang guard)")
-            .expect("upstream running")
-    }
-
-    /// Lets `who`'s calls (held or future) be answered.
-    fn answer(&self, who: &str) {
-        self.open.send_modify(|o| o.push(who.to_string()));
-    }
 }
 
 /// The fencing token of `complete` while the newer owner still holds its lease (the case the

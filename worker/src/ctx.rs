@@ -40,6 +40,8 @@ pub(crate) struct Ctx {
     pub counters: Counters,
     /// Set when shutdown begins: finishing tasks stop asking for their next one.
     pub stopping: AtomicBool,
+    /// The process's quiet / stop switch, shared by its workers.
+    pub control: crate::control::Control,
     /// Leases this worker holds: task id -> token, for release on shutdown.
     pub(crate) leases: Mutex<HashMap<String, u64>>,
 }
@@ -48,6 +50,19 @@ impl Ctx {
     /// Now, in Redis time.
     pub fn now_ms(&self) -> i64 {
         local_ms() + self.clock_offset_ms
+    }
+
+    /// Whether this worker may take more work: not stopping, not quiet.
+    pub fn claims_more(&self) -> bool {
+        !self.stopping.load(std::sync::atomic::Ordering::Relaxed) && self.control.claims()
+    }
+
+    /// What the heartbeat says it is doing.
+    pub fn mode(&self) -> queue::WorkerMode {
+        match self.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+            true => queue::WorkerMode::Stopping,
+            false => self.control.mode(),
+        }
     }
 
     pub fn hold(&self, id: &str, token: u64) {

@@ -3,6 +3,7 @@
 //! - [`upstream`]: the configurable HTTP client and how an answer is read.
 //! - [`policy`]: poll / deadline / error policies as pure functions.
 //! - [`runtime`]: the [`Worker`] claim loop, leases and graceful shutdown.
+//! - [`control`]: the quiet / stop switch an admin works through Redis.
 //! - [`telemetry`]: metric names and the Prometheus recorder.
 //!
 //! Wiring, as a binary does it:
@@ -17,6 +18,7 @@
 //! ```
 
 pub mod callback;
+pub mod control;
 mod ctx;
 pub mod policy;
 pub mod runtime;
@@ -27,6 +29,7 @@ pub mod upstream;
 mod wake;
 
 pub use callback::{CallbackArgs, CallbackToken, Callbacks};
+pub use control::Control;
 pub use policy::{Next, PolicyArgs};
 pub use runtime::{default_worker_id, host_name, Worker, WorkerArgs, WorkerError, WorkerReport};
 pub use telemetry::install_prometheus;

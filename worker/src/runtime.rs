@@ -10,7 +10,9 @@
 //! from 10 ms up to the cap.
 //!
 //! On shutdown it stops claiming, gives in-flight calls the grace period, then aborts the rest
-//! and releases their leases with their tokens so they are due again at once.
+//! and releases their leases with their tokens so they are due again at once. Shutdown is the
+//! `run` future's, or an admin's `stop` read on a heartbeat ([`crate::control`]); an admin's
+//! `quiet` only stops the claims (the loop's and the finishing tasks' next ones).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,6 +27,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::callback::Callbacks;
+use crate::control::Control;
 use crate::ctx::{local_ms, Counters, Ctx};
 use crate::policy::PolicyArgs;
 use crate::telemetry;
@@ -125,6 +128,7 @@ pub struct Worker {
     policy: PolicyArgs,
     args: WorkerArgs,
     id: String,
+    control: Control,
 }
 
 impl Worker {
@@ -146,7 +150,16 @@ impl Worker {
             policy,
             args,
             id,
+            control: Control::new(),
         }
+    }
+
+    /// Shares `control` with the other workers of this process, so an admin's quiet or stop
+    /// read by any of them acts on all ([`crate::control`]). Without it a worker has a switch
+    /// of its own.
+    pub fn with_control(mut self, control: Control) -> Worker {
+        self.control = control;
+        self
     }
 
     /// Signs callback URLs with `callbacks` (needed when the upstream's URL template holds
@@ -216,8 +229,17 @@ impl Worker {
             clock_offset_ms,
             counters: Counters::default(),
             stopping: AtomicBool::new(false),
+            control: self.control.clone(),
             leases: Mutex::new(HashMap::new()),
         });
+        // Stopped by the caller (a signal) or by an admin's `stop` (read on a heartbeat).
+        let control = self.control;
+        let shutdown = async move {
+            tokio::select! {
+                () = shutdown => {}
+                () = control.stopped() => {}
+            }
+        };
         tracing::info!(worker = %ctx.id, concurrency = args.concurrency, "worker started");
 
         let wake = wake::Wake::new();
@@ -283,12 +305,17 @@ async fn claim_loop(
     let permits = Arc::new(Semaphore::new(args.concurrency));
     let max_idle = Duration::from_millis(args.max_idle_ms.max(1));
     let mut backoff = idle_delays(max_idle);
+    let mut modes = ctx.control.subscribe();
     tokio::pin!(shutdown);
     loop {
         while let Some(done) = tasks.try_join_next() {
             log_join(done);
         }
-        let free = permits.available_permits();
+        // Quiet: no claim, and no wake-up entry taken (it is another worker's to act on).
+        let free = match ctx.control.claims() {
+            true => permits.available_permits(),
+            false => 0,
+        };
         let wait = if free > 0 {
             match claim_batch(ctx, wake, args, &permits, tasks, free).await {
                 Claimed::Full => {
@@ -311,6 +338,7 @@ async fn claim_loop(
             () = &mut shutdown => break,
             Some(done) = tasks.join_next(), if !tasks.is_empty() => log_join(done),
             () = wake.notified(), if free > 0 => {}
+            Ok(()) = modes.changed() => {}
             () = tokio::time::sleep(wait) => {}
         }
         wake.set_idle(false);
@@ -422,6 +450,9 @@ async fn next_wait(
 /// get the grace period, the rest are aborted and their leases given back (returns how many).
 async fn drain(ctx: &Ctx, mut tasks: JoinSet<()>, grace: Duration) -> u64 {
     ctx.stopping.store(true, Ordering::Relaxed);
+    // The heartbeat says "stopping" at once, and this process's other workers stop too (their
+    // shutdown is the same signal, or the same admin's stop).
+    ctx.control.stop();
     tracing::info!(worker = %ctx.id, in_flight = tasks.len(), "stopping: draining in-flight calls");
     let drained = tokio::time::timeout(grace, async {
         while let Some(done) = tasks.join_next().await {

@@ -70,9 +70,9 @@ pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit)
     drop(permit);
 }
 
-/// How many next tasks a finishing write asks for: one, unless the worker is stopping.
+/// How many next tasks a finishing write asks for: one, unless the worker is stopping or quiet.
 fn want_next(ctx: &Ctx) -> usize {
-    usize::from(!ctx.stopping.load(Ordering::Relaxed))
+    usize::from(ctx.claims_more())
 }
 
 /// A uniform random number in [0, 1): the jitter of backoffs and poll intervals.

@@ -13,17 +13,23 @@ use crate::telemetry;
 /// Reaps per tick at most this many batches, so one worker never hogs Redis.
 const REAP_BATCHES_PER_TICK: usize = 10;
 
-/// Writes this worker's entry into the registry every `every_ms` (first at once); it lives
-/// `queue::REGISTRY_TTL_PERIODS` periods, so a dead worker disappears by itself. Each
-/// heartbeat also tells the queue handle whether the queue was repartitioned under this
-/// process (its claims then refuse: `Queue::layout_changed`).
+/// Writes this worker's entry into the registry every `every_ms` (first at once), and at once
+/// when its mode changes (quiet, stopping); it lives `queue::REGISTRY_TTL_PERIODS` periods,
+/// so a dead worker disappears by itself. Each heartbeat also tells the queue handle whether
+/// the queue was repartitioned under this process (its claims then refuse:
+/// `Queue::layout_changed`), and answers an admin's command left for this worker, which the
+/// process's switch then acts on ([`crate::control`]).
 pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
     let every = Duration::from_millis(every_ms.max(100));
     let ttl_ms = queue::registry_ttl_ms(u64::try_from(every.as_millis()).unwrap_or(u64::MAX));
     let host = crate::runtime::host_name();
     let mut tick = tokio::time::interval(every);
+    let mut modes = ctx.control.subscribe();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            Ok(()) = modes.changed() => {}
+        }
         let c = &ctx.counters;
         let info = queue::WorkerInfo {
             id: ctx.id.clone(),
@@ -34,9 +40,14 @@ pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
             completed: c.completed.load(Ordering::Relaxed),
             dead: c.dead.load(Ordering::Relaxed),
             last_seen_ms: ctx.now_ms(),
+            rss_bytes: crate::control::resident_bytes(),
+            mode: ctx.mode(),
+            command: None,
         };
-        if let Err(e) = ctx.queue.heartbeat(&info, ttl_ms).await {
-            tracing::warn!(error = %e, "heartbeat failed");
+        match ctx.queue.heartbeat(&info, ttl_ms).await {
+            Ok(Some(command)) => ctx.control.apply(command),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "heartbeat failed"),
         }
     }
 }

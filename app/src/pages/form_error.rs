@@ -34,6 +34,7 @@ const OURS: &[&str] = &[
     "busy; try again in a moment",
     // act.
     "bad task id",
+    "bad worker id",
     "unknown action",
     "unknown purge target",
     "not purged: type \"{dead|results|history|queued}\" to confirm",

@@ -216,9 +216,15 @@ pub async fn exercise_every_operation(q: &Queue) {
         completed: 0,
         dead: 0,
         last_seen_ms: 0,
+        rss_bytes: None,
+        mode: Default::default(),
+        command: None,
     };
     q.upstream_permit(10, 2).await.unwrap();
     q.heartbeat(&w, 1000).await.unwrap();
+    q.command_worker("w", queue::WorkerCommand::Quiet)
+        .await
+        .unwrap();
     q.workers().await.unwrap();
     q.remove_worker("w").await.unwrap();
     let web = queue::WebProcess {

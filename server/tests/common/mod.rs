@@ -5,6 +5,7 @@ use server::managed_redis::ManagedRedis;
 
 pub mod admin;
 pub mod api;
+pub mod held_upstream;
 pub mod process;
 
 /// What the router answered a request: its status, headers, body text, and the body parsed

@@ -8,6 +8,8 @@
 //!
 //! Forms post `op` (what), `id` (a task id, or the purge target) and `confirm` (the typed
 //! purge target) / `token` (the lease to release); the forms work without JavaScript.
+//! `quiet_worker` / `stop_worker` send a worker process a command through Redis
+//! (`workers::send_command`; the audit target is `worker:<id>`).
 //! `sign_out_all` ends every dashboard session (the acting admin's too, who is handed a new
 //! one), e.g. after a cookie may have leaked.
 
@@ -188,6 +190,20 @@ pub async fn act(
                     plural(n, "session", "sessions")
                 ),
             )
+        }
+        // A worker process told to go quiet or to stop, through its registry entry (read on
+        // its next heartbeat); `id` is the worker's id as the Workers table shows it.
+        "quiet_worker" | "stop_worker" => {
+            if id.is_empty() || id.len() > super::workers::MAX_WORKER_ID {
+                return Err(bad("bad worker id"));
+            }
+            let command = match op.as_str() {
+                "quiet_worker" => model::WorkerCommand::Quiet,
+                _ => model::WorkerCommand::Stop,
+            };
+            super::workers::send_command(&ctx, &id, command)
+                .await
+                .map_err(failed)?
         }
         _ => return Err(bad("unknown action")),
     };

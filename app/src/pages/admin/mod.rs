@@ -7,6 +7,7 @@
 //! - [`overview`], [`tasks`], [`task`], [`leases`], [`upstreams`]: the pages and their read
 //!   functions; `task_rows`: a list's rows (long texts cut, linking to the task page);
 //!   `task_result`: the task page's stored result (age, windows, the refresh beside it).
+//! - `workers`: the overview's Workers table (memory, state, quiet / stop a worker process).
 //! - [`actions`]: every state-changing admin action, through one server function;
 //!   `queue_actions`: the overview's panel of them. Only an admin is shown any control that
 //!   changes something (`frame::can_act`, decided once by the frame).
@@ -44,6 +45,7 @@ mod task_rows;
 pub mod tasks;
 mod ui;
 pub mod upstreams;
+mod workers;
 
 pub use bulk::BulkPage;
 pub use leases::LeasesPage;

@@ -17,17 +17,11 @@ use super::chart::{
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::queue_actions::QueueActions;
-use model::{AuditEntry, BreakerInfo, BreakerState, PauseInfo, Stats, WorkerInfo};
-
-/// A worker as the workers table shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerRow {
-    pub info: WorkerInfo,
-    /// Missed its heartbeats: probably dead (its entry expires soon).
-    pub gone: bool,
-}
 use super::ui::{duration, error_text, or_dash, provide_confirm, PausedBanner, TimeAt};
+pub use super::workers::WorkerRow;
+use super::workers::{provide_worker_actions, WorkersTable};
 use crate::status::RedisStatusPanel;
+use model::{AuditEntry, BreakerInfo, BreakerState, PauseInfo, Stats};
 
 /// Audit entries shown.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
@@ -179,6 +173,7 @@ pub fn OverviewPage() -> impl IntoView {
     let me = session();
     let action = ServerAction::<Act>::new();
     provide_confirm(action);
+    provide_worker_actions(action);
     let query = leptos_router::hooks::use_query_map();
     let data = Resource::new(
         move || {
@@ -284,7 +279,6 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
             " (claimed after interactive work, at least every tenth claim)."
         }
     });
-    let workers_empty = data.workers.is_empty();
     let audit_empty = data.audit.is_empty();
     view! {
         <div class="view">
@@ -339,43 +333,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                 .collect_view()}
         </div>
         <AnswersSection buckets=s.throughput.clone() window=data.window markers=data.markers.clone() />
-        <h2>"Workers"</h2>
-        {workers_empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
-        <div class="table-scroll">
-        <table data-testid="workers" class:hidden=workers_empty>
-            <thead>
-                <tr>
-                    <th>"id"</th><th>"host"</th><th>"pid"</th><th>"up since"</th>
-                    <th>"in flight"</th><th>"completed"</th><th>"dead"</th><th>"last heartbeat"</th>
-                </tr>
-            </thead>
-            <tbody>
-                {data
-                    .workers
-                    .into_iter()
-                    .map(|WorkerRow { info: w, gone }| {
-                        let class = if gone { "gone" } else { "" };
-                        let wid = w.id.clone();
-                        view! {
-                            <tr class=class data-worker=wid>
-                                <td>
-                                    <code>{or_dash(w.id)}</code>
-                                    {gone.then(|| view! { <span class="badge err">"gone"</span> })}
-                                </td>
-                                <td>{or_dash(w.host)}</td>
-                                <td>{w.pid}</td>
-                                <td><TimeAt now at=w.started_ms past=true /></td>
-                                <td>{w.in_flight}</td>
-                                <td>{w.completed}</td>
-                                <td>{w.dead}</td>
-                                <td><TimeAt now at=w.last_seen_ms past=true /></td>
-                            </tr>
-                        }
-                    })
-                    .collect_view()}
-            </tbody>
-        </table>
-        </div>
+        <WorkersTable workers=data.workers now />
         <h2>"Audit log"</h2>
         {audit_empty.then(|| view! { <p class="empty" data-testid="audit-empty">"No admin actions yet."</p> })}
         <div class="table-scroll">
@@ -409,6 +367,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use model::WorkerInfo;
 
     fn entry(at_ms: i64, action: &str) -> AuditEntry {
         AuditEntry {
@@ -431,6 +390,9 @@ mod tests {
                 completed: 0,
                 dead: 0,
                 last_seen_ms: started_ms,
+                rss_bytes: None,
+                mode: Default::default(),
+                command: None,
             },
             gone: false,
         }
