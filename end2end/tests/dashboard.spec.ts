@@ -235,7 +235,8 @@ test("the overview charts p50/p95/p99 of real upstream calls, time to result and
     // Read from the SVG: the minute's hover band (its x), the marks drawn there per series (a
     // lone minute is a circle), and the y axis (value → y from its labelled grid lines).
     const drawn = await page.getByTestId("polls-chart").evaluate((fig, tip) => {
-      const num = (e: Element, a: string) => Number(e.getAttribute(a));
+      // x is in percent of the width ("12.34%"), y in pixels (chart/scale.rs).
+      const num = (e: Element, a: string) => parseFloat(e.getAttribute(a)!);
       const band = [...fig.querySelectorAll(".tips rect")].find((r) => r.querySelector("title")?.textContent === tip);
       if (!band) return null;
       const x = num(band, "x") + num(band, "width") / 2;
@@ -243,7 +244,7 @@ test("the overview charts p50/p95/p99 of real upstream calls, time to result and
         [...fig.querySelectorAll(`.${cls}`)]
           .filter((c) => c.tagName === "circle" && Math.abs(num(c, "cx") - x) <= 0.2)
           .map((c) => num(c, "cy"));
-      // Each label sits 3.5 below its grid line (chart.rs y_axis).
+      // Each label sits 3.5 below its grid line (chart/parts.rs y_axis).
       const ticks = [...fig.querySelectorAll(".y-axis text")].map((t) => ({
         v: Number(t.textContent),
         y: num(t, "y") - 3.5,

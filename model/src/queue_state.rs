@@ -69,6 +69,10 @@ pub struct ThroughputBucket {
     /// Refresh tasks that died (their stored result is then answered stale-if-error).
     #[serde(default)]
     pub refresh_failed: u64,
+    /// Tasks that went dead (each once, however many of its calls `failed` counted): read by
+    /// `throughput` (the charts); [`Stats::throughput`] leaves it 0.
+    #[serde(default)]
+    pub dead: u64,
 }
 
 impl ThroughputBucket {
@@ -102,6 +106,7 @@ impl ThroughputBucket {
         self.negative += o.negative;
         self.ahead += o.ahead;
         self.refresh_failed += o.refresh_failed;
+        self.dead += o.dead;
     }
 }
 

@@ -2,7 +2,7 @@
 -- whatever it was doing (waiting due, waiting in a ready list, or leased to a worker whose
 -- call is still out). The answer is 'done' (store the result, as complete.lua) or 'failed'
 -- (the upstream gave up: dead at once, the verdict fail.lua gives a poll that read "failed":
--- reason 'fatal', the upstream's message as the last error, counted 'failed'). The callback
+-- reason 'fatal', the upstream's message as the last error, counted 'failed' and 'dead'). The callback
 -- names one life of the task (its creation time), so a token of an earlier life, or one
 -- replayed after this end, finds nothing; a token past its expiry (Redis time) changes
 -- nothing either. A worker still holding the lease loses it here: its own write later finds
@@ -73,6 +73,7 @@ if outcome == 'failed' then
   hist(hkey, now, 'error', text)
   to_dead(tkey, hkey, ekey, deadz, id, now, 'fatal', 'by callback (was ' .. state .. ')')
   bump(tp, tpmin, now, 'failed', 1)
+  bump(tp, tpmin, now, 'dead', 1)
   -- A refresh's death, as in fail.lua.
   if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
   notify_dash('dead', id, now)

@@ -1,8 +1,8 @@
 -- fail.lua: the worker saw an error. Counts an attempt; the task goes back to due after the
 -- backoff, or dead when attempts or the whole-life deadline are exhausted (or on mode 'dead').
 -- Optionally leases the caller its next tasks in the same call. Errors are transitions: they
--- go to the history at the 'transitions' level. Counted per minute: 'failed', and the call's
--- upstream latency in its histogram bucket 'l'.
+-- go to the history at the 'transitions' level. Counted per minute: 'failed' (each call),
+-- 'dead' (a task that dies here), and the call's upstream latency in its histogram bucket 'l'.
 -- The circuit breaker (prelude/breaker.lua): an error of mode 'after' is the upstream's (a timeout, a
 -- refused connection, a 5xx, a 429, a bad body; 'dead' is the task's own: a permanent 4xx or
 -- the upstream's "failed"). While the breaker is open or half-open such an error is not the
@@ -132,6 +132,7 @@ if reason then
   hist(hkey, now, 'error', err)
   to_dead(tkey, hkey, K.events, deadz, id, now, reason,
     'after ' .. fmt(attempts) .. (attempts == 1 and ' attempt' or ' attempts'))
+  bump(tp, tpmin, now, 'dead', 1)
   -- A refresh's death: its stored result is answered stale-if-error (enqueue.lua).
   if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
   notify_dash('dead', id, now)

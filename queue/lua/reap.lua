@@ -63,11 +63,13 @@ for i = 1, n do
       if max_losses > 0 and losses >= max_losses then
         to_dead(tkey, hkey, ekey, deadz, id, now, 'poison', fmt(losses) .. ' lease losses')
         dead[#dead + 1] = id
+        bump(tp, tpmin, now, 'dead', 1)
         -- A refresh's death, as in fail.lua.
         if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
       elseif deadline > 0 and now > deadline then
         to_dead(tkey, hkey, ekey, deadz, id, now, 'deadline', 'lease expired after the deadline')
         dead[#dead + 1] = id
+        bump(tp, tpmin, now, 'dead', 1)
         if f[10] then bump(tp, tpmin, now, 'refresh_failed', 1) end
       else
         to_due(tkey, readyk, bgk, duez, retryz, id, f[7], now, num(f[5], 0), now)
@@ -91,7 +93,7 @@ notify_dash_batch('reaped', all, now)
 -- freshness and the refreshes come from enqueue.lua and fail.lua. A counter missing here would
 -- be deleted after a day without being rolled up (and a week's view would miss it).
 local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum', 'uerr', 'fresh', 'stale', 'miss',
-  'negative', 'ahead', 'refresh_failed' }
+  'negative', 'ahead', 'refresh_failed', 'dead' }
 local function counter_fields(at)
   local fields = {}
   for j, c in ipairs(COUNTERS) do fields[j] = at .. ':' .. c end

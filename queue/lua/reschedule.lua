@@ -3,8 +3,8 @@
 -- poll beyond the whole-life deadline makes the task dead with reason 'deadline'. Partial data
 -- goes to its own string key (a long value in the record would turn the whole hash from the
 -- compact listpack encoding into a hashtable). Polls go to the history at the 'full' level only.
--- Counted per minute: 'polled', each call's upstream latency in its histogram bucket 'l', and
--- 'refresh_failed' for a refresh (record field `rf`) ended by the deadline.
+-- Counted per minute: 'polled', each call's upstream latency in its histogram bucket 'l',
+-- 'dead' for a task ended by the deadline, and 'refresh_failed' if it was a refresh (`rf`).
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
@@ -104,6 +104,7 @@ if #moved + #dead > 0 then
   bump(tp, tpmin, now, 'polled', #moved + #dead)
   bump_tally(tp, tpmin, now, lat)
 end
+if #dead > 0 then bump(tp, tpmin, now, 'dead', #dead) end
 if refreshes_failed > 0 then bump(tp, tpmin, now, 'refresh_failed', refreshes_failed) end
 notify_dash_batch('rescheduled', moved, now)
 notify_dash_batch('dead', dead, now)

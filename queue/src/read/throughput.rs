@@ -43,7 +43,7 @@ impl Slot {
         per: usize,
     ) -> Result<(Vec<ThroughputBucket>, Vec<[Histogram; 3]>)> {
         // The counters read, in the order `count` adds them.
-        const FIELDS: [&str; 10] = [
+        const FIELDS: [&str; 11] = [
             "completed",
             "failed",
             "polled",
@@ -54,6 +54,7 @@ impl Slot {
             "negative",
             "ahead",
             "refresh_failed",
+            "dead",
         ];
         const HOUR: i64 = 3_600_000;
         let day = crate::THROUGHPUT_RETENTION_MS / 60_000;
@@ -149,7 +150,8 @@ fn count(b: &mut ThroughputBucket, j: usize, v: u64) {
         6 => &mut b.miss,
         7 => &mut b.negative,
         8 => &mut b.ahead,
-        _ => &mut b.refresh_failed,
+        9 => &mut b.refresh_failed,
+        _ => &mut b.dead,
     };
     *c += v;
 }

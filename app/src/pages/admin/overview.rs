@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::actions::Act;
 use super::chart::{
     answers_words, hit_ratio_words, window_total, AnswersChart, AnswersTable, DistributionChart,
-    HitRatioChart, Marker, Measure, ThroughputChart, Window,
+    HitRatioChart, Marker, Measure, Plot, ThroughputChart, Window,
 };
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
@@ -39,6 +39,8 @@ pub struct OverviewData {
     pub breaker: Option<BreakerInfo>,
     /// What the charts cover; their points are `stats.throughput`.
     pub window: Window,
+    /// What the throughput chart plots (the `plot` parameter).
+    pub plot: Plot,
     /// Pauses, resumes and process starts inside the window.
     pub markers: Vec<Marker>,
     /// The upstream shown ("" = the default one; its queue-wide actions are on this page,
@@ -81,6 +83,7 @@ fn markers(audit: &[AuditEntry], workers: &[WorkerRow]) -> Vec<Marker> {
 pub async fn overview(
     window: Option<String>,
     upstream: Option<String>,
+    plot: Option<String>,
 ) -> Result<OverviewData, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     require(Role::Viewer).await?;
@@ -130,6 +133,7 @@ pub async fn overview(
         paused,
         breaker,
         window,
+        plot: Plot::parse(plot.as_deref().unwrap_or_default()),
         upstream,
         upstreams,
     })
@@ -154,12 +158,17 @@ async fn futures_join(
     )
 }
 
-/// The overview of `upstream` ("" = the default one) over chart window `window`.
-fn overview_href(window: &str, upstream: &str) -> String {
+/// The overview of `upstream` ("" = the default one) over chart window `window`, its
+/// throughput chart plotting `plot`.
+fn overview_href(window: &str, upstream: &str, plot: Plot) -> String {
     let mut href = format!("/admin?window={window}");
     if !upstream.is_empty() && upstream != "default" {
         href.push_str("&upstream=");
         href.push_str(upstream);
+    }
+    if plot != Plot::All {
+        href.push_str("&plot=");
+        href.push_str(plot.param());
     }
     href
 }
@@ -182,13 +191,14 @@ pub fn OverviewPage() -> impl IntoView {
                 action.version().get(),
                 query.get().get("window"),
                 query.get().get("upstream"),
+                query.get().get("plot"),
             )
         },
-        move |(_, _, window, upstream)| async move {
+        move |(_, _, window, upstream, plot)| async move {
             if !signed_in(me).await {
                 return signed_out();
             }
-            overview(window, upstream).await
+            overview(window, upstream, plot).await
         },
     );
     view! {
@@ -289,7 +299,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                 .iter()
                 .map(|u| {
                     let current = (*u == here).then_some("page");
-                    let href = overview_href(data.window.param(), u);
+                    let href = overview_href(data.window.param(), u, data.plot);
                     let testid = format!("overview-upstream-{u}");
                     view! { " " <a href=href class="tab" aria-current=current data-testid=testid>{u.clone()}</a> }
                 })
@@ -313,18 +323,9 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
                 {if s.paused { "paused" } else { "running" }}
             </strong> "."
         </p>
-        <nav class="tabs window-tabs" aria-label="chart window" data-testid="chart-window">
-            {Window::ALL
-                .iter()
-                .map(|w| {
-                    let current = (*w == data.window).then_some("page");
-                    let href = overview_href(w.param(), &data.upstream);
-                    view! { <a href=href aria-current=current>{w.words()}</a> }
-                })
-                .collect_view()}
-        </nav>
+        <ChartChooser window=data.window plot=data.plot upstream=data.upstream.clone() />
         <div class="charts">
-            <ThroughputChart buckets=s.throughput.clone() window=data.window markers=data.markers.clone() />
+            <ThroughputChart buckets=s.throughput.clone() window=data.window markers=data.markers.clone() plot=data.plot />
             {Measure::ALL
                 .into_iter()
                 .map(|measure| view! {
@@ -421,6 +422,36 @@ mod tests {
                 (9_000_000, "started")
             ]
         );
+    }
+}
+
+/// What the charts show, as links (no JS needed; the current one marked and `aria-current`):
+/// the window (hour, day, week) and the series the throughput chart plots. The upstream is
+/// chosen above the counts (its links keep both).
+#[component]
+fn ChartChooser(window: Window, plot: Plot, upstream: String) -> impl IntoView {
+    let windows = Window::ALL
+        .iter()
+        .map(|w| {
+            let current = (*w == window).then_some("page");
+            let href = overview_href(w.param(), &upstream, plot);
+            view! { <a class="tab" href=href aria-current=current>{w.words()}</a> }
+        })
+        .collect_view();
+    let plots = Plot::ALL
+        .iter()
+        .map(|p| {
+            let current = (*p == plot).then_some("page");
+            let href = overview_href(window.param(), &upstream, *p);
+            let testid = format!("chart-plot-{}", if *p == Plot::All { "all" } else { p.param() });
+            view! { <a class="tab" href=href aria-current=current data-testid=testid>{p.words()}</a> }
+        })
+        .collect_view();
+    view! {
+        <nav class="tabs window-tabs" aria-label="chart window" data-testid="chart-window">{windows}</nav>
+        <nav class="tabs plot-tabs" aria-label="throughput series" data-testid="chart-plot">
+            <span class="tabs-label">"Throughput:"</span>{plots}
+        </nav>
     }
 }
 

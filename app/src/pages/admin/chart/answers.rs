@@ -13,57 +13,47 @@ use super::scale::*;
 use super::{Marker, Window};
 use model::ThroughputBucket as Bucket;
 
-/// One count drawn per point.
-struct Kind {
-    /// Its words in captions, tooltips and the table's header.
-    name: &'static str,
-    class: &'static str,
-    colour: &'static str,
-    /// Refreshes are dashed: they are work started, not answers.
-    dash: Option<&'static str>,
-    of: fn(&Bucket) -> u64,
-}
-
-const KINDS: [Kind; 6] = [
-    Kind {
+/// The counts drawn per point; refreshes are dashed: they are work started, not answers.
+const KINDS: [Series; 6] = [
+    Series {
         name: "fresh",
+        one: "fresh",
         class: "s-fresh",
-        colour: FRESH,
         dash: None,
         of: |b| b.fresh,
     },
-    Kind {
+    Series {
         name: "stale",
+        one: "stale",
         class: "s-stale",
-        colour: STALE,
         dash: None,
         of: |b| b.stale,
     },
-    Kind {
+    Series {
         name: "negative",
+        one: "negative",
         class: "s-negative",
-        colour: NEGATIVE,
         dash: None,
         of: |b| b.negative,
     },
-    Kind {
+    Series {
         name: "miss",
+        one: "miss",
         class: "s-miss",
-        colour: MISS,
         dash: None,
         of: |b| b.miss,
     },
-    Kind {
+    Series {
         name: "refreshed ahead",
+        one: "refreshed ahead",
         class: "s-ahead",
-        colour: AHEAD,
         dash: Some("5 3"),
         of: |b| b.ahead,
     },
-    Kind {
+    Series {
         name: "refresh failed",
+        one: "refresh failed",
         class: "s-refresh-failed",
-        colour: FAILED,
         dash: Some("2 2"),
         of: |b| b.refresh_failed,
     },
@@ -114,7 +104,7 @@ pub fn answers_words(b: &Bucket) -> String {
 fn counts_words(b: &Bucket) -> String {
     KINDS
         .iter()
-        .map(|k| format!("{} {}", (k.of)(b), k.name))
+        .map(|k| k.words(b))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -128,27 +118,10 @@ pub fn AnswersChart(
     #[prop(optional)] markers: Vec<Marker>,
 ) -> AnyView {
     let per = window.per() as f64;
-    let max = buckets
-        .iter()
-        .flat_map(|b| KINDS.iter().map(move |k| (k.of)(b)))
-        .max()
-        .unwrap_or(0);
-    let ticks = nice_ticks((max as f64 / per).ceil() as u64);
+    let shown: Vec<&Series> = KINDS.iter().collect();
+    let ticks = nice_ticks((series_max(&buckets, &shown) as f64 / per).ceil() as u64);
     let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
-    let lines = KINDS
-        .iter()
-        .map(|k| {
-            let pts = points(
-                buckets
-                    .iter()
-                    .map(|b| (frame.x(b.minute_ms), frame.y((k.of)(b) as f64 / per))),
-            );
-            view! {
-                <polyline class=k.class fill="none" stroke=k.colour stroke-width="1.5"
-                    stroke-dasharray=k.dash points=pts />
-            }
-        })
-        .collect_view();
+    let lines = series_lines(frame, &buckets, &shown, per);
     let tips = buckets
         .iter()
         .map(|b| {
@@ -162,34 +135,38 @@ pub fn AnswersChart(
         })
         .collect();
     let empty = buckets.is_empty().then(|| empty_note("no data"));
-    let last = buckets.last().cloned().unwrap_or_default();
-    let legend = KINDS
-        .iter()
-        .enumerate()
-        .map(|(i, k)| {
-            let sep = if i == 0 { "" } else { ", " };
+    let summary = match last_complete(&buckets) {
+        Some(b) => {
+            let legend = KINDS
+                .iter()
+                .enumerate()
+                .map(|(i, k)| {
+                    view! {
+                        {(i > 0).then_some(", ")}
+                        <span class=format!("{} num", k.class)>{k.words(b)}</span>
+                    }
+                })
+                .collect_view();
             view! {
-                {sep}
-                <span class=format!("{} num", k.class) style=format!("color:{}", k.colour)>
-                    {format!("{} {}", (k.of)(&last), k.name)}
-                </span>
+                {format!("{} (the last complete {}): ", window.span_label(b.minute_ms), window.point_words())}
+                {legend}
             }
-        })
-        .collect_view();
+            .into_any()
+        }
+        None => "nothing complete yet".into_any(),
+    };
     let label = format!("answers per minute by freshness, {}", window.words());
     view! {
         <figure class="chart" data-testid="answers-chart">
-            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=label>
-                {y_axis(frame, &ticks, per_minute_label)}
-                {x_axis(frame)}
-                {marker_lines(frame, &markers, window.per())}
-                {lines}
-                {empty}
-                {hover_bands(frame, tips)}
-            </svg>
+            {chart_svg(
+                label,
+                view! { {y_axis(frame, &ticks, per_minute_label)} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
+                lines,
+                view! { {empty} {hover_bands(frame, tips)} }.into_any(),
+            )}
             <figcaption>
-                {format!("Answers per minute, {} (times in UTC) · {}: ", window.words(), now_words(window))}
-                {legend}
+                {format!("Answers per minute, {} (times in UTC) · ", window.words())}
+                {summary}
             </figcaption>
         </figure>
     }
@@ -208,21 +185,7 @@ pub fn HitRatioChart(
     let ticks = [0, 25, 50, 75, 100];
     let frame = Frame::new(&buckets, 100);
     let values: Vec<Option<f64>> = buckets.iter().map(Bucket::hit_ratio_pct).collect();
-    let at = |i: usize, v: f64| (frame.x(buckets[i].minute_ms), frame.y(v));
-    let lines = runs(&values)
-        .into_iter()
-        .map(|run| {
-            if let [(i, v)] = run.as_slice() {
-                let (x, y) = at(*i, *v);
-                view! { <circle class="s-hit-ratio" cx=coord(x) cy=coord(y) r="2" fill=FRESH /> }
-                    .into_any()
-            } else {
-                let pts = points(run.into_iter().map(|(i, v)| at(i, v)));
-                view! { <polyline class="s-hit-ratio" fill="none" stroke=FRESH stroke-width="2" points=pts /> }
-                    .into_any()
-            }
-        })
-        .collect_view();
+    let (lines, dots) = run_lines(frame, &buckets, &values, "s-hit-ratio", "2");
     let tips = buckets
         .iter()
         .map(|b| {
@@ -244,17 +207,15 @@ pub fn HitRatioChart(
     let label = format!("hit ratio {}, {}", window.every(), window.words());
     view! {
         <figure class="chart" data-testid="hit-ratio-chart">
-            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=label>
-                {y_axis(frame, &ticks, percent_label)}
-                {x_axis(frame)}
-                {marker_lines(frame, &markers, window.per())}
-                {lines}
-                {empty}
-                {hover_bands(frame, tips)}
-            </svg>
+            {chart_svg(
+                label,
+                view! { {y_axis(frame, &ticks, percent_label)} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
+                lines,
+                view! { {dots} {empty} {hover_bands(frame, tips)} }.into_any(),
+            )}
             <figcaption>
                 {format!("Hit ratio {}, {} (times in UTC) · over the window: ", window.every(), window.words())}
-                <span class="s-hit-ratio num" style=format!("color:{FRESH}")>{hit_ratio_words(&total)}</span>
+                <span class="s-hit-ratio num">{hit_ratio_words(&total)}</span>
                 <span class="num">{format!(" ({} of {} answers)", total.hits(), total.answers())}</span>
             </figcaption>
         </figure>
@@ -306,15 +267,6 @@ pub fn AnswersTable(buckets: Vec<Bucket>, #[prop(optional)] window: Window) -> A
         </details>
     }
     .into_any()
-}
-
-/// "this minute", "this quarter hour", "this hour": the last point of a window.
-fn now_words(window: Window) -> &'static str {
-    match window {
-        Window::Hour => "this minute",
-        Window::Day => "this quarter hour",
-        Window::Week => "this hour",
-    }
 }
 
 /// Y label of the hit ratio chart: "0", "50 %", "100 %".

@@ -82,7 +82,6 @@ impl Measure {
 pub(super) struct Series {
     class: &'static str,
     name: &'static str,
-    colour: &'static str,
     width: &'static str,
     values: Vec<Option<f64>>,
 }
@@ -105,25 +104,26 @@ pub fn DistributionChart(
         .fold(0.0, f64::max);
     let ticks = nice_ticks(max.ceil() as u64);
     let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
-    let lines = series_lines(frame, &buckets, &series);
+    let (lines, dots): (Vec<_>, Vec<_>) = series
+        .iter()
+        .map(|s| run_lines(frame, &buckets, &s.values, s.class, s.width))
+        .unzip();
     let tips = distribution_tips(&buckets, &series, measure, window);
-    let any = series.iter().any(|s| latest(s).is_some());
+    let any = series.iter().any(|s| s.values.iter().any(Option::is_some));
     let empty = (!any).then(|| empty_note(nothing_in(measure, window)));
     let (legend, summary) = distribution_caption(&series, measure, window);
     let label = format!("{}, {}", measure.title().to_lowercase(), window.words());
     view! {
         <figure class="chart" data-testid=measure.test_id()>
-            <svg width="600" height="160" viewBox=format!("0 0 {W} {H}") role="img" aria-label=label>
-                {y_axis(frame, &ticks, measure.axis_label())}
-                {x_axis(frame)}
-                {marker_lines(frame, &markers, window.per())}
-                {lines}
-                {empty}
-                {hover_bands(frame, tips)}
-            </svg>
+            {chart_svg(
+                label,
+                view! { {y_axis(frame, &ticks, measure.axis_label())} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
+                lines.into_any(),
+                view! { {dots} {empty} {hover_bands(frame, tips)} }.into_any(),
+            )}
             <figcaption>
                 <strong>{measure.title()}</strong>
-                " (latest:" {legend} ")"
+                " (latest complete:" {legend} ")"
                 {summary}
             </figcaption>
         </figure>
@@ -145,21 +145,18 @@ fn distribution_series(buckets: &[Bucket], measure: Measure) -> Vec<Series> {
         Series {
             class: "s-p50",
             name: "p50",
-            colour: P50,
             width: "2",
             values: pick(|p| p.p50),
         },
         Series {
             class: "s-p95",
             name: "p95",
-            colour: P95,
             width: "1.5",
             values: pick(|p| p.p95),
         },
         Series {
             class: "s-p99",
             name: "p99",
-            colour: P99,
             width: "1",
             values: pick(|p| p.p99),
         },
@@ -168,7 +165,6 @@ fn distribution_series(buckets: &[Bucket], measure: Measure) -> Vec<Series> {
         series.push(Series {
             class: "s-ttr",
             name: "average",
-            colour: TTR,
             width: "1.5",
             values: buckets
                 .iter()
@@ -177,31 +173,6 @@ fn distribution_series(buckets: &[Bucket], measure: Measure) -> Vec<Series> {
         });
     }
     series
-}
-
-/// Each series as polylines over its runs of values (a lone value is a dot).
-fn series_lines(frame: Frame, buckets: &[Bucket], series: &[Series]) -> impl IntoView {
-    let at = |i: usize, v: f64| (frame.x(buckets[i].minute_ms), frame.y(v));
-    series
-        .iter()
-        .map(|s| {
-            let (class, colour, width) = (s.class, s.colour, s.width);
-            runs(&s.values)
-                .into_iter()
-                .map(|run| {
-                    if run.len() == 1 {
-                        let (x, y) = at(run[0].0, run[0].1);
-                        view! { <circle class=class cx=coord(x) cy=coord(y) r="2" fill=colour /> }
-                            .into_any()
-                    } else {
-                        let pts = points(run.into_iter().map(|(i, v)| at(i, v)));
-                        view! { <polyline class=class fill="none" stroke=colour stroke-width=width points=pts /> }
-                            .into_any()
-                    }
-                })
-                .collect_view()
-        })
-        .collect_view()
 }
 
 /// Per point, its tooltip: the percentiles (and average) and how many they are over.
@@ -248,9 +219,10 @@ fn distribution_tips(
         .collect()
 }
 
-/// The series' latest value, if it has any.
+/// The series' latest value of a complete point (the last point, in progress, is left out),
+/// if it has any.
 fn latest(s: &Series) -> Option<f64> {
-    s.values.iter().rev().flatten().next().copied()
+    s.values.iter().rev().skip(1).flatten().next().copied()
 }
 
 /// What an empty chart says.
@@ -279,7 +251,7 @@ fn distribution_caption(
                 Some(v) => format!(" {} {}", s.name, measure.value(v)),
                 None => format!(" {}", s.name),
             };
-            view! { <span class=s.class style=format!("color:{}", s.colour)>{text}</span> }
+            view! { <span class=s.class>{text}</span> }
         })
         .collect_view();
     let peak = series

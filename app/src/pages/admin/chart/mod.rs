@@ -1,12 +1,14 @@
-//! Line charts of the last hour or the last 24 hours, drawn as inline SVG by us: a few polylines, axes and `<title>`
-//! tooltips need no chart library in the wasm, and the server renders them like any other
-//! markup.
+//! Line charts of the last hour, day or week, drawn as inline SVG by us: a few polylines, axes
+//! and `<title>` tooltips need no chart library in the wasm, and the server renders them like
+//! any other markup. Each is as wide as its container and 220 px high, its text 12 px at any
+//! width (no viewBox scales it: `scale`), its colours the stylesheet's (light and dark).
 //!
 //! Everything drawn is a pure function of the buckets (times come from their `minute_ms`, never
 //! from the clock), so the server's markup and the hydrating browser's are the same.
 //!
 //! One file per job: `scale` (geometry, ticks, labels, the frame), `window` (the span and its
-//! points), `parts` (axes, hover bands, markers, empty note), `throughput` and `distribution`
+//! points), `parts` (the SVG, axes, hover bands, grouped markers, empty note, the counted
+//! series and the last complete point every caption reads), `throughput` and `distribution`
 //! (one chart each, from its series to its markup), `answers` (answers by freshness and the
 //! hit ratio, their table and words).
 
@@ -24,7 +26,7 @@ pub use answers::{
 };
 pub use distribution::{DistributionChart, Measure};
 pub use parts::Marker;
-pub use throughput::ThroughputChart;
+pub use throughput::{Plot, ThroughputChart};
 pub use window::Window;
 
 use super::ui::duration as ui_duration;

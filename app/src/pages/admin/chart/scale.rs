@@ -1,39 +1,31 @@
-//! Geometry and scales: the viewBox and plot area, colours, round ticks for counts and times,
+//! Geometry and scales: the plot area, round ticks for counts and times,
 //! the labels of values and UTC times, and the [`Frame`] mapping (minute, value) to a point.
 
 use model::ThroughputBucket as Bucket;
 
-/// The viewBox, and the plot area inside it: the margins hold the axes' labels.
-pub(super) const W: f64 = 600.0;
-pub(super) const H: f64 = 160.0;
-pub(super) const LEFT: f64 = 52.0;
-pub(super) const RIGHT: f64 = W - 16.0;
-pub(super) const TOP: f64 = 10.0;
-pub(super) const BOTTOM: f64 = H - 22.0;
+/// The chart's geometry. The SVG is as wide as its container and [`H`] CSS pixels high, with
+/// no viewBox scaling its text: x is in percent of the width (text, grid lines, markers and
+/// hover bands take `x="12.5%"`; the lines are drawn in a nested SVG whose viewBox is
+/// `0 0 100 H`, stretched sideways only, their strokes not scaled), y in pixels. So labels
+/// keep their CSS size at 375 px as at 1920 px.
+pub(super) const H: f64 = 220.0;
+/// The plot spans [`LEFT`]..[`RIGHT`] percent of the width; the y labels sit inside it, over
+/// their grid lines.
+pub(super) const LEFT: f64 = 1.0;
+pub(super) const RIGHT: f64 = 99.0;
+/// Above the plot: the markers' labels (two rows, their baselines), then the top tick's label.
+pub(super) const TOP: f64 = 44.0;
+pub(super) const MARKER_ROWS: [f64; 2] = [14.0, 30.0];
+pub(super) const BOTTOM: f64 = H - 24.0;
+/// The size of every text in the charts, in CSS pixels (≥ 11 px as rendered, issue 29).
+pub(super) const FONT_PX: &str = "12";
+/// Markers closer than this share of the span are drawn as one, with their count.
+pub(super) const MARKER_GROUP_SHARE: f64 = 0.08;
 
 pub(super) const MINUTE_MS: i64 = 60_000;
 pub(super) const DAY_MS: i64 = 86_400_000;
 /// At most this many time labels under the x axis.
 pub(super) const MAX_TIME_LABELS: i64 = 6;
-
-pub(super) const AXIS: &str = "#999";
-pub(super) const GRID: &str = "#e3e6ea";
-pub(super) const LABEL: &str = "#666";
-pub(super) const COMPLETED: &str = "#2e9e44";
-pub(super) const FAILED: &str = "#d33a2c";
-pub(super) const POLLED: &str = "#3b6fd6";
-pub(super) const TTR: &str = "#8a4fd1";
-pub(super) const P50: &str = "#1d7fb8";
-pub(super) const P95: &str = "#d9822b";
-pub(super) const P99: &str = "#b8325a";
-pub(super) const MARKER: &str = "#b07a00";
-/// The answers by freshness (answers.rs): a hit from the store is green (fresh), orange
-/// (stale) or purple (negative); a miss is blue; refreshes started ahead are a darker blue.
-pub(super) const FRESH: &str = COMPLETED;
-pub(super) const STALE: &str = P95;
-pub(super) const NEGATIVE: &str = TTR;
-pub(super) const MISS: &str = POLLED;
-pub(super) const AHEAD: &str = P50;
 
 /// Y axis ticks from 0: 3 to 5 multiples of a 1, 2 or 5 × 10ⁿ step, the last one ≥ `max`.
 pub(super) fn nice_ticks(max: u64) -> Vec<u64> {
@@ -149,9 +141,14 @@ pub(super) fn ms_label(ms: u64) -> String {
     }
 }
 
-/// A coordinate as it goes into the markup.
+/// A y coordinate (CSS pixels) as it goes into the markup.
 pub(super) fn coord(v: f64) -> String {
     format!("{v:.1}")
+}
+
+/// An x coordinate (percent of the width) as it goes into the markup: "12.34%".
+pub(super) fn pct(v: f64) -> String {
+    format!("{v:.2}%")
 }
 
 /// Maps minutes and values to the plot area.

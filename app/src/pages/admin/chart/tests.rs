@@ -190,13 +190,15 @@ mod scales_and_rendering {
         assert!(a.contains("data-testid=\"throughput-chart\""));
         assert!(a.contains(">20/min<"), "{a}");
         assert!(
-            a.contains("<title>14:01 UTC · 0 completed, 1 failed, 12 polled</title>"),
+            a.contains(
+                "<title>14:01 UTC · 0 completed, 1 failed call, 0 dead tasks, 12 polled</title>"
+            ),
             "{a}"
         );
-        for class in ["s-completed", "s-failed", "s-polled"] {
+        for class in ["s-completed", "s-failed", "s-dead", "s-polled"] {
             assert_eq!(
-                a.matches(&format!("class=\"{class}\"")).count(),
-                2,
+                a.matches(&format!("class=\"{class}\"></polyline>")).count(),
+                1,
                 "{class}"
             );
         }
@@ -294,7 +296,7 @@ mod scales_and_rendering {
         assert!(!html.contains(">00:00<"), "{html}");
         assert!(
             html.contains(
-                "<title>12-01 05:00–06:00 UTC · 60 completed, 0 failed, 0 polled</title>"
+                "<title>12-01 05:00–06:00 UTC · 60 completed, 0 failed calls, 0 dead tasks, 0 polled</title>"
             ),
             "{html}"
         );
@@ -376,5 +378,196 @@ mod marker_tests {
             1,
             "{html}"
         );
+    }
+}
+
+/// Issue 29 row 5: charts you can read — markers grouped, captions of the last complete
+/// minute, dead tasks apart from failed calls, full-width SVG with text ≥ 11 px, the chooser.
+mod readable {
+    use super::super::parts::{group_markers, last_complete};
+    use super::super::scale::*;
+    use super::super::*;
+    use leptos::prelude::*;
+    use model::ThroughputBucket as Bucket;
+
+    const T0: i64 = 19_000 * DAY_MS;
+
+    fn hour(f: impl Fn(i64) -> Bucket) -> Vec<Bucket> {
+        (0..60)
+            .map(|i| Bucket {
+                minute_ms: T0 + i * MINUTE_MS,
+                ..f(i)
+            })
+            .collect()
+    }
+
+    fn marker(minute: i64, secs: i64, label: &str) -> Marker {
+        Marker {
+            at_ms: T0 + minute * MINUTE_MS + secs * 1000,
+            label: label.into(),
+        }
+    }
+
+    fn html(view: impl IntoView) -> String {
+        let owner = Owner::new();
+        owner.with(|| view.into_view().to_html())
+    }
+
+    #[test]
+    fn markers_close_together_are_one_with_their_count_and_all_of_them_in_its_tooltip() {
+        // A pause, a deploy and a resume within two minutes (8 % of an hour is 4.8 minutes),
+        // then a pause 20 minutes later, and one outside the hour.
+        let markers = vec![
+            marker(31, 0, "started"),
+            marker(30, 5, "paused"),
+            marker(32, 40, "resumed"),
+            marker(52, 0, "paused"),
+            marker(-5, 0, "started"),
+        ];
+        let groups = group_markers(&markers, T0, T0 + 60 * MINUTE_MS);
+        let sizes: Vec<usize> = groups.iter().map(|g| g.members.len()).collect();
+        assert_eq!(sizes, [3, 1]);
+        assert_eq!(groups[0].at_ms(), T0 + 30 * MINUTE_MS + 5000);
+        assert_eq!(groups[0].label(), "3 events");
+        assert_eq!(groups[1].label(), "paused");
+        assert_eq!(
+            groups[0].tip(),
+            "00:30 UTC · paused\n00:31 UTC · started\n00:32 UTC · resumed"
+        );
+        // Several of a kind say so.
+        let deploy = [marker(10, 0, "started"), marker(11, 0, "started")];
+        assert_eq!(
+            group_markers(&deploy, T0, T0 + 60 * MINUTE_MS)[0].label(),
+            "2 × started"
+        );
+        let chart = html(
+            view! { <ThroughputChart buckets=hour(|_| Bucket::default()) markers=markers.clone() /> },
+        );
+        assert_eq!(
+            chart.matches("data-testid=\"chart-marker\"").count(),
+            2,
+            "{chart}"
+        );
+        assert!(chart.contains("data-count=\"3\""), "{chart}");
+        assert!(chart.contains(">3 events<"), "{chart}");
+        assert!(
+            chart.contains(
+                "<title>00:30 UTC · paused\n00:31 UTC · started\n00:32 UTC · resumed</title>"
+            ),
+            "{chart}"
+        );
+    }
+
+    #[test]
+    fn captions_read_the_last_complete_minute_never_the_one_in_progress() {
+        // The last minute has just begun (nothing yet); the one before counted 7 completed.
+        let buckets = hour(|i| Bucket {
+            completed: if i == 58 { 7 } else { 0 },
+            failed: if i == 58 { 5 } else { 0 },
+            dead: if i == 58 { 1 } else { 0 },
+            polled: if i == 59 { 0 } else { 40 },
+            fresh: if i == 58 { 3 } else { 0 },
+            ..Bucket::default()
+        });
+        assert_eq!(last_complete(&buckets), Some(&buckets[58]));
+        assert_eq!(last_complete(&buckets[..1]), None);
+        let tp = html(view! { <ThroughputChart buckets=buckets.clone() /> });
+        assert!(tp.contains("00:58 (the last complete minute): "), "{tp}");
+        assert!(tp.contains(">7 completed<"), "{tp}");
+        assert!(
+            tp.contains(">5 failed calls<") && tp.contains(">1 dead task<"),
+            "{tp}"
+        );
+        assert!(!tp.contains(">0 completed<"), "{tp}");
+        let answers = html(view! { <AnswersChart buckets=buckets.clone() /> });
+        assert!(
+            answers.contains("00:58 (the last complete minute): "),
+            "{answers}"
+        );
+        assert!(answers.contains(">3 fresh<"), "{answers}");
+        // A day's last quarter hour is in progress too.
+        let quarters: Vec<Bucket> = (0..96)
+            .map(|i| Bucket {
+                minute_ms: T0 + i * 15 * MINUTE_MS,
+                completed: if i == 94 { 30 } else { 0 },
+                ..Bucket::default()
+            })
+            .collect();
+        let day = html(view! { <ThroughputChart buckets=quarters window=Window::Day /> });
+        assert!(
+            day.contains("23:30–23:45 (the last complete quarter hour): ")
+                && day.contains(">30 completed<"),
+            "{day}"
+        );
+    }
+
+    #[test]
+    fn a_dead_task_is_one_dead_task_beside_its_failed_calls() {
+        let buckets = hour(|i| Bucket {
+            failed: if i == 10 { 5 } else { 0 },
+            dead: if i == 10 { 1 } else { 0 },
+            ..Bucket::default()
+        });
+        let chart = html(view! { <ThroughputChart buckets /> });
+        assert!(
+            chart.contains(
+                "<title>00:10 UTC · 0 completed, 5 failed calls, 1 dead task, 0 polled</title>"
+            ),
+            "{chart}"
+        );
+        assert_eq!(chart.matches("class=\"s-dead\"></polyline>").count(), 1);
+    }
+
+    #[test]
+    fn charts_are_full_width_with_text_of_at_least_eleven_pixels() {
+        let buckets = hour(|i| Bucket {
+            completed: i as u64,
+            ..Bucket::default()
+        });
+        let markers = vec![marker(20, 0, "paused")];
+        let all = [
+            html(view! { <ThroughputChart buckets=buckets.clone() markers=markers.clone() /> }),
+            html(view! { <DistributionChart buckets=buckets.clone() markers=markers.clone() /> }),
+            html(view! { <AnswersChart buckets=buckets.clone() markers=markers.clone() /> }),
+            html(view! { <HitRatioChart buckets=buckets.clone() markers=markers.clone() /> }),
+        ];
+        for chart in &all {
+            assert!(chart.contains("<svg width=\"100%\""), "{chart}");
+            // The outer SVG has no viewBox: its text is never scaled down with the chart.
+            let outer = &chart[chart.find("<svg").unwrap()..];
+            let outer = &outer[..outer.find('>').unwrap()];
+            assert!(!outer.contains("viewBox"), "{outer}");
+            let sizes: Vec<f64> = chart
+                .split("font-size=\"")
+                .skip(1)
+                .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+                .collect();
+            assert!(!sizes.is_empty());
+            assert!(sizes.iter().all(|s| *s >= 11.0), "{sizes:?}");
+            assert!(!chart.contains("<text") || chart.matches("<text").count() == sizes.len());
+        }
+    }
+
+    #[test]
+    fn the_chooser_plots_one_series_alone() {
+        assert_eq!(Plot::parse("dead"), Plot::Dead);
+        assert_eq!(Plot::parse(Plot::Failed.param()), Plot::Failed);
+        assert_eq!(Plot::parse("nonsense"), Plot::All);
+        assert_eq!(Plot::Dead.words(), "dead tasks");
+        let buckets = hour(|i| Bucket {
+            polled: 1000,
+            dead: u64::from(i == 3),
+            ..Bucket::default()
+        });
+        let dead = html(view! { <ThroughputChart buckets=buckets.clone() plot=Plot::Dead /> });
+        assert_eq!(dead.matches("<polyline").count(), 1, "{dead}");
+        assert!(dead.contains("class=\"s-dead\"></polyline>"), "{dead}");
+        // Its own scale: one dead task is not flattened under a thousand polls.
+        assert!(
+            dead.contains(">2/min<") && !dead.contains(">1k/min<"),
+            "{dead}"
+        );
+        let all = html(view! { <ThroughputChart buckets /> });
+        assert_eq!(all.matches("<polyline").count(), 4, "{all}");
     }
 }

@@ -75,6 +75,15 @@ impl Window {
         }
     }
 
+    /// What one point is: "minute", "quarter hour", "hour".
+    pub(super) fn point_words(self) -> &'static str {
+        match self {
+            Window::Hour => "minute",
+            Window::Day => "quarter hour",
+            Window::Week => "hour",
+        }
+    }
+
     /// The time a point covers: "14:05" for a minute, "14:00–14:15" for a quarter hour,
     /// "12-01 14:00–15:00" for an hour of the week.
     pub(super) fn span_label(self, start_ms: i64) -> String {
