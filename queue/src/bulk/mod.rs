@@ -161,6 +161,11 @@ pub struct BulkFilter {
     /// Exactly this tenant (who asked first); `Some("")`: tasks of no tenant.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Only these tasks (the rows an operator ticked), instead of the state's whole set: the
+    /// same run, bounded by the same limit, each task's state still checked (the record's
+    /// state: `waiting` and `ready` are both "due" there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<TaskId>>,
 }
 
 impl BulkFilter {
@@ -168,6 +173,16 @@ impl BulkFilter {
     /// the last 2 h`.
     pub fn describe(&self) -> String {
         let mut parts = vec![self.state.as_str().to_string()];
+        if let Some(ids) = &self.ids {
+            parts.push(format!(
+                "{} chosen by id",
+                if ids.len() == 1 {
+                    "1 task".to_string()
+                } else {
+                    format!("{} tasks", ids.len())
+                }
+            ));
+        }
         if let Some(e) = self.error.as_deref().filter(|s| !s.is_empty()) {
             parts.push(format!("error contains {e:?}"));
         }

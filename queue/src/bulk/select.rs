@@ -26,6 +26,9 @@ impl Queue {
         keep: usize,
         max_scan: u64,
     ) -> Result<BulkSelection> {
+        if let Some(ids) = &filter.ids {
+            return self.select_ids(filter, ids, keep, max_scan).await;
+        }
         // Slot after slot, sharing the one scan budget.
         let mut out = BulkSelection {
             complete: true,
@@ -44,6 +47,62 @@ impl Queue {
             out.matched += s.matched;
             out.ids.extend(s.ids);
             out.complete &= s.complete;
+        }
+        Ok(out)
+    }
+}
+
+impl Queue {
+    /// The chosen `ids` that are (still) in the filter's state and match its other parts, in
+    /// the order given, duplicates once; at most `max_scan` of them looked at. The same record
+    /// fields and match as the scan of a whole state.
+    async fn select_ids(
+        &self,
+        filter: &BulkFilter,
+        ids: &[crate::model::TaskId],
+        keep: usize,
+        max_scan: u64,
+    ) -> Result<BulkSelection> {
+        let mut seen = std::collections::BTreeSet::new();
+        let unique: Vec<_> = ids.iter().filter(|id| seen.insert(*id)).cloned().collect();
+        let look = usize::try_from(max_scan).unwrap_or(usize::MAX);
+        let mut out = BulkSelection {
+            complete: unique.len() <= look,
+            ..BulkSelection::default()
+        };
+        for page in unique[..unique.len().min(look)].chunks(SCAN_PAGE) {
+            let now = self.now_ms().await?;
+            let cutoff = filter
+                .within_ms
+                .map(|w| now.saturating_sub(i64::try_from(w).unwrap_or(i64::MAX)));
+            // One HMGET per id, sent together on the multiplexed connections (each id to
+            // its own slot).
+            let records: Vec<Vec<Option<String>>> =
+                futures::future::try_join_all(page.iter().map(|id| {
+                    let slot = self.slot_of(id.as_str());
+                    let mut c = slot.conn.clone();
+                    let key = slot.keys().task(id);
+                    async move {
+                        redis::cmd("HMGET")
+                            .arg(key)
+                            .arg(&["q", "e", "c", "u", "s", "tn"])
+                            .query_async::<Vec<Option<String>>>(&mut c)
+                            .await
+                    }
+                }))
+                .await?;
+            out.scanned += page.len() as u64;
+            for (id, f) in page.iter().zip(records) {
+                if f.len() < 5 || f[4].as_deref() != Some(filter.state.record_state()) {
+                    continue;
+                }
+                if filter.matches(&f, cutoff) {
+                    out.matched += 1;
+                    if out.ids.len() < keep {
+                        out.ids.push(id.clone());
+                    }
+                }
+            }
         }
         Ok(out)
     }

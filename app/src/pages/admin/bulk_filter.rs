@@ -55,6 +55,7 @@ pub fn filter(f: &FilterForm) -> Result<queue::BulkFilter, ServerFnError> {
         within_ms,
         time_field,
         tenant,
+        ids: None,
     })
 }
 

@@ -25,6 +25,7 @@
 
 pub mod actions;
 pub mod bulk;
+mod bulk_act;
 #[cfg(feature = "ssr")]
 mod bulk_filter;
 mod chart;
@@ -32,15 +33,18 @@ mod chart;
 mod flash;
 mod frame;
 pub mod leases;
+mod listing_view;
 mod live;
 pub mod login;
 pub mod overview;
 mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
+mod selection;
 pub mod task;
 mod task_result;
 mod task_rows;
+mod task_tabs;
 pub mod tasks;
 mod ui;
 pub mod upstreams;

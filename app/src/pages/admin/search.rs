@@ -94,6 +94,7 @@ impl Search {
             within_ms: self.within_ms,
             time_field: TimeField::Updated,
             tenant: self.tenant.clone(),
+            ids: None,
         }
     }
 
