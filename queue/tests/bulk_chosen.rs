@@ -21,7 +21,9 @@ async fn dead_tasks(q: &Queue, prefix: &str, n: usize) -> Vec<TaskId> {
             break;
         }
         for c in claimed {
-            q.fail(&c.id, c.token, "boom", Retry::Dead, 1).await.unwrap();
+            q.fail(&c.id, c.token, "boom", Retry::Dead, 1)
+                .await
+                .unwrap();
             ids.push(c.id);
         }
     }
@@ -69,16 +71,31 @@ async fn a_run_on_chosen_ids_acts_on_exactly_those() {
 
         // Over the limit: nothing starts.
         let refused = q
-            .bulk_begin(BulkAction::Retry, &chosen(BulkState::Dead, &pick), "ops", 1, None)
+            .bulk_begin(
+                BulkAction::Retry,
+                &chosen(BulkState::Dead, &pick),
+                "ops",
+                1,
+                None,
+            )
             .await
             .unwrap();
         assert!(matches!(
             refused,
-            Err(BulkRefused::OverLimit { matched: 2, limit: 1 })
+            Err(BulkRefused::OverLimit {
+                matched: 2,
+                limit: 1
+            })
         ));
 
         let job = q
-            .bulk_begin(BulkAction::Retry, &chosen(BulkState::Dead, &pick), "ops", 10_000, None)
+            .bulk_begin(
+                BulkAction::Retry,
+                &chosen(BulkState::Dead, &pick),
+                "ops",
+                10_000,
+                None,
+            )
             .await
             .unwrap()
             .unwrap();

@@ -80,10 +80,23 @@ async fn ticked_rows_are_acted_on_exactly_and_a_purge_needs_their_number_typed()
     let page = get_page(r, "/admin/tasks?state=dead", Some(&admin), [10, 0, 0, 50]).await;
     assert_eq!(page.status, 200);
     assert_eq!(page.body.matches("data-testid=\"row-select\"").count(), 5);
-    assert!(page.body.contains("form=\"task-selection\""), "{}", page.body);
-    assert!(page.body.contains("<option value=\"purge\""), "{}", page.body);
+    assert!(
+        page.body.contains("form=\"task-selection\""),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("<option value=\"purge\""),
+        "{}",
+        page.body
+    );
     assert!(!page.body.contains(" checked"), "nothing ticked yet");
-    let all = get_page(r, "/admin/tasks?state=dead&select=page", Some(&admin), [10, 0, 0, 50]);
+    let all = get_page(
+        r,
+        "/admin/tasks?state=dead&select=page",
+        Some(&admin),
+        [10, 0, 0, 50],
+    );
     assert_eq!(all.await.body.matches(" checked").count(), 5);
     let seen = get_page(r, "/admin/tasks?state=dead", Some(&viewer), [10, 0, 0, 51]).await;
     assert!(!seen.body.contains("row-select"), "a viewer cannot act");
@@ -151,5 +164,49 @@ async fn ticked_rows_are_acted_on_exactly_and_a_purge_needs_their_number_typed()
     assert_eq!(bad.status, 400, "{}", bad.body);
     assert!(bad.body.contains("bad task id"), "{}", bad.body);
     assert_eq!(state(3).await, queue::TaskState::Dead);
+    env.redis.stop().await;
+}
+
+/// The triage panel and the dead work view as the server renders them: counts by class that
+/// link to the search narrowing to them, and the dead work grouped by error with its
+/// "retry this group" link carrying the group to the bulk page, which counts exactly it.
+#[tokio::test]
+async fn facets_and_dead_work_link_to_exactly_their_tasks() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    for n in 0..3 {
+        dead_task(q, &format!("grouped {n}")).await;
+    }
+    let admin = sign_in(r, ADMIN_PW, [10, 0, 0, 52]).await.ok().unwrap();
+    let page = get_page(r, "/admin/tasks?state=dead", Some(&admin), [10, 0, 0, 52]).await;
+    assert_eq!(page.status, 200);
+    // dead_task fails with "boom": class other, 3 of them.
+    assert!(
+        page.body
+            .contains("href=\"/admin/tasks?q=state%3Adead%20class%3Aother\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("data-testid=\"dead-work-link\""));
+    let dead = get_page(r, "/admin/dead", Some(&admin), [10, 0, 0, 52]).await;
+    assert_eq!(dead.status, 200);
+    assert_eq!(
+        dead.body.matches("data-testid=\"dead-group\"").count(),
+        1,
+        "{}",
+        dead.body
+    );
+    assert!(dead.body.contains("data-count=\"3\""), "{}", dead.body);
+    let key = model::error_class::group_of(Some("boom"), Some("fatal")).key;
+    let href = format!("/admin/bulk?state=dead&amp;group={key}");
+    assert!(dead.body.contains(&href), "{}", dead.body);
+    let bulk = get_page(
+        r,
+        &format!("/admin/bulk?state=dead&group={key}"),
+        Some(&admin),
+        [10, 0, 0, 52],
+    )
+    .await;
+    assert!(bulk.body.contains("data-count=\"3\""), "{}", bulk.body);
     env.redis.stop().await;
 }

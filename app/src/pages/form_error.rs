@@ -48,6 +48,8 @@ const OURS: &[&str] = &[
     // bulk_act on ticked rows (issue 29).
     "nothing done: type the number of tasks ({n}) to confirm a {purge|cancel}",
     "nothing done: no task chosen; tick the rows to act on",
+    "unknown error class",
+    "the error group is not a group key",
     "nothing done: {n} tasks chosen, more than the {n} one bulk action may touch",
     "{error|query} text is longer than 512 characters",
     "the time window is not a number of hours",

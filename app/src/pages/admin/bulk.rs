@@ -16,8 +16,8 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-pub use super::bulk_act::{bulk_act, BulkAct};
 use super::bulk_act::destructive;
+pub use super::bulk_act::{bulk_act, BulkAct};
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{duration, error_text, plural, PausedBanner};
@@ -47,6 +47,10 @@ pub struct FilterForm {
     pub tenant: String,
     /// The upstream whose queue this acts on ("" = the default one).
     pub upstream: String,
+    /// The last error's class (`class:` of a search, a facet or the dead work view).
+    pub class: String,
+    /// The last error's group (the dead work view's "retry / purge this group").
+    pub group: String,
 }
 
 impl FilterForm {
@@ -60,6 +64,8 @@ impl FilterForm {
             field: get("field"),
             tenant: get("tenant"),
             upstream: get("upstream"),
+            class: get("class"),
+            group: get("group"),
         }
     }
 }
@@ -288,6 +294,15 @@ fn BulkBody(
                         }}
                     </select>
                 </label>
+                // A class or group (from a facet or the dead work view) stays with the count.
+                {move || {
+                    let f = form();
+                    let class = (!f.class.is_empty())
+                        .then(|| view! { <input type="hidden" name="class" value=f.class /> });
+                    let group = (!f.group.is_empty())
+                        .then(|| view! { <input type="hidden" name="group" value=f.group /> });
+                    view! { <span>{class}</span><span>{group}</span> }
+                }}
                 <button type="submit" data-testid="bulk-count-submit">"Count"</button>
             </form>
             <p class="action-result" data-testid="bulk-result" aria-live="polite">{result}</p>
@@ -314,6 +329,8 @@ fn FilterFields(form: FilterForm) -> impl IntoView {
         <input type="hidden" name="filter[field]" value=form.field />
         <input type="hidden" name="filter[tenant]" value=form.tenant />
         <input type="hidden" name="filter[upstream]" value=form.upstream />
+        <input type="hidden" name="filter[class]" value=form.class />
+        <input type="hidden" name="filter[group]" value=form.group />
     }
 }
 

@@ -186,4 +186,3 @@ fn chosen_ids(ids: Vec<String>, limit: u64) -> Result<Vec<queue::TaskId>, Server
 pub fn destructive(op: &str) -> bool {
     matches!(op, "cancel" | "purge")
 }
-

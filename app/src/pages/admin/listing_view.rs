@@ -127,7 +127,10 @@ pub(super) fn ListingView(
         }
         let tick_all = match &listing.search {
             Some(s) => format!("{}&select=page", list_href_search(s, &up)),
-            None => format!("{}&select=page", tasks_href(&state, &order, listing.cursor.as_deref(), &up)),
+            None => format!(
+                "{}&select=page",
+                tasks_href(&state, &order, listing.cursor.as_deref(), &up)
+            ),
         };
         view! {
             <SelectionForm
@@ -140,6 +143,14 @@ pub(super) fn ListingView(
         }
     });
     let choosing = selection.is_some();
+    // The dead tab leads to the dead work grouped by error.
+    let groups = (!searching && state == "dead").then(|| {
+        let href = match up.as_str() {
+            "" | "default" => "/admin/dead".to_string(),
+            u => format!("/admin/dead?upstream={}", encode_component(u)),
+        };
+        view! { <A href=href attr:data-testid="dead-work-link">"Dead work by error…"</A> }
+    });
     view! {
         <div class="view">
         <PausedBanner paused=listing.paused now />
@@ -149,7 +160,7 @@ pub(super) fn ListingView(
         // Optional parts each sit in their own element: bare empty placeholders next to each
         // other are what hydration is most likely to mis-assign.
         <div class="muted">{listing.note}</div>
-        <div>{bulk}</div>
+        <p class="row"><span>{bulk}</span><span>{groups}</span></p>
         <div>{selection}</div>
         <div>
             <ConfirmAction
@@ -173,4 +184,3 @@ pub(super) fn ListingView(
         </div>
     }
 }
-

@@ -29,6 +29,8 @@ mod bulk_act;
 #[cfg(feature = "ssr")]
 mod bulk_filter;
 mod chart;
+pub mod dead_work;
+pub mod facets;
 #[cfg(feature = "ssr")]
 mod flash;
 mod frame;
@@ -50,6 +52,7 @@ mod ui;
 pub mod upstreams;
 
 pub use bulk::BulkPage;
+pub use dead_work::DeadWorkPage;
 pub use leases::LeasesPage;
 pub use login::LoginPage;
 pub use overview::OverviewPage;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActionResult};
 use super::bulk_act::BulkAct;
+use super::facets::{task_facets, FacetPanel};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::listing_view::ListingView;
 use super::live::provide_live;
@@ -227,9 +228,28 @@ pub fn TasksPage() -> impl IntoView {
             list_tasks(state, cursor, search, order, upstream).await
         },
     );
+    // The triage counts: re-read when the search changes or an action ran, not on every live
+    // event (their tally looks at up to 10,000 tasks).
+    let facets = Resource::new(
+        move || {
+            let m = query.get();
+            (
+                m.get("state").unwrap_or_default(),
+                m.get("q"),
+                m.get("upstream"),
+                action.version().get() + bulk.version().get(),
+            )
+        },
+        move |(state, search, upstream, _)| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            task_facets(state, search, upstream).await
+        },
+    );
     view! {
         <AdminFrame me>
-            <TasksBody data action bulk />
+            <TasksBody data action bulk facets />
         </AdminFrame>
     }
 }
@@ -239,14 +259,14 @@ fn TasksBody(
     data: Resource<Result<Listing, ServerFnError>>,
     action: ServerAction<Act>,
     bulk: ServerAction<BulkAct>,
+    facets: Resource<Result<super::facets::FacetsView, ServerFnError>>,
 ) -> impl IntoView {
     let query = use_query_map();
     remember_list(query);
     provide_chosen(bulk);
     let tick_page = move || query.with(|q| q.get_str("select") == Some("page"));
-    let bulk_result = move || {
-        crate::pages::form_error::outcome(bulk).map(|r| r.unwrap_or_else(|e| e))
-    };
+    let bulk_result =
+        move || crate::pages::form_error::outcome(bulk).map(|r| r.unwrap_or_else(|e| e));
     view! {
         <section class="panel">
             <h1>"Tasks"</h1>
@@ -291,6 +311,7 @@ fn TasksBody(
             </form>
             <ActionResult action />
             <p class="action-result" data-testid="selection-result" aria-live="polite">{bulk_result}</p>
+            <div class="tasks-layout">
             <div class="data">
                 <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
@@ -303,6 +324,8 @@ fn TasksBody(
                         }.into_any(),
                     })}
             </Transition>
+            </div>
+            <FacetPanel data=facets />
             </div>
         </section>
     }
@@ -375,5 +398,4 @@ mod tests {
         );
         assert_eq!(list_href(&map(&[("state", "<x>")])), "/admin/tasks");
     }
-
 }
