@@ -83,6 +83,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/admin/leases") view=pages::LeasesPage ssr=SsrMode::Async />
                     <Route path=path!("/admin/upstreams") view=pages::UpstreamsPage ssr=SsrMode::Async />
                     <Route path=path!("/admin/bulk") view=pages::BulkPage ssr=SsrMode::Async />
+                    <Route path=path!("/admin/dead") view=pages::DeadWorkPage ssr=SsrMode::Async />
                 </Routes>
             </main>
         </Router>

@@ -38,7 +38,7 @@ pub fn max_polls(max: u32) -> String {
 
 /// What a stored error says, as far as the public may know it.
 #[derive(Debug, PartialEq, Eq)]
-enum Cause<'a> {
+pub(crate) enum Cause<'a> {
     /// The upstream answered "failed", with its own (already short) message.
     Failed(&'a str),
     TooLarge,
@@ -53,7 +53,7 @@ enum Cause<'a> {
 impl<'a> Cause<'a> {
     /// Reads the forms the worker writes: the ones above, and an upstream call's error,
     /// `METHOD URL: <error>` or `<error>` alone (worker/src/upstream/answer.rs `UpstreamError`).
-    fn of(stored: &'a str) -> Option<Cause<'a>> {
+    pub(crate) fn of(stored: &'a str) -> Option<Cause<'a>> {
         if let Some(message) = stored.strip_prefix(UPSTREAM_FAILED) {
             return Some(Cause::Failed(message.trim()));
         }
@@ -97,7 +97,7 @@ impl<'a> Cause<'a> {
 
 /// The worker's `METHOD URL: error` without its call: the error alone. A URL has no spaces
 /// (the worker percent-encodes the query), so the first ": " after it ends it.
-fn without_call(stored: &str) -> &str {
+pub(crate) fn without_call(stored: &str) -> &str {
     let Some((method, rest)) = stored.split_once(' ') else {
         return stored;
     };

@@ -22,6 +22,7 @@
 //! - [`notice`]: the Pub/Sub message every state change publishes (written by the Lua scripts,
 //!   decoded by the web process).
 
+pub mod error_class;
 pub mod failure;
 pub mod histogram;
 pub mod id;

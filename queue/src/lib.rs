@@ -88,6 +88,7 @@ pub use bulk::{
     TimeField, DEFAULT_BULK_LIMIT,
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
+pub use read::facets::{DeadGroup, DeadGroups, FacetCount, Facets, FACET_SCAN_MAX};
 pub use read::{is_list_cursor, ServerInfo, MAX_PAGE, STATS_BUCKETS, TENANT_SCAN_MAX};
 pub use registry::{registry_ttl_ms, CommandSent, WebProcess, REGISTRY_TTL_PERIODS};
 pub use repartition::Repartitioned;

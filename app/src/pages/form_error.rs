@@ -46,6 +46,12 @@ const OURS: &[&str] = &[
     "nothing done: {n} tasks match now, more than the {n} shown; look at the count again",
     "nothing done: another bulk {retry|cancel|purge} is running ({n} of {n})",
     "unknown state",
+    // bulk_act on ticked rows (issue 29).
+    "nothing done: type the number of tasks ({n}) to confirm a {purge|cancel}",
+    "nothing done: no task chosen; tick the rows to act on",
+    "unknown error class",
+    "the error group is not a group key",
+    "nothing done: {n} tasks chosen, more than the {n} one bulk action may touch",
     "{error|query} text is longer than 512 characters",
     "the time window is not a number of hours",
     "the time window must be between 0 and 8784 hours",

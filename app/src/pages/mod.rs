@@ -13,7 +13,7 @@ pub mod reveal;
 mod widgets;
 
 pub use admin::{
-    BulkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
+    BulkPage, DeadWorkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
 };
 pub use not_found::NotFound;
 pub use query::{QueryPage, QueryResultPage, ReadQuery, ServiceHold, SubmitQuery, UpstreamNames};

@@ -21,7 +21,7 @@
 //! starts, works through and stops a run.
 
 mod run;
-mod select;
+pub(crate) mod select;
 
 use serde::{Deserialize, Serialize};
 
@@ -161,6 +161,18 @@ pub struct BulkFilter {
     /// Exactly this tenant (who asked first); `Some("")`: tasks of no tenant.
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Only these tasks (the rows an operator ticked), instead of the state's whole set: the
+    /// same run, bounded by the same limit, each task's state still checked (the record's
+    /// state: `waiting` and `ready` are both "due" there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<TaskId>>,
+    /// Only tasks whose last error is of this class (`model::error_class::ErrorClass::slug`,
+    /// e.g. "http-503").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Only tasks whose last error is of this group (`model::error_class::group_of`'s key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl BulkFilter {
@@ -168,11 +180,27 @@ impl BulkFilter {
     /// the last 2 h`.
     pub fn describe(&self) -> String {
         let mut parts = vec![self.state.as_str().to_string()];
+        if let Some(ids) = &self.ids {
+            parts.push(format!(
+                "{} chosen by id",
+                if ids.len() == 1 {
+                    "1 task".to_string()
+                } else {
+                    format!("{} tasks", ids.len())
+                }
+            ));
+        }
         if let Some(e) = self.error.as_deref().filter(|s| !s.is_empty()) {
             parts.push(format!("error contains {e:?}"));
         }
         if let Some(q) = self.query.as_deref().filter(|s| !s.is_empty()) {
             parts.push(format!("query contains {q:?}"));
+        }
+        if let Some(c) = &self.class {
+            parts.push(format!("error class {c}"));
+        }
+        if let Some(g) = &self.group {
+            parts.push(format!("error group {g}"));
         }
         match self.tenant.as_deref() {
             Some("") => parts.push("no tenant".to_string()),
@@ -196,9 +224,20 @@ impl BulkFilter {
         parts.join(", ")
     }
 
-    /// Whether a record (its `q`, `e`, `c`, `u`, `s`, `tn` fields) matches; `cutoff` = now −
-    /// window.
+    /// Whether a record (its `q`, `e`, `c`, `u`, `s`, `tn`, `dr` fields) matches; `cutoff` =
+    /// now − window.
     fn matches(&self, f: &[Option<String>], cutoff: Option<i64>) -> bool {
+        let field = |i: usize| f.get(i).and_then(|v| v.as_deref());
+        if let Some(class) = &self.class {
+            if model::error_class::classify(field(1), field(6)).slug() != *class {
+                return false;
+            }
+        }
+        if let Some(group) = &self.group {
+            if model::error_class::group_of(field(1), field(6)).key != *group {
+                return false;
+            }
+        }
         if let Some(t) = self.tenant.as_deref() {
             if f.get(5).cloned().flatten().unwrap_or_default() != t {
                 return false;

@@ -1,15 +1,22 @@
-//! Selecting a bulk action's tasks: the state's set(s) read page by page in each slot, the
-//! records' short fields matched against the filter, one scan budget shared by the slots.
+//! Selecting a bulk action's tasks: the state's set(s) read page by page in each slot (or
+//! the chosen ids), the records' short fields matched against the filter, one scan budget
+//! shared by the slots. [`Queue::scan_matching`] is the one walk; the bulk selection keeps
+//! ids from it, the dashboard's facets and dead work groups (`read::facets`) tally it.
 
 use redis::AsyncCommands;
 
 use crate::decode::{self, array};
 use crate::error::Result;
 use crate::keys::Keys;
+use crate::model::TaskId;
 use crate::queue::Queue;
 use crate::slot::Slot;
 
 use super::{BulkFilter, BulkSelection, BulkState, BULK_SCAN_MAX, SCAN_PAGE};
+
+/// The record fields a filter reads, in this order (`BulkFilter::matches` and the tallies
+/// index them): query, last error, created, updated, state, tenant, dead reason.
+pub(crate) const FIELDS: [&str; 7] = ["q", "e", "c", "u", "s", "tn", "dr"];
 
 impl Queue {
     /// The tasks `filter` selects: counts all matches (up to [`BULK_SCAN_MAX`] candidates
@@ -26,37 +33,119 @@ impl Queue {
         keep: usize,
         max_scan: u64,
     ) -> Result<BulkSelection> {
+        let mut out = BulkSelection::default();
+        let (scanned, complete) = self
+            .scan_matching(filter, max_scan, &mut |id, _| {
+                out.matched += 1;
+                if out.ids.len() < keep {
+                    out.ids.push(id);
+                }
+            })
+            .await?;
+        out.scanned = scanned;
+        out.complete = complete;
+        Ok(out)
+    }
+
+    /// Walks what `filter` selects — the state's set(s) slot after slot, or its chosen ids —
+    /// looking at no more than `max_scan` members, and hands each matching task's id and
+    /// record fields ([`FIELDS`]) to `visit`. Returns (members looked at, whether that was
+    /// all of them).
+    pub(crate) async fn scan_matching(
+        &self,
+        filter: &BulkFilter,
+        max_scan: u64,
+        visit: &mut (dyn FnMut(TaskId, &[Option<String>]) + Send),
+    ) -> Result<(u64, bool)> {
+        if let Some(ids) = &filter.ids {
+            return self.scan_ids(filter, ids, max_scan, visit).await;
+        }
         // Slot after slot, sharing the one scan budget.
-        let mut out = BulkSelection {
-            complete: true,
-            ..BulkSelection::default()
-        };
+        let (mut scanned, mut complete) = (0u64, true);
         for slot in self.slots() {
-            let left = max_scan.saturating_sub(out.scanned);
+            let left = max_scan.saturating_sub(scanned);
             if left == 0 {
-                out.complete = false;
+                complete = false;
                 break;
             }
-            let s = slot
-                .select_bounded(filter, keep.saturating_sub(out.ids.len()), left)
-                .await?;
-            out.scanned += s.scanned;
-            out.matched += s.matched;
-            out.ids.extend(s.ids);
-            out.complete &= s.complete;
+            let (n, all) = slot.scan_matching(filter, left, visit).await?;
+            scanned += n;
+            complete &= all;
         }
-        Ok(out)
+        Ok((scanned, complete))
+    }
+
+    /// [`Queue::scan_matching`] of the chosen `ids` that are (still) in the filter's state and
+    /// match its other parts, in the order given, duplicates once.
+    async fn scan_ids(
+        &self,
+        filter: &BulkFilter,
+        ids: &[TaskId],
+        max_scan: u64,
+        visit: &mut (dyn FnMut(TaskId, &[Option<String>]) + Send),
+    ) -> Result<(u64, bool)> {
+        let mut seen = std::collections::BTreeSet::new();
+        let unique: Vec<_> = ids.iter().filter(|id| seen.insert(*id)).cloned().collect();
+        let look = usize::try_from(max_scan).unwrap_or(usize::MAX);
+        let mut scanned = 0u64;
+        for page in unique[..unique.len().min(look)].chunks(SCAN_PAGE) {
+            let cutoff = self.cutoff(filter).await?;
+            // One HMGET per id, sent together on the multiplexed connections (each id to
+            // its own slot).
+            let records: Vec<Vec<Option<String>>> =
+                futures::future::try_join_all(page.iter().map(|id| {
+                    let slot = self.slot_of(id.as_str());
+                    let mut c = slot.conn.clone();
+                    let key = slot.keys().task(id);
+                    async move {
+                        redis::cmd("HMGET")
+                            .arg(key)
+                            .arg(&FIELDS)
+                            .query_async::<Vec<Option<String>>>(&mut c)
+                            .await
+                    }
+                }))
+                .await?;
+            scanned += page.len() as u64;
+            for (id, f) in page.iter().zip(records) {
+                if filter.selects(&f, cutoff) {
+                    visit(id.clone(), &f);
+                }
+            }
+        }
+        Ok((scanned, unique.len() <= look))
+    }
+
+    /// The window's start (Redis time − window), if the filter has one.
+    async fn cutoff(&self, filter: &BulkFilter) -> Result<Option<i64>> {
+        Ok(match filter.within_ms {
+            None => None,
+            Some(w) => Some(
+                self.now_ms()
+                    .await?
+                    .saturating_sub(i64::try_from(w).unwrap_or(i64::MAX)),
+            ),
+        })
+    }
+}
+
+impl BulkFilter {
+    /// Whether a record read with [`FIELDS`] is in the filter's state and matches it.
+    fn selects(&self, f: &[Option<String>], cutoff: Option<i64>) -> bool {
+        f.len() >= 5
+            && f[4].as_deref() == Some(self.state.record_state())
+            && self.matches(f, cutoff)
     }
 }
 
 impl Slot {
-    /// [`Queue::select_bounded`] in this slot: its state's set(s) page by page.
-    async fn select_bounded(
+    /// [`Queue::scan_matching`] in this slot: its state's set(s) page by page.
+    async fn scan_matching(
         &self,
         filter: &BulkFilter,
-        keep: usize,
         max_scan: u64,
-    ) -> Result<BulkSelection> {
+        visit: &mut (dyn FnMut(TaskId, &[Option<String>]) + Send),
+    ) -> Result<(u64, bool)> {
         let k = self.keys();
         let now = self.now_ms().await?;
         let cutoff = filter
@@ -69,19 +158,17 @@ impl Slot {
             BulkState::Leased => vec![(&k.lease, false)],
             BulkState::Ready => vec![(&k.fair, false), (&k.ready, true), (&k.ready_bg, true)],
         };
-        let mut out = BulkSelection {
-            complete: true,
-            ..BulkSelection::default()
-        };
+        let (mut scanned, mut complete) = (0u64, true);
         let mut c = self.conn.clone();
         'sources: for (src, lists) in sources {
             let mut offset = 0usize;
             loop {
-                if out.scanned >= max_scan {
-                    out.complete = false;
+                if scanned >= max_scan {
+                    complete = false;
                     break 'sources;
                 }
-                let stop = (offset + SCAN_PAGE - 1) as isize;
+                let page = SCAN_PAGE.min(usize::try_from(max_scan - scanned).unwrap_or(SCAN_PAGE));
+                let stop = (offset + page - 1) as isize;
                 let v: redis::Value = if lists {
                     c.lrange(src, offset as isize, stop).await?
                 } else {
@@ -98,32 +185,19 @@ impl Slot {
                     break;
                 }
                 offset += ids.len();
-                out.scanned += ids.len() as u64;
+                scanned += ids.len() as u64;
                 let mut p = redis::pipe();
                 for id in &ids {
-                    p.cmd("HMGET")
-                        .arg(k.task(id))
-                        .arg("q")
-                        .arg("e")
-                        .arg("c")
-                        .arg("u")
-                        .arg("s")
-                        .arg("tn");
+                    p.cmd("HMGET").arg(k.task(id)).arg(&FIELDS);
                 }
                 let records: Vec<Vec<Option<String>>> = p.query_async(&mut c).await?;
                 for (id, f) in ids.into_iter().zip(records) {
-                    if f.len() < 5 || f[4].as_deref() != Some(filter.state.record_state()) {
-                        continue;
-                    }
-                    if filter.matches(&f, cutoff) {
-                        out.matched += 1;
-                        if out.ids.len() < keep {
-                            out.ids.push(id);
-                        }
+                    if filter.selects(&f, cutoff) {
+                        visit(id, &f);
                     }
                 }
             }
         }
-        Ok(out)
+        Ok((scanned, complete))
     }
 }

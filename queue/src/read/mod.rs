@@ -6,6 +6,7 @@
 
 mod detail;
 mod events;
+pub mod facets;
 mod list;
 pub(crate) mod merge;
 mod ready;

@@ -16,6 +16,8 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
+use super::bulk_act::destructive;
+pub use super::bulk_act::{bulk_act, BulkAct};
 use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{duration, error_text, plural, PausedBanner};
@@ -45,6 +47,10 @@ pub struct FilterForm {
     pub tenant: String,
     /// The upstream whose queue this acts on ("" = the default one).
     pub upstream: String,
+    /// The last error's class (`class:` of a search, a facet or the dead work view).
+    pub class: String,
+    /// The last error's group (the dead work view's "retry / purge this group").
+    pub group: String,
 }
 
 impl FilterForm {
@@ -58,6 +64,8 @@ impl FilterForm {
             field: get("field"),
             tenant: get("tenant"),
             upstream: get("upstream"),
+            class: get("class"),
+            group: get("group"),
         }
     }
 }
@@ -146,129 +154,6 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
         now_ms: now_ms.map_err(failed)?,
         upstreams: ctx.upstream_names(),
     })
-}
-
-/// Starts a bulk run (`op` = retry | cancel | purge) on what `filter` selects, or stops the
-/// running one (`op` = stop). `confirmed` is the count the button showed: a start is refused
-/// when more tasks match by now. A destructive run (cancel, purge) also needs `typed`, the
-/// operator's own typing of that count: one click cannot destroy thousands of tasks. Answers
-/// with a sentence saying what happened.
-#[server(prefix = "/admin/fn")]
-pub async fn bulk_act(
-    op: String,
-    filter: FilterForm,
-    confirmed: Option<u64>,
-    typed: Option<String>,
-) -> Result<String, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
-    use http::StatusCode;
-    let session = require(Role::Admin).await?;
-    let ctx = crate::context::app_context()?;
-    let q = super::bulk_filter::queue_of(&ctx, &filter)?.clone();
-    // The audit log is the deployment's one (the default queue's), whichever upstream acts.
-    let audit_q = ctx.queue.clone();
-    let upstream_note = match q.config().upstream.as_str() {
-        "" => String::new(),
-        u => format!("upstream {u}: "),
-    };
-    let who = session.user.clone();
-    let failed = |e: queue::QueueError| {
-        tracing::error!(error = %e, "bulk action failed");
-        refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the action failed; see the server log",
-        )
-    };
-    if op == "stop" {
-        let asked = q.bulk_stop().await.map_err(failed)?;
-        return Ok(if asked {
-            "stopping after the current chunk".into()
-        } else {
-            "no bulk action is running".into()
-        });
-    }
-    let action = queue::BulkAction::parse(&op)
-        .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "unknown action"))?;
-    if destructive(&op) {
-        let want = confirmed.map(|n| n.to_string());
-        let typed = typed.as_deref().map(str::trim);
-        if want.is_none() || typed != want.as_deref() {
-            return Err(refuse(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "nothing done: type the number of tasks ({}) to confirm a {op}",
-                    want.as_deref().unwrap_or("shown")
-                ),
-            ));
-        }
-    }
-    let f = super::bulk_filter::filter(&filter)?;
-    let limit = ctx.admin.settings().bulk_limit;
-    let job = match q
-        .bulk_begin(action, &f, &who, limit, confirmed)
-        .await
-        .map_err(failed)?
-    {
-        Ok(job) => job,
-        Err(refused) => {
-            use queue::BulkRefused as R;
-            let (status, msg) = match refused {
-                R::NotApplicable => (
-                    StatusCode::BAD_REQUEST,
-                    format!("{op} does not apply to {} tasks", f.state.as_str()),
-                ),
-                R::Nothing => (
-                    StatusCode::CONFLICT,
-                    "nothing done: no task matches the filter now".to_string(),
-                ),
-                R::OverLimit { matched, limit } => (
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "nothing done: {matched} tasks match, more than the {limit} one bulk action may touch \
-                         (REPOLL_BULK_LIMIT); narrow the filter"
-                    ),
-                ),
-                R::CountGrew { confirmed, matched } => (
-                    StatusCode::CONFLICT,
-                    format!(
-                        "nothing done: {matched} tasks match now, more than the {confirmed} shown; look at the count again"
-                    ),
-                ),
-                R::Busy(run) => (
-                    StatusCode::CONFLICT,
-                    format!(
-                        "nothing done: another bulk {} is running ({} of {})",
-                        run.action, run.done, run.total
-                    ),
-                ),
-            };
-            return Err(refuse(status, &msg));
-        }
-    };
-    let total = job.progress().total;
-    let filter_text = job.progress().filter.clone();
-    // The run belongs to the server, not to this request: it goes on when the page is
-    // closed. One audit entry when it ends, with its filter and what it changed.
-    let audit_action = format!("bulk {op}");
-    tokio::spawn(async move {
-        let end = job.run().await;
-        let (target, count) = match &end {
-            Ok(p) if p.state == "stopped" => (
-                format!("{filter_text} (stopped after {} of {})", p.done, p.total),
-                p.changed,
-            ),
-            Ok(p) => (filter_text, p.changed),
-            Err(_) => (format!("{filter_text} (failed; see the server log)"), 0),
-        };
-        let target = format!("{upstream_note}{target}");
-        super::actions::record_audit(&audit_q, &who, &audit_action, &target, count).await;
-    });
-    Ok(format!("started: {op} {}", plural(total, "task", "tasks")))
-}
-
-/// Whether `op` destroys work (asks for the count typed).
-fn destructive(op: &str) -> bool {
-    matches!(op, "cancel" | "purge")
 }
 
 /// `/admin/bulk?state=..&error=..&query=..&hours=..&field=..`.
@@ -409,6 +294,15 @@ fn BulkBody(
                         }}
                     </select>
                 </label>
+                // A class or group (from a facet or the dead work view) stays with the count.
+                {move || {
+                    let f = form();
+                    let class = (!f.class.is_empty())
+                        .then(|| view! { <input type="hidden" name="class" value=f.class /> });
+                    let group = (!f.group.is_empty())
+                        .then(|| view! { <input type="hidden" name="group" value=f.group /> });
+                    view! { <span>{class}</span><span>{group}</span> }
+                }}
                 <button type="submit" data-testid="bulk-count-submit">"Count"</button>
             </form>
             <p class="action-result" data-testid="bulk-result" aria-live="polite">{result}</p>
@@ -435,6 +329,8 @@ fn FilterFields(form: FilterForm) -> impl IntoView {
         <input type="hidden" name="filter[field]" value=form.field />
         <input type="hidden" name="filter[tenant]" value=form.tenant />
         <input type="hidden" name="filter[upstream]" value=form.upstream />
+        <input type="hidden" name="filter[class]" value=form.class />
+        <input type="hidden" name="filter[group]" value=form.group />
     }
 }
 

@@ -55,6 +55,20 @@ pub fn filter(f: &FilterForm) -> Result<queue::BulkFilter, ServerFnError> {
         within_ms,
         time_field,
         tenant,
+        class: match f.class.trim() {
+            "" => None,
+            c => Some(
+                model::error_class::ErrorClass::parse(c)
+                    .ok_or_else(|| bad("unknown error class"))?
+                    .slug(),
+            ),
+        },
+        group: match f.group.trim() {
+            "" => None,
+            g if model::error_class::is_group_key(g) => Some(g.to_string()),
+            _ => return Err(bad("the error group is not a group key")),
+        },
+        ..queue::BulkFilter::default()
     })
 }
 

@@ -72,6 +72,7 @@ pub fn AdminFrame(
                                 <A href="/admin/leases">"Leases"</A>
                                 <A href="/admin/upstreams">"Upstreams"</A>
                                 <A href="/admin/bulk">"Bulk"</A>
+                                <A href="/admin/dead">"Dead work"</A>
                                 <LiveIndicator />
                                 <span class="muted" data-testid="signed-in-as">
                                     {signed_in_as(&me)}

@@ -26,28 +26,35 @@
 
 pub mod actions;
 pub mod bulk;
+mod bulk_act;
 #[cfg(feature = "ssr")]
 mod bulk_filter;
 mod chart;
+pub mod dead_work;
+pub mod facets;
 #[cfg(feature = "ssr")]
 mod flash;
 mod frame;
 pub mod leases;
+mod listing_view;
 mod live;
 pub mod login;
 pub mod overview;
 mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
+mod selection;
 pub mod task;
 mod task_result;
 mod task_rows;
+mod task_tabs;
 pub mod tasks;
 mod ui;
 pub mod upstreams;
 mod workers;
 
 pub use bulk::BulkPage;
+pub use dead_work::DeadWorkPage;
 pub use leases::LeasesPage;
 pub use login::LoginPage;
 pub use overview::OverviewPage;

@@ -5,6 +5,8 @@
 //! - `error:` part of the last error's text; `query:` part of the query text (both ignore case);
 //! - `after:` changed within the last span: `90s`, `15m`, `2h`, `7d`;
 //! - `tenant:` exactly this tenant (who asked), `tenant:none` the tasks of no tenant;
+//! - `class:` the last error's class (`http-503`, `timeout`, `bad-body`, `upstream-failed`,
+//!   `deadline`, …; `model::error_class`), `group:` its group (the dead work view's key);
 //! - anything else is free text: an exact query or a task id (or its start) first, and, when
 //!   that finds nothing or qualifiers are given, part of the query text.
 //!
@@ -28,6 +30,10 @@ pub struct Search {
     pub within_ms: Option<u64>,
     /// Exactly this tenant; `Some("")`: tasks of no tenant.
     pub tenant: Option<String>,
+    /// The last error's class (its slug).
+    pub class: Option<String>,
+    /// The last error's group (its key).
+    pub group: Option<String>,
     /// The words that are not qualifiers, joined by one space.
     pub text: String,
 }
@@ -40,6 +46,8 @@ impl Search {
             || self.query.is_some()
             || self.within_ms.is_some()
             || self.tenant.is_some()
+            || self.class.is_some()
+            || self.group.is_some()
     }
 
     /// The bulk page for the tasks this search finds, its filter carried (`/admin/bulk?...`),
@@ -72,6 +80,12 @@ impl Search {
             Some(t) => href.push_str(&format!("&tenant={}", enc(t))),
             None => {}
         }
+        if let Some(c) = &self.class {
+            href.push_str(&format!("&class={}", enc(c)));
+        }
+        if let Some(g) = &self.group {
+            href.push_str(&format!("&group={}", enc(g)));
+        }
         if !upstream.is_empty() && upstream != queue::DEFAULT_UPSTREAM {
             href.push_str(&format!("&upstream={}", enc(upstream)));
         }
@@ -94,6 +108,9 @@ impl Search {
             within_ms: self.within_ms,
             time_field: TimeField::Updated,
             tenant: self.tenant.clone(),
+            class: self.class.clone(),
+            group: self.group.clone(),
+            ..BulkFilter::default()
         }
     }
 
@@ -173,6 +190,16 @@ pub fn parse(s: &str) -> Result<Search, String> {
                 ))
             }
             "query" => out.query = Some(value.to_string()),
+            "class" => {
+                let class = model::error_class::ErrorClass::parse(value).ok_or_else(|| {
+                    format!("class:{value} is not an error class such as http-503, timeout, bad-body, upstream-failed, deadline or other")
+                })?;
+                out.class = Some(class.slug());
+            }
+            "group" if model::error_class::is_group_key(value) => {
+                out.group = Some(value.to_string())
+            }
+            "group" => return Err(format!("group:{value} is not a group key (16 hex digits)")),
             "after" => {
                 out.within_ms = Some(span_ms(value).ok_or_else(|| {
                     format!("after:{value} is not a span such as 90s, 15m, 2h or 7d")

@@ -10,6 +10,7 @@
 use leptos::prelude::*;
 use leptos_router::components::A;
 
+use super::selection::{PageCheck, RowCheck};
 use super::ui::{or_dash, short, TimeAt};
 use crate::pages::format::{cut, is_cut, ROW_TEXT_CHARS};
 use model::{DeadReason, Priority, StoredResult, Task, TaskState};
@@ -45,13 +46,21 @@ pub fn whole_on_task_page(text: &str, href: &str, what: &'static str) -> impl In
 }
 
 /// The rows of a list: a table on a wide screen, one card per task on a phone (each cell
-/// names its column through `data-label`).
+/// names its column through `data-label`). With `choose`, each task row starts with its
+/// checkbox (`selection`).
 #[component]
-pub fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl IntoView {
+pub fn TaskTable(
+    tasks: Vec<Task>,
+    results: Vec<StoredResult>,
+    now: i64,
+    #[prop(optional)] choose: bool,
+) -> impl IntoView {
+    let page_ids: Vec<String> = tasks.iter().map(|t| t.id.to_string()).collect();
     view! {
         <table class="cards" data-testid="task-table">
             <thead>
                 <tr>
+                    {choose.then(|| view! { <PageCheck ids=page_ids /> })}
                     <th>"id"</th><th>"query"</th><th>"state"</th><th>"attempts"</th><th>"polls"</th>
                     <th>"when"</th><th>"worker"</th><th>"last error"</th>
                 </tr>
@@ -90,6 +99,7 @@ pub fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl
                         let more_error = whole_on_task_page(&error, &href, "error");
                         view! {
                             <tr data-testid="task-row" data-id=t.id.to_string()>
+                                {choose.then(|| view! { <RowCheck id=t.id.to_string() /> })}
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
                                 <td data-label="query" class="query">
                                     <crate::pages::reveal::QueryText text=t.query />
@@ -118,6 +128,7 @@ pub fn TaskTable(tasks: Vec<Task>, results: Vec<StoredResult>, now: i64) -> impl
                         let more_query = whole_on_task_page(&r.query, &href, "query");
                         view! {
                             <tr data-testid="task-row" data-id=r.id.to_string()>
+                                {choose.then(|| view! { <td class="choose"></td> })}
                                 <td data-label="id"><A href=href><code>{short_id}</code></A></td>
                                 <td data-label="query" class="query">
                                     <crate::pages::reveal::QueryText text=r.query />

@@ -10,85 +10,31 @@
 //! up with a bounded `SCAN` over the task and result keys; on a big queue it may stop before
 //! seeing every key and says so.
 //!
-//! The rows themselves, and what of a task they carry, are `task_rows`'.
+//! The rows themselves, and what of a task they carry, are `task_rows`'; the tabs and links
+//! `task_tabs`'; a page as shown `listing_view`'s; ticking rows to act on them `selection`'s.
 
 use leptos::prelude::*;
-use leptos_router::{components::A, hooks::use_query_map};
+use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActionResult};
-use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
+use super::bulk_act::BulkAct;
+use super::facets::{task_facets, FacetPanel};
+use super::frame::{session, signed_in, signed_out, AdminFrame};
+use super::listing_view::ListingView;
 use super::live::provide_live;
+use super::selection::provide_chosen;
 #[cfg(feature = "ssr")]
 use super::task_rows::rows_only;
-use super::task_rows::TaskTable;
-use super::ui::{error_text, plural, provide_confirm, ConfirmAction, PausedBanner};
+pub use super::task_tabs::TabCounts;
+use super::task_tabs::{tasks_href, Tabs, STATES};
+use super::ui::{error_text, provide_confirm};
 use crate::pages::format::encode_component;
 use model::{PauseInfo, StoredResult, Task};
 
 /// Rows per page.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
 const PAGE: usize = 50;
-
-/// The states a list can show, with their labels.
-const STATES: [(&str, &str); 5] = [
-    ("ready", "Ready"),
-    ("waiting", "Waiting / retrying"),
-    ("leased", "Leased"),
-    ("dead", "Dead"),
-    ("results", "Results"),
-];
-
-/// Members of each list, for the tabs (one consistent snapshot of the queue's counts).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TabCounts {
-    pub ready: u64,
-    /// Waiting for a later poll, retrying included (the "waiting" list holds both).
-    pub waiting: u64,
-    pub leased: u64,
-    /// Leases past their deadline (part of `leased`).
-    pub stuck: u64,
-    pub dead: u64,
-    pub results: u64,
-}
-
-impl TabCounts {
-    /// The count of list `state`.
-    pub fn of(&self, state: &str) -> u64 {
-        match state {
-            "ready" => self.ready,
-            "waiting" => self.waiting,
-            "leased" => self.leased,
-            "dead" => self.dead,
-            "results" => self.results,
-            _ => 0,
-        }
-    }
-}
-
-/// A task or result, in words: "1 dead task", "3 stored results".
-fn state_noun(state: &str, n: u64) -> String {
-    match state {
-        "ready" => plural(n, "ready task", "ready tasks"),
-        "waiting" => plural(n, "waiting task", "waiting tasks"),
-        "leased" => plural(n, "leased task", "leased tasks"),
-        "dead" => plural(n, "dead task", "dead tasks"),
-        "results" => plural(n, "stored result", "stored results"),
-        _ => plural(n, "task", "tasks"),
-    }
-}
-
-/// What an empty list says.
-fn empty_text(state: &str) -> &'static str {
-    match state {
-        "ready" => "No ready tasks: nothing is waiting for a worker.",
-        "waiting" => "No tasks are waiting for a later poll or a retry.",
-        "leased" => "No leased tasks: no worker is polling right now.",
-        "dead" => "No dead tasks.",
-        "results" => "No stored results.",
-        _ => "Nothing here.",
-    }
-}
 
 /// One page of a listing, or search hits.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +65,32 @@ pub struct Listing {
     /// For a search a bulk filter can express: the bulk page with that filter.
     #[serde(default)]
     pub bulk_href: Option<String>,
+    /// The one state the listed tasks are in, when a bulk action can act on them (a tab, or a
+    /// search with `state:`): the rows can then be ticked.
+    #[serde(default)]
+    pub bulk_state: Option<String>,
+    /// The bulk actions that apply to `bulk_state` (`queue::BulkAction::applies_to`).
+    #[serde(default)]
+    pub bulk_actions: Vec<String>,
+    /// The cursor this page started at.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// The bulk state of a list or search state, and the actions that apply to it.
+#[cfg(feature = "ssr")]
+fn bulk_of(state: Option<queue::BulkState>) -> (Option<String>, Vec<String>) {
+    match state {
+        None => (None, Vec::new()),
+        Some(s) => (
+            Some(s.as_str().to_string()),
+            queue::BulkAction::ALL
+                .into_iter()
+                .filter(|a| a.applies_to(s))
+                .map(|a| a.as_str().to_string())
+                .collect(),
+        ),
+    }
 }
 
 /// A page of `state` in `order` ("oldest", the default, or "newest") after `cursor`, or the
@@ -170,6 +142,7 @@ pub async fn list_tasks(
         hits.counts = counts;
         hits.paused = paused;
         hits.bulk_href = parsed.bulk_href(&upstream);
+        (hits.bulk_state, hits.bulk_actions) = bulk_of(parsed.state);
         hits.upstream = upstream;
         hits.upstreams = upstreams;
         rows_only(&mut hits.tasks, &mut hits.results);
@@ -191,6 +164,7 @@ pub async fn list_tasks(
     // A malformed cursor (edited URL) starts from the first page instead of failing.
     let cursor = cursor.filter(|c| queue::is_list_cursor(c));
     let paged = cursor.is_some();
+    let (bulk_state, bulk_actions) = bulk_of(queue::BulkState::parse(&state));
     let mut page = q
         .list(list_state, order, cursor.as_deref(), PAGE)
         .await
@@ -217,6 +191,9 @@ pub async fn list_tasks(
         upstream,
         upstreams,
         bulk_href: None,
+        bulk_state,
+        bulk_actions,
+        cursor,
     })
 }
 
@@ -229,6 +206,7 @@ pub fn TasksPage() -> impl IntoView {
     let me = session();
     let query = use_query_map();
     let action = ServerAction::<Act>::new();
+    let bulk = ServerAction::<BulkAct>::new();
     provide_confirm(action);
     let data = Resource::new(
         move || {
@@ -240,7 +218,7 @@ pub fn TasksPage() -> impl IntoView {
                 m.get("order"),
                 m.get("upstream"),
                 live.tick.get(),
-                action.version().get(),
+                action.version().get() + bulk.version().get(),
             )
         },
         move |(state, cursor, search, order, upstream, _, _)| async move {
@@ -250,9 +228,28 @@ pub fn TasksPage() -> impl IntoView {
             list_tasks(state, cursor, search, order, upstream).await
         },
     );
+    // The triage counts: re-read when the search changes or an action ran, not on every live
+    // event (their tally looks at up to 10,000 tasks).
+    let facets = Resource::new(
+        move || {
+            let m = query.get();
+            (
+                m.get("state").unwrap_or_default(),
+                m.get("q"),
+                m.get("upstream"),
+                action.version().get() + bulk.version().get(),
+            )
+        },
+        move |(state, search, upstream, _)| async move {
+            if !signed_in(me).await {
+                return signed_out();
+            }
+            task_facets(state, search, upstream).await
+        },
+    );
     view! {
         <AdminFrame me>
-            <TasksBody data action />
+            <TasksBody data action bulk facets />
         </AdminFrame>
     }
 }
@@ -261,9 +258,15 @@ pub fn TasksPage() -> impl IntoView {
 fn TasksBody(
     data: Resource<Result<Listing, ServerFnError>>,
     action: ServerAction<Act>,
+    bulk: ServerAction<BulkAct>,
+    facets: Resource<Result<super::facets::FacetsView, ServerFnError>>,
 ) -> impl IntoView {
     let query = use_query_map();
     remember_list(query);
+    provide_chosen(bulk);
+    let tick_page = move || query.with(|q| q.get_str("select") == Some("page"));
+    let bulk_result =
+        move || crate::pages::form_error::outcome(bulk).map(|r| r.unwrap_or_else(|e| e));
     view! {
         <section class="panel">
             <h1>"Tasks"</h1>
@@ -307,10 +310,12 @@ fn TasksBody(
                 </p>
             </form>
             <ActionResult action />
+            <p class="action-result" data-testid="selection-result" aria-live="polite">{bulk_result}</p>
+            <div class="tasks-layout">
             <div class="data">
                 <Transition fallback=|| view! { <p>"Reading…"</p> }>
                 {move || data.get().map(|r| match r {
-                        Ok(l) => view! { <ListingView listing=l action /> }.into_any(),
+                        Ok(l) => view! { <ListingView listing=l action bulk_action=bulk tick_page=tick_page() /> }.into_any(),
                         Err(e) => view! {
                             <div class="view">
                                 <Tabs counts=None current=None order=String::new() upstream=String::new() />
@@ -320,83 +325,10 @@ fn TasksBody(
                     })}
             </Transition>
             </div>
+            <FacetPanel data=facets />
+            </div>
         </section>
     }
-}
-
-/// The state tabs: a real tab strip, the current one marked `aria-current="page"`, each with
-/// its count (dead and stuck in red when above 0). Tabs keep the chosen order (no cursor: a
-/// new state starts at its first page). A search has no current tab.
-#[component]
-fn Tabs(
-    counts: Option<TabCounts>,
-    current: Option<String>,
-    order: String,
-    upstream: String,
-) -> impl IntoView {
-    view! {
-        <nav class="tabs" aria-label="Task states" data-testid="state-tabs">
-            {STATES
-                .iter()
-                .map(|(name, label)| {
-                    let name = *name;
-                    let here = current.as_deref() == Some(name);
-                    let n = counts.as_ref().map(|c| c.of(name));
-                    let stuck = counts.as_ref().map(|c| c.stuck).unwrap_or(0);
-                    let alarming = (name == "dead" && n.unwrap_or(0) > 0)
-                        || (name == "leased" && stuck > 0);
-                    let class = match (here, alarming) {
-                        (true, true) => "tab active alarm",
-                        (true, false) => "tab active",
-                        (false, true) => "tab alarm",
-                        (false, false) => "tab",
-                    };
-                    let title = (name == "leased" && stuck > 0)
-                        .then(|| format!("{} past the deadline", plural(stuck, "lease", "leases")));
-                    view! {
-                        <a
-                            href=tasks_href(name, &order, None, &upstream)
-                            class=class
-                            aria-current=here.then_some("page")
-                            title=title
-                            data-testid=format!("tab-{name}")
-                        >
-                            {*label}
-                            {n.map(|n| view! { " " <span class="tab-count" data-testid=format!("tab-count-{name}")>{n}</span> })}
-                        </a>
-                    }
-                })
-                .collect_view()}
-        </nav>
-    }
-}
-
-/// The link to a page of the task list. Oldest-first is the default and stays out of the
-/// URL; a cursor only ever travels with the order it came from; a named upstream is kept.
-/// The bulk page for one state of one upstream's tasks.
-fn tasks_bulk_href(state: &str, upstream: &str) -> String {
-    let mut href = format!("/admin/bulk?state={state}");
-    if !upstream.is_empty() && upstream != "default" {
-        href.push_str("&upstream=");
-        href.push_str(&encode_component(upstream));
-    }
-    href
-}
-
-fn tasks_href(state: &str, order: &str, cursor: Option<&str>, upstream: &str) -> String {
-    let mut href = format!("/admin/tasks?state={state}");
-    if !upstream.is_empty() && upstream != "default" {
-        href.push_str("&upstream=");
-        href.push_str(&encode_component(upstream));
-    }
-    if order == "newest" {
-        href.push_str("&order=newest");
-    }
-    if let Some(c) = cursor {
-        href.push_str("&cursor=");
-        href.push_str(&encode_component(c));
-    }
-    href
 }
 
 /// Where the task list is now (tab, order, page or search), as a link back to it.
@@ -438,123 +370,6 @@ fn remember_list(query: Memo<leptos_router::params::ParamsMap>) {
     let _ = (query, list_href);
 }
 
-#[component]
-fn ListingView(listing: Listing, action: ServerAction<Act>) -> impl IntoView {
-    let now = listing.now_ms;
-    let searching = listing.search.is_some();
-    let heading = match &listing.search {
-        Some(s) => format!(
-            "{} found for \u{201c}{s}\u{201d}",
-            plural(listing.total, "task", "tasks")
-        ),
-        None => format!(
-            "{} ({} first)",
-            state_noun(&listing.state, listing.total),
-            listing.order
-        ),
-    };
-    let (state, order) = (listing.state.clone(), listing.order.clone());
-    let up = listing.upstream.clone();
-    // With several upstreams: which one's tasks these are, and the others one click away.
-    let choose = (listing.upstreams.len() > 1).then(|| {
-        let links = listing
-            .upstreams
-            .iter()
-            .map(|u| {
-                let here = (u == "default" && up.is_empty()) || *u == up;
-                let href = tasks_href(&state, &order, None, u);
-                let testid = format!("upstream-tab-{u}");
-                view! {
-                    " "
-                    <a href=href class=if here { "tab active" } else { "tab" } aria-current=here.then_some("page") data-testid=testid>
-                        {u.clone()}
-                    </a>
-                }
-            })
-            .collect_view();
-        view! { <p class="row" data-testid="upstream-tabs">"Upstream:" {links}</p> }
-    });
-    let next = listing.next_cursor.as_deref().map(|c| {
-        let href = tasks_href(&state, &order, Some(c), &up);
-        view! { <A href=href attr:data-testid="next-page">"Next page →"</A> }
-    });
-    // Only past the first page: on the first page (or the only one) it would go nowhere.
-    let first = (!searching && listing.paged).then(|| {
-        view! { <A href=tasks_href(&state, &order, None, &up) attr:data-testid="first-page">"← First page"</A> }
-    });
-    // The other order, from its first page.
-    let flip = (!searching && listing.total > 1).then(|| {
-        let (other, label) = if order == "newest" {
-            ("oldest", "Oldest first")
-        } else {
-            ("newest", "Newest first")
-        };
-        view! { <A href=tasks_href(&state, other, None, &up) attr:data-testid="order-toggle">{label}</A> }
-    });
-    let dead = if !searching && listing.state == "dead" {
-        listing.total
-    } else {
-        0
-    };
-    let empty = listing.tasks.is_empty() && listing.results.is_empty();
-    let empty_text = match &listing.search {
-        Some(s) => format!("Nothing found for \u{201c}{s}\u{201d}."),
-        None => empty_text(&listing.state).to_string(),
-    };
-    let current = (!searching).then(|| state.clone());
-    // The same state, narrowed by error, query and age, for a retry / cancel / purge of many.
-    // Bulk actions work on the default upstream's queue; only an admin can run them.
-    // A search a bulk filter can express links to it with its filter: retry or purge what
-    // was found, not only a whole state.
-    let bulk_href = if searching {
-        listing.bulk_href.clone()
-    } else if state != "results" {
-        Some(tasks_bulk_href(&state, &up))
-    } else {
-        None
-    };
-    let bulk = bulk_href.filter(|_| can_act()).map(|href| {
-        // The bulk page counts every match again (a search shows at most 50).
-        let label = if searching {
-            "Bulk action on this search…"
-        } else {
-            "Bulk action by filter…"
-        };
-        view! { <A href=href attr:data-testid="bulk-link">{label}</A> }
-    });
-    view! {
-        <div class="view">
-        <PausedBanner paused=listing.paused now />
-        {choose}
-        <Tabs counts=Some(listing.counts) current order=order.clone() upstream=listing.upstream.clone() />
-        <p class="row"><span data-testid="listing-total">{heading}</span><span>{flip}</span></p>
-        // Optional parts each sit in their own element: bare empty placeholders next to each
-        // other are what hydration is most likely to mis-assign.
-        <div class="muted">{listing.note}</div>
-        <div>{bulk}</div>
-        <div>
-            <ConfirmAction
-                action
-                op="retry_all_dead"
-                label="Retry all dead"
-                question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
-                yes=format!("Retry {}", plural(dead, "task", "tasks"))
-                count=dead
-                here="/admin/tasks"
-                state="dead"
-                testid="retry-all-dead"
-            />
-        </div>
-        {if empty {
-            view! { <p class="empty" data-testid="empty-list">{empty_text}</p> }.into_any()
-        } else {
-            view! { <TaskTable tasks=listing.tasks results=listing.results now /> }.into_any()
-        }}
-        <p class="pager row"><span>{first}</span><span>{next}</span></p>
-        </div>
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,13 +397,5 @@ mod tests {
             "/admin/tasks?q=a%20b%26c"
         );
         assert_eq!(list_href(&map(&[("state", "<x>")])), "/admin/tasks");
-    }
-
-    #[test]
-    fn nouns_and_empty_lists() {
-        assert_eq!(state_noun("dead", 1), "1 dead task");
-        assert_eq!(state_noun("dead", 305), "305 dead tasks");
-        assert_eq!(state_noun("results", 0), "0 stored results");
-        assert_eq!(empty_text("dead"), "No dead tasks.");
     }
 }

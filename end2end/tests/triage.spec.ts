@@ -1,0 +1,101 @@
+// Issue 29, "act on chosen rows" and "triage": ticking rows of the task list and acting on
+// exactly those, the typed count a purge of them needs, the facet counts beside the list,
+// and the dead work grouped by error.
+import { test, expect, Page } from "@playwright/test";
+import { execFileSync } from "child_process";
+import { createHash } from "crypto";
+import { redisUrl, signIn, waitLive, watchErrors } from "./support";
+
+const run = Date.now();
+
+function redisPipe(lines: string[]): string {
+  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl], {
+    input: lines.join("\n") + "\n",
+    maxBuffer: 64 * 1024 * 1024,
+  }).toString();
+}
+
+/** The queue's id of a query already in normal form. */
+function taskId(query: string): string {
+  return createHash("sha256").update(query).digest("hex").slice(0, 32);
+}
+
+const quote = (s: string) => `"${s.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`;
+
+/** Dead tasks of `queries` that died with `error` at `at`; their ids. */
+function deadTasks(queries: string[], error: string, at: number, tenant = ""): string[] {
+  const lines: string[] = [];
+  for (const q of queries) {
+    const id = taskId(q);
+    const tn = tenant ? ` tn ${tenant}` : "";
+    lines.push(
+      `HSET {repoll}:t:${id} q ${quote(q)} s dead c ${at - 60_000} u ${at} a 5 m 5 e ${quote(error)} dr max_attempts${tn}`,
+      `ZADD {repoll}:dead ${at} ${id}`,
+    );
+  }
+  redisPipe(lines);
+  return queries.map(taskId);
+}
+
+/** Each id's record state ("" when the task is gone). */
+function statesOf(ids: string[]): string[] {
+  return redisPipe(ids.map((id) => `HGET {repoll}:t:${id} s`))
+    .split("\n")
+    .slice(0, ids.length)
+    .map((l) => l.trim());
+}
+
+const row = (page: Page, id: string) => page.locator(`tr[data-id="${id}"]`);
+
+test("ticking two of N rows and retrying them retries exactly those two", async ({ page }) => {
+  const errors = watchErrors(page);
+  const marker = `tick-${run}`;
+  const ids = deadTasks([0, 1, 2, 3].map((i) => `${marker}-${i} polls=1`), "HTTP 503 (tick)", Date.now());
+  await signIn(page);
+  await page.goto(`/admin/tasks?q=${encodeURIComponent(`state:dead query:${marker}`)}`);
+  await waitLive(page);
+  await expect(page.getByTestId("task-row")).toHaveCount(4);
+  await expect(page.getByTestId("selection-count")).toHaveText("0 ticked");
+  await expect(page.getByTestId("selection-submit")).toBeDisabled();
+  await row(page, ids[1]).getByTestId("row-select").check();
+  await row(page, ids[3]).getByTestId("row-select").check();
+  await expect(page.getByTestId("selection-count")).toHaveText("2 ticked");
+  await expect(page.getByTestId("selection-submit")).toHaveText("Retry 2 tasks selected");
+  await page.getByTestId("selection-submit").click();
+  await expect(page.getByTestId("selection-result")).toHaveText("started: retry 2 tasks");
+  // The run is the server's: wait for the two to leave the dead set.
+  await expect.poll(() => statesOf(ids).map((s) => s === "dead"), { timeout: 30_000 }).toEqual([true, false, true, false]);
+  // The box for every row of the page ticks what is left.
+  await expect(page.getByTestId("task-row")).toHaveCount(2);
+  await page.getByTestId("select-page").check();
+  await expect(page.getByTestId("selection-count")).toHaveText("2 ticked");
+  expect(errors).toEqual([]);
+});
+
+test("a purge of ticked rows needs their number typed; one click purges nothing", async ({ page }) => {
+  const errors = watchErrors(page);
+  const marker = `purge-${run}`;
+  const ids = deadTasks([0, 1, 2].map((i) => `${marker}-${i} polls=1`), "HTTP 500 (purge)", Date.now());
+  await signIn(page);
+  await page.goto(`/admin/tasks?q=${encodeURIComponent(`state:dead query:${marker}`)}`);
+  await waitLive(page);
+  await row(page, ids[0]).getByTestId("row-select").check();
+  await row(page, ids[2]).getByTestId("row-select").check();
+  await page.getByTestId("selection-op").selectOption("purge");
+  await expect(page.getByTestId("selection-submit")).toHaveText("Purge 2 tasks selected");
+  // One click: the browser holds the form (the typed count is required), nothing is sent.
+  await page.getByTestId("selection-submit").click();
+  expect(await page.getByTestId("selection-typed").evaluate((e) => (e as HTMLInputElement).validity.valid)).toBe(false);
+  await expect(page.getByTestId("selection-result")).toHaveText("");
+  expect(statesOf(ids)).toEqual(["dead", "dead", "dead"]);
+  // Another number is not it either.
+  await page.getByTestId("selection-typed").fill("3");
+  await page.getByTestId("selection-submit").click();
+  expect(await page.getByTestId("selection-typed").evaluate((e) => (e as HTMLInputElement).validity.valid)).toBe(false);
+  expect(statesOf(ids)).toEqual(["dead", "dead", "dead"]);
+  await page.getByTestId("selection-typed").fill("2");
+  await page.getByTestId("selection-submit").click();
+  await expect(page.getByTestId("selection-result")).toHaveText("started: purge 2 tasks");
+  await expect.poll(() => statesOf(ids), { timeout: 30_000 }).toEqual(["", "dead", ""]);
+  expect(errors).toEqual([]);
+});
