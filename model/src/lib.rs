@@ -43,6 +43,6 @@ pub use queue_state::{
     TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
 };
 pub use task::{
-    DeadReason, Event, HistoryEntry, LeaseInfo, Priority, StoredResult, Task, TaskDetail,
-    TaskState, UnknownName,
+    failed_body_start, DeadReason, Event, FailedCall, HistoryEntry, LeaseInfo, PollSummary,
+    Priority, ResultStory, StoredResult, Task, TaskDetail, TaskState, UnknownName, FAILED_BODY_MAX,
 };

@@ -168,13 +168,91 @@ pub struct StoredResult {
     pub polls: u32,
 }
 
-/// Everything known about one id.
+/// Everything known about one id (the admin's view: `last_call` holds an upstream's answer).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskDetail {
     pub task: Option<Task>,
     pub result: Option<StoredResult>,
     /// Newest first.
     pub history: Vec<HistoryEntry>,
+    /// The live task's polls summed up (its record's counters, kept at every history level);
+    /// None before its first poll.
+    #[serde(default)]
+    pub polls: Option<PollSummary>,
+    /// The live task's last failed call, beside `task.last_error` (its message).
+    #[serde(default)]
+    pub last_call: Option<FailedCall>,
+    /// What the stored result keeps of the task that made it.
+    #[serde(default)]
+    pub result_story: Option<ResultStory>,
+}
+
+/// A task's "still processing" answers summed up: how many, the first and the last. Kept on
+/// the record (and then the result) by the writes each poll makes anyway, so a task's page
+/// tells its polls at every history level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollSummary {
+    pub count: u32,
+    /// When the first poll's answer came (Redis time, ms).
+    pub first_ms: i64,
+    /// When the last poll's answer came.
+    pub last_ms: i64,
+}
+
+impl PollSummary {
+    /// The mean time between two polls; None for fewer than two.
+    pub fn every_ms(&self) -> Option<i64> {
+        (self.count > 1).then(|| (self.last_ms - self.first_ms).max(0) / i64::from(self.count - 1))
+    }
+}
+
+/// The last failed upstream call of a task, as the worker saw it: stored beside its error
+/// message, for the admin (an upstream's body is never the public's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedCall {
+    /// The answer's HTTP status, when it was an HTTP error (not a timeout, a refused
+    /// connection, a bad body).
+    pub http_status: Option<u16>,
+    /// How long the call took.
+    pub took_ms: u64,
+    /// The start of the answer's body (at most [`FAILED_BODY_MAX`] bytes, cut on a character
+    /// boundary), "" when there was none. Upstream text: shown as text, never HTML.
+    pub body: String,
+}
+
+/// The most bytes of a failed call's body kept (the queue cuts longer ones to this).
+pub const FAILED_BODY_MAX: usize = 512;
+
+/// A failed call's body as a task keeps it: at most [`FAILED_BODY_MAX`] bytes, cut on a
+/// character boundary and ending in '…' when cut (fail.lua cuts the same way, for callers
+/// that did not), so a megabyte of error page never travels to Redis.
+pub fn failed_body_start(body: &str) -> String {
+    if body.len() <= FAILED_BODY_MAX {
+        return body.to_string();
+    }
+    let mut end = FAILED_BODY_MAX - '…'.len_utf8();
+    while !body.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &body[..end])
+}
+
+/// What a stored result keeps of the task that made it, so a done task's page still tells
+/// who asked, the claim that finished it and its polls.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultStory {
+    /// Who asked first ("" = no tenant).
+    pub tenant: String,
+    /// The worker that completed it ("callback" for an upstream's callback).
+    pub worker: String,
+    /// The fencing token of that lease (0: not leased).
+    pub token: u64,
+    /// When that lease began (0: unknown, a result stored by an older version).
+    pub claimed_ms: i64,
+    /// How long the last call took.
+    pub latency_ms: u64,
+    /// Its polls; None when it had none (or the result is older than this summary).
+    pub polls: Option<PollSummary>,
 }
 
 /// One per-task history entry, e.g. kind "claimed", detail "by w1 token 7".

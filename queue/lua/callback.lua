@@ -49,7 +49,8 @@ local now = now_ms()
 if expires > 0 and now > expires then
   return 0
 end
-local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn', 'u', 'w', 'rf')
+local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn', 'u', 'w', 'rf', 'fp',
+  'lp')
 local state = f[1]
 if (state ~= 'due' and state ~= 'leased') or num(f[2], -1) ~= created then
   return 0
@@ -69,7 +70,8 @@ if outcome == 'failed' then
   if state == 'leased' then
     hist_claim(hkey, num(f[8], now), 'by ' .. (f[9] or '?') .. ' token ' .. token)
   end
-  redis.call('HSET', tkey, 'e', text)
+  -- The upstream's verdict, not a failed call: no status, duration or body of one.
+  redis.call('HSET', tkey, 'e', text, 'es', '', 'ed', '', 'eb', '')
   hist(hkey, now, 'error', text)
   to_dead(tkey, hkey, ekey, deadz, id, now, 'fatal', 'by callback (was ' .. state .. ')')
   bump(tp, tpmin, now, 'failed', 1)
@@ -82,7 +84,9 @@ end
 local who = 'callback'
 local query = f[5] or ''
 local polls = num(f[6], 0)
-redis.call('SET', rkey, pack_result(now, created, polls, token, '0', who, query, text), 'PX', ttl)
+redis.call('SET', rkey, pack_result(now, created, polls, token, '0', who, query, text,
+  { claimed = state == 'leased' and f[8] or 0, first_poll = f[11], last_poll = f[12],
+    tenant = f[7] or '' }), 'PX', ttl)
 redis.call('DEL', tkey, pkey)
 hist_routine(hkey, now, 'completed', 'by callback (was ' .. state .. ')')
 redis.call('PEXPIRE', hkey, ttl)

@@ -55,7 +55,8 @@ local now = now_ms()
 -- Reads: every item's record, then the claim.
 local recs = {}
 for i = 1, n do
-  recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w', 'tn')
+  recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w', 'tn', 'u', 'fp',
+    'lp')
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
 
@@ -82,12 +83,14 @@ for i = 1, n do
     local who = f[6] or ''
     local query = f[3] or ''
     local latency = ARGV[10 + 4 * i]
+    -- The task's story goes into the result: the claim that completed it (`u` while leased),
+    -- its first and last polls, its tenant (prelude/records.lua `pack_result`).
     redis.call('SET', rkey, pack_result(now, created, num(f[5], 0), token, latency, who, query,
-      ARGV[9 + 4 * i]), 'PX', ttl)
+      ARGV[9 + 4 * i], { claimed = f[8], first_poll = f[9], last_poll = f[10],
+      tenant = f[7] or '' }), 'PX', ttl)
     redis.call('DEL', tkey, pkey)
     fair_release(K.fairc, f[7])
-    hist_routine(hkey, now, 'completed', 'by ' .. who .. ' token ' .. token .. ' in ' .. latency
-      .. ' ms')
+    hist_routine(hkey, now, 'completed', completed_detail(who, token, now - created, latency))
     -- History of a finished task lives as long as its result.
     redis.call('PEXPIRE', hkey, ttl)
     ids[#ids + 1] = id

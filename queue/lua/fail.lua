@@ -9,8 +9,11 @@
 -- task's fault: no attempt is counted and the task waits ready for the breaker to close (a
 -- failed probe opens it again for a cool-down). While it is closed the error is counted per
 -- minute ('uerr'), and when the errors of the last minute (this one plus the previous one
--- weighted by what is left of it) reach ARGV[16] and ARGV[17] of the calls, it opens for
--- ARGV[18] ms.
+-- weighted by what is left of it) reach ARGV[18] and ARGV[19] of the calls, it opens for
+-- ARGV[20] ms.
+-- The failed call in fields beside the message (record `es` HTTP status, `ed` the call's
+-- duration, `eb` the start of the answer's body, at most BODY_MAX bytes), and the claim it
+-- ended (`lc`, `lw`), all in the HSET that stores the message: no command more per failure.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
 -- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
 -- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
@@ -18,9 +21,11 @@
 -- KEYS[20] breaker hash   KEYS[21] wake-up list. A tenant's failed task gives back its lease.
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
 -- ARGV[11] token   ARGV[12] error (kept to ERROR_MAX bytes, prelude.lua)   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
--- ARGV[15] latency_ms   ARGV[16] breaker: errors a minute that open it (0 = never by itself)
--- ARGV[17] breaker: least error rate that opens it (0..1)   ARGV[18] breaker cool-down ms
--- ARGV[19..21] the per-tenant limits (claim.lua)
+-- ARGV[15] latency_ms (the call's duration)   ARGV[16] the answer's HTTP status (0 = none: no
+-- answer, or not an HTTP error)   ARGV[17] the start of the answer's body ('' = none)
+-- ARGV[18] breaker: errors a minute that open it (0 = never by itself)
+-- ARGV[19] breaker: least error rate that opens it (0..1)   ARGV[20] breaker cool-down ms
+-- ARGV[21..23] the per-tenant limits (claim.lua)
 -- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows}}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
@@ -43,24 +48,36 @@ local err = ARGV[12]
 local mode = ARGV[13]
 local delay = tonumber(ARGV[14])
 local latency = tonumber(ARGV[15])
-local b_fail = tonumber(ARGV[16])
-local b_rate = tonumber(ARGV[17])
-local b_cool = tonumber(ARGV[18])
+local http_status = tonumber(ARGV[16])
+local body = ARGV[17]
+local b_fail = tonumber(ARGV[18])
+local b_rate = tonumber(ARGV[19])
+local b_cool = tonumber(ARGV[20])
 if b_fail == nil or b_fail < 0 or b_rate == nil or b_rate < 0 or b_rate > 1 or b_cool == nil
   or b_cool < 1 then
   return redis.error_reply('ERR repoll fail: bad breaker arguments')
 end
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or #KEYS ~= 21 or #ARGV ~= 21 or id == nil or id == ''
+  or (next_n > 0 and worker == '') or #KEYS ~= 21 or #ARGV ~= 23 or id == nil or id == ''
   or tonumber(token) == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
-  or delay == nil or delay < 0 or latency == nil then
+  or delay == nil or delay < 0 or latency == nil or http_status == nil or http_status < 0
+  or http_status > 999 or body == nil then
   return redis.error_reply('ERR repoll fail: bad arguments')
 end
 -- The error goes to the record, the history, the event stream and the breaker: bounded here
 -- whatever the caller sent.
 err = cut(err, ERROR_MAX)
+body = cut(body, BODY_MAX)
 local now = now_ms()
 local f = redis.call('HMGET', tkey, 's', 'tk', 'a', 'm', 'dl', 'pr', 'w', 'u', 'tn', 'rf')
+-- The fields stored with the message (all of them each time, so no earlier call's status or
+-- body is left beside this error).
+local function failure(extra)
+  local t = { 'e', err, 'es', http_status > 0 and fmt(http_status) or '', 'ed', fmt(latency),
+    'eb', body, 'lc', f[8] or fmt(now), 'lw', f[7] or '' }
+  for i = 1, #extra do t[#t + 1] = extra[i] end
+  return t
+end
 local plan, br = claim_next_read(K, FP, next_n, now)
 if f[1] ~= 'leased' or f[2] ~= token then
   return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
@@ -80,8 +97,7 @@ if mode == 'after' and br then
   hist_claim(hkey, num(f[8], now), 'by ' .. (f[7] or '?') .. ' token ' .. token)
   -- Ready again (claimed when the breaker lets calls through), its attempts unchanged.
   local attempts = num(f[3], 0)
-  to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], now, attempts, now,
-    { 'e', err })
+  to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], now, attempts, now, failure({}))
   hist(hkey, now, 'error', err .. ' -> breaker open: not counted, waits for the breaker')
   event(K.events, now, 'failed', id, err)
   notify_dash('failed', id, now)
@@ -128,7 +144,7 @@ end
 hist_claim(hkey, num(f[8], now), 'by ' .. (f[7] or '?') .. ' token ' .. token)
 local out
 if reason then
-  redis.call('HSET', tkey, 'a', fmt(attempts), 'e', err)
+  redis.call('HSET', tkey, unpack(failure({ 'a', fmt(attempts) })))
   hist(hkey, now, 'error', err)
   to_dead(tkey, hkey, K.events, deadz, id, now, reason,
     'after ' .. fmt(attempts) .. (attempts == 1 and ' attempt' or ' attempts'))
@@ -140,7 +156,7 @@ if reason then
 else
   local due_at = now + delay
   to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now,
-    { 'a', fmt(attempts), 'e', err })
+    failure({ 'a', fmt(attempts) }))
   hist(hkey, now, 'error', err .. ' -> retry at ' .. fmt(due_at) .. ' (attempt '
     .. fmt(attempts) .. ')')
   event(K.events, now, 'failed', id, err)

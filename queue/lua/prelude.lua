@@ -23,6 +23,8 @@
 --   dl whole-life deadline   tk token   w worker   ld lease deadline   e last error
 --   dr dead reason   ll lease losses   pl payload   tn tenant (who asked; omitted = none)
 --   rf '1' on a refresh (a result was stored when it was made: enqueue.lua)
+--   fp first poll answer   lp last poll answer   lc last ended claim's time   lw its worker
+--   es last failed call's HTTP status   ed its duration ms   eb its body's start (fail.lua)
 --   (omitted numbers are 0, strings empty)
 -- The common ARGV of the call being served. The library's helpers are built once when it loads
 -- (not per call), so these are upvalues that read_common() sets at the start of every call:
@@ -86,3 +88,6 @@ local ERROR_MAX = 1200
 -- The most bytes of one history entry's or event's detail: an error and what followed it
 -- ("-> retry at ... (attempt n)").
 local DETAIL_MAX = 1300
+-- The most bytes of a failed call's answer body kept with its error (record field `eb`): enough
+-- to read what the upstream said, small enough that a record holding one stays small.
+local BODY_MAX = 512

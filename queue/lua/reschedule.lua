@@ -2,7 +2,9 @@
 -- leasing the caller its next tasks in the same call. Counts a poll, never an attempt. A next
 -- poll beyond the whole-life deadline makes the task dead with reason 'deadline'. Partial data
 -- goes to its own string key (a long value in the record would turn the whole hash from the
--- compact listpack encoding into a hashtable). Polls go to the history at the 'full' level only.
+-- compact listpack encoding into a hashtable). Polls go to the history at the 'full' level only;
+-- at every level the record counts them (`p`) and keeps the first and last poll's times (`fp`,
+-- `lp`) and the claim the poll ended (`lc`, `lw`), written by the HSET the poll makes anyway.
 -- Counted per minute: 'polled', each call's upstream latency in its histogram bucket 'l',
 -- 'dead' for a task ended by the deadline, and 'refresh_failed' if it was a refresh (`rf`).
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
@@ -49,7 +51,7 @@ local now = now_ms()
 local recs = {}
 for i = 1, n do
   recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn',
-    'rf')
+    'rf', 'u', 'fp')
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
 
@@ -75,13 +77,21 @@ for i = 1, n do
     local attempts = num(f[4], 0)
     local deadline = num(f[5], 0)
     local due_at = now + delay
+    -- The poll's story, in the HSET this poll writes anyway (no command more per poll): the
+    -- count, the first and last answer's times, and the claim it ends (its time, `u` while
+    -- leased, and worker), so every history level can sum the polls up (read/detail.rs).
+    local story = { 'p', fmt(polls), 'lp', fmt(now), 'lc', f[10] or fmt(now), 'lw', f[7] or '' }
+    if not f[11] then
+      story[#story + 1] = 'fp'
+      story[#story + 1] = fmt(now)
+    end
     tally(lat, 'l', ARGV[9 + 6 * i])
     seen[#seen + 1] = id
     redis.call('ZREM', K.lease, id)
     fair_release(K.fairc, f[8])
     if ARGV[7 + 6 * i] == '1' then redis.call('SET', pkey, ARGV[8 + 6 * i]) end
     if deadline > 0 and due_at > deadline then
-      redis.call('HSET', tkey, 'p', fmt(polls))
+      redis.call('HSET', tkey, unpack(story))
       to_dead(tkey, hkey, K.events, deadz, id, now, 'deadline', 'next poll after the deadline')
       dead[#dead + 1] = id
       -- A refresh's death, as fail.lua counts one (its result is answered stale-if-error).
@@ -89,8 +99,7 @@ for i = 1, n do
       out[#out + 1] = 'dead'
       out[#out + 1] = 'deadline'
     else
-      to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now,
-        { 'p', fmt(polls) })
+      to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now, story)
       hist_routine(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', '
         .. ARGV[9 + 6 * i] .. ' ms), next poll at ' .. fmt(due_at))
       moved[#moved + 1] = id

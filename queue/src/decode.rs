@@ -2,7 +2,10 @@
 //! [`crate::QueueError::Corrupt`], because a damaged key must not take down a worker or the server.
 
 use crate::error::{corrupt, Result};
-use crate::model::{HistoryEntry, Priority, StoredResult, Task, TaskId, TaskState, WorkerInfo};
+use crate::model::{
+    FailedCall, HistoryEntry, PollSummary, Priority, ResultStory, StoredResult, Task, TaskId,
+    TaskState, WorkerInfo,
+};
 use redis::Value;
 use std::collections::HashMap;
 
@@ -195,49 +198,119 @@ pub(crate) fn task(
     })
 }
 
-/// A stored result and how it was completed, from its one string:
-/// `completed,created,polls,token,latency_ms,#worker,#query,asks\n` + worker + query + data
-/// (prelude/records.lua `pack_result`; a result stored by an older version has no `asks`)
-/// (complete.lua writes it; the lengths are in bytes).
+/// A stored result and how it was completed, from its one string (prelude/records.lua
+/// `pack_result`; complete.lua writes it; the lengths are in bytes):
+/// `completed,created,polls,token,latency_ms,#worker,#query,claimed,first_poll,last_poll,
+/// #tenant,asks\n` + worker + query + tenant + data. A result stored by an older version has
+/// the first seven fields, or those and `asks`: no story beyond the worker and token.
 pub(crate) struct Packed {
     pub result: StoredResult,
-    pub worker: String,
-    pub token: u64,
-    pub latency_ms: u64,
+    pub story: ResultStory,
 }
 
 pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
     let bad = || corrupt(format!("result of {id}: bad format"));
     let (head, body) = s.split_once('\n').ok_or_else(bad)?;
     let n: Vec<i64> = head.split(',').map(parse_i64).collect::<Result<Vec<_>>>()?;
-    // Eight fields; the eighth (asks counted for refresh-ahead) is the library's alone, and a
-    // result stored before it existed has seven.
-    let (&[completed, created, polls, token, latency, wlen, qlen]
-    | &[completed, created, polls, token, latency, wlen, qlen, _]) = n.as_slice()
-    else {
-        return Err(bad());
+    let id = parse_id(id)?;
+    // The last field of eight or twelve (asks counted for refresh-ahead) is the library's alone.
+    let packed = match *n.as_slice() {
+        [completed, created, polls, token, latency, wlen, qlen]
+        | [completed, created, polls, token, latency, wlen, qlen, _] => build_packed(
+            id,
+            [completed, created, polls, token, latency],
+            [0, 0, 0],
+            [wlen, qlen, 0],
+            body,
+        ),
+        [completed, created, polls, token, latency, wlen, qlen, claimed, first, last, tlen, _] => {
+            build_packed(
+                id,
+                [completed, created, polls, token, latency],
+                [claimed, first, last],
+                [wlen, qlen, tlen],
+                body,
+            )
+        }
+        _ => None,
     };
-    let (completed, created, polls, token, latency, wlen, qlen) =
-        (&completed, &created, &polls, &token, &latency, &wlen, &qlen);
-    let wlen = usize::try_from(*wlen).map_err(|_| bad())?;
-    let qlen = usize::try_from(*qlen).map_err(|_| bad())?;
-    let worker = body.get(..wlen).ok_or_else(bad)?;
-    let query = body.get(wlen..wlen + qlen).ok_or_else(bad)?;
-    let data = body.get(wlen + qlen..).ok_or_else(bad)?;
-    let u = |v: i64| u64::try_from(v).map_err(|_| bad());
-    Ok(Packed {
-        result: StoredResult {
-            id: parse_id(id)?,
-            query: query.to_string(),
-            data: data.to_string(),
-            completed_ms: *completed,
-            created_ms: *created,
-            polls: u32::try_from(*polls).map_err(|_| bad())?,
+    let (result, story) = packed.ok_or_else(bad)?;
+    Ok(Packed { result, story })
+}
+
+/// The parts of a stored result; None when the numbers or lengths do not fit the string.
+fn build_packed(
+    id: TaskId,
+    [completed, created, polls, token, latency]: [i64; 5],
+    [claimed, first_poll, last_poll]: [i64; 3],
+    lens: [i64; 3],
+    body: &str,
+) -> Option<(StoredResult, ResultStory)> {
+    let [wlen, qlen, tlen] = lens.map(|l| usize::try_from(l).ok());
+    let (wlen, qlen, tlen) = (wlen?, qlen?, tlen?);
+    let query_end = wlen.checked_add(qlen)?;
+    let tenant_end = query_end.checked_add(tlen)?;
+    let polls = u32::try_from(polls).ok()?;
+    Some((
+        StoredResult {
+            id,
+            query: body.get(wlen..query_end)?.to_string(),
+            data: body.get(tenant_end..)?.to_string(),
+            completed_ms: completed,
+            created_ms: created,
+            polls,
         },
-        worker: worker.to_string(),
-        token: u(*token)?,
-        latency_ms: u(*latency)?,
+        ResultStory {
+            tenant: body.get(query_end..tenant_end)?.to_string(),
+            worker: body.get(..wlen)?.to_string(),
+            token: u64::try_from(token).ok()?,
+            claimed_ms: claimed,
+            latency_ms: u64::try_from(latency).ok()?,
+            polls: poll_summary(polls, first_poll, last_poll),
+        },
+    ))
+}
+
+/// The polls summed up, when there were any and their times are known.
+fn poll_summary(count: u32, first_ms: i64, last_ms: i64) -> Option<PollSummary> {
+    (count > 0 && first_ms > 0 && last_ms >= first_ms).then_some(PollSummary {
+        count,
+        first_ms,
+        last_ms,
     })
+}
+
+/// A record's polls summed up (fields `p`, `fp`, `lp`: reschedule.lua).
+pub(crate) fn record_polls(f: &Fields) -> Result<Option<PollSummary>> {
+    Ok(poll_summary(
+        get_u32(f, "p")?,
+        get_i64(f, "fp")?,
+        get_i64(f, "lp")?,
+    ))
+}
+
+/// A record's last ended claim (fields `lc`, `lw`, `tk`: reschedule.lua, fail.lua): its time,
+/// worker and token; None when no claim has ended yet.
+pub(crate) fn record_last_claim(f: &Fields) -> Result<Option<(i64, String, u64)>> {
+    let at = get_i64(f, "lc")?;
+    if at <= 0 {
+        return Ok(None);
+    }
+    let worker = f.get("lw").cloned().unwrap_or_default();
+    Ok(Some((at, worker, get_u64(f, "tk")?)))
+}
+
+/// A record's last failed call (fields `es`, `ed`, `eb`: fail.lua); None when it has none.
+pub(crate) fn record_failed_call(f: &Fields) -> Result<Option<FailedCall>> {
+    if !f.contains_key("ed") {
+        return Ok(None);
+    }
+    let status = get_i64(f, "es")?;
+    Ok(Some(FailedCall {
+        http_status: (status > 0).then(|| u16::try_from(status).ok()).flatten(),
+        took_ms: get_u64(f, "ed")?,
+        body: f.get("eb").cloned().unwrap_or_default(),
+    }))
 }
 
 pub(crate) fn worker(f: &Fields) -> Result<WorkerInfo> {

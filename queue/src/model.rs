@@ -7,10 +7,11 @@ use serde::{Deserialize, Serialize};
 // The types the browser shows too live in the shared `model` crate; the queue's own API types
 // (settings, call arguments and outcomes) stay here.
 pub use model::{
-    AuditEntry, BreakerInfo, BreakerState, DeadReason, Event, Histogram, HistoryEntry, LeaseInfo,
-    ListState, Notice, Order, Page, PauseInfo, Percentiles, Priority, PurgeTarget, Stats,
-    StoredResult, Task, TaskDetail, TaskId, TaskState, TenantCount, ThroughputBucket,
-    WorkerCommand, WorkerInfo, WorkerMode,
+    failed_body_start, AuditEntry, BreakerInfo, BreakerState, DeadReason, Event, FailedCall,
+    Histogram, HistoryEntry, LeaseInfo, ListState, Notice, Order, Page, PauseInfo, Percentiles,
+    PollSummary, Priority, PurgeTarget, ResultStory, Stats, StoredResult, Task, TaskDetail, TaskId,
+    TaskState, TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
+    FAILED_BODY_MAX,
 };
 
 /// Queue settings. Everything that scripts need besides the call's own arguments.

@@ -340,6 +340,7 @@ mod tests {
             code: 503,
             retry_after: None,
             message: None,
+            body: String::new(),
         };
         assert!(matches!(p().after_error(0, 3, &err, 0, 0, 1.0), Next::Again(d) if d == ms(100)));
         assert!(matches!(p().after_error(1, 3, &err, 0, 0, 1.0), Next::Again(d) if d == ms(200)));
@@ -351,6 +352,7 @@ mod tests {
             code: 404,
             retry_after: None,
             message: None,
+            body: String::new(),
         };
         assert_eq!(
             p().after_error(0, 3, &gone, 0, 0, 1.0),

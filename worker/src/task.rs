@@ -109,7 +109,15 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
                 // size per read: the task ends dead with the sizes instead (the history says
                 // which answer it was).
                 let why = model::failure::result_too_large(result.len(), max);
-                return fail(ctx, c, &why, "too_large", Retry::Dead, latency_ms).await;
+                return fail(
+                    ctx,
+                    c,
+                    &why,
+                    "too_large",
+                    Retry::Dead,
+                    &call(latency_ms, None),
+                )
+                .await;
             }
             let item = [queue::Completion {
                 id: c.id.clone(),
@@ -144,7 +152,15 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             ) {
                 Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms).await,
                 Next::Dead(reason) => {
-                    fail(ctx, c, &reason, "max_polls", Retry::Dead, latency_ms).await
+                    fail(
+                        ctx,
+                        c,
+                        &reason,
+                        "max_polls",
+                        Retry::Dead,
+                        &call(latency_ms, None),
+                    )
+                    .await
                 }
             }
         }
@@ -152,7 +168,7 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             // Marked as the upstream's own verdict: the public may read its message
             // (model::failure), never an error of the call itself.
             let why = model::failure::upstream_failed(&message);
-            fail(ctx, c, &why, "failed", Retry::Dead, latency_ms).await
+            fail(ctx, c, &why, "failed", Retry::Dead, &call(latency_ms, None)).await
         }
         Err(e) => {
             tracing::debug!(id = %c.id, error = %e, "upstream call failed");
@@ -174,8 +190,32 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
                 Next::Again(d) => Retry::After(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             };
             let reason = stored_error(ctx.upstream.shown_call(&c.query).as_deref(), &e);
-            fail(ctx, c, &reason, e.kind(), retry, latency_ms).await
+            fail(
+                ctx,
+                c,
+                &reason,
+                e.kind(),
+                retry,
+                &call(latency_ms, Some(&e)),
+            )
+            .await
         }
+    }
+}
+
+/// The call behind a task's error, as the task keeps it beside the message: its duration,
+/// and for an HTTP error answer its status and the start of its body.
+fn call(latency_ms: u64, e: Option<&UpstreamError>) -> queue::FailedCall {
+    match e {
+        Some(UpstreamError::Status { code, body, .. }) => queue::FailedCall {
+            http_status: Some(*code),
+            took_ms: latency_ms,
+            body: body.clone(),
+        },
+        _ => queue::FailedCall {
+            took_ms: latency_ms,
+            ..queue::FailedCall::default()
+        },
     }
 }
 
@@ -305,15 +345,15 @@ async fn fail(
     reason: &str,
     kind: &str,
     retry: Retry,
-    latency_ms: u64,
+    call: &queue::FailedCall,
 ) -> Vec<Claimed> {
     let (written, next) = write(ctx, c, "fail", |n| {
         ctx.queue.fail_and_claim(
             &c.id,
             c.token,
             reason,
+            call,
             retry,
-            latency_ms,
             &ctx.id,
             n,
             ctx.lease_ms,
@@ -405,6 +445,7 @@ mod tests {
                     code: 503,
                     retry_after: None,
                     message: Some("db-7 is down".into()),
+                    body: String::new(),
                 },
                 "HTTP 503 from the upstream API",
             ),

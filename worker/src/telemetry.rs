@@ -170,11 +170,13 @@ mod tests {
                 code: 503,
                 retry_after: None,
                 message: None,
+                body: String::new(),
             },
             UpstreamError::Status {
                 code: 404,
                 retry_after: None,
                 message: None,
+                body: String::new(),
             },
             UpstreamError::BadBody("not JSON".into()),
             UpstreamError::BadKey("bad".into()),

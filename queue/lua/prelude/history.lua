@@ -29,6 +29,14 @@ local function hist_claim(hkey, at, detail)
   if HIST_LEVEL == 'transitions' then push_hist(hkey, at, 'claimed', detail) end
 end
 
+-- The detail of a completion (read.rs derives the same words from the result at the levels
+-- that do not store it): the time to result counted from the task's creation, and the last
+-- call's own latency.
+local function completed_detail(who, token, ttr, latency)
+  return 'by ' .. who .. ' token ' .. token .. ': result ' .. fmt(math.max(ttr, 0))
+    .. ' ms after the enqueue (last call ' .. latency .. ' ms)'
+end
+
 -- Capped global event stream for the dashboard (one entry per batch on the hot path), each
 -- detail at most DETAIL_MAX bytes.
 local function event(ekey, at, kind, id, detail)

@@ -54,13 +54,18 @@ local function unqueue(readyk, bgk, duez, retryz, id, pr, fairz, tn)
 end
 
 -- A stored result (decode.rs `packed_result` reads it): one string,
--- "completed,created,polls,token,latency_ms,#worker,#query,asks\n" then the worker id, the
--- query and the data (#: lengths in bytes). `asks` is two digits, always "00" when written:
--- the fresh hits counted for refresh-ahead (enqueue.lua, `count_ask`), rewritten in place by
--- SETRANGE so a hit never rewrites the data. 3 bytes beside the data.
-local function pack_result(now, created, polls, token, latency, who, query, data)
-  return string.format('%d,%d,%d,%s,%s,%d,%d,00\n', now, created, polls, token, latency, #who,
-    #query) .. who .. query .. data
+-- "completed,created,polls,token,latency_ms,#worker,#query,claimed,first_poll,last_poll,
+-- #tenant,asks\n" then the worker id, the query, the tenant and the data (#: lengths in bytes).
+-- `claimed` is when the lease that completed it began; `first_poll`/`last_poll` when its first
+-- and last "still processing" answers came (0 = none): the task page tells its story from
+-- these once the record is gone (the record's `lc`, `fp`, `lp`, read by the same HMGET).
+-- `asks` is two digits, always "00" when written: the fresh hits counted for refresh-ahead
+-- (enqueue.lua, `count_ask`), rewritten in place by SETRANGE so a hit never rewrites the data.
+-- (A result stored by an older version has the first seven fields only, or those and `asks`.)
+local function pack_result(now, created, polls, token, latency, who, query, data, story)
+  return string.format('%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%d,00\n', now, created, polls, token,
+    latency, #who, #query, num(story.claimed, 0), num(story.first_poll, 0),
+    num(story.last_poll, 0), #story.tenant) .. who .. query .. story.tenant .. data
 end
 
 -- The completion time of a stored result (its first field).
@@ -70,15 +75,15 @@ end
 
 -- Counts one fresh hit of the stored result in `rkey` (value `packed`), up to `cap`; returns
 -- the asks counted so far this one included. The counter is the header's last field, two
--- digits right before the first newline; a result written before the counter existed (seven
--- fields) counts nothing and returns 0. Writes only while below `cap`, so a hot result costs
+-- digits right before the first newline (8 or 12 fields); a result written before the counter
+-- existed (seven fields) counts nothing and returns 0. Writes only while below `cap`, so a hot result costs
 -- at most `cap` writes per life.
 local function count_ask(rkey, packed, cap)
   local nl = string.find(packed, '\n', 1, true)
   if nl == nil or nl < 4 then return 0 end
   local head = string.sub(packed, 1, nl - 1)
   local _, commas = string.gsub(head, ',', '')
-  if commas ~= 7 then return 0 end
+  if commas ~= 7 and commas ~= 11 then return 0 end
   local asks = tonumber(string.sub(packed, nl - 2, nl - 1)) or 0
   if asks < cap then
     asks = asks + 1

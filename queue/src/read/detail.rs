@@ -5,7 +5,10 @@ use redis::{AsyncCommands, Value};
 
 use crate::decode::{self, array, parse_i64, string};
 use crate::error::{corrupt, Result};
-use crate::model::{HistoryEntry, HistoryLevel, LeaseInfo, StoredResult, TaskDetail, TaskState};
+use crate::model::{
+    HistoryEntry, HistoryLevel, LeaseInfo, PollSummary, ResultStory, StoredResult, TaskDetail,
+    TaskState,
+};
 use crate::queue::clamp_ms;
 use crate::slot::Slot;
 use crate::Queue;
@@ -44,6 +47,38 @@ impl Queue {
     }
 }
 
+/// A claim's detail, as claim_apply writes it at the 'full' level.
+fn claim_detail(worker: &str, token: u64) -> String {
+    format!("by {worker} token {token}")
+}
+
+/// The polls summed up, as the task page's history tells them: "46 polls, every ~8123 ms, the
+/// first at <ms>" (the page turns the numbers into durations and times).
+fn polls_detail(p: &PollSummary) -> String {
+    let n = if p.count == 1 {
+        "1 poll".to_string()
+    } else {
+        format!("{} polls", p.count)
+    };
+    match p.every_ms() {
+        Some(every) => format!("{n}, every ~{every} ms, the first at {}", p.first_ms),
+        None => n,
+    }
+}
+
+/// A completion's detail, as complete.lua writes it at the 'full' level (prelude/history.lua
+/// `completed_detail`): the time to result counted from the task's creation, then the last
+/// call's own latency.
+fn completed_detail(r: &StoredResult, story: &ResultStory) -> String {
+    format!(
+        "by {} token {}: result {} ms after the enqueue (last call {} ms)",
+        story.worker,
+        story.token,
+        (r.completed_ms - r.created_ms).max(0),
+        story.latency_ms
+    )
+}
+
 impl Slot {
     /// [`Queue::get`] in this slot.
     pub(crate) async fn get(&self, id: &str) -> Result<Option<TaskDetail>> {
@@ -59,23 +94,37 @@ impl Slot {
                 .query_async(&mut c)
                 .await?;
         let score = score.as_deref().map(parse_i64).transpose()?;
-        let task = decode::maybe_fields(t)?
-            .map(|f| decode::task(id, &f, decode::opt_string(&p)?, score))
+        let fields = decode::maybe_fields(t)?;
+        let task = fields
+            .as_ref()
+            .map(|f| decode::task(id, f, decode::opt_string(&p)?, score))
             .transpose()?;
         let packed = r.map(|s| decode::packed_result(id, &s)).transpose()?;
         if task.is_none() && packed.is_none() && h.is_empty() {
             return Ok(None);
         }
+        let (polls, last_claim, last_call) = match &fields {
+            Some(f) => (
+                decode::record_polls(f)?,
+                decode::record_last_claim(f)?,
+                decode::record_failed_call(f)?,
+            ),
+            None => (None, None, None),
+        };
         let full = self.config().history == HistoryLevel::Full;
         // (entry, rank): among entries of the same millisecond, the derived enqueue sorts
-        // oldest and the derived completion newest; stored entries keep their list order.
+        // oldest, then the stored entries in their list order (and the polls summed up), then
+        // the live or completing claim, then the completion.
         let mut all: Vec<(HistoryEntry, i8)> = h
             .iter()
             .map(|s| decode::history(s).map(|e| (e, 0)))
             .collect::<Result<_>>()?;
         let mut derive = |at_ms: i64, kind: &str, detail: String, rank: i8| {
-            let dup = all.iter().any(|(e, _)| e.at_ms == at_ms && e.kind == kind);
-            if !dup {
+            // The same entry stored (the 'full' level, or a claim a transition wrote).
+            let dup = all
+                .iter()
+                .any(|(e, _)| e.at_ms == at_ms && e.kind == kind && e.detail == detail);
+            if !dup && at_ms > 0 {
                 all.push((
                     HistoryEntry {
                         at_ms,
@@ -86,29 +135,38 @@ impl Slot {
                 ));
             }
         };
+        // Below 'full' the claims and polls are not stored one by one: the record and the
+        // result keep the live lease, the last claim that ended, the claim that completed the
+        // task and the polls summed up (reschedule.lua, complete.lua), shown from there.
         if let Some(t) = &task {
             derive(t.created_ms, "enqueued", "due now".into(), -1);
-            if t.state == TaskState::Leased && !full {
-                let w = t.worker.clone().unwrap_or_default();
-                derive(
-                    t.updated_ms,
-                    "claimed",
-                    format!("by {w} token {}", t.token),
-                    0,
-                );
+            if !full {
+                if t.state == TaskState::Leased {
+                    let w = t.worker.clone().unwrap_or_default();
+                    derive(t.updated_ms, "claimed", claim_detail(&w, t.token), 1);
+                }
+                // The polls first: of one millisecond, the entry derived first shows as the
+                // newer, and a poll's answer ends the claim before it.
+                if let Some(p) = &polls {
+                    derive(p.last_ms, "polled", polls_detail(p), 0);
+                }
+                if let (false, Some((at, w, token))) = (t.state == TaskState::Leased, &last_claim) {
+                    derive(*at, "claimed", claim_detail(w, *token), 0);
+                }
             }
         }
         if let Some(p) = &packed {
+            let (r, story) = (&p.result, &p.story);
             if task.is_none() {
-                derive(p.result.created_ms, "enqueued", "due now".into(), -1);
+                derive(r.created_ms, "enqueued", "due now".into(), -1);
             }
             if !full {
-                derive(
-                    p.result.completed_ms,
-                    "completed",
-                    format!("by {} token {} in {} ms", p.worker, p.token, p.latency_ms),
-                    1,
-                );
+                let claim = claim_detail(&story.worker, story.token);
+                derive(story.claimed_ms, "claimed", claim, 1);
+                if let Some(polls) = &story.polls {
+                    derive(polls.last_ms, "polled", polls_detail(polls), 0);
+                }
+                derive(r.completed_ms, "completed", completed_detail(r, story), 2);
             }
         }
         // Newest first; stable, so stored entries of one millisecond keep their order.
@@ -120,8 +178,11 @@ impl Slot {
             .collect();
         Ok(Some(TaskDetail {
             task,
-            result: packed.map(|p| p.result),
             history,
+            polls,
+            last_call,
+            result_story: packed.as_ref().map(|p| p.story.clone()),
+            result: packed.map(|p| p.result),
         }))
     }
 

@@ -11,7 +11,7 @@ mod slot_ops;
 
 use crate::decode::int;
 use crate::error::{corrupt, QueueError, Result};
-use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry};
+use crate::model::{Claimed, Completion, Failed, FailedCall, Reaped, Reschedule, Retry};
 use crate::queue::Queue;
 use crate::scripts::SCRIPTS;
 use crate::TaskId;
@@ -196,6 +196,8 @@ impl Queue {
 
     /// Records an error (one attempt). Retry::After goes back to due after the delay unless
     /// attempts reach max_attempts or the retry would land past the deadline; then dead.
+    /// `latency_ms`: how long the failed call took (see [`Queue::fail_and_claim`] for its
+    /// HTTP status and body).
     pub async fn fail(
         &self,
         id: &str,
@@ -204,12 +206,18 @@ impl Queue {
         retry: Retry,
         latency_ms: u64,
     ) -> Result<Failed> {
-        self.fail_and_claim(id, token, error, retry, latency_ms, "", 0, 1)
+        let call = FailedCall {
+            took_ms: latency_ms,
+            ..FailedCall::default()
+        };
+        self.fail_and_claim(id, token, error, &call, retry, "", 0, 1)
             .await?
             .0
     }
 
-    /// [`Queue::fail`], and in the same call leases `worker` up to `next_n` new tasks (as
+    /// [`Queue::fail`] with the failed call in full (its HTTP status, duration and the start
+    /// of its body, cut to [`crate::FAILED_BODY_MAX`] bytes: the admin's task page shows each
+    /// beside the message), and in the same call leases `worker` up to `next_n` new tasks (as
     /// [`Queue::complete_and_claim`]). A stale token is the first part's error; the claim
     /// happens either way.
     #[allow(clippy::too_many_arguments)]
@@ -218,8 +226,8 @@ impl Queue {
         id: &str,
         token: u64,
         error: &str,
+        call: &FailedCall,
         retry: Retry,
-        latency_ms: u64,
         worker: &str,
         next_n: usize,
         lease_ms: u64,
@@ -241,13 +249,11 @@ impl Queue {
         };
         if claim_in == own {
             return slots[own]
-                .fail_and_claim(
-                    id, token, error, retry, latency_ms, worker, next_n, lease_ms,
-                )
+                .fail_and_claim(id, token, error, call, retry, worker, next_n, lease_ms)
                 .await;
         }
         let (outcome, _) = slots[own]
-            .fail_and_claim(id, token, error, retry, latency_ms, worker, 0, lease_ms)
+            .fail_and_claim(id, token, error, call, retry, worker, 0, lease_ms)
             .await?;
         let claimed = slots[claim_in]
             .claim(worker, next_n, lease_ms, false)

@@ -5,7 +5,10 @@ use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::keys::Keys;
 use crate::library::Invocation;
-use crate::model::{Claimed, Completion, Failed, Reaped, Reschedule, Retry, TenantLimits};
+use crate::model::{
+    failed_body_start, Claimed, Completion, Failed, FailedCall, Reaped, Reschedule, Retry,
+    TenantLimits,
+};
 use crate::queue::clamp_ms;
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
@@ -227,8 +230,8 @@ impl Slot {
         id: &str,
         token: u64,
         error: &str,
+        call: &FailedCall,
         retry: Retry,
-        latency_ms: u64,
         worker: &str,
         next_n: usize,
         lease_ms: u64,
@@ -254,7 +257,9 @@ impl Slot {
             .arg(error)
             .arg(mode)
             .arg(delay)
-            .arg(clamp_ms(latency_ms))
+            .arg(clamp_ms(call.took_ms))
+            .arg(call.http_status.unwrap_or(0))
+            .arg(failed_body_start(&call.body))
             .arg(cfg.breaker.failures)
             .arg(format!(
                 "{:.4}",

@@ -30,12 +30,14 @@ pub enum UpstreamError {
     #[error("connection failed: {0}")]
     Connect(String),
     /// A non-2xx answer; `message` is the upstream's own (its error pointer, or a short text
-    /// body), cut short and with configured secrets masked.
+    /// body), cut short and with configured secrets masked; `body` the start of the body as it
+    /// came, secrets masked ([`AnswerReader::body_start`]), for the admin's task page.
     #[error("HTTP {code}{}", .message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
     Status {
         code: u16,
         retry_after: Option<Duration>,
         message: Option<String>,
+        body: String,
     },
     #[error("bad body: {0}")]
     BadBody(String),
@@ -123,6 +125,26 @@ impl AnswerReader {
                 .map(Secret::from)
                 .collect(),
         }
+    }
+
+    /// The start of an error answer's body as the task keeps it beside the error: read as
+    /// UTF-8 (a broken sequence becomes U+FFFD), configured secrets masked, at most
+    /// [`queue::FAILED_BODY_MAX`] bytes cut on a character boundary (the queue's own cut, with
+    /// "…"). Only a prefix is looked at, long enough that a secret starting in the kept part
+    /// is masked whole.
+    pub fn body_start(&self, body: &[u8]) -> String {
+        let longest = self
+            .secrets
+            .iter()
+            .map(|s| s.expose().len())
+            .max()
+            .unwrap_or(0);
+        let look = body.len().min(queue::FAILED_BODY_MAX + longest + 4);
+        let mut text = String::from_utf8_lossy(&body[..look]).into_owned();
+        for secret in &self.secrets {
+            text = text.replace(secret.expose(), "***");
+        }
+        queue::failed_body_start(&text)
     }
 
     /// An upstream's own message as it is kept (an error answer's body, a "failed" answer's
@@ -309,6 +331,7 @@ mod tests {
             code,
             retry_after: None,
             message: None,
+            body: String::new(),
         };
         assert!(s(404).is_permanent());
         assert!(!s(429).is_permanent());

@@ -190,10 +190,12 @@ impl Upstream {
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
         if !status.is_success() {
+            let body = self.error_body(resp).await;
             return Err(UpstreamError::Status {
                 code: status.as_u16(),
                 retry_after,
-                message: self.error_message(resp).await,
+                message: self.error_message(&body),
+                body: self.reader.body_start(&body),
             });
         }
         let body = self.read_body(resp).await?;
@@ -216,11 +218,9 @@ impl Upstream {
         Ok(body)
     }
 
-    /// The message of an error answer: its error pointer if the body is JSON, else a short
-    /// plain-text body (not an HTML page). At most [`ERROR_BODY_MAX`] bytes are read, and a
-    /// body that fails or stalls just gives no message. Kept as a "failed" answer's message is
-    /// ([`AnswerReader::message`]: cut short, configured secrets masked).
-    async fn error_message(&self, mut resp: reqwest::Response) -> Option<String> {
+    /// The start of an error answer's body: at most [`ERROR_BODY_MAX`] bytes are read, and a
+    /// body that fails or stalls gives what came before.
+    async fn error_body(&self, mut resp: reqwest::Response) -> Vec<u8> {
         let cap = ERROR_BODY_MAX.min(self.max_body);
         let mut body = Vec::new();
         while body.len() < cap {
@@ -230,14 +230,21 @@ impl Upstream {
             let room = cap - body.len();
             body.extend_from_slice(&chunk[..chunk.len().min(room)]);
         }
-        let text = match serde_json::from_slice::<Value>(&body) {
+        body
+    }
+
+    /// The message of an error answer: its error pointer if the body is JSON, else a short
+    /// plain-text body (not an HTML page). Kept as a "failed" answer's message is
+    /// ([`AnswerReader::message`]: cut short, configured secrets masked).
+    fn error_message(&self, body: &[u8]) -> Option<String> {
+        let text = match serde_json::from_slice::<Value>(body) {
             Ok(v) => match v.pointer(&self.reader.error_pointer) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => return None,
                 Some(other) => other.to_string(),
             },
             Err(_) => {
-                let text = String::from_utf8_lossy(&body).into_owned();
+                let text = String::from_utf8_lossy(body).into_owned();
                 if text.trim_start().starts_with('<') {
                     return None;
                 }

@@ -6,7 +6,8 @@
 //! - `live`: the browser's EventSource and the tick that makes pages re-read.
 //! - [`overview`], [`tasks`], [`task`], [`leases`], [`upstreams`]: the pages and their read
 //!   functions; `task_rows`: a list's rows (long texts cut, linking to the task page);
-//!   `task_result`: the task page's stored result (age, windows, the refresh beside it).
+//!   `task_result`: the task page's stored result (age, windows, the refresh beside it);
+//!   `task_story`: what the queue sums up (polls, the last failed call, the result's story).
 //! - `workers`: the overview's Workers table (memory, state, quiet / stop a worker process).
 //! - [`actions`]: every state-changing admin action, through one server function;
 //!   `queue_actions`: the overview's panel of them. Only an admin is shown any control that
@@ -46,6 +47,7 @@ pub mod search;
 mod selection;
 pub mod task;
 mod task_result;
+mod task_story;
 mod task_rows;
 mod task_tabs;
 pub mod tasks;

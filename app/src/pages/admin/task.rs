@@ -10,9 +10,13 @@ use super::actions::{Act, ActButton, ActionResult};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::task_result::{data_block, ResultWindows, StoredResultView};
+use super::task_story::{failed_call_fields, field, polls_words, tenant_words, text};
 use super::ui::{duration, error_text, or_dash, plural, PausedBanner, TimeAt};
 use crate::pages::format::{detail_pieces, iso, utc, Piece};
-use model::{DeadReason, HistoryEntry, PauseInfo, StoredResult, Task, TaskState};
+use model::{
+    DeadReason, FailedCall, HistoryEntry, PauseInfo, PollSummary, ResultStory, StoredResult, Task,
+    TaskState,
+};
 
 /// Everything known about one id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +28,12 @@ pub struct TaskView {
     pub result: Option<StoredResult>,
     /// Newest first.
     pub history: Vec<HistoryEntry>,
+    /// The live task's polls summed up.
+    pub polls: Option<PollSummary>,
+    /// The live task's last failed call (beside `task.last_error`).
+    pub last_call: Option<FailedCall>,
+    /// What the stored result keeps of the task that made it.
+    pub result_story: Option<ResultStory>,
     pub now_ms: i64,
     /// The queue's pause, if paused.
     pub paused: Option<PauseInfo>,
@@ -56,6 +66,9 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         task: d.task,
         result: d.result,
         history: d.history,
+        polls: d.polls,
+        last_call: d.last_call,
+        result_story: d.result_story,
         now_ms,
         paused,
         windows: ResultWindows::of(q),
@@ -146,18 +159,6 @@ fn state_words(view: &TaskView) -> (&'static str, &'static str) {
         (None, Some(_)) => ("Done", "done"),
         (None, None) => ("Finished task", "gone"),
     }
-}
-
-/// One field of the list: its name, and its value as markup.
-fn field(name: &'static str, value: AnyView) -> impl IntoView {
-    view! {
-        <dt>{name}</dt>
-        <dd data-testid=format!("field-{name}")>{value}</dd>
-    }
-}
-
-fn text(s: impl Into<String>) -> AnyView {
-    or_dash(s).into_any()
 }
 
 /// One failed attempt as the attempts table shows it, read from the history: the error entry
@@ -259,10 +260,11 @@ fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
                 {rows
                     .into_iter()
                     .map(|r| {
+                        // Plain words relative to the error, which stay true as time passes
+                        // (not a countdown that would need to tick).
                         let then = match r.retry_at {
-                            Some(t) if t <= now => view! { "retried " <TimeAt now at=t /> }.into_any(),
-                            Some(t) => view! { "retry " <TimeAt now at=t /> }.into_any(),
-                            None => "gave up".into_any(),
+                            Some(t) => format!("next try due {} later", duration((t - r.at_ms).max(0))),
+                            None => "gave up".into(),
                         };
                         view! {
                             <tr data-testid="attempt-row">
@@ -272,7 +274,7 @@ fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
                                 <td data-label="call" class="call-text" data-testid="attempt-call">{or_dash(r.call.unwrap_or_default())}</td>
                                 <td data-label="took">{r.took_ms.map(duration).unwrap_or_else(|| "—".into())}</td>
                                 <td data-label="error" class="error-text" data-testid="attempt-error">{r.error}</td>
-                                <td data-label="then">{then}</td>
+                                <td data-label="then" data-testid="attempt-then">{then}</td>
                             </tr>
                         }
                     })
@@ -316,12 +318,12 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         // Only the fields that apply to this state, collected into one list (no empty
         // placeholders between the rows).
         let mut fields: Vec<AnyView> = vec![
-            field("state", text(state_word)).into_any(),
-            field("query", view! { <crate::pages::reveal::QueryText text=t.query.clone() /> }.into_any()).into_any(),
-            field("upstream", text(upstream.clone())).into_any(),
+            field("state", text(state_word)),
+            field("query", view! { <crate::pages::reveal::QueryText text=t.query.clone() /> }.into_any()),
+            field("upstream", text(upstream.clone())),
         ];
         if !t.payload.is_empty() {
-            fields.push(field("payload", text(t.payload.clone())).into_any());
+            fields.push(field("payload", text(t.payload.clone())));
         }
         if t.refresh {
             let what = if view.result.is_some() {
@@ -329,41 +331,37 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
             } else {
                 "yes (the result it refreshes has expired)"
             };
-            fields.push(field("refresh", text(what)).into_any());
+            fields.push(field("refresh", text(what)));
         }
-        if !t.tenant.is_empty() {
-            fields.push(field("tenant", text(t.tenant.clone())).into_any());
-        }
-        fields.push(
-            field(
-                "priority",
-                text(t.priority.as_str().to_string()),
-            )
-            .into_any(),
-        );
-        fields.push(field("created", past(t.created_ms)).into_any());
-        fields.push(field("updated", past(t.updated_ms)).into_any());
-        fields.push(field("attempts", text(format!("{} of {}", t.attempts, t.max_attempts))).into_any());
-        fields.push(field("polls", text(t.polls.to_string())).into_any());
+        fields.push(field("tenant", text(tenant_words(&t.tenant))));
+        fields.push(field("priority", text(t.priority.as_str().to_string())));
+        fields.push(field("created", past(t.created_ms)));
+        fields.push(field("updated", past(t.updated_ms)));
+        fields.push(field("attempts", text(format!("{} of {}", t.attempts, t.max_attempts))));
+        fields.push(field("polls", text(polls_words(view.polls.as_ref(), t.polls, now))));
         if leased {
-            fields.push(field("worker", text(t.worker.clone().unwrap_or_default())).into_any());
-            fields.push(field("token", text(t.token.to_string())).into_any());
-            fields.push(field("lease deadline", at(t.lease_deadline_ms.unwrap_or(0))).into_any());
+            fields.push(field("worker", text(t.worker.clone().unwrap_or_default())));
+            fields.push(field("token", text(t.token.to_string())));
+            fields.push(field("lease deadline", at(t.lease_deadline_ms.unwrap_or(0))));
         }
         if is_due {
             let when = t.due_ms.unwrap_or(0);
             let name = if when <= now { "ready since" } else { "next poll" };
-            fields.push(field(name, at(when)).into_any());
+            fields.push(field(name, at(when)));
         }
         if !dead && t.deadline_ms != 0 {
-            fields.push(field("deadline", at(t.deadline_ms)).into_any());
+            fields.push(field("deadline", at(t.deadline_ms)));
         }
         if dead {
-            fields.push(field("dead reason", text(t.dead_reason.map(DeadReason::as_str).unwrap_or_default().to_string())).into_any());
+            fields.push(field("dead reason", text(t.dead_reason.map(DeadReason::as_str).unwrap_or_default().to_string())));
         }
         // A dead task's last error is in the red block; a live one's says why it is retrying.
         if let Some(e) = t.last_error.clone().filter(|e| !e.is_empty() && !dead) {
-            fields.push(field("last error", text(e)).into_any());
+            fields.push(field("last error", text(e)));
+        }
+        // The failed call behind that error, each part a field of its own.
+        if let Some(call) = view.last_call.as_ref().filter(|_| t.last_error.is_some()) {
+            fields.extend(failed_call_fields(call));
         }
         let partial = t.partial.clone().filter(|p| !p.is_empty());
         view! {
@@ -376,14 +374,20 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
             <h2>"Latest partial data"</h2>
             {match partial {
                 Some(p) => data_block(p, "task-partial").into_any(),
+                // A dead task will get none: "yet" would promise some.
+                None if dead => view! { <p class="muted" data-testid="task-partial">"The upstream sent no partial data."</p> }.into_any(),
                 None => view! { <p class="muted" data-testid="task-partial">"No partial data yet."</p> }.into_any(),
             }}
         }
     });
     let windows = view.windows;
-    let result = view
-        .result
-        .map(|result| view! { <StoredResultView result windows task=beside now /> });
+    // A done task's page has no task fields above its result: the result tells the query,
+    // upstream and tenant itself.
+    let about = beside.is_none().then(|| upstream.clone());
+    let story = view.result_story;
+    let result = view.result.map(|result| {
+        view! { <StoredResultView result windows task=beside story about now /> }
+    });
     let history_empty = view.history.is_empty();
     let attempts = attempt_rows(&view.history);
     let attempts = (!attempts.is_empty()).then(|| view! { <Attempts rows=attempts now /> });

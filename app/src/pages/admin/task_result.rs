@@ -6,10 +6,11 @@
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::ui::{duration, or_dash, TimeAt};
+use super::task_story::{field, story_fields, tenant_words, text};
+use super::ui::{duration, TimeAt};
 use crate::pages::format::{pretty_json, progress_of_text};
 use crate::pages::widgets::{JsonBlock, ProgressBar};
-use model::{StoredResult, TaskState};
+use model::{ResultStory, StoredResult, TaskState};
 
 /// The windows of a stored result's life in its queue (ms), as configured
 /// (`REPOLL_FRESH_FOR_MS`, `REPOLL_STALE_FOR_MS`, `REPOLL_STALE_IF_ERROR_FOR_MS`).
@@ -79,6 +80,11 @@ pub fn StoredResultView(
     windows: ResultWindows,
     /// The state of the task beside the result, and whether it is marked a refresh.
     task: Option<(TaskState, bool)>,
+    /// What the result keeps of the task that made it (None: unreadable, never in practice).
+    story: Option<ResultStory>,
+    /// The upstream, when no task fields are shown above (a done task): then the result's
+    /// fields start with its query, upstream and tenant.
+    about: Option<String>,
     now: i64,
 ) -> impl IntoView {
     let r = result;
@@ -87,9 +93,24 @@ pub fn StoredResultView(
     let [fresh_until, stale_until, last_until] = window_ends(r.completed_ms, windows);
     let at = move |t: i64| view! { <TimeAt now at=t /> };
     let refresh = task.map(refresh_words).unwrap_or_else(|| "none".into());
+    let mut about_fields = Vec::new();
+    if let Some(upstream) = about {
+        about_fields.push(field(
+            "query",
+            view! { <crate::pages::reveal::QueryText text=r.query.clone() /> }.into_any(),
+        ));
+        about_fields.push(field("upstream", text(upstream)));
+        let tenant = story.as_ref().map(|s| tenant_words(&s.tenant));
+        about_fields.push(field("tenant", text(tenant.unwrap_or_default())));
+    }
+    let story_fields = story
+        .as_ref()
+        .map(|s| story_fields(s, r.polls, now))
+        .unwrap_or_else(|| vec![field("polls", text(r.polls.to_string()))]);
     view! {
         <h2>"Final result"</h2>
         <dl class="fields" data-testid="result-fields">
+            {about_fields}
             {field("completed", view! { <TimeAt now at=r.completed_ms past=true /> }.into_any())}
             {field("age", text(format!("{} · {}", duration(age), phase(r.completed_ms, now, windows))))}
             {field("fresh until", at(fresh_until).into_any())}
@@ -97,8 +118,8 @@ pub fn StoredResultView(
             {field("stale-if-error until", at(last_until).into_any())}
             {field("refresh", text(refresh))}
             {field("created", view! { <TimeAt now at=r.created_ms past=true /> }.into_any())}
-            {field("took", text(duration(took)))}
-            {field("polls", text(r.polls.to_string()))}
+            {field("time to result", text(format!("{} from the enqueue", duration(took))))}
+            {story_fields}
         </dl>
         {data_block(r.data, "task-result")}
     }
@@ -111,18 +132,6 @@ pub fn data_block(data: String, testid: &'static str) -> impl IntoView {
         <div>{progress}</div>
         <JsonBlock pretty=pretty_json(&data) testid />
     }
-}
-
-/// One field of the list (as the task's fields: `field-<name>` test ids).
-fn field(name: &'static str, value: AnyView) -> impl IntoView {
-    view! {
-        <dt>{name}</dt>
-        <dd data-testid=format!("field-{name}")>{value}</dd>
-    }
-}
-
-fn text(s: impl Into<String>) -> AnyView {
-    or_dash(s).into_any()
 }
 
 #[cfg(test)]

@@ -1,0 +1,164 @@
+//! The admin task page tells a task's story at the default history level (issue 29): its
+//! claims, its polls summed up, its query, upstream and tenant while it runs and once it is
+//! done, the time to result from its creation, and a failed call's HTTP status, duration and
+//! body as fields of their own (the body as text, never HTML).
+
+mod common;
+use common::admin::*;
+
+use std::time::Duration;
+
+use queue::{EnqueuePolicy, FailedCall, Retry};
+
+const IP: [u8; 4] = [10, 0, 0, 29];
+
+/// The text of the field `name` of the task page (its first occurrence).
+fn field(body: &str, name: &str) -> String {
+    testid_text(body, &format!("field-{name}"))
+}
+
+/// The timeline's entries of `kind`, as their raw markup.
+fn timeline_entries<'a>(body: &'a str, kind: &str) -> Vec<&'a str> {
+    let marker = format!("data-kind=\"{kind}\"");
+    body.split(&marker)
+        .skip(1)
+        .map(|rest| rest.split("</li>").next().unwrap_or(rest))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_task_page_tells_the_polls_claims_and_who_asked_before_and_after_done() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let cookie = sign_in(r, ADMIN_PW, IP).await.expect("admin signs in");
+    let policy = EnqueuePolicy {
+        tenant: "acme".into(),
+        ..EnqueuePolicy::default()
+    };
+    q.enqueue("story page query", "", &policy).await.unwrap();
+    let mut last = None;
+    for _ in 0..3 {
+        let c = q.claim("poller-1", 1, 60_000).await.unwrap().remove(0);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap();
+        last = Some(c);
+    }
+    let last = last.unwrap();
+    let id = last.id.clone();
+    let path = format!("/admin/tasks/{id}");
+
+    // Waiting between polls: the polls summed up, the last claim, the tenant.
+    let page = get_page(r, &path, Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    let polls = field(&page.body, "polls");
+    assert!(polls.starts_with("3 polls, every ~"), "{polls}");
+    assert!(polls.contains(", first ") && polls.contains(", last "), "{polls}");
+    assert_eq!(field(&page.body, "tenant"), "acme");
+    assert!(!field(&page.body, "upstream").is_empty());
+    let claims = timeline_entries(&page.body, "claimed");
+    assert!(
+        claims
+            .iter()
+            .any(|c| c.contains(&format!("by poller-1 token {}", last.token))),
+        "{claims:?}"
+    );
+    assert_eq!(timeline_entries(&page.body, "polled").len(), 1);
+
+    // Done: the result's fields tell the query, upstream and tenant, the claim that completed
+    // it, the polls, and the time to result counted from the enqueue.
+    let c = q.claim("finisher-2", 1, 60_000).await.unwrap().remove(0);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    q.complete(&c.id, c.token, "{\"answer\":42}", 0).await.unwrap();
+    let page = get_page(r, &path, Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    let body = &page.body;
+    assert!(
+        body.contains("story page query"),
+        "the query is on a done task's page"
+    );
+    assert_eq!(field(body, "tenant"), "acme");
+    assert!(!field(body, "upstream").is_empty());
+    assert_eq!(
+        field(body, "completed by"),
+        format!("finisher-2 token {}", c.token)
+    );
+    assert!(field(body, "polls").starts_with("3 polls, every ~"));
+    let ttr = field(body, "time to result");
+    assert!(
+        ttr.ends_with("from the enqueue") && !ttr.starts_with("under 1 ms"),
+        "{ttr}"
+    );
+    let done = timeline_entries(body, "completed");
+    assert_eq!(done.len(), 1);
+    assert!(
+        done[0].contains("after the enqueue") && !done[0].contains("result under 1 ms"),
+        "{}",
+        done[0]
+    );
+    assert!(timeline_entries(body, "claimed")
+        .iter()
+        .any(|e| e.contains(&format!("by finisher-2 token {}", c.token))));
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_call_shows_its_status_duration_and_body_as_text() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let cookie = sign_in(r, ADMIN_PW, IP).await.expect("admin signs in");
+    q.enqueue("story failing query", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    let c = q.claim("w-fail", 1, 60_000).await.unwrap().remove(0);
+    let call = FailedCall {
+        http_status: Some(503),
+        took_ms: 1_250,
+        body: "<b>db-7</b> is down".into(),
+    };
+    q.fail_and_claim(
+        &c.id,
+        c.token,
+        "HTTP 503: db-7 is down",
+        &call,
+        Retry::After(60_000),
+        "w-fail",
+        0,
+        60_000,
+    )
+    .await
+    .unwrap()
+    .0
+    .unwrap();
+    let page = get_page(r, &format!("/admin/tasks/{}", c.id), Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    let body = &page.body;
+    assert_eq!(field(body, "HTTP status"), "503");
+    assert_eq!(field(body, "call took"), "1.2 s");
+    assert!(
+        body.contains("&lt;b&gt;db-7&lt;/b&gt; is down"),
+        "the body is text"
+    );
+    assert!(!body.contains("<b>db-7</b>"), "never HTML");
+    // The next try, in words that stay true (not a countdown that does not tick).
+    let then = testid_text(body, "attempt-then");
+    assert_eq!(then, "next try due 1 min later");
+    // A live task may still get partial data.
+    assert_eq!(testid_text(body, "task-partial"), "No partial data yet.");
+
+    // Dead now: nothing "yet" about partial data.
+    assert!(q.retry(&c.id, "test").await.unwrap(), "due now");
+    let c = q.claim("w-fail", 1, 60_000).await.unwrap().remove(0);
+    q.fail(&c.id, c.token, "HTTP 404", Retry::Dead, 3)
+        .await
+        .unwrap();
+    let page = get_page(r, &format!("/admin/tasks/{}", c.id), Some(&cookie), IP).await;
+    assert_eq!(
+        testid_text(&page.body, "task-partial"),
+        "The upstream sent no partial data."
+    );
+    assert_eq!(
+        field(&page.body, "HTTP status"),
+        "none (no HTTP error answer)"
+    );
+    env.redis.stop().await;
+}
