@@ -302,7 +302,9 @@ pub(crate) fn record_last_claim(f: &Fields) -> Result<Option<(i64, String, u64)>
 
 /// A record's last failed call (fields `es`, `ed`, `eb`: fail.lua); None when it has none.
 pub(crate) fn record_failed_call(f: &Fields) -> Result<Option<FailedCall>> {
-    if !f.contains_key("ed") {
+    // Absent: never failed (or a record of an older version); empty: the last error was no
+    // call of ours (an upstream's callback said "failed").
+    if f.get("ed").is_none_or(|d| d.is_empty()) {
         return Ok(None);
     }
     let status = get_i64(f, "es")?;

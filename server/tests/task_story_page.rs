@@ -52,7 +52,10 @@ async fn the_task_page_tells_the_polls_claims_and_who_asked_before_and_after_don
     assert_eq!(page.status, 200);
     let polls = field(&page.body, "polls");
     assert!(polls.starts_with("3 polls, every ~"), "{polls}");
-    assert!(polls.contains(", first ") && polls.contains(", last "), "{polls}");
+    assert!(
+        polls.contains(", first ") && polls.contains(", last "),
+        "{polls}"
+    );
     assert_eq!(field(&page.body, "tenant"), "acme");
     assert!(!field(&page.body, "upstream").is_empty());
     let claims = timeline_entries(&page.body, "claimed");
@@ -68,7 +71,9 @@ async fn the_task_page_tells_the_polls_claims_and_who_asked_before_and_after_don
     // it, the polls, and the time to result counted from the enqueue.
     let c = q.claim("finisher-2", 1, 60_000).await.unwrap().remove(0);
     tokio::time::sleep(Duration::from_millis(5)).await;
-    q.complete(&c.id, c.token, "{\"answer\":42}", 0).await.unwrap();
+    q.complete(&c.id, c.token, "{\"answer\":42}", 0)
+        .await
+        .unwrap();
     let page = get_page(r, &path, Some(&cookie), IP).await;
     assert_eq!(page.status, 200);
     let body = &page.body;

@@ -69,25 +69,34 @@ pub fn failed_call_fields(call: &FailedCall) -> Vec<AnyView> {
     };
     vec![
         field("HTTP status", text(status)),
-        field("call took", text(duration(i64::try_from(call.took_ms).unwrap_or(i64::MAX)))),
+        field(
+            "call took",
+            text(duration(i64::try_from(call.took_ms).unwrap_or(i64::MAX))),
+        ),
         field("response body", body),
     ]
 }
 
 /// What the stored result keeps of the task that made it: the claim that completed it, the
-/// last call's latency, its polls (and its tenant when `tenant` is asked for).
+/// last call's latency, its polls (its tenant is shown with its query, `task_result`).
 pub fn story_fields(story: &ResultStory, polls: u32, now: i64) -> Vec<AnyView> {
-    let mut out = vec![
-        field("completed by", text(format!("{} token {}", story.worker, story.token))),
-    ];
+    let mut out = vec![field(
+        "completed by",
+        text(format!("{} token {}", story.worker, story.token)),
+    )];
     if story.claimed_ms > 0 {
         out.push(field("claimed", text(ago(now, story.claimed_ms))));
     }
     out.push(field(
         "last call took",
-        text(duration(i64::try_from(story.latency_ms).unwrap_or(i64::MAX))),
+        text(duration(
+            i64::try_from(story.latency_ms).unwrap_or(i64::MAX),
+        )),
     ));
-    out.push(field("polls", text(polls_words(story.polls.as_ref(), polls, now))));
+    out.push(field(
+        "polls",
+        text(polls_words(story.polls.as_ref(), polls, now)),
+    ));
     out
 }
 
