@@ -1,9 +1,21 @@
 import { test, expect, Page, Browser, BrowserContext, APIRequestContext } from "@playwright/test";
-import { execFileSync } from "child_process";
-import { createHash } from "crypto";
 import * as fs from "fs";
 import * as path from "path";
-import { adminPassword, redis, redisProxy, redisUrl, signIn, spawnServe, waitLive, watchErrors } from "./support";
+import {
+  adminPassword,
+  background,
+  deadTaskLines,
+  luminance,
+  quote,
+  redis,
+  redisPipe,
+  redisProxy,
+  signIn,
+  spawnServe,
+  taskId,
+  waitLive,
+  watchErrors,
+} from "./support";
 
 // What the readable dashboard promises, checked in Chromium against the release build
 // (`repoll serve --sim`, managed Redis on the e2e's private port): anonymous admin pages are a
@@ -21,30 +33,6 @@ const run = Date.now();
 const shotDir = path.join(__dirname, "..", "test-results", "screenshots");
 const docsDir = path.join(root, "docs", "screenshots");
 
-
-/** Runs many commands in one redis-cli (one per line, arguments quoted by redis-cli rules). */
-function redisPipe(lines: string[]): string {
-  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl], {
-    input: lines.join("\n") + "\n",
-    maxBuffer: 64 * 1024 * 1024,
-  }).toString();
-}
-
-/** The queue's id of a query already in normal form (NFC, trimmed, single spaces). */
-function taskId(query: string): string {
-  return createHash("sha256").update(query).digest("hex").slice(0, 32);
-}
-
-const quote = (s: string) => `"${s.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`;
-
-/** redis-cli lines that create a dead task of `query` that died with `error` at `at`. */
-function deadTaskLines(query: string, error: string, at: number): string[] {
-  const id = taskId(query);
-  return [
-    `HSET {repoll}:t:${id} q ${quote(query)} s dead c ${at - 60_000} u ${at} a 5 m 5 e ${quote(error)} dr max_attempts`,
-    `ZADD {repoll}:dead ${at} ${id}`,
-  ];
-}
 
 async function shot(page: Page, name: string, docs = false) {
   fs.mkdirSync(shotDir, { recursive: true });
@@ -343,29 +331,6 @@ test("no page scrolls sideways at 375 px", async ({ browser, request }) => {
   }
   expect(errors).toEqual([]);
 });
-
-/** The page background as [r, g, b, a]: the body's, or the root's when the body is transparent. */
-async function background(page: Page): Promise<number[]> {
-  const css = await page.evaluate(() => {
-    const body = getComputedStyle(document.body).backgroundColor;
-    return /rgba\(\s*\d+,\s*\d+,\s*\d+,\s*0\s*\)|transparent/.test(body)
-      ? getComputedStyle(document.documentElement).backgroundColor
-      : body;
-  });
-  const m = /rgba?\(([^)]+)\)/.exec(css);
-  expect(m, `background ${css}`).not.toBeNull();
-  const [r, g, b, a = 1] = m![1].split(",").map((x) => Number(x.trim()));
-  return [r, g, b, a];
-}
-
-/** Relative luminance (WCAG), 0 black .. 1 white. */
-function luminance([r, g, b]: number[]): number {
-  const lin = (c: number) => {
-    const s = c / 255;
-    return s <= 0.03928 ? s / 12.92 : Math.pow((s + 0.055) / 1.055, 2.4);
-  };
-  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
-}
 
 test("dark mode follows the system setting", async ({ browser }) => {
   for (const scheme of ["light", "dark"] as const) {

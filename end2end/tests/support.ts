@@ -4,6 +4,7 @@
 // playwright.config.ts on fixed ports; E2E_REDIS_URL names that Redis.
 import { expect, Page } from "@playwright/test";
 import { ChildProcess, execFileSync, spawn } from "child_process";
+import { createHash } from "crypto";
 import * as net from "net";
 import * as path from "path";
 
@@ -13,6 +14,38 @@ export const adminPassword = "e2e-admin-password";
 /** One redis-cli command against the suite's Redis; its output, trimmed. */
 export function redis(...args: string[]): string {
   return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl, ...args]).toString().trim();
+}
+
+/** Runs many commands in one redis-cli (one per line, arguments quoted by redis-cli rules). */
+export function redisPipe(lines: string[]): string {
+  return execFileSync("redis-cli", ["--no-auth-warning", "-u", redisUrl], {
+    input: lines.join("\n") + "\n",
+    maxBuffer: 64 * 1024 * 1024,
+  }).toString();
+}
+
+/** The queue's id of a query already in normal form (NFC, trimmed, single spaces). */
+export function taskId(query: string): string {
+  return createHash("sha256").update(query).digest("hex").slice(0, 32);
+}
+
+/** A string as one redis-cli argument. */
+export const quote = (s: string) => `"${s.replace(/\\/g, "\\\\").replace(/"/g, '\\"')}"`;
+
+/** redis-cli lines that create a dead task of `query` that died with `error` at `at`, in the
+ * queue's own record layout (ARCHITECTURE.md: `{q}:t:<id>`, the dead zset). */
+export function deadTaskLines(query: string, error: string, at: number): string[] {
+  const id = taskId(query);
+  return [
+    `HSET {repoll}:t:${id} q ${quote(query)} s dead c ${at - 60_000} u ${at} a 5 m 5 e ${quote(error)} dr max_attempts`,
+    `ZADD {repoll}:dead ${at} ${id}`,
+  ];
+}
+
+/** Writes a dead task of `query` (died now with `error`) into the suite's Redis; its id. */
+export function deadTask(query: string, error: string): string {
+  redisPipe(deadTaskLines(query, error, Date.now()));
+  return taskId(query);
 }
 
 /** Waits for the live stream: proves the page hydrated and /admin/events is open. */
@@ -42,6 +75,29 @@ export function watchErrors(page: Page, expected: number[] = []): string[] {
     if (r.status() >= 400 && !expected.includes(r.status())) errors.push(`HTTP ${r.status()} ${r.url()}`);
   });
   return errors;
+}
+
+/** The page background as [r, g, b, a]: the body's, or the root's when the body is transparent. */
+export async function background(page: Page): Promise<number[]> {
+  const css = await page.evaluate(() => {
+    const body = getComputedStyle(document.body).backgroundColor;
+    return /rgba\(\s*\d+,\s*\d+,\s*\d+,\s*0\s*\)|transparent/.test(body)
+      ? getComputedStyle(document.documentElement).backgroundColor
+      : body;
+  });
+  const m = /rgba?\(([^)]+)\)/.exec(css);
+  expect(m, `background ${css}`).not.toBeNull();
+  const [r, g, b, a = 1] = m![1].split(",").map((x) => Number(x.trim()));
+  return [r, g, b, a];
+}
+
+/** Relative luminance (WCAG), 0 black .. 1 white. */
+export function luminance([r, g, b]: number[]): number {
+  const lin = (c: number) => {
+    const s = c / 255;
+    return s <= 0.03928 ? s / 12.92 : Math.pow((s + 0.055) / 1.055, 2.4);
+  };
+  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
 }
 
 /** A second `repoll serve` on the suite's Redis (or on `redisUrl` given in `env`), for the

@@ -341,7 +341,9 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         <AnswersSection buckets=s.throughput.clone() window=data.window markers=data.markers.clone() />
         <h2>"Workers"</h2>
         {workers_empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
-        <div class="table-scroll">
+        // A box that may scroll sideways (on a phone) takes the keyboard focus, so it can be
+        // scrolled without a mouse (the table has nothing else focusable).
+        <div class="table-scroll" tabindex="0" role="region" aria-label="Workers">
         <table data-testid="workers" class:hidden=workers_empty>
             <thead>
                 <tr>
@@ -378,7 +380,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         </div>
         <h2>"Audit log"</h2>
         {audit_empty.then(|| view! { <p class="empty" data-testid="audit-empty">"No admin actions yet."</p> })}
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0" role="region" aria-label="Audit log">
         <table data-testid="audit" class:hidden=audit_empty>
             <thead>
                 <tr><th>"when"</th><th>"who"</th><th>"action"</th><th>"target"</th><th>"count"</th></tr>
