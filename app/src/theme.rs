@@ -113,7 +113,13 @@ pub fn ThemeToggle() -> impl IntoView {
     let buttons = Theme::ALL
         .into_iter()
         .map(|theme| {
-            let pressed = move || if current.get() == theme { "true" } else { "false" };
+            let pressed = move || {
+                if current.get() == theme {
+                    "true"
+                } else {
+                    "false"
+                }
+            };
             view! {
                 <button
                     type="submit"
@@ -167,7 +173,10 @@ mod tests {
 
     #[test]
     fn page_path_keeps_the_query_string() {
-        assert_eq!(page_path("/admin/tasks", "state=dead"), "/admin/tasks?state=dead");
+        assert_eq!(
+            page_path("/admin/tasks", "state=dead"),
+            "/admin/tasks?state=dead"
+        );
         assert_eq!(page_path("/", ""), "/");
     }
 

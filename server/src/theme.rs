@@ -71,7 +71,12 @@ mod tests {
 
     #[test]
     fn only_paths_of_this_site_are_kept() {
-        for good in ["/", "/admin/tasks?state=dead", "/q/0123abcd", "/a/b?c=%2F%2Fx"] {
+        for good in [
+            "/",
+            "/admin/tasks?state=dead",
+            "/q/0123abcd",
+            "/a/b?c=%2F%2Fx",
+        ] {
             assert_eq!(same_site_path(good), good);
         }
         for bad in [

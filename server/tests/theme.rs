@@ -82,8 +82,14 @@ async fn the_page_is_rendered_with_the_chosen_theme() {
     };
     let r = page(Some("a=1; repoll_theme=dark")).await;
     assert_eq!(r.status, 200);
-    assert!(r.body.contains(r#"<html lang="en" data-theme="dark""#), "{}", &r.body[..300.min(r.body.len())]);
-    assert!(r.body.contains(r#"aria-pressed="true" data-testid="theme-dark""#));
+    assert!(
+        r.body.contains(r#"<html lang="en" data-theme="dark""#),
+        "{}",
+        &r.body[..300.min(r.body.len())]
+    );
+    assert!(r
+        .body
+        .contains(r#"aria-pressed="true" data-testid="theme-dark""#));
     let r = page(Some("repoll_theme=<script>")).await;
     assert!(r.body.contains(r#"data-theme="system""#));
     let r = page(None).await;

@@ -211,7 +211,11 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
     let banners = data
         .rows
         .iter()
-        .filter_map(|r| r.pause.clone().map(|p| view! { <PausedUpstream name=r.name.clone() pause=p now /> }))
+        .filter_map(|r| {
+            r.pause
+                .clone()
+                .map(|p| view! { <PausedUpstream name=r.name.clone() pause=p now /> })
+        })
         .collect_view();
     // A viewer gets the table without its column of actions.
     let may_act = can_act();
