@@ -8,6 +8,7 @@
 //! - [`pages`]: one module per page.
 //! - [`auth`]: who may use the admin dashboard (roles; on the server: passwords, sessions).
 //! - [`query_view`]: one query as the user sees it, shared by the query page and the JSON API.
+//! - [`theme`]: the colour theme a visitor chose (system, light or dark) and its toggle.
 //! - [`freshness`]: whether a stored result is served, fresh or stale and why, and what the
 //!   caller accepts (`Cache-Control` request directives).
 //! - `client` (server only): the one client-address rule every per-client limit uses.
@@ -23,6 +24,7 @@ pub mod freshness;
 pub mod pages;
 pub mod query_view;
 pub mod status;
+pub mod theme;
 
 #[cfg(feature = "ssr")]
 pub mod client;
@@ -39,9 +41,15 @@ use leptos_router::{
 /// The HTML document the server renders around [`App`]; the hydration scripts it includes
 /// load the wasm that takes over the page.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    // The visitor's theme is in the server's HTML, so the first paint has its colours (no
+    // flash of the other scheme before the wasm loads).
+    #[cfg(feature = "ssr")]
+    let theme = theme::requested();
+    #[cfg(not(feature = "ssr"))]
+    let theme = theme::Theme::default();
     view! {
         <!DOCTYPE html>
-        <html lang="en">
+        <html lang="en" data-theme=theme.as_str()>
             <head>
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
@@ -71,6 +79,7 @@ pub fn App() -> impl IntoView {
                     <A href="/">"Query"</A>
                     <A href="/admin">"Dashboard"</A>
                 </nav>
+                <theme::ThemeToggle />
             </header>
             <main>
                 <Routes fallback=pages::NotFound>

@@ -50,6 +50,12 @@ export function deadTaskLines(query: string, error: string, at: number): string[
   ];
 }
 
+/** Writes a dead task of `query` (died now with `error`) into the suite's Redis; its id. */
+export function deadTask(query: string, error: string): string {
+  redisPipe(deadTaskLines(query, error, Date.now()));
+  return taskId(query);
+}
+
 /** Creates (or joins) the task of `query` through the public API, waiting out the per-client
  * rate limit; returns its id. */
 export async function submit(request: APIRequestContext, query: string): Promise<string> {

@@ -16,6 +16,8 @@
 //!   tower-http layers (trace, body limit, timeout, panic to 500).
 //! - [`security`]: response headers (CSP with per-response nonces, framing, sniffing,
 //!   referrer), JSON errors for every API 4xx, redirects kept on our own paths.
+//! - [`theme`]: `POST /theme`, the colour theme toggle without JavaScript (cookie, redirect
+//!   back to a path of this site only).
 //! - [`http_server`]: the accept loop — connection cap, header-read/idle timeout,
 //!   `TCP_NODELAY`, drain; [`conn`]: the handle a request gets to close its own connection.
 //! - [`shutdown`]: one cancellation token fed by SIGINT/SIGTERM, shared by every task.
@@ -31,7 +33,7 @@
 //! The modules form layers with no import circle (checked by `server/tests/import_layers.rs`):
 //! `settings` at the bottom; then `config_file`, `upstreams`, `live_hub`, `managed_redis`,
 //! `startup`; then the state (`state`, `api::state`, `admin::state`) and `api::error`; the
-//! routes and handlers (`api`, `admin`, `web`, `security`, `http_server`) above them; and the
+//! routes and handlers (`api`, `admin`, `theme`, `web`, `security`, `http_server`) above them; and the
 //! commands (`cli`, `serve`, `work`, `simulate`, with `registry`) at the top.
 
 pub mod admin;
@@ -51,6 +53,7 @@ pub mod shutdown;
 pub mod simulate;
 pub mod startup;
 pub mod state;
+pub mod theme;
 pub mod upstreams;
 pub mod web;
 pub mod work;

@@ -97,6 +97,7 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .route("/readyz", get(readyz))
         .merge(crate::api::router())
         .merge(crate::admin::router())
+        .merge(crate::theme::router())
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             shell(options.clone())
         })

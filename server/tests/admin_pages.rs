@@ -439,8 +439,21 @@ async fn the_upstreams_page_shows_each_upstream_and_its_own_breaker() {
         row.contains("upstream-paused") && row.contains("resume-upstream"),
         "{row}"
     );
+    // A banner above the table says so, as the overview's does for its queue.
+    let banner = page
+        .body
+        .split_once("data-testid=\"paused-banner-search\"")
+        .and_then(|(_, after)| after.split_once("</div>"))
+        .map_or("", |(banner, _)| banner);
+    assert!(
+        banner.contains("Upstream search paused") && banner.contains("by admin"),
+        "{banner}"
+    );
+    assert!(!page.body.contains("paused-banner-default"));
     act_as(r, &cookie, &[("op", "resume"), ("id", "search")]).await;
     assert!(!search.stats().await.unwrap().paused);
+    let page = get_page(r, "/admin/upstreams", Some(&cookie), ip).await;
+    assert!(!page.body.contains("paused-banner-"), "{}", page.body);
     let audit = q.audit_log(10).await.unwrap();
     assert!(
         audit

@@ -337,7 +337,7 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
         <WorkersTable workers=data.workers now />
         <h2>"Audit log"</h2>
         {audit_empty.then(|| view! { <p class="empty" data-testid="audit-empty">"No admin actions yet."</p> })}
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0" role="region" aria-label="Audit log">
         <table data-testid="audit" class:hidden=audit_empty>
             <thead>
                 <tr><th>"when"</th><th>"who"</th><th>"action"</th><th>"target"</th><th>"count"</th></tr>

@@ -18,7 +18,7 @@ use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::ui::{error_text, or_dash};
 use crate::pages::widgets::TimeAt;
-use model::{BreakerInfo, BreakerState, TenantCount, ThroughputBucket};
+use model::{BreakerInfo, BreakerState, PauseInfo, TenantCount, ThroughputBucket};
 
 /// Tenants listed per upstream (the busiest first).
 pub const TOP_TENANTS: usize = 5;
@@ -44,6 +44,9 @@ pub struct UpstreamRow {
     pub dead: u64,
     pub results: u64,
     pub paused: bool,
+    /// Since when and by whom, while paused (shown in the page's banner).
+    #[serde(default)]
+    pub pause: Option<PauseInfo>,
     pub breaker: Option<BreakerInfo>,
     /// The last [`RECENT_MINUTES`] merged: completions, polls, errors and call latency.
     pub recent: Option<ThroughputBucket>,
@@ -88,12 +91,20 @@ pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
     // One upstream after another (at most 17), each with its three reads together.
     let mut rows = Vec::new();
     for (name, q, rate) in ctx.upstreams_with_rates() {
-        let (stats, breaker, recent, tenants) = tokio::join!(
+        let (stats, breaker, recent, tenants, pause) = tokio::join!(
             q.stats(),
             q.breaker(),
             q.throughput(RECENT_MINUTES, RECENT_MINUTES),
-            q.tenants(TOP_TENANTS)
+            q.tenants(TOP_TENANTS),
+            q.pause_info()
         );
+        let stats = stats.map_err(failed)?;
+        // The flag may go between the two reads; the counts' own flag decides (as on the
+        // overview).
+        let pause = pause
+            .map_err(failed)?
+            .filter(|_| stats.paused)
+            .or_else(|| stats.paused.then(PauseInfo::default));
         rows.push(UpstreamRow {
             name: name.to_string(),
             queue: q.config().name.clone(),
@@ -104,7 +115,8 @@ pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
             recent: recent.map_err(failed)?.into_iter().last(),
             rate_per_sec: rate.per_sec,
             rate_burst: rate.burst,
-            ..from_stats(stats.map_err(failed)?)
+            pause,
+            ..from_stats(stats)
         });
     }
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
@@ -141,6 +153,7 @@ fn from_stats(s: model::Stats) -> UpstreamRow {
         dead: s.dead,
         results: s.results,
         paused: s.paused,
+        pause: None,
         breaker: None,
         recent: None,
         rate_per_sec: 0,
@@ -195,6 +208,15 @@ pub fn UpstreamsPage() -> impl IntoView {
 #[component]
 fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoView {
     let now = data.now_ms;
+    let banners = data
+        .rows
+        .iter()
+        .filter_map(|r| {
+            r.pause
+                .clone()
+                .map(|p| view! { <PausedUpstream name=r.name.clone() pause=p now /> })
+        })
+        .collect_view();
     // A viewer gets the table without its column of actions.
     let may_act = can_act();
     let rows = data
@@ -274,6 +296,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
         })
         .collect_view();
     view! {
+        {banners}
         <div class="table-scroll">
             <table data-testid="upstreams-table">
                 <thead>
@@ -295,6 +318,32 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                 </thead>
                 <tbody>{rows}</tbody>
             </table>
+        </div>
+    }
+}
+
+/// The banner of a paused upstream, as the overview's for its queue: since when, by whom,
+/// and what it means (its Resume button is in its row).
+#[component]
+fn PausedUpstream(name: String, pause: PauseInfo, now: i64) -> impl IntoView {
+    let by = if pause.who.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", pause.who)
+    };
+    let since = if pause.at_ms > 0 {
+        view! { <TimeAt now at=pause.at_ms past=true /> }.into_any()
+    } else {
+        view! { <span>"a while ago"</span> }.into_any()
+    };
+    let testid = format!("paused-banner-{name}");
+    view! {
+        <div class="banner paused" role="status" data-testid=testid>
+            <strong>{format!("Upstream {name} paused")}</strong>
+            <span>
+                {since}
+                {format!("{by}. Workers claim none of its tasks until it is resumed; its queries wait.")}
+            </span>
         </div>
     }
 }

@@ -83,7 +83,9 @@ pub fn WorkersTable(workers: Vec<WorkerRow>, now: i64) -> impl IntoView {
     view! {
         <h2>"Workers"</h2>
         {empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
-        <div class="table-scroll">
+        // A box that may scroll sideways (on a phone) takes the keyboard focus, so it can be
+        // scrolled without a mouse (a viewer's table has nothing else focusable).
+        <div class="table-scroll" tabindex="0" role="region" aria-label="Workers">
         <table data-testid="workers" class:hidden=empty>
             <thead>
                 <tr>
