@@ -239,7 +239,7 @@ async fn a_result_stored_before_the_story_still_reads() {
     // The eight-field form an older version wrote: no claim time, polls' times nor tenant.
     let mut r = raw().await;
     let key = format!("{}:r:{}", q.partition_tag(q.partition_of(&c.id)), c.id);
-    let old = format!("2000,1000,3,77,5,2,3,00\nw9old\"x\"");
+    let old = "2000,1000,3,77,5,2,3,00\nw9old\"x\"".to_string();
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg(old)
