@@ -99,3 +99,56 @@ test("a purge of ticked rows needs their number typed; one click purges nothing"
   await expect.poll(() => statesOf(ids), { timeout: 30_000 }).toEqual(["", "dead", ""]);
   expect(errors).toEqual([]);
 });
+
+/** `run` in letters only: the dead work view shows numbers as #, so a marker must have none. */
+const letters = String(run).replace(/\d/g, (d) => "abcdefghij"[Number(d)]);
+
+test("a facet link narrows the list to the tasks it counted", async ({ page }) => {
+  const errors = watchErrors(page);
+  const tenant = `tri-${run}`;
+  const now = Date.now();
+  deadTasks([0, 1, 2].map((i) => `facet-${run}-a${i} polls=1`), "HTTP 502: bad gateway", now, tenant);
+  deadTasks([0, 1].map((i) => `facet-${run}-b${i} polls=1`), "timeout after 10 ms", now, tenant);
+  await signIn(page);
+  await page.goto(`/admin/tasks?q=${encodeURIComponent(`state:dead tenant:${tenant}`)}`);
+  await waitLive(page);
+  await expect(page.getByTestId("task-row")).toHaveCount(5);
+  const facet = (key: string) => page.locator(`[data-testid="facets"] li:has([data-facet="class"][data-key="${key}"])`);
+  await expect(facet("http-502").getByTestId("facet-count")).toHaveText("3");
+  await expect(facet("timeout").getByTestId("facet-count")).toHaveText("2");
+  await facet("http-502").getByTestId("facet-link").click();
+  await expect(page).toHaveURL(/class%3Ahttp-502/);
+  await expect(page.getByTestId("task-row")).toHaveCount(3);
+  for (const e of await page.getByTestId("row-error").allTextContents()) expect(e).toContain("HTTP 502");
+  // The narrowed list's own panel counts the same 3.
+  await expect(facet("http-502").getByTestId("facet-count")).toHaveText("3");
+  expect(errors).toEqual([]);
+});
+
+test("the dead work view groups by error and retries only the chosen group", async ({ page }) => {
+  const errors = watchErrors(page);
+  const now = Date.now();
+  const busy = deadTasks([0, 1, 2].map((i) => `group-${run}-busy${i} polls=1`), "", 0);
+  // Same group although their numbers differ; another group beside it.
+  redisPipe(busy.map((id, i) => `HSET {repoll}:t:${id} s dead e ${quote(`HTTP 503: ${letters} busy, retry in ${5 + i * 7} s`)} u ${now - i * 1000}`));
+  redisPipe(busy.map((id, i) => `ZADD {repoll}:dead ${now - i * 1000} ${id}`));
+  const other = deadTasks([0, 1].map((i) => `group-${run}-other${i} polls=1`), `HTTP 503: ${letters} other`, now);
+  await signIn(page);
+  await page.goto("/admin/tasks?state=dead");
+  await waitLive(page);
+  await page.getByTestId("dead-work-link").click();
+  await expect(page).toHaveURL(/\/admin\/dead$/);
+  await waitLive(page);
+  const group = (text: string) => page.locator(`[data-testid="dead-group"]:has(td.message:text-is("${text}"))`);
+  await expect(group(`HTTP 503: ${letters} busy, retry in # s`)).toHaveAttribute("data-count", "3");
+  await expect(group(`HTTP 503: ${letters} other`)).toHaveAttribute("data-count", "2");
+  await group(`HTTP 503: ${letters} busy, retry in # s`).getByTestId("group-retry").click();
+  await expect(page).toHaveURL(/\/admin\/bulk\?state=dead&group=[0-9a-f]{16}$/);
+  await waitLive(page);
+  await expect(page.getByTestId("bulk-count")).toHaveAttribute("data-count", "3");
+  await page.getByTestId("bulk-retry").click();
+  await expect(page.getByTestId("bulk-result")).toHaveText("started: retry 3 tasks");
+  await expect.poll(() => statesOf([...busy, ...other]).map((s) => s === "dead"), { timeout: 30_000 })
+    .toEqual([false, false, false, true, true]);
+  expect(errors).toEqual([]);
+});
