@@ -306,13 +306,13 @@ mod tests {
     #[test]
     fn the_state_is_the_workers_own_once_it_acted_on_the_command() {
         use WorkerMode::{Quiet, Running, Stopping};
-        let (quiet, stop) = (WorkerCommand::Quiet, WorkerCommand::Stop);
+        let (quiet, stop) = (Some(WorkerCommand::Quiet), Some(WorkerCommand::Stop));
         assert_eq!(state_words(&info(Running, None)), "running");
-        assert_eq!(state_words(&info(Running, Some(quiet))), "quiet requested");
-        assert_eq!(state_words(&info(Quiet, Some(quiet))), "quiet");
-        assert_eq!(state_words(&info(Quiet, Some(stop))), "stop requested");
-        assert_eq!(state_words(&info(Stopping, Some(stop))), "stopping");
+        assert_eq!(state_words(&info(Running, quiet)), "quiet requested");
+        assert_eq!(state_words(&info(Quiet, quiet)), "quiet");
+        assert_eq!(state_words(&info(Quiet, stop)), "stop requested");
+        assert_eq!(state_words(&info(Stopping, stop)), "stopping");
         // Stopping on a signal while a quiet was pending: it says what it does.
-        assert_eq!(state_words(&info(Stopping, Some(quiet))), "stopping");
+        assert_eq!(state_words(&info(Stopping, quiet)), "stopping");
     }
 }
