@@ -10,7 +10,7 @@
 -- Returns {ready, waiting, retrying, leased, stuck, dead, results, oldest_ready (-1 = none),
 --          paused (0/1), now, ready_background,
 --          {minute, completed, failed, polled, ttr_sum, ttr_count, fresh, stale, miss, negative,
---           ahead, refresh_failed}...}
+--           ahead, refresh_failed, dead}...}
 local readyk = KEYS[1]
 local bgk = KEYS[2]
 local duez = KEYS[3]
@@ -59,9 +59,10 @@ local out = { due_now + ilen + blen + flen, math.max(later - retrying, 0), retry
   results, oldest, redis.call('EXISTS', paused), now, blen }
 local minute = now - (now % 60000)
 -- The counters of each minute, in the reply's order (ttr_count is not one: see below); the
--- answers by freshness and the refreshes are enqueue.lua's and fail.lua's.
+-- answers by freshness and the refreshes are enqueue.lua's and fail.lua's; 'dead' counts tasks
+-- that died (each once), apart from 'failed', which counts failed calls.
 local COUNTERS = { 'completed', 'failed', 'polled', 'ttr_sum', 'fresh', 'stale', 'miss',
-  'negative', 'ahead', 'refresh_failed' }
+  'negative', 'ahead', 'refresh_failed', 'dead' }
 local nc = #COUNTERS
 local fields = {}
 for i = buckets - 1, 0, -1 do
