@@ -54,6 +54,7 @@ const PAGES: PageCase[] = [
   { name: "task done", path: (f) => `/admin/tasks/${f.done}`, admin: true, ready: live },
   { name: "task running", path: (f) => `/admin/tasks/${f.running}`, admin: true, ready: live },
   { name: "task dead", path: (f) => `/admin/tasks/${f.dead}`, admin: true, ready: live },
+  { name: "dead work", path: () => "/admin/dead", admin: true, ready: live },
   { name: "bulk", path: () => "/admin/bulk?state=dead", admin: true, ready: live },
   { name: "upstreams", path: () => "/admin/upstreams", admin: true, ready: live },
   { name: "leases", path: () => "/admin/leases", admin: true, ready: live },

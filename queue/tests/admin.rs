@@ -211,10 +211,11 @@ async fn purge_each_target() {
         let q = queue_with(conf).await;
         let (ready, waiting, (leased, _), dead, done) = every_state(&q).await;
         // Only the dead task has a stored history (its error and death); the others' entries are
-        // derived from their records and results, which a history purge leaves alone.
+        // derived from their records and results, which a history purge leaves alone (the dead
+        // task's record still names the claim its last call ended: `lc`, `lw`).
         assert_eq!(q.purge(PurgeTarget::History, "a").await.unwrap(), 1);
         let kinds = |d: TaskDetail| d.history.into_iter().map(|e| e.kind).collect::<Vec<_>>();
-        assert_eq!(kinds(q.get(&dead).await.unwrap().unwrap()), ["enqueued"]);
+        assert_eq!(kinds(q.get(&dead).await.unwrap().unwrap()), ["claimed", "enqueued"]);
         assert_eq!(kinds(q.get(&ready).await.unwrap().unwrap()), ["enqueued"]);
         assert_eq!(q.purge(PurgeTarget::Dead, "a").await.unwrap(), 1);
         assert_eq!(state_of(&q, &dead).await, None);
