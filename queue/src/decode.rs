@@ -201,8 +201,10 @@ pub(crate) fn task(
 /// A stored result and how it was completed, from its one string (prelude/records.lua
 /// `pack_result`; complete.lua writes it; the lengths are in bytes):
 /// `completed,created,polls,token,latency_ms,#worker,#query,claimed,first_poll,last_poll,
-/// #tenant,asks\n` + worker + query + tenant + data. A result stored by an older version has
-/// the first seven fields, or those and `asks`: no story beyond the worker and token.
+/// #tenant,asks\n` + worker + query + tenant + data, where `claimed`, `first_poll` and
+/// `last_poll` are milliseconds before `completed` (empty when unknown). A result stored by an
+/// older version has the first seven fields, or those and `asks`: no story beyond the worker
+/// and token.
 pub(crate) struct Packed {
     pub result: StoredResult,
     pub story: ResultStory,
@@ -211,7 +213,11 @@ pub(crate) struct Packed {
 pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
     let bad = || corrupt(format!("result of {id}: bad format"));
     let (head, body) = s.split_once('\n').ok_or_else(bad)?;
-    let n: Vec<i64> = head.split(',').map(parse_i64).collect::<Result<Vec<_>>>()?;
+    // An empty field is a story time that is not known: -1, never a real offset.
+    let n: Vec<i64> = head
+        .split(',')
+        .map(|f| if f.is_empty() { Ok(-1) } else { parse_i64(f) })
+        .collect::<Result<Vec<_>>>()?;
     let id = parse_id(id)?;
     // The last field of eight or twelve (asks counted for refresh-ahead) is the library's alone.
     let packed = match *n.as_slice() {
@@ -224,10 +230,11 @@ pub(crate) fn packed_result(id: &str, s: &str) -> Result<Packed> {
             body,
         ),
         [completed, created, polls, token, latency, wlen, qlen, claimed, first, last, tlen, _] => {
+            let at = |before: i64| if before >= 0 { completed - before } else { 0 };
             build_packed(
                 id,
                 [completed, created, polls, token, latency],
-                [claimed, first, last],
+                [at(claimed), at(first), at(last)],
                 [wlen, qlen, tlen],
                 body,
             )

@@ -215,7 +215,10 @@ async fn purge_each_target() {
         // task's record still names the claim its last call ended: `lc`, `lw`).
         assert_eq!(q.purge(PurgeTarget::History, "a").await.unwrap(), 1);
         let kinds = |d: TaskDetail| d.history.into_iter().map(|e| e.kind).collect::<Vec<_>>();
-        assert_eq!(kinds(q.get(&dead).await.unwrap().unwrap()), ["claimed", "enqueued"]);
+        assert_eq!(
+            kinds(q.get(&dead).await.unwrap().unwrap()),
+            ["claimed", "enqueued"]
+        );
         assert_eq!(kinds(q.get(&ready).await.unwrap().unwrap()), ["enqueued"]);
         assert_eq!(q.purge(PurgeTarget::Dead, "a").await.unwrap(), 1);
         assert_eq!(state_of(&q, &dead).await, None);

@@ -17,9 +17,7 @@ async fn fail_all(q: &Queue, error: &str, retry: Retry) -> usize {
             return n;
         }
         for c in claimed {
-            q.fail(&c.id, c.token, error, retry, 5)
-                .await
-                .unwrap();
+            q.fail(&c.id, c.token, error, retry, 5).await.unwrap();
             n += 1;
         }
     }

@@ -66,16 +66,30 @@ async fn a_stored_result_costs_three_bytes_for_its_asks_and_lives_its_three_wind
         let id = store(&q, "bytes", data).await;
         let v = stored_value(&q, &id).await;
         // The header: completed, created, polls, token, latency, worker and query lengths,
-        // then the asks counted (two digits) — the 3 bytes `,00` are all issue 26 adds.
+        // the story (the completing claim, first and last poll: milliseconds before the
+        // completion, empty when unknown; the tenant's length), then the asks counted (two
+        // digits) — the 3 bytes `,00` are all issue 26 adds, and a task never polled pays
+        // one short number and four commas for its story (issue 29), not 13-digit epochs.
         let (head, body) = v.split_once('\n').unwrap();
         let fields: Vec<&str> = head.split(',').collect();
-        assert_eq!(fields.len(), 8, "{head}");
-        assert_eq!(fields[7], "00", "{head}");
+        assert_eq!(fields.len(), 12, "{head}");
+        assert_eq!(fields[11], "00", "{head}");
+        let completed: i64 = fields[0].parse().unwrap();
+        let claimed_before: i64 = fields[7].parse().unwrap();
+        assert!((0..60_000).contains(&claimed_before), "{head}");
+        assert_eq!(
+            &fields[8..11],
+            ["", "", "0"],
+            "never polled, no tenant: {head}"
+        );
         let who: usize = fields[5].parse().unwrap();
         let query: usize = fields[6].parse().unwrap();
         assert_eq!(body.len(), who + query + data.len(), "{v:?}");
         assert_eq!(v.len(), head.len() + 1 + who + query + data.len());
         assert!(body.ends_with(data) && query == "bytes".len());
+        // The claim read back: the completion less its offset.
+        let story = q.get(&id).await.unwrap().unwrap().result_story.unwrap();
+        assert_eq!(story.claimed_ms, completed - claimed_before);
 
         // It lives its three windows from its completion (Redis time; a script's relative
         // expiry counts from the script's start, which may be before the completion time it
@@ -86,7 +100,6 @@ async fn a_stored_result_costs_three_bytes_for_its_asks_and_lives_its_three_wind
             .query_async(&mut q.connection())
             .await
             .unwrap();
-        let completed: i64 = fields[0].parse().unwrap();
         let created: i64 = fields[1].parse().unwrap();
         let life = conf.result_life_ms() as i64;
         assert_eq!(life, 360_000);

@@ -537,6 +537,11 @@ async fn every_admin_server_function_needs_a_session() {
         ),
         (CheckRedis::PATH, vec![]),
         (app::pages::admin::upstreams::Upstreams::PATH, vec![]),
+        (app::pages::admin::dead_work::DeadWork::PATH, vec![]),
+        (
+            app::pages::admin::facets::TaskFacets::PATH,
+            vec![("state", "dead")],
+        ),
     ];
     // Open on purpose: whoami answers null without a session; sign-in and sign-out are how a
     // session starts and ends.

@@ -112,6 +112,7 @@ async fn server_functions_with_missing_or_malformed_arguments_are_400_json() {
         (SubmitQuery::PATH, vec![]),
         (app::pages::ReadQuery::PATH, vec![]),
         (ServiceHold::PATH, vec![]),
+        (app::pages::admin::facets::TaskFacets::PATH, vec![]),
     ];
     // Nothing to get wrong: no argument, or only optional text ones.
     let no_arguments = [
@@ -121,6 +122,7 @@ async fn server_functions_with_missing_or_malformed_arguments_are_400_json() {
         Upstreams::PATH,
         app::status::CheckRedis::PATH,
         app::pages::UpstreamNames::PATH,
+        app::pages::admin::dead_work::DeadWork::PATH,
     ];
     let registered: Vec<&str> = leptos::server_fn::axum::server_fn_paths()
         .map(|(path, _)| path)

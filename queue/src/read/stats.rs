@@ -50,7 +50,8 @@ impl Slot {
         let mut throughput = Vec::with_capacity(STATS_BUCKETS);
         for b in &a[11..] {
             let row = array(b.clone())?;
-            let [m, c, f, p, ts, tc, fresh, stale, miss, negative, ahead, rfail, dead] = row.as_slice()
+            let [m, c, f, p, ts, tc, fresh, stale, miss, negative, ahead, rfail, dead] =
+                row.as_slice()
             else {
                 return Err(corrupt("stats: bad bucket"));
             };
