@@ -19,10 +19,13 @@ pub(super) async fn sign_in_action(http: &reqwest::Client, base: &str) -> Result
         .text()
         .await
         .map_err(|e| format!("/admin/login: {e}"))?;
+    // The page has other forms before it (the theme toggle in the top bar): the sign-in form
+    // is the one with the password field.
     let form = html
-        .find("<form")
-        .map(|i| &html[i..])
-        .ok_or("/admin/login has no form")?;
+        .match_indices("<form")
+        .map(|(i, _)| &html[i..])
+        .find(|f| f[..f.find("</form>").unwrap_or(f.len())].contains("name=\"password\""))
+        .ok_or("/admin/login has no form with a password field")?;
     let end = form.find('>').unwrap_or(form.len());
     let tag = &form[..end];
     let start = tag
