@@ -72,6 +72,9 @@ pub struct ConnStats {
     pub bad_request_lines: AtomicU64,
 }
 
+/// The counter of connections refused because the connection cap was reached.
+pub const CONNECTIONS_REFUSED_METRIC: &str = "repoll_connections_refused_total";
+
 /// The counter of request lines refused by [`routable_target`].
 pub const BAD_REQUEST_LINES_METRIC: &str = "repoll_bad_request_lines_total";
 
@@ -178,7 +181,7 @@ pub async fn serve(
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             stats.refused.fetch_add(1, Ordering::Relaxed);
-            metrics::counter!("repoll_connections_refused_total").increment(1);
+            metrics::counter!(CONNECTIONS_REFUSED_METRIC).increment(1);
             if let Ok(turn) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
                     refuse(stream).await;

@@ -92,6 +92,8 @@ struct Hub {
     dropped_slow: AtomicU64,
 }
 
+/// The gauge of live streams open.
+pub const LIVE_STREAMS_METRIC: &str = "repoll_live_streams";
 /// The counter of live streams dropped, by reason (`slow`: the reader stopped reading).
 pub const DROPPED_METRIC: &str = "repoll_live_streams_dropped_total";
 
@@ -221,7 +223,7 @@ impl Live {
         }
         *mine += 1;
         open.total += 1;
-        metrics::gauge!("repoll_live_streams").set(open.total as f64);
+        metrics::gauge!(LIVE_STREAMS_METRIC).set(open.total as f64);
         Ok(StreamPermit {
             client,
             hub: self.inner.clone(),
@@ -281,7 +283,7 @@ impl Drop for StreamPermit {
                 open.per_client.remove(&self.client);
             }
         }
-        metrics::gauge!("repoll_live_streams").set(open.total as f64);
+        metrics::gauge!(LIVE_STREAMS_METRIC).set(open.total as f64);
     }
 }
 

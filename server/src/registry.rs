@@ -40,6 +40,7 @@ impl WebRegistration {
         };
         for q in &queues {
             q.heartbeat_web(&me, ttl_ms).await?;
+            observe(q, true).await;
         }
         tracing::info!(process = %me.id, "registered as a web process");
         let stop = CancellationToken::new();
@@ -67,6 +68,25 @@ impl Drop for WebRegistration {
     }
 }
 
+/// What a heartbeat tells the alerts (deploy/prometheus/rules.yml): whether Redis took it
+/// (`repoll_redis_up`), and how many workers of the queue have a live entry
+/// (`repoll_workers`, read only after a heartbeat Redis took; this process outlives the
+/// workers, whose own series vanish with them).
+async fn observe(q: &queue::Queue, reached: bool) {
+    let upstream = worker::telemetry::upstream_label(q.config());
+    worker::telemetry::heartbeat_reached_redis(&upstream, reached);
+    if !reached {
+        return;
+    }
+    match q.workers().await {
+        Ok(workers) => {
+            metrics::gauge!(worker::telemetry::WORKERS, "upstream" => upstream)
+                .set(workers.len() as f64);
+        }
+        Err(e) => tracing::debug!(error = %e, "workers for gauges failed"),
+    }
+}
+
 /// Heartbeats into each queue's registry every `every` (logging, never ending on, Redis
 /// errors) until `stop`; then removes the entries.
 async fn heartbeats(
@@ -84,9 +104,11 @@ async fn heartbeats(
             () = stop.cancelled() => break,
             _ = tick.tick() => {
                 for q in &queues {
-                    if let Err(e) = q.heartbeat_web(&me, ttl_ms).await {
+                    let beat = q.heartbeat_web(&me, ttl_ms).await;
+                    if let Err(e) = &beat {
                         tracing::warn!(error = %e, queue = %q.config().name, "web process heartbeat failed");
                     }
+                    observe(q, beat.is_ok()).await;
                 }
             }
         }

@@ -97,8 +97,9 @@ async fn serve_with(
     .await?;
     let metrics = worker::install_prometheus();
     // The web side's own series, 0 until something happens (see install_prometheus).
-    metrics::counter!("repoll_connections_refused_total").increment(0);
-    metrics::gauge!("repoll_live_streams").increment(0.0);
+    crate::metrics::describe_web_metrics();
+    metrics::counter!(crate::http_server::CONNECTIONS_REFUSED_METRIC).increment(0);
+    metrics::gauge!(crate::live_hub::LIVE_STREAMS_METRIC).increment(0.0);
     let fd_limit = http_server::raise_fd_limit();
 
     // The simulator's listener first: its address is the default upstream's when no URL was

@@ -213,10 +213,7 @@ impl Worker {
         self.check()?;
         let args = self.args;
         let clock_offset_ms = self.queue.now_ms().await? - local_ms();
-        let label = match self.queue.config().upstream.as_str() {
-            "" => queue::DEFAULT_UPSTREAM.to_string(),
-            u => u.to_string(),
-        };
+        let label = telemetry::upstream_label(self.queue.config());
         telemetry::register_upstream(&label);
         let ctx = Arc::new(Ctx {
             label,

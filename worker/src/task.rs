@@ -137,6 +137,7 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             if r.is_some() {
                 metrics::counter!(telemetry::COMPLETIONS, "upstream" => ctx.label.clone())
                     .increment(1);
+                telemetry::record_final(&ctx.label, "done", c.created_ms, ctx.now_ms());
                 telemetry::count_refresh(&ctx.label, c.refresh, "done");
                 ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
             }
@@ -265,6 +266,7 @@ async fn reschedule(
             metrics::counter!(telemetry::FAILURES, "kind" => "deadline", "outcome" => "dead", "upstream" => ctx.label.clone())
                 .increment(1);
             telemetry::count_refresh(&ctx.label, c.refresh, "failed");
+            telemetry::record_final(&ctx.label, "dead", c.created_ms, ctx.now_ms());
             ctx.counters.dead.fetch_add(1, Ordering::Relaxed);
         }
         Some(_) => {
@@ -367,6 +369,7 @@ async fn fail(
             .increment(1);
         if dead {
             telemetry::count_refresh(&ctx.label, c.refresh, "failed");
+            telemetry::record_final(&ctx.label, "dead", c.created_ms, ctx.now_ms());
         }
         let counter = if dead {
             &ctx.counters.dead

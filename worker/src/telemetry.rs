@@ -50,6 +50,40 @@ pub const BREAKER_OPEN: &str = "repoll_breaker_open";
 /// are the web process's `repoll_answers_total{upstream,freshness}`.
 pub const REFRESHES: &str = "repoll_refreshes_total";
 
+/// Time from a task's creation to its final state, in seconds (Redis time at both ends), as
+/// the worker that wrote the end measured it; labels `upstream` and `outcome` (`done`: a
+/// result stored; `dead`: dead-lettered). The time-to-final objective is set on its p95
+/// (deploy/prometheus/rules.yml). Tasks ended by an upstream's callback are not in it.
+pub const TIME_TO_FINAL: &str = "repoll_time_to_final_seconds";
+/// 1 while this process's last heartbeat into the queue's registry reached Redis, 0 once one
+/// failed (label `upstream`: the queue's); written by workers and by the web process.
+pub const REDIS_UP: &str = "repoll_redis_up";
+/// Workers with a live heartbeat in the queue's registry (label `upstream`), as the web
+/// process read it at its own last heartbeat: the one view of the workers that survives
+/// their death (a dead worker's own series vanish with it).
+pub const WORKERS: &str = "repoll_workers";
+
+/// The `upstream` label of a queue's series: its upstream's name, or `default`.
+pub fn upstream_label(queue: &queue::QueueConfig) -> String {
+    match queue.upstream.as_str() {
+        "" => queue::DEFAULT_UPSTREAM.to_string(),
+        u => u.to_string(),
+    }
+}
+
+/// Records a heartbeat's outcome as [`REDIS_UP`]: whether Redis took it.
+pub fn heartbeat_reached_redis(upstream: &str, reached: bool) {
+    metrics::gauge!(REDIS_UP, "upstream" => upstream.to_string()).set(f64::from(u8::from(reached)));
+}
+
+/// Records a task's end in [`TIME_TO_FINAL`]: `outcome` `done` or `dead`, from its creation
+/// (`created_ms`) to `now_ms`, both Redis time.
+pub fn record_final(upstream: &str, outcome: &'static str, created_ms: i64, now_ms: i64) {
+    let seconds = (now_ms.saturating_sub(created_ms)).max(0) as f64 / 1000.0;
+    metrics::histogram!(TIME_TO_FINAL, "outcome" => outcome, "upstream" => upstream.to_string())
+        .record(seconds);
+}
+
 /// Every `outcome` [`REFRESHES`] can count.
 pub const REFRESH_OUTCOMES: &[&str] = &["done", "failed"];
 
@@ -112,7 +146,75 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// Time-to-final buckets in seconds: a task lives from one call (~0.1 s) through many polls
+/// (minutes) up to its whole-life deadline (hours); objectives sit between 1 s and 1 h.
+const TIME_TO_FINAL_BUCKETS: &[f64] = &[
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The `# HELP` line of every worker series (a page without them fails `promtool check
+/// metrics`' lint; server/tests/prometheus_alerts.rs runs it on a real page).
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(CLAIMS, "Tasks claimed.");
+    describe_counter!(COMPLETIONS, "Tasks completed (final result stored).");
+    describe_counter!(POLLS, "Calls answered processing and rescheduled.");
+    describe_counter!(
+        FAILURES,
+        "Failed calls (outcome retry) and dead tasks (outcome dead), by kind."
+    );
+    describe_counter!(
+        LEASE_EXPIRATIONS,
+        "Expired leases this worker's reaper took back (requeued or dead as poison)."
+    );
+    describe_counter!(LEASE_RENEWALS, "Lease renewals of long calls.");
+    describe_counter!(
+        STALE_TOKENS,
+        "Writes refused because another worker owns the task now."
+    );
+    describe_counter!(
+        CALLBACKS,
+        "Tasks ended by an upstream's callback (done or failed)."
+    );
+    describe_counter!(RELEASES, "Leases released on shutdown.");
+    describe_counter!(
+        RATE_LIMITED,
+        "Waits for the queue-wide upstream rate limit (one per refusal)."
+    );
+    describe_counter!(
+        REFRESHES,
+        "Refreshes of a stored result ended, by outcome (done, failed)."
+    );
+    describe_histogram!(
+        UPSTREAM_LATENCY,
+        Unit::Seconds,
+        "Upstream call latency, by outcome (processing, done, failed, error)."
+    );
+    describe_histogram!(
+        TIME_TO_FINAL,
+        Unit::Seconds,
+        "Time from a task's creation to its final state (Redis time), by outcome (done, dead)."
+    );
+    describe_gauge!(IN_FLIGHT, "Upstream calls in flight in this process.");
+    describe_gauge!(
+        QUEUE_DEPTH,
+        "Tasks by state (ready, waiting, retrying, leased, stuck, dead, results)."
+    );
+    describe_gauge!(
+        BREAKER_OPEN,
+        "1 while the upstream's circuit breaker is open or half-open, else 0."
+    );
+    describe_gauge!(
+        REDIS_UP,
+        "1 while this process's last heartbeat reached Redis, else 0."
+    );
+    describe_gauge!(
+        WORKERS,
+        "Workers with a live heartbeat in the queue's registry (read by the web process)."
+    );
+}
 
 /// Installs the Prometheus recorder as the global `metrics` recorder (once per process; later
 /// calls return the same handle) and starts a thread that runs its upkeep (histogram
@@ -126,6 +228,12 @@ pub fn install_prometheus() -> PrometheusHandle {
                     Matcher::Full(UPSTREAM_LATENCY.to_string()),
                     LATENCY_BUCKETS,
                 )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(TIME_TO_FINAL.to_string()),
+                        TIME_TO_FINAL_BUCKETS,
+                    )
+                })
                 .unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "latency buckets refused; using summaries");
                     PrometheusBuilder::new()
@@ -135,6 +243,7 @@ pub fn install_prometheus() -> PrometheusHandle {
             if let Err(e) = metrics::set_global_recorder(recorder) {
                 tracing::warn!(error = %e, "a metrics recorder is already installed");
             }
+            describe();
             // Counters that have not counted yet are 0, not absent, so `rate()` and alerts
             // work from the first scrape (labelled ones appear with their first label set).
             // (A worker's own series carry its upstream: `register_upstream` at its start.)

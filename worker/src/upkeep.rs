@@ -44,7 +44,9 @@ pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
             mode: ctx.mode(),
             command: None,
         };
-        match ctx.queue.heartbeat(&info, ttl_ms).await {
+        let beat = ctx.queue.heartbeat(&info, ttl_ms).await;
+        telemetry::heartbeat_reached_redis(&ctx.label, beat.is_ok());
+        match beat {
             Ok(Some(command)) => ctx.control.apply(command),
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "heartbeat failed"),

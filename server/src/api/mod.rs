@@ -27,6 +27,7 @@ use axum::{
     Router,
 };
 pub use error::{ApiError, ApiJson, ErrorBody, ErrorCode};
+pub use queries::ANSWERS_METRIC;
 pub use rate::Limiter;
 pub use state::{ApiArgs, ApiState, CallbackReceiver, CallbackUpstream};
 
