@@ -96,6 +96,28 @@ ensure_redis_server() {
   command -v redis-cli >/dev/null || apt_install redis-tools
 }
 
+ensure_prometheus() {
+  # Debian's `prometheus` package has both: promtool (scripts/test checks and unit-tests
+  # deploy/prometheus/, and a Rust test pipes a real /metrics page to `promtool check metrics`)
+  # and the server (server/tests/prometheus_alerts.rs runs one on a free port). Recommends
+  # (node exporter) left out: nothing here uses it.
+  if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+    say "installing prometheus (server and promtool)"
+    apt_install --no-install-recommends prometheus
+    # Its postinst enables and starts a `prometheus` service on port 9090 where an init system
+    # lets it (not in a container with policy-rc.d). The tests start their own on free ports;
+    # a stray one would only scrape and hold 9090, so it is stopped and disabled.
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    if [ -d /run/systemd/system ]; then
+      $sudo systemctl disable --now prometheus >&2 || true
+    elif [ -x /etc/init.d/prometheus ]; then
+      $sudo /etc/init.d/prometheus stop >&2 || true
+      command -v update-rc.d >/dev/null && { $sudo update-rc.d prometheus disable >&2 || true; }
+    fi
+  fi
+}
+
 ensure_chromium() {
   if [ ! -x /usr/bin/chromium ]; then
     say "installing Chromium"
