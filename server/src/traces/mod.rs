@@ -20,12 +20,13 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, Layer as _};
 
 pub use settings::{LogFormat, Protocol, TraceSettings};
 
@@ -74,17 +75,23 @@ pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
             .with_tracer(p.tracer("repoll"))
             // No source file and line per span: weight in every export, read by nobody.
             .with_location(false)
+            // Its own filter: RUST_LOG=warn quiets the log, not the traces (our spans and the
+            // span events that matter are at `info`).
+            .with_filter(LevelFilter::INFO)
     });
     let tracing_on = provider.is_some();
     let fmt = tracing_subscriber::fmt::layer();
-    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    let registry = tracing_subscriber::registry().with(otel);
     let installed = match format {
         LogFormat::Text => registry
-            .with(fmt.event_format(WithTraceIds {
-                inner: tracing_subscriber::fmt::format(),
-                on: tracing_on,
-                json: false,
-            }))
+            .with(
+                fmt.event_format(WithTraceIds {
+                    inner: tracing_subscriber::fmt::format(),
+                    on: tracing_on,
+                    json: false,
+                })
+                .with_filter(filter),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(
@@ -94,7 +101,8 @@ pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
                         inner: tracing_subscriber::fmt::format().json(),
                         on: tracing_on,
                         json: true,
-                    }),
+                    })
+                    .with_filter(filter),
             )
             .try_init(),
     };
