@@ -311,3 +311,54 @@ fn tracing_off_stores_and_sends_no_context() {
         "{sent:?}"
     );
 }
+
+#[test]
+fn a_collector_that_never_answers_slows_nothing_and_drops_are_counted() {
+    let rt = runtime();
+    let sim_port = rt.block_on(simulator());
+    // A "collector" that accepts connections and never answers: every export waits for its
+    // timeout while the spans behind it find the queue (one span here) full.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", stalled.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let _open: Vec<_> = stalled.incoming().take(16).collect();
+    });
+    let redis = spawn_redis(free_port(), &[]);
+    let url = redis.url();
+    let web = free_port();
+    let metrics = free_port();
+    let mut reaped = Reaped::default();
+    let mut serve = serve_command(&url, web);
+    traced(&mut serve, &endpoint);
+    serve.env("OTEL_BSP_MAX_QUEUE_SIZE", "1");
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(serve).expect("repoll serve"));
+    assert!(wait_ready(web, Duration::from_secs(30)), "serve not ready");
+    let mut worker = worker_command(&url, sim_port);
+    traced(&mut worker, &endpoint);
+    worker
+        .env("OTEL_BSP_MAX_QUEUE_SIZE", "1")
+        .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics}"));
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(worker).expect("repoll worker"));
+
+    // Requests are answered and tasks finished as without tracing (bounded waits only).
+    for n in 0..3 {
+        let id = ask(web, &format!("stalled collector {n} polls=2"), CALLER);
+        wait_done(web, &id);
+    }
+    let dropped = BlockingHttp::local(metrics)
+        .get("/metrics")
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("repoll_trace_spans_dropped_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(
+        dropped.is_some_and(|d| d >= 1.0),
+        "the worker counts the spans it dropped: {dropped:?}"
+    );
+    drop(reaped);
+    drop(held);
+}

@@ -61,7 +61,6 @@ fn process_env(name: &str) -> Option<String> {
 /// error names the variable; the caller stops the start.
 pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
     let format = settings::log_format(&process_env)?;
-    settings::trace_url(&process_env)?;
     let traces = if exports {
         settings::trace_settings(&process_env)?
     } else {

@@ -62,7 +62,8 @@ pub fn log_format(env: &dyn Fn(&str) -> Option<String>) -> Result<LogFormat, Str
     }
 }
 
-/// `REPOLL_TRACE_URL`: the dashboard links a task's trace ids through it. An http(s) URL
+/// `REPOLL_TRACE_URL`: the dashboard is to link a task's trace ids through it (checked here;
+/// not wired to the task page yet, so not read at start). An http(s) URL
 /// holding `{trace_id}` (e.g. `http://jaeger:16686/trace/{trace_id}`).
 pub fn trace_url(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, String> {
     let Some(url) = var(env, "REPOLL_TRACE_URL") else {
