@@ -84,9 +84,9 @@ async fn context_kept_only_while_tracing_and_links_bounded() {
     for _ in 0..2 {
         claimed.push(claim_one(&q, "w", 30_000).await);
     }
-    let traced = claimed.iter().find(|c| c.id.to_string() == on).unwrap();
+    let traced = claimed.iter().find(|c| c.id == on).unwrap();
     assert_eq!(traced.trace, t.trace);
-    let untraced = claimed.iter().find(|c| c.id.to_string() == off).unwrap();
+    let untraced = claimed.iter().find(|c| c.id == off).unwrap();
     assert!(untraced.trace.is_empty());
 
     // What tracing costs a task record: the figure ARCHITECTURE.md quotes.
