@@ -30,6 +30,7 @@ pub mod notice;
 pub mod query_chars;
 pub mod queue_state;
 pub mod task;
+pub mod trace;
 
 pub use histogram::{Histogram, Percentiles};
 pub use id::{
@@ -46,3 +47,4 @@ pub use task::{
     failed_body_start, DeadReason, Event, FailedCall, HistoryEntry, LeaseInfo, PollSummary,
     Priority, ResultStory, StoredResult, Task, TaskDetail, TaskState, UnknownName, FAILED_BODY_MAX,
 };
+pub use trace::TaskTrace;

@@ -148,6 +148,10 @@ pub struct Task {
     /// failed refresh.
     #[serde(default)]
     pub refresh: bool,
+    /// The trace contexts of its maker and joiners (record fields `tc` / `tl`); empty while
+    /// tracing is off.
+    #[serde(default)]
+    pub trace: crate::TaskTrace,
 }
 
 impl Task {

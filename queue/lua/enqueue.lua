@@ -29,6 +29,9 @@
 -- caching; 0 = none)   ARGV[18] '1' = only if cached (never create a task)
 -- ARGV[19] hot asks (0 = no refresh-ahead; at most 99)   ARGV[20] refresh-ahead lead ms
 -- ARGV[21] refreshes ahead this slot may start per minute
+-- ARGV[22] the caller's trace context: '' while tracing is off (nothing is stored), else a
+-- version-00 W3C traceparent in lower-case hex (queue/src/trace_context.rs). A created task
+-- keeps it as `tc`; a join appends it to `tl` (space-separated), at most ARGV[23] of them.
 -- A stored result younger than the fresh window (and the caller's max age) is a fresh hit: no
 -- task, unless it is hot (ARGV[19] asks counted in the stored value, prelude `count_ask`) and
 -- within the lead of going stale, when one background refresh starts (at most ARGV[21] a
@@ -75,6 +78,11 @@ local cached_only = ARGV[18] == '1'
 local hot_asks = tonumber(ARGV[19])
 local lead_ms = tonumber(ARGV[20])
 local ahead_per_min = tonumber(ARGV[21])
+local tc = ARGV[22]
+local max_links = tonumber(ARGV[23])
+local HEX = '[0-9a-f]'
+local TRACEPARENT = '^00%-' .. string.rep(HEX, 32) .. '%-' .. string.rep(HEX, 16) .. '%-' ..
+  HEX .. HEX .. '$'
 if id == nil or id == '' or query == nil or query == '' or payload == nil
   or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
   or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 15 or tn == nil or #tn > 64
@@ -82,7 +90,8 @@ if id == nil or id == '' or query == nil or query == '' or payload == nil
   or fresh_ms == nil or fresh_ms < 1 or max_age == nil or max_age < -1 or failed_ms == nil
   or failed_ms < 0 or (ARGV[18] ~= '1' and ARGV[18] ~= '0') or hot_asks == nil or hot_asks < 0
   or hot_asks > 99 or lead_ms == nil or lead_ms < 0 or ahead_per_min == nil
-  or ahead_per_min < 0 then
+  or ahead_per_min < 0 or tc == nil or (tc ~= '' and not string.find(tc, TRACEPARENT))
+  or max_links == nil or max_links < 0 then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
 end
 
@@ -112,6 +121,7 @@ local function create(prio, refresh)
   if payload ~= '' then rec[#rec + 1] = 'pl'; rec[#rec + 1] = payload end
   if tn ~= '' then rec[#rec + 1] = 'tn'; rec[#rec + 1] = tn end
   if refresh then rec[#rec + 1] = 'rf'; rec[#rec + 1] = '1' end
+  if tc ~= '' then rec[#rec + 1] = 'tc'; rec[#rec + 1] = tc end
   local tag = nil
   if tn ~= '' and prio ~= 'bg' then tag = fair_tag(fairt, fairv, tn) end
   redis.call('HSET', tkey, unpack(rec))
@@ -128,8 +138,17 @@ local function create(prio, refresh)
   return rec
 end
 
--- Joins the live task; an interactive caller raises a background one.
+-- Joins the live task; an interactive caller raises a background one. A traced joiner's
+-- context becomes one more link of the task's process spans (the first max_links only).
 local function join()
+  if tc ~= '' then
+    local links = redis.call('HGET', tkey, 'tl')
+    if not links then
+      redis.call('HSET', tkey, 'tl', tc)
+    elseif (#links + 1) / (#tc + 1) < max_links then
+      redis.call('HSET', tkey, 'tl', links .. ' ' .. tc)
+    end
+  end
   if pr == 'interactive' and f[2] == 'bg' then
     redis.call('HDEL', tkey, 'pr')
     if state == 'due' and redis.call('LREM', bgk, 1, id) > 0 then

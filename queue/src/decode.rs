@@ -4,7 +4,7 @@
 use crate::error::{corrupt, Result};
 use crate::model::{
     FailedCall, HistoryEntry, PollSummary, Priority, ResultStory, StoredResult, Task, TaskId,
-    TaskState, WorkerInfo,
+    TaskState, TaskTrace, WorkerInfo,
 };
 use redis::Value;
 use std::collections::HashMap;
@@ -155,6 +155,10 @@ pub(crate) fn task(
         payload: f.get("pl").cloned().unwrap_or_default(),
         state,
         refresh: f.get("rf").is_some(),
+        trace: TaskTrace::from_fields(
+            f.get("tc").map(String::as_str),
+            f.get("tl").map(String::as_str),
+        ),
         priority: if f.get("pr").map(String::as_str) == Some("bg") {
             Priority::Background
         } else {

@@ -10,8 +10,10 @@ use crate::normalise_query;
 use crate::queue::{clamp_ms, Queue};
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
+use crate::trace_context;
 use crate::worker_ops::MAX_BATCH;
 use redis::Value;
+use tracing::{Instrument, Span};
 
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored; or
 /// refused because `q`'s layout is not the queue's any more ([`Queue::moved`]).
@@ -71,6 +73,20 @@ fn task_of(id: &str, fields: Value, rest: &mut impl Iterator<Item = Value>) -> R
     decode::task(id, &f, partial, score)
 }
 
+/// What an enqueue answered, as the `create` span's `repoll.outcome`.
+fn outcome_name(out: &Result<Enqueued>) -> &'static str {
+    match out {
+        Ok(Enqueued::Created(_)) => "created",
+        Ok(Enqueued::Joined(_)) => "joined",
+        Ok(Enqueued::Stored(_)) => "stored",
+        Ok(Enqueued::Stale { created: true, .. }) => "stale, refresh created",
+        Ok(Enqueued::Stale { .. }) => "stale",
+        Ok(Enqueued::Negative(_)) => "negative",
+        Ok(Enqueued::NotCached) => "not cached",
+        Err(_) => "error",
+    }
+}
+
 /// A tenant is empty (nobody in particular) or a valid name ([`crate::is_valid_tenant`]).
 fn check_tenant(tenant: &str) -> Result<()> {
     if tenant.is_empty() || crate::is_valid_tenant(tenant) {
@@ -100,8 +116,50 @@ impl Queue {
         let q = normalise_query(query)?;
         let id = self.task_id(&q);
         let at = self.slot_of(&id);
-        let inv = at.enqueue_invocation(&id, &q, payload, policy);
-        decode_enqueued(self, &id, at.run(&inv).await?)
+        let span = self.create_span(Some(&id), policy, 1);
+        let trace = span.in_scope(trace_context::current);
+        let inv = at.enqueue_invocation(&id, &q, payload, policy, &trace);
+        let out = at.run(&inv).instrument(span.clone()).await;
+        let out = out.and_then(|reply| decode_enqueued(self, &id, reply));
+        span.record("repoll.outcome", outcome_name(&out));
+        out
+    }
+
+    /// The `create <queue>` span (PRODUCER, OpenTelemetry messaging conventions) of an
+    /// enqueue: its context is the one the task keeps (`tc`) or, for a join, one more link
+    /// (`tl`). A disabled span, costing nothing, while tracing is off.
+    fn create_span(&self, id: Option<&str>, policy: &EnqueuePolicy, count: usize) -> Span {
+        if !trace_context::enabled() {
+            return Span::none();
+        }
+        let name = &self.config().name;
+        let span = tracing::info_span!(
+            "create",
+            otel.name = %format_args!("create {name}"),
+            otel.kind = "producer",
+            messaging.system = "repoll",
+            messaging.operation.type = "create",
+            messaging.operation.name = "enqueue",
+            messaging.destination.name = name.as_str(),
+            messaging.message.id = tracing::field::Empty,
+            messaging.destination.partition.id = tracing::field::Empty,
+            messaging.batch.message_count = tracing::field::Empty,
+            repoll.tenant = policy.tenant.as_str(),
+            repoll.outcome = tracing::field::Empty,
+        );
+        match id {
+            Some(id) => {
+                span.record("messaging.message.id", id);
+                span.record(
+                    "messaging.destination.partition.id",
+                    tracing::field::display(self.partition_of(id)),
+                );
+            }
+            None => {
+                span.record("messaging.batch.message_count", count);
+            }
+        }
+        span
     }
 
     /// [`Queue::enqueue`] for many queries in one round trip: a pipeline of enqueue script
@@ -114,6 +172,10 @@ impl Queue {
         policy: &EnqueuePolicy,
     ) -> Result<Vec<Result<Enqueued>>> {
         check_tenant(&policy.tenant)?;
+        // One span for the batch: every task it makes or joins keeps its context.
+        let span = self.create_span(None, policy, items.len());
+        let trace = span.in_scope(trace_context::current);
+        let trace = trace.as_str();
         let mut out: Vec<Option<Result<Enqueued>>> = Vec::with_capacity(items.len());
         let mut valid = Vec::with_capacity(items.len());
         for (i, (query, payload)) in items.iter().enumerate() {
@@ -138,7 +200,9 @@ impl Queue {
                     // mid-batch) are resent alone after a reload, the others keep their answer.
                     let invs: Vec<_> = chunk
                         .iter()
-                        .map(|(_, id, q, payload)| at.enqueue_invocation(id, q, payload, policy))
+                        .map(|(_, id, q, payload)| {
+                            at.enqueue_invocation(id, q, payload, policy, trace)
+                        })
                         .collect();
                     let replies = crate::library::call_many(&at.conn, &invs).await?;
                     for ((i, id, _, _), v) in chunk.iter().zip(replies) {
@@ -148,6 +212,7 @@ impl Queue {
                 Ok::<_, crate::QueueError>(out)
             }
         }))
+        .instrument(span)
         .await?;
         for (i, r) in answers.into_iter().flatten() {
             out[i] = Some(r);
@@ -167,6 +232,7 @@ impl Slot {
         q: &str,
         payload: &str,
         policy: &EnqueuePolicy,
+        trace: &str,
     ) -> Invocation<'a> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.enqueue);
@@ -208,7 +274,9 @@ impl Slot {
             .arg(if policy.only_if_cached { "1" } else { "0" })
             .arg(fresh.hot_asks.min(crate::model::MAX_HOT_ASKS))
             .arg(clamp_ms(cfg.refresh_ahead_lead_ms()))
-            .arg(ahead_per_min);
+            .arg(ahead_per_min)
+            .arg(trace)
+            .arg(crate::trace_context::MAX_LINKS);
         inv
     }
 }

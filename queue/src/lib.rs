@@ -68,6 +68,7 @@ pub mod scripts;
 mod sessions;
 mod signin;
 mod slot;
+pub mod trace_context;
 mod wake;
 mod worker_ops;
 

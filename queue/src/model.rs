@@ -10,7 +10,7 @@ pub use model::{
     failed_body_start, AuditEntry, BreakerInfo, BreakerState, DeadReason, Event, FailedCall,
     Histogram, HistoryEntry, LeaseInfo, ListState, Notice, Order, Page, PauseInfo, Percentiles,
     PollSummary, Priority, PurgeTarget, ResultStory, Stats, StoredResult, Task, TaskDetail, TaskId,
-    TaskState, TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
+    TaskState, TaskTrace, TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
     FAILED_BODY_MAX,
 };
 
@@ -327,6 +327,10 @@ pub struct Claimed {
     /// failed (the worker's `repoll_refreshes_total`).
     #[serde(default)]
     pub refresh: bool,
+    /// The trace contexts of whoever made and joined the task (only while tracing is on):
+    /// the worker's `process` span links to them.
+    #[serde(default)]
+    pub trace: TaskTrace,
 }
 
 /// One item of [`crate::Queue::complete_many`] (an addition to the contract: a worker that

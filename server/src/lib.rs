@@ -26,6 +26,7 @@
 //! - [`registry`]: the web process's heartbeat into its queues' process registries.
 //! - [`work`]: the `repoll worker` command — a worker process without the web app.
 //! - [`simulate`]: the `repoll sim` command — the simulated upstream API.
+//! - [`traces`]: logging (text or JSON lines) and OpenTelemetry trace export, per process.
 //! - [`settings`]: the settings every command shares (Redis, breaker, tenants).
 //! - [`startup`]: opening the queue, Pub/Sub clients and the listener; the commands' error.
 //! - [`state`]: the process state every handler shares (`WebState`).
@@ -54,6 +55,7 @@ pub mod simulate;
 pub mod startup;
 pub mod state;
 pub mod theme;
+pub mod traces;
 pub mod upstreams;
 pub mod web;
 pub mod work;

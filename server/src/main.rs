@@ -2,7 +2,6 @@
 //! the command's module.
 
 use server::cli::Command;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
@@ -13,12 +12,20 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=info")),
-        )
-        .init();
+    // Only the long-running commands export traces; every command logs alike.
+    let (name, exports) = match &cli.command {
+        Command::Serve(_) => ("serve", true),
+        Command::Worker(_) => ("worker", true),
+        Command::Sim(_) => ("sim", false),
+        Command::Admin { .. } => ("admin", false),
+    };
+    let tracing = match server::traces::init(name, exports) {
+        Ok(tracing) => tracing,
+        Err(e) => {
+            eprintln!("repoll: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
 
     let outcome = match cli.command {
         Command::Serve(args) => server::serve::run(*args).await,
@@ -26,6 +33,10 @@ async fn main() -> std::process::ExitCode {
         Command::Sim(args) => server::simulate::run(args).await,
         Command::Admin { command } => server::admin::run(command).await,
     };
+    // What is still queued is sent before the process ends (bounded by the export timeout).
+    tokio::task::spawn_blocking(move || tracing.shutdown())
+        .await
+        .ok();
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

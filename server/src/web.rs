@@ -129,7 +129,12 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     .layer(axum::middleware::from_fn(crate::security::headers))
     // A panic in a handler is one failed request (500), not a dead process.
     .layer(CatchPanicLayer::custom(crate::security::panic_response))
-    .layer(TraceLayer::new_for_http())
+    // The request's server span, a child of the caller's traceparent (crate::traces).
+    .layer(
+        TraceLayer::new_for_http()
+            .make_span_with(crate::traces::request_span)
+            .on_response(crate::traces::record_response),
+    )
 }
 
 /// A plain HTML form post of the query form (no JavaScript) that the server function refused

@@ -531,3 +531,42 @@ fn a_simulator_flag_out_of_range_stops_the_start() {
         assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
     }
 }
+
+/// Tracing and logging settings are checked before anything starts: a mistake names its
+/// variable and stops the start (exit 2), for `serve` and `worker` alike.
+#[test]
+fn trace_and_log_format_mistakes_stop_the_start() {
+    for (command, var, value, words) in [
+        ("serve", "REPOLL_LOG_FORMAT", "xml", "REPOLL_LOG_FORMAT"),
+        (
+            "worker",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "grpc",
+            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc is not supported",
+        ),
+        (
+            "serve",
+            "OTEL_TRACES_SAMPLER",
+            "sometimes",
+            "OTEL_TRACES_SAMPLER",
+        ),
+        (
+            "worker",
+            "OTEL_TRACES_SAMPLER_ARG",
+            "2",
+            "OTEL_TRACES_SAMPLER_ARG",
+        ),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        cmd.arg(command)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+            .env("OTEL_TRACES_SAMPLER", "traceidratio")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_SDK_DISABLED")
+            .env(var, value);
+        let out = output_within(cmd, Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(2), "{command} {var}={value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(words), "{command} {var}={value}: {stderr}");
+    }
+}

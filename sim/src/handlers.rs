@@ -24,7 +24,11 @@ fn bad_request(msg: &str) -> Response {
 
 /// `GET /api/query?q=<key>`. A key longer than [`MAX_KEY_BYTES`] or with an override out of
 /// range is answered 400 with the reason, and nothing is remembered for it.
-pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, String>>) -> Response {
+pub async fn query(
+    State(sim): Shared,
+    headers: axum::http::HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
     let Some(key) = params.get("q").filter(|k| !k.is_empty()) else {
         return bad_request("missing query parameter q");
     };
@@ -38,7 +42,11 @@ pub async fn query(State(sim): Shared, Query(params): Query<HashMap<String, Stri
         Ok(o) => o,
         Err(e) => return bad_request(&e.to_string()),
     };
-    let plan = sim.plan(key, &o);
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let plan = sim.plan_traced(key, &o, traceparent);
     if let (Plan::Answer(_), Some(url)) = (&plan, params.get("callback").filter(|u| !u.is_empty()))
     {
         if let Some(cb) = sim.plan_callback(key, &o, url) {

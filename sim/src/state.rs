@@ -43,6 +43,8 @@ struct KeyState {
     answers: u32,
     first_call: Option<Instant>,
     call_ms: Vec<i64>,
+    /// The W3C `traceparent` header of each call ("" = none), beside `call_ms`.
+    traceparents: Vec<String>,
     /// A callback is scheduled (or sent) for this key: one per key.
     callback_planned: bool,
     /// Callbacks that reached their URL (any HTTP answer).
@@ -102,6 +104,10 @@ pub struct KeyDetail {
     /// Callbacks sent for the key that reached their URL.
     #[serde(default)]
     pub callbacks: u64,
+    /// The `traceparent` header each call carried ("" = none), oldest first: a traced worker
+    /// sends its upstream call's context so the upstream's traces join.
+    #[serde(default)]
+    pub traceparents: Vec<String>,
 }
 
 impl SimState {
@@ -146,6 +152,11 @@ impl SimState {
 
     /// Counts the call and decides its answer.
     pub fn plan(&self, key: &str, o: &Overrides) -> Plan {
+        self.plan_traced(key, o, "")
+    }
+
+    /// [`SimState::plan`] of a call that carried `traceparent` ("" = none), kept per key.
+    pub fn plan_traced(&self, key: &str, o: &Overrides, traceparent: &str) -> Plan {
         let args = &self.args;
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -167,6 +178,11 @@ impl SimState {
             ks.call_ms.remove(0);
         }
         ks.call_ms.push(epoch_ms());
+        if ks.traceparents.len() >= CALL_TIMES_CAP {
+            ks.traceparents.remove(0);
+        }
+        // Only the header's form is kept (at most its 55 characters): it is the caller's text.
+        ks.traceparents.push(traceparent.chars().take(55).collect());
 
         if inner.outage_until.is_some_and(|t| now < t) {
             return Plan::Fault {
@@ -240,12 +256,14 @@ impl SimState {
                 done: s.done,
                 call_ms: s.call_ms.clone(),
                 callbacks: s.callbacks,
+                traceparents: s.traceparents.clone(),
             },
             None => KeyDetail {
                 calls: 0,
                 done: 0,
                 call_ms: Vec::new(),
                 callbacks: 0,
+                traceparents: Vec::new(),
             },
         }
     }

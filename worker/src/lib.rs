@@ -24,6 +24,7 @@ pub mod policy;
 pub mod runtime;
 mod task;
 pub mod telemetry;
+pub mod trace_spans;
 mod upkeep;
 pub mod upstream;
 mod wake;

@@ -21,7 +21,9 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::ctx::Ctx;
 use crate::policy::Next;
 use crate::telemetry;
+use crate::trace_spans;
 use crate::upstream::{Answer, UpstreamError};
+use tracing::Instrument;
 
 /// Attempts of a queue write that failed on Redis itself (not on the token).
 const WRITE_TRIES: u32 = 3;
@@ -51,7 +53,8 @@ pub(crate) async fn run(ctx: Arc<Ctx>, c: Claimed, permit: OwnedSemaphorePermit)
     let _gauge = InFlightGauge::new(&ctx.label);
     let mut current = c;
     loop {
-        let next = process(&ctx, &current).await;
+        let span = trace_spans::process_span(&ctx.queue.config().name, &ctx.label, &current);
+        let next = process(&ctx, &current).instrument(span).await;
         ctx.forget(&current.id);
         let mut next = next.into_iter();
         let Some(n) = next.next() else { break };
@@ -96,6 +99,11 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
         Ok(Answer::Failed { .. }) => "failed",
         Err(_) => "error",
     };
+    let span = tracing::Span::current();
+    span.record("repoll.outcome", outcome);
+    if outcome == "error" || outcome == "failed" {
+        trace_spans::mark_error(&span);
+    }
     metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome, "upstream" => ctx.label.clone())
         .record(latency.as_secs_f64());
 
@@ -367,9 +375,11 @@ async fn fail(
         let outcome = if dead { "dead" } else { "retry" };
         metrics::counter!(telemetry::FAILURES, "kind" => kind.to_string(), "outcome" => outcome, "upstream" => ctx.label.clone())
             .increment(1);
-        if dead {
+        if let queue::Failed::Dead { reason } = &f {
             telemetry::count_refresh(&ctx.label, c.refresh, "failed");
             telemetry::record_final(&ctx.label, "dead", c.created_ms, ctx.now_ms());
+            // A span event of the process span (and a log line): where the task died.
+            tracing::info!(id = %c.id, reason = %reason, kind, "dead-lettered");
         }
         let counter = if dead {
             &ctx.counters.dead

@@ -13,7 +13,7 @@
 -- fills the slots. At most `max_n` members of each source are read. Interactive work of
 -- tenants takes its turn with the untenanted work by fair shares (below).
 local SHARE = 10
-local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl', 'tn', 'rf' }
+local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl', 'tn', 'rf', 'tc', 'tl' }
 
 -- K: {ready, bg, due, retry, lease, token, paused, share, events, fair, fairt, fairv, fairc,
 -- fairr, breaker, wake}; FP: fair_policy().
@@ -332,7 +332,7 @@ end
 
 -- Leases the planned tasks to `worker`; returns the claimed rows
 -- {id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease_deadline,
--- refresh (1/0)}.
+-- refresh (1/0), trace context, joiners' contexts} (the last two '' while tracing is off).
 -- `woken` is 1 when the caller's own BLPOP already took one wake-up entry for this claim: it
 -- removes one entry fewer (and none when it claims nothing: that entry was for work someone
 -- else took).
@@ -366,9 +366,10 @@ local function claim_apply(K, plan, worker, lease_ms, now, woken)
     ids[i] = id
     lease_args[2 * i - 1] = deadline_s
     lease_args[2 * i] = id
-    -- The last: 1 for a refresh (`rf`), so the worker can count refreshes by outcome.
+    -- Then 1 for a refresh (`rf`), so the worker can count refreshes by outcome; last the
+    -- trace contexts (`tc`, `tl`; '' while tracing is off) its process span links to.
     out[i] = { id, f[2] or '', f[9] or '', token, num(f[3], 0), num(f[4], 0), num(f[5], 0),
-      num(f[6], 0), num(f[7], 0), deadline, f[11] and 1 or 0 }
+      num(f[6], 0), num(f[7], 0), deadline, f[11] and 1 or 0, f[12] or '', f[13] or '' }
   end
   redis.call('ZADD', K.lease, unpack(lease_args))
   if plan.probe then

@@ -418,7 +418,7 @@ impl Slot {
 
 fn claimed_row(v: Value) -> Result<Claimed> {
     let a = array(v)?;
-    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh] =
+    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh, tc, tl] =
         a.as_slice()
     else {
         return Err(corrupt("claim: bad row"));
@@ -438,5 +438,6 @@ fn claimed_row(v: Value) -> Result<Claimed> {
         deadline_ms: int(deadline)?,
         lease_deadline_ms: int(lease)?,
         refresh: int(refresh)? == 1,
+        trace: model::TaskTrace::from_fields(Some(&string(tc)?), Some(&string(tl)?)),
     })
 }

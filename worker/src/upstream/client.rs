@@ -8,11 +8,14 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Method, Url};
 use serde_json::Value;
 
+use tracing::Instrument;
+
 use super::template::Template;
 use super::truncate;
 use super::{
     parse_retry_after, Answer, AnswerReader, ConfigError, RateLimit, UpstreamArgs, UpstreamError,
 };
+use crate::trace_spans;
 
 /// The most bytes of an error answer's body read for its message (the rest is not read).
 const ERROR_BODY_MAX: usize = 4096;
@@ -176,14 +179,31 @@ impl Upstream {
         callback: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
         let url = self.template.url_for(key, callback)?;
-        let resp = self
+        // The CLIENT span names the call as the task's history shows it (no query string, no
+        // credentials), and the upstream gets its context so its own traces join ours.
+        let span = if trace_spans::enabled() {
+            let shown = self.shown_call(key).unwrap_or_default();
+            let url = shown.split_once(' ').map_or("", |(_, url)| url);
+            trace_spans::client_span(self.method.as_str(), url)
+        } else {
+            tracing::Span::none()
+        };
+        let mut request = self
             .client
             .request(self.method.clone(), url)
-            .headers(self.headers.clone())
-            .send()
-            .await
-            .map_err(|e| self.classify(e))?;
+            .headers(self.headers.clone());
+        if let Some(tp) = trace_spans::traceparent_of(&span) {
+            request = request.header("traceparent", tp);
+        }
+        let resp = request.send().instrument(span.clone()).await.map_err(|e| {
+            trace_spans::mark_error(&span);
+            self.classify(e)
+        })?;
         let status = resp.status();
+        span.record("http.response.status_code", status.as_u16());
+        if !status.is_success() {
+            trace_spans::mark_error(&span);
+        }
         let retry_after = resp
             .headers()
             .get(RETRY_AFTER)

@@ -1,0 +1,364 @@
+//! OpenTelemetry traces end to end (issue 27), against a real OTLP/HTTP receiver inside the
+//! test (axum, decoding the exporter's protobuf): a query asked over HTTP with a
+//! `traceparent`, joined by a second caller, polled by a separate `repoll worker` process
+//! against the simulator. Then a collector that never answers: nothing slows, the spans that
+//! do not fit the export queue are counted. And tracing off: no context stored, none sent.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use prost::Message;
+use testkit::free_port;
+use testkit::http::BlockingHttp;
+
+mod common;
+use common::process::*;
+
+/// What the receiver got: every span, with the `repoll.command` of the process that sent it.
+type Received = Arc<Mutex<Vec<(String, Span)>>>;
+
+/// An OTLP/HTTP receiver on a free port: `POST /v1/traces` (protobuf); its base URL.
+async fn receiver(received: Received) -> String {
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: Bytes| {
+            let received = received.clone();
+            async move {
+                let req = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
+                for rs in req.resource_spans {
+                    let command = rs
+                        .resource
+                        .iter()
+                        .flat_map(|r| r.attributes.iter())
+                        .find(|kv| kv.key == "repoll.command")
+                        .and_then(|kv| kv.value.as_ref())
+                        .map(|v| format!("{:?}", v.value))
+                        .unwrap_or_default();
+                    for ss in rs.scope_spans {
+                        for span in ss.spans {
+                            received.lock().unwrap().push((command.clone(), span));
+                        }
+                    }
+                }
+                (
+                    [("content-type", "application/x-protobuf")],
+                    Vec::<u8>::new(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// The simulator in this process; its port.
+async fn simulator() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(sim::serve(
+        listener,
+        sim::SimArgs::default(),
+        std::future::pending::<()>(),
+    ));
+    port
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn attr(span: &Span, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref())
+        .map(|v| match &v.value {
+            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => {
+                s.clone()
+            }
+            other => format!("{other:?}"),
+        })
+}
+
+/// The OTLP variables of a traced process: every trace sampled, exported at once.
+fn traced(cmd: &mut std::process::Command, endpoint: &str) {
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .env("OTEL_TRACES_SAMPLER", "parentbased_always_on")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_SDK_DISABLED");
+}
+
+fn worker_command(redis_url: &str, sim_port: u16) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("worker")
+        .env("REDIS_URL", redis_url)
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+        )
+        .env("REPOLL_POLL_INTERVAL_MS", "20")
+        .env("RUST_LOG", "warn")
+        .env_remove("REPOLL_CONFIG")
+        .env_remove("REPOLL_QUEUE");
+    cmd
+}
+
+/// Asks `query` over the API with `traceparent`; the task id.
+fn ask(web: u16, query: &str, traceparent: &str) -> String {
+    let http = BlockingHttp::local(web);
+    let answer = http.send(
+        http.client
+            .post(http.url("/api/v1/queries"))
+            .header("traceparent", traceparent)
+            .json(&serde_json::json!({ "query": query })),
+    );
+    id_in(&answer)
+}
+
+/// Waits until the task `id` has its result.
+fn wait_done(web: u16, id: &str) {
+    let http = BlockingHttp::local(web);
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = http.get(&format!("/api/v1/queries/{id}"));
+        if a.json()["status"] == "done" {
+            return;
+        }
+        assert!(Instant::now() < until, "not done in 30 s: {a:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn sim_traceparents(sim_port: u16, key: &str) -> Vec<String> {
+    let detail: sim::state::KeyDetail = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{sim_port}/_sim/key"))
+        .query(&[("q", key)])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    detail.traceparents
+}
+
+const CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+const JOINER: &str = "00-1bf7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01";
+
+/// The runtime of the in-test receiver and simulator; the test itself blocks (its HTTP
+/// client and the processes are blocking).
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn one_query_is_one_trace_from_the_caller_to_the_upstream() {
+    let rt = runtime();
+    let received: Received = Arc::default();
+    let endpoint = rt.block_on(receiver(received.clone()));
+    let sim_port = rt.block_on(simulator());
+    let redis = spawn_redis(free_port(), &[]);
+    let url = redis.url();
+    let web = free_port();
+    let mut reaped = Reaped::default();
+
+    let mut serve = serve_command(&url, web);
+    traced(&mut serve, &endpoint);
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(serve).expect("repoll serve"));
+    assert!(wait_ready(web, Duration::from_secs(30)), "serve not ready");
+
+    // Two callers, the second joining the first's task before any worker runs.
+    let key = "traced polls=3";
+    let id = ask(web, key, CALLER);
+    assert_eq!(ask(web, key, JOINER), id, "one task");
+
+    let mut worker = worker_command(&url, sim_port);
+    traced(&mut worker, &endpoint);
+    let mut worker = testkit::ChildGuard::spawn(worker).expect("repoll worker");
+    wait_done(web, &id);
+    // SIGTERM: a graceful exit, which sends the spans still queued.
+    worker.signal(libc::SIGTERM);
+    assert!(
+        worker.child_mut().wait().unwrap().success(),
+        "worker exits 0"
+    );
+    for child in &mut reaped.0 {
+        child.signal(libc::SIGTERM);
+        child.child_mut().wait().unwrap();
+    }
+
+    let spans = received.lock().unwrap().clone();
+    let of_kind = |k: SpanKind| -> Vec<&Span> {
+        spans
+            .iter()
+            .map(|(_, s)| s)
+            .filter(|s| s.kind == k as i32)
+            .collect()
+    };
+    let caller_trace = &CALLER[3..35];
+    // The server spans: children of each caller's traceparent.
+    let servers = of_kind(SpanKind::Server);
+    let first = servers
+        .iter()
+        .find(|s| hex(&s.trace_id) == caller_trace)
+        .unwrap_or_else(|| panic!("no server span in the caller's trace: {spans:#?}"));
+    assert_eq!(hex(&first.parent_span_id), &CALLER[36..52]);
+    assert_eq!(attr(first, "http.request.method").as_deref(), Some("POST"));
+    // create <queue>: under the first server span; the joiner's in its own trace.
+    let creates = of_kind(SpanKind::Producer);
+    let create = creates
+        .iter()
+        .find(|s| s.parent_span_id == first.span_id)
+        .expect("create span under the server span");
+    assert_eq!(create.name, "create repoll");
+    assert_eq!(attr(create, "messaging.system").as_deref(), Some("repoll"));
+    assert_eq!(attr(create, "repoll.outcome").as_deref(), Some("created"));
+    let joined = creates
+        .iter()
+        .find(|s| hex(&s.trace_id) == JOINER[3..35])
+        .expect("the joiner's create span");
+    assert_eq!(attr(joined, "repoll.outcome").as_deref(), Some("joined"));
+
+    // One process span per call, each linked to the maker's create span and the joiner's.
+    let processes = of_kind(SpanKind::Consumer);
+    let clients = of_kind(SpanKind::Client);
+    let sent = rt.block_on(sim_traceparents(sim_port, key));
+    assert_eq!(sent.len(), 3, "three calls: {sent:?}");
+    assert_eq!(processes.len(), 3, "{processes:#?}");
+    assert_eq!(clients.len(), 3, "{clients:#?}");
+    for p in &processes {
+        assert_eq!(p.name, "process repoll");
+        assert!(p.parent_span_id.is_empty(), "a root span");
+        let links: Vec<(String, String)> = p
+            .links
+            .iter()
+            .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+            .collect();
+        assert!(
+            links.contains(&(hex(&create.trace_id), hex(&create.span_id))),
+            "linked to the creation: {links:?}"
+        );
+        assert!(
+            links.contains(&(hex(&joined.trace_id), hex(&joined.span_id))),
+            "linked to the joiner: {links:?}"
+        );
+        assert_eq!(
+            attr(p, "messaging.operation.type").as_deref(),
+            Some("process")
+        );
+        assert!(attr(p, "messaging.message.id").is_some());
+        // Its upstream call: a client span inside it, whose context the simulator received.
+        let client = clients
+            .iter()
+            .find(|c| c.parent_span_id == p.span_id)
+            .expect("a client span in each process span");
+        let header = format!("00-{}-{}-01", hex(&client.trace_id), hex(&client.span_id));
+        assert!(sent.contains(&header), "{header} not in {sent:?}");
+    }
+}
+
+#[test]
+fn tracing_off_stores_and_sends_no_context() {
+    let rt = runtime();
+    let sim_port = rt.block_on(simulator());
+    let redis = spawn_redis(free_port(), &[]);
+    let url = redis.url();
+    let web = free_port();
+    let mut reaped = Reaped::default();
+    let mut serve = serve_command(&url, web);
+    serve
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(serve).expect("repoll serve"));
+    assert!(wait_ready(web, Duration::from_secs(30)), "serve not ready");
+    let key = "untraced polls=0";
+    let id = ask(web, key, CALLER);
+    let task = rt.block_on(async {
+        let q = queue::Queue::connect(&url, queue::QueueConfig::default())
+            .await
+            .unwrap();
+        q.get(&id).await.unwrap().unwrap().task.expect("live task")
+    });
+    assert!(task.trace.is_empty(), "{:?}", task.trace);
+
+    let mut worker = worker_command(&url, sim_port);
+    worker
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(worker).expect("repoll worker"));
+    wait_done(web, &id);
+    let sent = rt.block_on(sim_traceparents(sim_port, key));
+    assert!(
+        !sent.is_empty() && sent.iter().all(String::is_empty),
+        "{sent:?}"
+    );
+}
+
+#[test]
+fn a_collector_that_never_answers_slows_nothing_and_drops_are_counted() {
+    let rt = runtime();
+    let sim_port = rt.block_on(simulator());
+    // A "collector" that accepts connections and never answers: every export waits for its
+    // timeout while the spans behind it find the queue (one span here) full.
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", stalled.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let _open: Vec<_> = stalled.incoming().take(16).collect();
+    });
+    let redis = spawn_redis(free_port(), &[]);
+    let url = redis.url();
+    let web = free_port();
+    let metrics = free_port();
+    let mut reaped = Reaped::default();
+    let mut serve = serve_command(&url, web);
+    traced(&mut serve, &endpoint);
+    serve.env("OTEL_BSP_MAX_QUEUE_SIZE", "1");
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(serve).expect("repoll serve"));
+    assert!(wait_ready(web, Duration::from_secs(30)), "serve not ready");
+    let mut worker = worker_command(&url, sim_port);
+    traced(&mut worker, &endpoint);
+    worker
+        .env("OTEL_BSP_MAX_QUEUE_SIZE", "1")
+        .env("REPOLL_METRICS_ADDR", format!("127.0.0.1:{metrics}"));
+    reaped
+        .0
+        .push(testkit::ChildGuard::spawn(worker).expect("repoll worker"));
+
+    // Requests are answered and tasks finished as without tracing (bounded waits only).
+    for n in 0..3 {
+        let id = ask(web, &format!("stalled collector {n} polls=2"), CALLER);
+        wait_done(web, &id);
+    }
+    let dropped = BlockingHttp::local(metrics)
+        .get("/metrics")
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix("repoll_trace_spans_dropped_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(
+        dropped.is_some_and(|d| d >= 1.0),
+        "the worker counts the spans it dropped: {dropped:?}"
+    );
+    drop(reaped);
+    drop(held);
+}
