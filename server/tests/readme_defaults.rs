@@ -141,11 +141,17 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
     };
     // Settings read from the environment only, never flags: the log filter, and secrets
     // (a flag would show in `ps`).
-    let not_flags = [
+    // So are tracing's (server::traces::settings::VARIABLES): tracing starts before the
+    // command line is parsed, and the OTEL_* names are the specification's.
+    let not_flags: Vec<&str> = [
         "RUST_LOG",
         "REPOLL_UPSTREAM_API_KEY",
         "REPOLL_CALLBACK_SECRET",
-    ];
+    ]
+    .into_iter()
+    .chain(server::traces::settings::VARIABLES.iter().copied())
+    .collect();
+    let mut env_only_listed = std::collections::BTreeSet::new();
     let mut documented: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
         Default::default();
     let mut problems = Vec::new();
@@ -175,6 +181,7 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
         let first = rest.split('|').next().unwrap_or_default();
         for env in first.split('/').map(|n| n.trim().trim_matches('`')) {
             if not_flags.contains(&env) {
+                env_only_listed.insert(env.to_string());
                 continue;
             }
             for cmd in cmds {
@@ -198,6 +205,27 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
             if !listed && env != "REPOLL_CONFIG" {
                 problems.push(format!("{env}: `{name}` takes it, no table names `{name}`"));
             }
+        }
+    }
+    // Each variable of the list is read where the list is, besides being listed (the exporter's
+    // own three: by the exporter crate).
+    let traces_source = include_str!("../src/traces/settings.rs");
+    let exporters_own = [
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "OTEL_BSP_SCHEDULE_DELAY",
+    ];
+    for env in server::traces::settings::VARIABLES {
+        let uses = traces_source.matches(&format!("\"{env}\"")).count();
+        if uses < 2 && !exporters_own.contains(env) {
+            problems.push(format!(
+                "{env}: listed in traces::settings::VARIABLES, never read"
+            ));
+        }
+    }
+    for env in &not_flags {
+        if !env_only_listed.contains(*env) {
+            problems.push(format!("{env}: read from the environment, in no table"));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -38,6 +38,28 @@ pub struct TraceSettings {
     pub max_queue: usize,
 }
 
+/// Every variable of tracing and logging, all read from the environment only: tracing starts
+/// before the command line is parsed, and the `OTEL_*` names are the specification's, the same
+/// for every OpenTelemetry SDK. README's "Tracing and logs" table lists exactly these
+/// (server/tests/readme_defaults.rs holds the two together). The last three are read by the
+/// exporter crate itself, as the specification says.
+pub const VARIABLES: &[&str] = &[
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_SDK_DISABLED",
+    "REPOLL_LOG_FORMAT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_BSP_SCHEDULE_DELAY",
+];
+
 /// The default bound of spans waiting for export (the specification's default).
 pub const DEFAULT_MAX_QUEUE: usize = 2048;
 
