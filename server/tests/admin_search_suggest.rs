@@ -62,7 +62,14 @@ async fn zset_commands(env: &Env) -> u64 {
         .unwrap();
     info.lines()
         .filter(|l| l.starts_with("cmdstat_z"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -83,7 +90,10 @@ async fn suggestions_come_from_the_queue_need_a_session_and_are_cached() {
         tenant: "globex".into(),
         ..Default::default()
     };
-    env.search.enqueue("suggest three", "", &globex).await.unwrap();
+    env.search
+        .enqueue("suggest three", "", &globex)
+        .await
+        .unwrap();
 
     // No session: refused before anything is read.
     let fields = [("text", "tenant:a"), ("caret", "8")];
@@ -105,7 +115,10 @@ async fn suggestions_come_from_the_queue_need_a_session_and_are_cached() {
                 "tenant:acme-corp".to_string(),
                 "state:dead tenant:acme-corp ".to_string()
             ),
-            ("tenant:acorn".to_string(), "state:dead tenant:acorn ".to_string()),
+            (
+                "tenant:acorn".to_string(),
+                "state:dead tenant:acorn ".to_string()
+            ),
         ]
     );
 
@@ -118,7 +131,10 @@ async fn suggestions_come_from_the_queue_need_a_session_and_are_cached() {
     assert_eq!(classes[0].0, "class:http-503", "seen first: {classes:?}");
     assert_eq!(classes[1].0, "class:timeout", "{classes:?}");
     let errors = ask(r, &admin, "error:down", None).await;
-    assert_eq!(errors, [("error:\"HTTP 503\"".into(), "error:\"HTTP 503\" ".into())]);
+    assert_eq!(
+        errors,
+        [("error:\"HTTP 503\"".into(), "error:\"HTTP 503\" ".into())]
+    );
     let group = ask(r, &admin, "group:db", None).await;
     assert!(group[0].0.starts_with("group:"), "{group:?}");
     let upstreams = ask(r, &admin, "upstream:", None).await;

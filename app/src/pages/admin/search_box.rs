@@ -230,7 +230,10 @@ impl Combo {
     }
 
     fn key(self, ev: leptos::ev::KeyboardEvent) {
-        let (open, n) = (self.open.get_untracked(), self.options.with_untracked(Vec::len));
+        let (open, n) = (
+            self.open.get_untracked(),
+            self.options.with_untracked(Vec::len),
+        );
         let active = self.active.get_untracked();
         match ev.key().as_str() {
             "ArrowDown" if open && n > 0 => {

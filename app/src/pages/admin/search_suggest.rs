@@ -196,9 +196,7 @@ fn values(key: &str, vocab: &Vocabulary) -> Vec<(String, String)> {
 fn offered(key: &str, value: &str, hint: &str, typed: &str) -> bool {
     let (value, typed) = (value.to_lowercase(), typed.to_lowercase());
     match key {
-        "error" | "group" => {
-            value.contains(&typed) || hint.to_lowercase().contains(&typed)
-        }
+        "error" | "group" => value.contains(&typed) || hint.to_lowercase().contains(&typed),
         _ => value.starts_with(&typed),
     }
 }

@@ -22,8 +22,8 @@ use super::bulk_act::BulkAct;
 use super::facets::{task_facets, FacetPanel};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::listing_view::ListingView;
-use super::search_box::SearchBox;
 use super::live::provide_live;
+use super::search_box::SearchBox;
 use super::selection::provide_chosen;
 #[cfg(feature = "ssr")]
 use super::task_rows::rows_only;
