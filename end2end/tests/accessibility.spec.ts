@@ -36,6 +36,13 @@ const status = (text: string) => async (page: Page) =>
 const heading = (text: string) => async (page: Page) =>
   expect(page.getByRole("heading", { level: 1, name: text })).toBeVisible();
 const live = async (page: Page) => waitLive(page);
+const suggestionsOpen = async (page: Page) => {
+  await waitLive(page);
+  await page.getByTestId("search-input").pressSequentially("sta", { delay: 30 });
+  await expect(page.getByTestId("search-suggestions")).toBeVisible();
+  await page.keyboard.press("ArrowDown");
+  await expect(page.getByTestId("search-input")).toHaveAttribute("aria-activedescendant", /task-search-options-0/);
+};
 
 /** Every page of the app (app/src/lib.rs's routes; the admin task lists once per state tab). */
 const PAGES: PageCase[] = [
@@ -51,6 +58,8 @@ const PAGES: PageCase[] = [
   { name: "tasks dead", path: () => "/admin/tasks?state=dead", admin: true, ready: live },
   { name: "tasks results", path: () => "/admin/tasks?state=results", admin: true, ready: live },
   { name: "tasks search", path: () => `/admin/tasks?q=${encodeURIComponent(`a11y-${run}`)}`, admin: true, ready: live },
+  // The search box's combobox with its suggestions open (typed, so the popup is checked too).
+  { name: "tasks search suggestions", path: () => "/admin/tasks", admin: true, ready: suggestionsOpen },
   { name: "task done", path: (f) => `/admin/tasks/${f.done}`, admin: true, ready: live },
   { name: "task running", path: (f) => `/admin/tasks/${f.running}`, admin: true, ready: live },
   { name: "task dead", path: (f) => `/admin/tasks/${f.dead}`, admin: true, ready: live },

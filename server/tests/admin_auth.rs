@@ -542,6 +542,10 @@ async fn every_admin_server_function_needs_a_session() {
             app::pages::admin::facets::TaskFacets::PATH,
             vec![("state", "dead")],
         ),
+        (
+            app::pages::admin::search_box::SearchSuggestions::PATH,
+            vec![("text", "state:d"), ("caret", "7")],
+        ),
     ];
     // Open on purpose: whoami answers null without a session; sign-in and sign-out are how a
     // session starts and ends.

@@ -113,6 +113,10 @@ async fn server_functions_with_missing_or_malformed_arguments_are_400_json() {
         (app::pages::ReadQuery::PATH, vec![]),
         (ServiceHold::PATH, vec![]),
         (app::pages::admin::facets::TaskFacets::PATH, vec![]),
+        (
+            app::pages::admin::search_box::SearchSuggestions::PATH,
+            vec![("text", "sta"), ("caret", "x")],
+        ),
     ];
     // Nothing to get wrong: no argument, or only optional text ones.
     let no_arguments = [

@@ -85,6 +85,7 @@ pub async fn task_facets(
     use http::StatusCode;
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
+    let upstream = super::search::chosen_upstream(search.as_deref(), upstream);
     let (q, _) = ctx
         .upstream(upstream.as_deref())
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
@@ -135,7 +136,11 @@ pub async fn task_facets(
                 key: name.clone(),
                 label: name.clone(),
                 count: of_state(&s, parsed.state),
-                href: search_href(&text, &name),
+                // A search that names its upstream names this one instead.
+                href: match parsed.upstream {
+                    Some(_) => search_href(&with_qualifier(&text, "upstream", &name), &name),
+                    None => search_href(&text, &name),
+                },
             });
         }
     }

@@ -16,7 +16,9 @@
 //! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
 //!   stop; one audit entry per run).
 //! - `search` (server only): the search box's qualifiers (`state:dead error:"HTTP 500"`)
-//!   and running them against a queue.
+//!   and running them against a queue; `search_suggest`: what to suggest as it is typed
+//!   (pure); `search_box`: the box itself, a combobox of those suggestions, and their server
+//!   function.
 //! - `chart`, `ui`: SVG charts, formatting and shared widgets (times,
 //!   the paused banner, many-task actions confirmed with their count).
 //!
@@ -44,6 +46,8 @@ pub mod overview;
 mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
+pub mod search_box;
+pub mod search_suggest;
 mod selection;
 pub mod task;
 mod task_result;

@@ -7,6 +7,7 @@
 //! - `tenant:` exactly this tenant (who asked), `tenant:none` the tasks of no tenant;
 //! - `class:` the last error's class (`http-503`, `timeout`, `bad-body`, `upstream-failed`,
 //!   `deadline`, …; `model::error_class`), `group:` its group (the dead work view's key);
+//! - `upstream:` look in that upstream's tasks instead of the page's ([`chosen_upstream`]);
 //! - anything else is free text: an exact query or a task id (or its start) first, and, when
 //!   that finds nothing or qualifiers are given, part of the query text.
 //!
@@ -34,6 +35,8 @@ pub struct Search {
     pub class: Option<String>,
     /// The last error's group (its key).
     pub group: Option<String>,
+    /// The upstream to look in (its name), instead of the page's.
+    pub upstream: Option<String>,
     /// The words that are not qualifiers, joined by one space.
     pub text: String,
 }
@@ -48,6 +51,7 @@ impl Search {
             || self.tenant.is_some()
             || self.class.is_some()
             || self.group.is_some()
+            || self.upstream.is_some()
     }
 
     /// The bulk page for the tasks this search finds, its filter carried (`/admin/bulk?...`),
@@ -200,6 +204,10 @@ pub fn parse(s: &str) -> Result<Search, String> {
                 out.group = Some(value.to_string())
             }
             "group" => return Err(format!("group:{value} is not a group key (16 hex digits)")),
+            "upstream" if value.is_empty() => {
+                return Err("upstream: needs a name, e.g. upstream:default".into())
+            }
+            "upstream" => out.upstream = Some(value.to_string()),
             "after" => {
                 out.within_ms = Some(span_ms(value).ok_or_else(|| {
                     format!("after:{value} is not a span such as 90s, 15m, 2h or 7d")
@@ -211,6 +219,15 @@ pub fn parse(s: &str) -> Result<Search, String> {
     }
     out.text = text.join(" ");
     Ok(out)
+}
+
+/// The upstream a search looks in: the one its `upstream:` names, else the page's (a search
+/// that does not parse keeps the page's; its error is said where it is run).
+pub fn chosen_upstream(search: Option<&str>, page: Option<String>) -> Option<String> {
+    search
+        .and_then(|s| parse(s).ok())
+        .and_then(|s| s.upstream)
+        .or(page)
 }
 
 /// `SCAN` calls (of ~1000 keys each) an id-prefix search may make.
@@ -351,6 +368,18 @@ mod tests {
         let t = parse("tenant:acme state:ready").unwrap();
         assert_eq!(t.filter(BulkState::Ready).tenant.as_deref(), Some("acme"));
         assert_eq!(parse("tenant:none").unwrap().tenant.as_deref(), Some(""));
+        let u = parse("upstream:search state:dead").unwrap();
+        assert_eq!(u.upstream.as_deref(), Some("search"));
+        assert!(parse("upstream:search").unwrap().qualified());
+        assert!(parse("upstream:").is_err());
+        assert_eq!(
+            chosen_upstream(Some("upstream:search x"), Some("default".into())).as_deref(),
+            Some("search")
+        );
+        assert_eq!(
+            chosen_upstream(Some("x"), Some("default".into())).as_deref(),
+            Some("default")
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use super::facets::{task_facets, FacetPanel};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::listing_view::ListingView;
 use super::live::provide_live;
+use super::search_box::SearchBox;
 use super::selection::provide_chosen;
 #[cfg(feature = "ssr")]
 use super::task_rows::rows_only;
@@ -107,6 +108,7 @@ pub async fn list_tasks(
     use http::StatusCode;
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
+    let upstream = super::search::chosen_upstream(search.as_deref(), upstream);
     let (q, _) = ctx
         .upstream(upstream.as_deref())
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
@@ -272,27 +274,7 @@ fn TasksBody(
             <h1>"Tasks"</h1>
             <form method="get" action="/admin/tasks" class="search" role="search" data-testid="search-form">
                 <label for="task-search">"Search tasks"</label>
-                <input
-                    type="search"
-                    id="task-search"
-                    name="q"
-                    placeholder="query text, id, or state:dead error:\"HTTP 500\" after:2h"
-                    title="query text or id prefix (press / to come here)"
-                    list="search-suggestions"
-                    aria-describedby="search-help"
-                    data-testid="search-input"
-                    prop:value=move || query.get().get("q").unwrap_or_default()
-                />
-                <datalist id="search-suggestions">
-                    <option value="state:dead"></option>
-                    <option value="state:waiting"></option>
-                    <option value="state:ready"></option>
-                    <option value="state:leased"></option>
-                    <option value="state:dead error:\"HTTP 5\""></option>
-                    <option value="after:1h"></option>
-                    <option value="after:24h"></option>
-                    <option value="tenant:public"></option>
-                </datalist>
+                <SearchBox query />
                 // A search stays in the upstream being looked at.
                 {move || {
                     query.get().get("upstream").filter(|u| !u.is_empty()).map(|u| {
@@ -304,7 +286,8 @@ fn TasksBody(
                     "Qualifiers: " <code>"state:dead"</code> " (waiting, ready, leased), "
                     <code>"error:\"HTTP 500\""</code> ", " <code>"query:order-"</code> ", "
                     <code>"after:2h"</code> " (changed within; s, m, h, d), "
-                    <code>"tenant:acme"</code> " (or " <code>"tenant:none"</code> "). Other words: an exact "
+                    <code>"tenant:acme"</code> " (or " <code>"tenant:none"</code> "), "
+                    <code>"upstream:search"</code> ". Suggestions follow as you type (↓ shows them). Other words: an exact "
                     "query or id first, else part of the query text. Looks at up to 20,000 tasks "
                     "of each state."
                 </p>
