@@ -255,3 +255,31 @@ async fn facet_counts_stop_at_the_cap() {
         .unwrap();
     assert_eq!((all.matched, all.complete), (n as u64, true));
 }
+
+/// Bounded, the counts describe the newest deaths (an outage's, at 3 a.m.), not the oldest
+/// leftovers: with 30 old timeouts and 20 newer HTTP 503s, a look at 20 sees only the 503s,
+/// and the dead work's one group ends at the newest death.
+#[tokio::test]
+async fn bounded_counts_read_the_newest_deaths_first() {
+    let q = queue("facets_newest").await;
+    let old = (0..30).map(|i| {
+        (
+            format!("{:032x}", i + 1),
+            "timeout after 5000 ms",
+            1_000 + i,
+        )
+    });
+    let new = (0..20).map(|i| (format!("{:032x}", i + 100), "HTTP 503: busy", 9_000 + i));
+    let records: Vec<(String, String, i64)> = old
+        .chain(new)
+        .map(|(id, e, at)| (id, e.to_string(), at))
+        .collect();
+    raw_dead(&q, &records).await;
+    let f = q.facets(&BulkFilter::default(), 20).await.unwrap();
+    assert_eq!((f.looked, f.complete), (20, false));
+    assert_eq!(count(&f.classes, "http-503"), 20);
+    assert_eq!(count(&f.classes, "timeout"), 0);
+    let g = q.dead_groups(&BulkFilter::default(), 20).await.unwrap();
+    assert_eq!(g.groups.len(), 1);
+    assert_eq!((g.groups[0].first_ms, g.groups[0].last_ms), (9_000, 9_019));
+}

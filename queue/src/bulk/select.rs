@@ -18,6 +18,17 @@ use super::{BulkFilter, BulkSelection, BulkState, BULK_SCAN_MAX, SCAN_PAGE};
 /// index them): query, last error, created, updated, state, tenant, dead reason.
 pub(crate) const FIELDS: [&str; 7] = ["q", "e", "c", "u", "s", "tn", "dr"];
 
+/// Which end of a state's set a bounded walk starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Walk {
+    /// Lowest score (or list head) first: a bulk run takes the longest-waiting work first.
+    OldestFirst,
+    /// Highest score (or list tail) first: triage counts, when bounded, describe what is
+    /// happening now — the latest deaths after an outage, not the oldest leftovers; for
+    /// waiting and leased work the latest due times and lease deadlines.
+    NewestFirst,
+}
+
 impl Queue {
     /// The tasks `filter` selects: counts all matches (up to [`BULK_SCAN_MAX`] candidates
     /// looked at) and keeps the first `keep` ids. Plain reads, page by page.
@@ -35,7 +46,7 @@ impl Queue {
     ) -> Result<BulkSelection> {
         let mut out = BulkSelection::default();
         let (scanned, complete) = self
-            .scan_matching(filter, max_scan, &mut |id, _| {
+            .scan_matching(filter, max_scan, Walk::OldestFirst, &mut |id, _| {
                 out.matched += 1;
                 if out.ids.len() < keep {
                     out.ids.push(id);
@@ -55,6 +66,7 @@ impl Queue {
         &self,
         filter: &BulkFilter,
         max_scan: u64,
+        walk: Walk,
         visit: &mut (dyn FnMut(TaskId, &[Option<String>]) + Send),
     ) -> Result<(u64, bool)> {
         if let Some(ids) = &filter.ids {
@@ -68,7 +80,7 @@ impl Queue {
                 complete = false;
                 break;
             }
-            let (n, all) = slot.scan_matching(filter, left, visit).await?;
+            let (n, all) = slot.scan_matching(filter, left, walk, visit).await?;
             scanned += n;
             complete &= all;
         }
@@ -144,6 +156,7 @@ impl Slot {
         &self,
         filter: &BulkFilter,
         max_scan: u64,
+        walk: Walk,
         visit: &mut (dyn FnMut(TaskId, &[Option<String>]) + Send),
     ) -> Result<(u64, bool)> {
         let k = self.keys();
@@ -168,11 +181,19 @@ impl Slot {
                     break 'sources;
                 }
                 let page = SCAN_PAGE.min(usize::try_from(max_scan - scanned).unwrap_or(SCAN_PAGE));
-                let stop = (offset + page - 1) as isize;
-                let v: redis::Value = if lists {
-                    c.lrange(src, offset as isize, stop).await?
-                } else {
-                    c.zrange(src, offset as isize, stop).await?
+                let (start, stop) = (offset as isize, (offset + page - 1) as isize);
+                let v: redis::Value = match (walk, lists) {
+                    (Walk::OldestFirst, true) => c.lrange(src, start, stop).await?,
+                    (Walk::OldestFirst, false) => c.zrange(src, start, stop).await?,
+                    // A list's newest members are at its tail (pushed right): the page
+                    // counted from the end, then turned round.
+                    (Walk::NewestFirst, true) => {
+                        let v: redis::Value = c.lrange(src, -stop - 1, -start - 1).await?;
+                        let mut members = array(v)?;
+                        members.reverse();
+                        redis::Value::Array(members)
+                    }
+                    (Walk::NewestFirst, false) => c.zrevrange(src, start, stop).await?,
                 };
                 let ids = array(v)?
                     .iter()

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bulk::select::Walk;
 use crate::bulk::{BulkFilter, BulkState};
 use crate::error::Result;
 use crate::Queue;
@@ -113,7 +114,7 @@ impl Queue {
         let mut classes: HashMap<String, (String, u64)> = HashMap::new();
         let mut matched = 0u64;
         let (looked, complete) = self
-            .scan_matching(filter, max_scan, &mut |_, f| {
+            .scan_matching(filter, max_scan, Walk::NewestFirst, &mut |_, f| {
                 matched += 1;
                 let tenant = field(f, TN).unwrap_or_default();
                 let label = if tenant.is_empty() { "none" } else { tenant };
@@ -150,7 +151,7 @@ impl Queue {
         let mut groups: HashMap<String, DeadGroup> = HashMap::new();
         let mut matched = 0u64;
         let (looked, complete) = self
-            .scan_matching(&filter, max_scan, &mut |_, f| {
+            .scan_matching(&filter, max_scan, Walk::NewestFirst, &mut |_, f| {
                 matched += 1;
                 let at = field(f, U)
                     .or(field(f, 2))

@@ -139,10 +139,7 @@ fn Groups(d: DeadWorkView) -> impl IntoView {
             plural(d.groups.len() as u64 + d.more_groups, "group", "groups")
         )
     } else {
-        format!(
-            "the first {} dead tasks looked at ({}+ in all)",
-            d.looked, d.looked
-        )
+        format!("the latest {} dead tasks ({}+ in all)", d.looked, d.looked)
     };
     let more =
         (d.more_groups > 0).then(|| format!("{} smaller groups are not shown.", d.more_groups));

@@ -6,7 +6,7 @@
 //!
 //! Bounded: the state and upstream counts are the queues' own counters; tenant and class are
 //! tallied by one bulk-selection scan of at most `queue::FACET_SCAN_MAX` tasks, and past it
-//! the panel says the counts are of the first 10,000. The panel is its own request, re-read
+//! the panel says the counts are of the latest 10,000. The panel is its own request, re-read
 //! when the list's search changes or an action ran — not on every live event.
 
 use leptos::prelude::*;
@@ -204,7 +204,7 @@ pub fn FacetPanel(data: Resource<Result<FacetsView, ServerFnError>>) -> impl Int
 fn FacetLists(v: FacetsView) -> impl IntoView {
     let note = (v.tallied && !v.complete).then(|| {
         format!(
-            "Tenant and error counts are of the first {} tasks looked at ({}+ in all).",
+            "Tenant and error counts are of the latest {} tasks ({}+ in all).",
             v.looked, v.looked
         )
     });

@@ -92,8 +92,8 @@ async fn vocabulary(
     Ok(v)
 }
 
-/// Reads a vocabulary: the tenants and error classes of each state's first [`VOCAB_SCAN`]
-/// tasks (the facet counts' read) and the largest dead-work groups among as many dead tasks.
+/// Reads a vocabulary: the tenants and error classes of each state's latest [`VOCAB_SCAN`]
+/// tasks (the facet counts' read) and the largest dead-work groups among as many of the latest deaths (recent errors).
 #[cfg(feature = "ssr")]
 async fn gather(q: &queue::Queue, upstreams: Vec<String>) -> queue::Result<Vocabulary> {
     use queue::{BulkFilter, BulkState};
