@@ -19,7 +19,7 @@ fn rows_for<'a>(doc: &'a str, env: &str) -> Vec<(Vec<&'a str>, usize)> {
             continue;
         };
         let names: Vec<&str> = first
-            .split('/')
+            .split(['/', ','])
             .map(|n| n.trim().trim_matches('`'))
             .collect();
         if let Some(i) = names.iter().position(|n| *n == env) {
@@ -139,13 +139,17 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
             .filter_map(|a| a.get_env().and_then(|e| e.to_str()).map(str::to_string))
             .collect()
     };
-    // Settings read from the environment only, never flags: the log filter, and secrets
-    // (a flag would show in `ps`).
-    let not_flags = [
+    // Settings read from the environment only, never flags: the log filter, secrets (a flag
+    // would show in `ps`), and tracing's (the OpenTelemetry variables as the specification
+    // names them; checked by `every_tracing_variable_is_documented`).
+    let not_flags: Vec<&str> = [
         "RUST_LOG",
         "REPOLL_UPSTREAM_API_KEY",
         "REPOLL_CALLBACK_SECRET",
-    ];
+    ]
+    .into_iter()
+    .chain(server::traces::settings::ENVIRONMENT.iter().copied())
+    .collect();
     let mut documented: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
         Default::default();
     let mut problems = Vec::new();
@@ -173,7 +177,7 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
             continue;
         };
         let first = rest.split('|').next().unwrap_or_default();
-        for env in first.split('/').map(|n| n.trim().trim_matches('`')) {
+        for env in first.split(['/', ',']).map(|n| n.trim().trim_matches('`')) {
             if not_flags.contains(&env) {
                 continue;
             }
@@ -202,6 +206,27 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(documented.len() >= 3, "tables found for {documented:?}");
+}
+
+/// Tracing's settings are read from the environment, not flags, so the clap walk above cannot
+/// see them: each is in a row of the README's tracing table.
+#[test]
+fn every_tracing_variable_is_documented() {
+    let readme = include_str!("../../README.md");
+    let section = readme
+        .split("### Tracing and logs (serve, worker)")
+        .nth(1)
+        .and_then(|rest| rest.split("\n### ").next())
+        .expect("README has a \"Tracing and logs (serve, worker)\" table");
+    let missing: Vec<&str> = server::traces::settings::ENVIRONMENT
+        .iter()
+        .copied()
+        .filter(|env| rows_for(section, env).is_empty())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in the README's tracing table: {missing:?}"
+    );
 }
 
 /// The README's error table names every code the API sends.
