@@ -3,6 +3,7 @@
 //! `traceparent`, joined by a second caller, polled by a separate `repoll worker` process
 //! against the simulator. Then a collector that never answers: nothing slows, the spans that
 //! do not fit the export queue are counted. And tracing off: no context stored, none sent.
+//! Last, a `repoll serve`'s own log: its lines carry the ids of the span they are events of.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -405,12 +406,51 @@ fn serve_logging(
         .env("REPOLL_LOG_FORMAT", format)
         .env("REPOLL_QUEUE", queue)
         .env("REPOLL_REAP_INTERVAL_MS", "50")
+        .env("REPOLL_CALLBACK_SECRET", CALLBACK_SECRET)
         .env("REPOLL_ADMIN_PASSWORD", "trace logs test")
         // The log goes to standard output (the start's own notices to standard error).
         .stdout(std::fs::File::create(log).unwrap());
     let child = testkit::ChildGuard::spawn(serve).expect("repoll serve");
     assert!(wait_ready(web, Duration::from_secs(30)), "serve not ready");
     child
+}
+
+/// The callback key of [`serve_logging`]'s processes (at least 32 characters).
+const CALLBACK_SECRET: &str = "trace-logs-callback-secret-0123456789";
+
+/// Posts a "still processing" callback for task `id` of queue `queue`, as its upstream would
+/// with the URL a worker gave it, sending `traceparent`; the answer's status.
+fn post_processing_callback(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    queue: &str,
+    web: u16,
+    id: &str,
+    traceparent: &str,
+) -> u16 {
+    let task = rt.block_on(async {
+        let config = queue::QueueConfig {
+            name: queue.into(),
+            ..queue::QueueConfig::default()
+        };
+        let q = queue::Queue::connect(url, config).await.unwrap();
+        q.get(id).await.unwrap().unwrap().task.expect("live task")
+    });
+    let signer = worker::Callbacks::new(&worker::CallbackArgs {
+        base_url: None,
+        secret: Some(CALLBACK_SECRET.into()),
+    })
+    .unwrap()
+    .unwrap();
+    let token = signer.token(id, task.created_ms, task.deadline_ms);
+    let http = BlockingHttp::local(web);
+    http.send(
+        http.client
+            .post(http.url(&format!("/api/v1/callbacks/{token}")))
+            .header("traceparent", traceparent)
+            .json(&serde_json::json!({ "status": "processing" })),
+    )
+    .status
 }
 
 /// Stops `serve` gracefully (its queued spans are sent).
@@ -442,7 +482,8 @@ fn process_span_with_event<'a>(
 /// Issue 27: a log line written inside a traced span carries that span's `trace_id` and
 /// `span_id` — in text lines and in `REPOLL_LOG_FORMAT=json` objects — and is an event of the
 /// exported span with those ids: where a task was dead-lettered, where an upstream error
-/// opened the breaker (`repoll.tenant` on the span too).
+/// opened the breaker (`repoll.tenant` on the span too), a lease the reaper took back (a
+/// `reap <queue>` span linked to the task's maker), a callback received (its server span).
 #[test]
 fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
     let rt = runtime();
@@ -520,7 +561,7 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
             ..queue::QueueConfig::default()
         };
         let q = queue::Queue::connect(&url, config).await.unwrap();
-        q.enqueue("leased and left polls=0", "", &Default::default())
+        q.enqueue("leased and left polls=10000", "", &Default::default())
             .await
             .unwrap();
         q.claim("gone-worker", 1, 50).await.unwrap().remove(0).id
@@ -528,6 +569,12 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
     let serve = serve_logging(&url, web, sim_port, &endpoint, "text", &log, "logs");
     ask(web, "logged as text status=failed", CALLER);
     wait_for_line(&log, "lease expired");
+    // The upstream calls back (not final yet): an event of the callback's server span.
+    assert_eq!(
+        post_processing_callback(&rt, &url, "logs", web, &left, JOINER),
+        202
+    );
+    wait_for_line(&log, "callback received");
     let text = wait_for_line(&log, "dead-lettered");
     stop(serve);
     let ids_of = |words: &str| -> (String, String) {
@@ -565,4 +612,32 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
     );
     let linked: Vec<String> = reap.links.iter().map(|l| hex(&l.trace_id)).collect();
     assert_eq!(linked, [CALLER[3..35].to_string()], "linked to its maker");
+    let (trace_id, span_id) = ids_of("callback received");
+    assert_eq!(trace_id, JOINER[3..35], "the caller's trace");
+    let server = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| hex(&s.span_id) == span_id)
+        .unwrap_or_else(|| panic!("no callback span {span_id}: {spans:#?}"));
+    assert_eq!(server.kind, SpanKind::Server as i32);
+    let event = server
+        .events
+        .iter()
+        .find(|e| e.name == "callback received")
+        .unwrap_or_else(|| panic!("{:?}", server.events));
+    let said: Vec<String> = event
+        .attributes
+        .iter()
+        .map(|kv| format!("{}={:?}", kv.key, kv.value))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|a| a.starts_with("id=") && a.contains(left.as_str())),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|a| a.starts_with("outcome=") && a.contains("processing")),
+        "{said:?}"
+    );
 }
