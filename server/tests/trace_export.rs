@@ -5,97 +5,19 @@
 //! do not fit the export queue are counted. And tracing off: no context stored, none sent.
 //! Last, a `repoll serve`'s own log: its lines carry the ids of the span they are events of.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use testkit::free_port;
 use testkit::http::BlockingHttp;
 
 mod common;
 use common::process::*;
-
-/// What the receiver got: every span, with the `repoll.command` of the process that sent it.
-type Received = Arc<Mutex<Vec<(String, Span)>>>;
-
-/// An OTLP/HTTP receiver on a free port: `POST /v1/traces` (protobuf); its base URL.
-async fn receiver(received: Received) -> String {
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: Bytes| {
-            let received = received.clone();
-            async move {
-                let req = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                for rs in req.resource_spans {
-                    let command = rs
-                        .resource
-                        .iter()
-                        .flat_map(|r| r.attributes.iter())
-                        .find(|kv| kv.key == "repoll.command")
-                        .and_then(|kv| kv.value.as_ref())
-                        .map(|v| format!("{:?}", v.value))
-                        .unwrap_or_default();
-                    for ss in rs.scope_spans {
-                        for span in ss.spans {
-                            received.lock().unwrap().push((command.clone(), span));
-                        }
-                    }
-                }
-                (
-                    [("content-type", "application/x-protobuf")],
-                    Vec::<u8>::new(),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
-}
-
-/// The simulator in this process; its port.
-async fn simulator() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(sim::serve(
-        listener,
-        sim::SimArgs::default(),
-        std::future::pending::<()>(),
-    ));
-    port
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn attr(span: &Span, key: &str) -> Option<String> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .map(|v| match &v.value {
-            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => {
-                s.clone()
-            }
-            other => format!("{other:?}"),
-        })
-}
-
-/// The OTLP variables of a traced process: every trace sampled, exported at once.
-fn traced(cmd: &mut std::process::Command, endpoint: &str) {
-    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-        .env("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove("OTEL_SDK_DISABLED");
-}
+#[path = "common/otlp.rs"]
+mod otlp;
+use otlp::*;
 
 fn worker_command(redis_url: &str, sim_port: u16) -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
