@@ -22,6 +22,9 @@ pub struct AppContext {
     /// How long a submit waits for the workers' first poll so the first answer carries
     /// partial data (see `crate::query_view::submit`); zero answers at once.
     pub first_answer: std::time::Duration,
+    /// `REPOLL_TRACE_URL`: the trace viewer's URL with `{trace_id}`, through which the task
+    /// page links a task's traces; `None` shows the ids as text.
+    pub trace_url: Option<std::sync::Arc<str>>,
 }
 
 /// One named upstream as the web process sees it: where its tasks go and how they are run.

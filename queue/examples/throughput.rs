@@ -17,6 +17,9 @@
 //! (INFO cpu, user + sys; not inflated by waiting for a core, so the better figure on a
 //! loaded machine).
 //!
+//! `REPOLL_BENCH_TRACE_CONTEXT=1`: every task is made as while tracing (issue 27), keeping
+//! its maker's `traceparent`.
+//!
 //! Each phase also prints one machine-readable line, the same as the BullMQ peer's
 //! (`bench/bullmq/bench.mjs`); `scripts/bench` runs both and prints the ratios:
 //! `RESULT peer=repoll phase=enqueue|batched|single|poll n= secs= tps= cpu_us= script_us= scripts= cmds=`
@@ -188,6 +191,16 @@ async fn main() {
     let workers = args.get(1).copied().unwrap_or(4);
     let batch = args.get(2).copied().unwrap_or(100);
     let single_n = (n / 5).max(1);
+    // Issue 27's overhead: with REPOLL_BENCH_TRACE_CONTEXT=1 every task is made as by a
+    // process that traces and samples every query (its record keeps the maker's context, each
+    // claim hands it back), which is the whole of tracing's cost inside Redis. The spans
+    // themselves are the worker's and web's CPU, not measured here.
+    if std::env::var("REPOLL_BENCH_TRACE_CONTEXT").is_ok_and(|v| v == "1") {
+        queue::trace_context::install(|| {
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string())
+        });
+        println!("trace context: on (every task keeps one)");
+    }
 
     let server = common::spawn_redis();
     let q = Queue::connect(&server.url(), common::cfg("bench"))

@@ -19,7 +19,7 @@
 -- burst (the last three ARGV of every claiming script; 0 = no limit)
 -- Returns {{id, query, payload, token, attempts, polls, max_attempts, created, deadline,
 --           lease_deadline, refresh (1/0), trace context ('' = none), joiners' contexts
---           (space-separated, '' = none)}, ...}
+--           (space-separated, '' = none), tenant ('' = none)}, ...}
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9], fair = KEYS[10],
   fairt = KEYS[11], fairv = KEYS[12], fairc = KEYS[13], fairr = KEYS[14], breaker = KEYS[15],

@@ -26,7 +26,9 @@
 -- ARGV[18] breaker: errors a minute that open it (0 = never by itself)
 -- ARGV[19] breaker: least error rate that opens it (0..1)   ARGV[20] breaker cool-down ms
 -- ARGV[21..23] the per-tenant limits (claim.lua)
--- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows}}
+-- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows},
+--   opened}: opened is the time (ms) until which this error opened the breaker, 0 when it did
+--   not (the worker says so in the span of the call that opened it).
 local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
   token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
   fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
@@ -80,8 +82,9 @@ local function failure(extra)
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
 if f[1] ~= 'leased' or f[2] ~= token then
-  return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now) }
+  return { { 'stale' }, claim_apply(K, plan, worker, lease_ms, now), 0 }
 end
+local opened = 0
 if mode == 'after' and br then
   -- The breaker is open or half-open: a call made before it opened, or the probe.
   if br.st == 'half' and br.probe == id then
@@ -90,6 +93,7 @@ if mode == 'after' and br then
       'pd', '0', 'why', err, 'by', 'auto')
     event(K.events, now, 'breaker', id, 'probe failed: open until ' .. fmt(to))
     breaker_notice('breaker_open', now)
+    opened = to
   end
   redis.call('ZREM', K.lease, id)
   fair_release(K.fairc, f[9])
@@ -101,7 +105,7 @@ if mode == 'after' and br then
   hist(hkey, now, 'error', err .. ' -> breaker open: not counted, waits for the breaker')
   event(K.events, now, 'failed', id, err)
   notify_dash('failed', id, now)
-  return { { 'retry', now, attempts }, claim_apply(K, plan, worker, lease_ms, now) }
+  return { { 'retry', now, attempts }, claim_apply(K, plan, worker, lease_ms, now), opened }
 end
 local attempts = num(f[3], 0) + 1
 local max_attempts = num(f[4], 0)
@@ -125,6 +129,7 @@ if mode == 'after' and b_fail > 0 then
     event(K.events, now, 'breaker', id, string.format('open: %d of %d calls failed in the last '
       .. 'minute; until %s', math.floor(errs + 0.5), math.floor(calls + 0.5), fmt(to)))
     breaker_notice('breaker_open', now)
+    opened = to
   end
 end
 local lat = {}
@@ -164,4 +169,4 @@ else
   if delay == 0 then wake_workers(K.wake, 1) end
   out = { 'retry', due_at, attempts }
 end
-return { out, claim_apply(K, plan, worker, lease_ms, now) }
+return { out, claim_apply(K, plan, worker, lease_ms, now), opened }

@@ -331,6 +331,9 @@ pub struct Claimed {
     /// the worker's `process` span links to them.
     #[serde(default)]
     pub trace: TaskTrace,
+    /// The tenant that made the task ("" = none): its `process` span says it.
+    #[serde(default)]
+    pub tenant: String,
 }
 
 /// One item of [`crate::Queue::complete_many`] (an addition to the contract: a worker that

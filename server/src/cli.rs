@@ -189,6 +189,10 @@ pub struct ServeArgs {
     /// from; true otherwise, so nobody's URL is ever replaced by mistake.
     #[arg(skip = true)]
     pub upstream_url_given: bool,
+    /// `REPOLL_TRACE_URL` (environment only, like the other tracing settings): checked and
+    /// set by `main` through [`crate::traces::Tracing::trace_url`].
+    #[arg(skip)]
+    pub trace_url: Option<String>,
 }
 
 impl std::fmt::Debug for ServeArgs {

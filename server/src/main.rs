@@ -28,7 +28,10 @@ async fn main() -> std::process::ExitCode {
     };
 
     let outcome = match cli.command {
-        Command::Serve(args) => server::serve::run(*args).await,
+        Command::Serve(mut args) => {
+            args.trace_url = tracing.trace_url();
+            server::serve::run(*args).await
+        }
         Command::Worker(args) => server::work::run(*args).await,
         Command::Sim(args) => server::simulate::run(args).await,
         Command::Admin { command } => server::admin::run(command).await,

@@ -332,6 +332,7 @@ fn web_state(
             enqueue_policy: args.policy.enqueue_policy(),
             admin: admin.auth.clone(),
             first_answer: Duration::from_millis(args.api.first_answer_ms),
+            trace_url: args.trace_url.as_deref().map(Into::into),
         },
     })
 }

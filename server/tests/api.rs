@@ -463,6 +463,7 @@ async fn concurrent_submits_of_the_same_query_share_one_task() {
         enqueue_policy: Default::default(),
         admin: Default::default(),
         first_answer: Duration::ZERO,
+        trace_url: None,
     };
     let (x, y) = tokio::join!(
         app::query_view::submit(&ctx, "shared-2"),

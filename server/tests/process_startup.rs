@@ -556,6 +556,18 @@ fn trace_and_log_format_mistakes_stop_the_start() {
             "2",
             "OTEL_TRACES_SAMPLER_ARG",
         ),
+        (
+            "serve",
+            "REPOLL_TRACE_URL",
+            "http://jaeger:16686/trace/",
+            "REPOLL_TRACE_URL must hold {trace_id}",
+        ),
+        (
+            "serve",
+            "REPOLL_TRACE_URL",
+            "javascript:alert(1)//{trace_id}",
+            "REPOLL_TRACE_URL must be an http:// or https:// URL",
+        ),
     ] {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
         cmd.arg(command)

@@ -167,3 +167,93 @@ async fn a_failed_call_shows_its_status_duration_and_body_as_text() {
     );
     env.redis.stop().await;
 }
+
+/// The caller context the queue stores, as a tracing process's source would give it.
+static CALLER_CONTEXT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+fn caller_context() -> Option<String> {
+    CALLER_CONTEXT.lock().unwrap().clone()
+}
+
+/// The markup of the task page's `trace` field, `None` when the page has none.
+fn trace_field(body: &str) -> Option<&str> {
+    let after = body.split_once("data-testid=\"field-trace\"")?.1;
+    Some(after.split("</dd>").next().unwrap_or(after))
+}
+
+/// Issue 27: the task page shows the traces a task keeps — the creator's and a joiner's —
+/// linked through REPOLL_TRACE_URL (the id put in, encoded; a new tab that gets no opener
+/// or referrer), as text without it, and nothing for a task made while tracing was off.
+#[tokio::test]
+async fn the_task_page_links_the_creators_and_joiners_traces() {
+    // Other tests of this binary store whatever context is set meanwhile; none reads it.
+    queue::trace_context::install(caller_context);
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let cookie = sign_in(r, ADMIN_PW, IP).await.expect("admin signs in");
+    let (creator, joiner) = ("a".repeat(32), "b".repeat(32));
+    let policy = EnqueuePolicy::default();
+    let enqueue_as = |trace_id: Option<&str>, query: &'static str| {
+        *CALLER_CONTEXT.lock().unwrap() = trace_id.map(|t| format!("00-{t}-00f067aa0ba902b7-01"));
+        q.enqueue(query, "", &policy)
+    };
+    let id = match enqueue_as(Some(&creator), "traced query").await.unwrap() {
+        queue::Enqueued::Created(t) => t.id,
+        other => panic!("{other:?}"),
+    };
+    let joined = enqueue_as(Some(&joiner), "traced query").await.unwrap();
+    assert!(matches!(joined, queue::Enqueued::Joined(_)), "{joined:?}");
+    let untraced = match enqueue_as(None, "untraced query").await.unwrap() {
+        queue::Enqueued::Created(t) => t.id,
+        other => panic!("{other:?}"),
+    };
+    let path = format!("/admin/tasks/{id}");
+
+    // No template: the ids as text, no link.
+    let page = get_page(r, &path, Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    let field = trace_field(&page.body).expect("a trace field").to_string();
+    let made = field.find(&creator).expect("the creator's trace id");
+    let join = field.find(&joiner).expect("the joiner's trace id");
+    assert!(made < join, "the creator's first: {field}");
+    assert!(
+        field.contains("made by") && field.contains("joined by"),
+        "{field}"
+    );
+    assert!(!field.contains("<a "), "{field}");
+
+    // With a template: each id a link into the viewer.
+    let linked = restarted(
+        &env,
+        false,
+        |_| {},
+        |s| s.app.trace_url = Some("https://tempo.example/explore?trace={trace_id}&org=1".into()),
+    );
+    let page = get_page(&linked, &path, Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    let field = trace_field(&page.body).expect("a trace field");
+    for trace_id in [&creator, &joiner] {
+        let href = format!("href=\"https://tempo.example/explore?trace={trace_id}&amp;org=1\"");
+        assert!(field.contains(&href), "{href} in {field}");
+    }
+    assert_eq!(
+        field.matches("rel=\"noopener noreferrer\"").count(),
+        2,
+        "{field}"
+    );
+
+    // A task made while tracing was off: no trace field at all.
+    let page = get_page(
+        &linked,
+        &format!("/admin/tasks/{untraced}"),
+        Some(&cookie),
+        IP,
+    )
+    .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("data-testid=\"task-fields\""),
+        "the task is shown"
+    );
+    assert!(trace_field(&page.body).is_none(), "{}", page.body);
+}

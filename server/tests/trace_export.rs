@@ -3,98 +3,21 @@
 //! `traceparent`, joined by a second caller, polled by a separate `repoll worker` process
 //! against the simulator. Then a collector that never answers: nothing slows, the spans that
 //! do not fit the export queue are counted. And tracing off: no context stored, none sent.
+//! Last, a `repoll serve`'s own log: its lines carry the ids of the span they are events of.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
 use testkit::free_port;
 use testkit::http::BlockingHttp;
 
 mod common;
 use common::process::*;
-
-/// What the receiver got: every span, with the `repoll.command` of the process that sent it.
-type Received = Arc<Mutex<Vec<(String, Span)>>>;
-
-/// An OTLP/HTTP receiver on a free port: `POST /v1/traces` (protobuf); its base URL.
-async fn receiver(received: Received) -> String {
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: Bytes| {
-            let received = received.clone();
-            async move {
-                let req = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                for rs in req.resource_spans {
-                    let command = rs
-                        .resource
-                        .iter()
-                        .flat_map(|r| r.attributes.iter())
-                        .find(|kv| kv.key == "repoll.command")
-                        .and_then(|kv| kv.value.as_ref())
-                        .map(|v| format!("{:?}", v.value))
-                        .unwrap_or_default();
-                    for ss in rs.scope_spans {
-                        for span in ss.spans {
-                            received.lock().unwrap().push((command.clone(), span));
-                        }
-                    }
-                }
-                (
-                    [("content-type", "application/x-protobuf")],
-                    Vec::<u8>::new(),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
-}
-
-/// The simulator in this process; its port.
-async fn simulator() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(sim::serve(
-        listener,
-        sim::SimArgs::default(),
-        std::future::pending::<()>(),
-    ));
-    port
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn attr(span: &Span, key: &str) -> Option<String> {
-    span.attributes
-        .iter()
-        .find(|kv| kv.key == key)
-        .and_then(|kv| kv.value.as_ref())
-        .map(|v| match &v.value {
-            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => {
-                s.clone()
-            }
-            other => format!("{other:?}"),
-        })
-}
-
-/// The OTLP variables of a traced process: every trace sampled, exported at once.
-fn traced(cmd: &mut std::process::Command, endpoint: &str) {
-    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
-        .env("OTEL_TRACES_SAMPLER", "parentbased_always_on")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .env_remove("OTEL_SDK_DISABLED");
-}
+#[path = "common/otlp.rs"]
+mod otlp;
+use otlp::*;
 
 fn worker_command(redis_url: &str, sim_port: u16) -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
@@ -361,4 +284,282 @@ fn a_collector_that_never_answers_slows_nothing_and_drops_are_counted() {
     );
     drop(reaped);
     drop(held);
+}
+
+/// Waits (bounded) until the file at `path` holds a line containing `words`; the whole file.
+fn wait_for_line(path: &std::path::Path, words: &str) -> String {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().any(|l| l.contains(words)) {
+            return text;
+        }
+        assert!(
+            Instant::now() < until,
+            "no line with {words:?} in 30 s:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A traced `repoll serve` with one embedded worker polling the simulator, its log (at
+/// `info`, in `format`) written to `log`, on the queue `queue`.
+fn serve_logging(
+    url: &str,
+    web: u16,
+    sim_port: u16,
+    endpoint: &str,
+    format: &str,
+    log: &std::path::Path,
+    queue: &str,
+) -> testkit::ChildGuard {
+    let mut serve = serve_command(url, web);
+    traced(&mut serve, endpoint);
+    serve
+        .env("REPOLL_WORKERS", "1")
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+        )
+        .env("REPOLL_POLL_INTERVAL_MS", "20")
+        .env("REPOLL_BREAKER_FAILURES", "1")
+        .env("REPOLL_BREAKER_ERROR_PERCENT", "1")
+        .env("RUST_LOG", "info")
+        .env("REPOLL_LOG_FORMAT", format)
+        .env("REPOLL_QUEUE", queue)
+        .env("REPOLL_REAP_INTERVAL_MS", "50")
+        .env("REPOLL_CALLBACK_SECRET", CALLBACK_SECRET)
+        .env("REPOLL_ADMIN_PASSWORD", "trace logs test")
+        // The log goes to standard output (the start's own notices to standard error).
+        .stdout(std::fs::File::create(log).unwrap());
+    let child = testkit::ChildGuard::spawn(serve).expect("repoll serve");
+    assert!(wait_ready(web, Duration::from_secs(30)), "serve not ready");
+    child
+}
+
+/// The callback key of [`serve_logging`]'s processes (at least 32 characters).
+const CALLBACK_SECRET: &str = "trace-logs-callback-secret-0123456789";
+
+/// Posts a "still processing" callback for task `id` of queue `queue`, as its upstream would
+/// with the URL a worker gave it, sending `traceparent`; the answer's status.
+fn post_processing_callback(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    queue: &str,
+    web: u16,
+    id: &str,
+    traceparent: &str,
+) -> u16 {
+    let task = rt.block_on(async {
+        let config = queue::QueueConfig {
+            name: queue.into(),
+            ..queue::QueueConfig::default()
+        };
+        let q = queue::Queue::connect(url, config).await.unwrap();
+        q.get(id).await.unwrap().unwrap().task.expect("live task")
+    });
+    let signer = worker::Callbacks::new(&worker::CallbackArgs {
+        base_url: None,
+        secret: Some(CALLBACK_SECRET.into()),
+    })
+    .unwrap()
+    .unwrap();
+    let token = signer.token(id, task.created_ms, task.deadline_ms);
+    let http = BlockingHttp::local(web);
+    http.send(
+        http.client
+            .post(http.url(&format!("/api/v1/callbacks/{token}")))
+            .header("traceparent", traceparent)
+            .json(&serde_json::json!({ "status": "processing" })),
+    )
+    .status
+}
+
+/// Stops `serve` gracefully (its queued spans are sent).
+fn stop(mut serve: testkit::ChildGuard) {
+    serve.signal(libc::SIGTERM);
+    serve.child_mut().wait().unwrap();
+}
+
+/// The exported span with these ids, which must be a `process` span holding an event `name`.
+fn process_span_with_event<'a>(
+    spans: &'a [(String, Span)],
+    ids: (&str, &str),
+    name: &str,
+) -> &'a Span {
+    let span = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| hex(&s.trace_id) == ids.0 && hex(&s.span_id) == ids.1)
+        .unwrap_or_else(|| panic!("no exported span {ids:?}: {spans:#?}"));
+    assert!(span.name.starts_with("process "), "{}", span.name);
+    assert!(
+        span.events.iter().any(|e| e.name.starts_with(name)),
+        "the log line is an event of its span: {:?}",
+        span.events
+    );
+    span
+}
+
+/// Issue 27: a log line written inside a traced span carries that span's `trace_id` and
+/// `span_id` — in text lines and in `REPOLL_LOG_FORMAT=json` objects — and is an event of the
+/// exported span with those ids: where a task was dead-lettered, where an upstream error
+/// opened the breaker (`repoll.tenant` on the span too), a lease the reaper took back (a
+/// `reap <queue>` span linked to the task's maker), a callback received (its server span).
+#[test]
+fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
+    let rt = runtime();
+    let received: Received = Arc::default();
+    let endpoint = rt.block_on(receiver(received.clone()));
+    let sim_port = rt.block_on(simulator());
+    let redis = spawn_redis(free_port(), &[]);
+    let url = redis.url();
+    let dir = testkit::TempDir::new("trace-logs");
+
+    // JSON: a task the upstream says failed is dead-lettered; then an outage's 503 opens the
+    // breaker (one error is enough here).
+    let web = free_port();
+    let log = dir.path().join("serve.json.log");
+    let serve = serve_logging(&url, web, sim_port, &endpoint, "json", &log, "repoll");
+    let id = ask(web, "logged status=failed", CALLER);
+    wait_for_line(&log, "dead-lettered");
+    rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{sim_port}/_sim/outage?ms=60000"))
+            .send()
+            .await
+            .unwrap()
+    });
+    ask(web, "logged outage", CALLER);
+    wait_for_line(&log, "circuit breaker opened");
+    stop(serve);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let spans = received.lock().unwrap().clone();
+    for message in ["dead-lettered", "circuit breaker opened"] {
+        let line = lines
+            .iter()
+            .find(|l| {
+                l["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(message))
+            })
+            .unwrap_or_else(|| panic!("no {message:?} line: {text}"));
+        let ids = (
+            line["trace_id"].as_str().expect("trace_id"),
+            line["span_id"].as_str().expect("span_id"),
+        );
+        assert_eq!((ids.0.len(), ids.1.len()), (32, 16), "{line}");
+        let span = process_span_with_event(&spans, ids, message);
+        if message == "dead-lettered" {
+            assert_eq!(
+                attr(span, "messaging.message.id").as_deref(),
+                Some(id.as_str())
+            );
+            assert_eq!(attr(span, "repoll.tenant").as_deref(), Some(""));
+        }
+    }
+
+    // Text: the ids at the end of the line. First a lease left to expire by a worker that is
+    // gone (this test, tracing as the caller): the reaper's `reap <queue>` span tells it.
+    received.lock().unwrap().clear();
+    let web = free_port();
+    let log = dir.path().join("serve.text.log");
+    rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{sim_port}/_sim/outage?ms=0"))
+            .send()
+            .await
+            .unwrap()
+    });
+    // Its own queue: the first one's breaker stays open for its cool-down.
+    queue::trace_context::install(|| Some(CALLER.to_string()));
+    let left = rt.block_on(async {
+        let config = queue::QueueConfig {
+            name: "logs".into(),
+            ..queue::QueueConfig::default()
+        };
+        let q = queue::Queue::connect(&url, config).await.unwrap();
+        q.enqueue("leased and left polls=10000", "", &Default::default())
+            .await
+            .unwrap();
+        q.claim("gone-worker", 1, 50).await.unwrap().remove(0).id
+    });
+    let serve = serve_logging(&url, web, sim_port, &endpoint, "text", &log, "logs");
+    ask(web, "logged as text status=failed", CALLER);
+    wait_for_line(&log, "lease expired");
+    // The upstream calls back (not final yet): an event of the callback's server span.
+    assert_eq!(
+        post_processing_callback(&rt, &url, "logs", web, &left, JOINER),
+        202
+    );
+    wait_for_line(&log, "callback received");
+    let text = wait_for_line(&log, "dead-lettered");
+    stop(serve);
+    let ids_of = |words: &str| -> (String, String) {
+        let line = text.lines().find(|l| l.contains(words)).unwrap();
+        let field = |name: &str| -> String {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+                .to_string()
+        };
+        let (trace_id, span_id) = (field("trace_id"), field("span_id"));
+        assert!(
+            line.ends_with(&format!("trace_id={trace_id} span_id={span_id}")),
+            "{line}"
+        );
+        (trace_id, span_id)
+    };
+    let spans = received.lock().unwrap().clone();
+    let (trace_id, span_id) = ids_of("dead-lettered");
+    process_span_with_event(&spans, (&trace_id, &span_id), "dead-lettered");
+    let (trace_id, span_id) = ids_of("lease expired");
+    let reap = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| hex(&s.trace_id) == trace_id && hex(&s.span_id) == span_id)
+        .unwrap_or_else(|| panic!("no reap span {trace_id}: {spans:#?}"));
+    assert_eq!(reap.name, "reap logs");
+    assert_eq!(attr(reap, "messaging.message.id"), Some(left.to_string()));
+    assert!(
+        reap.events
+            .iter()
+            .any(|e| e.name.starts_with("lease expired")),
+        "{:?}",
+        reap.events
+    );
+    let linked: Vec<String> = reap.links.iter().map(|l| hex(&l.trace_id)).collect();
+    assert_eq!(linked, [CALLER[3..35].to_string()], "linked to its maker");
+    let (trace_id, span_id) = ids_of("callback received");
+    assert_eq!(trace_id, JOINER[3..35], "the caller's trace");
+    let server = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| hex(&s.span_id) == span_id)
+        .unwrap_or_else(|| panic!("no callback span {span_id}: {spans:#?}"));
+    assert_eq!(server.kind, SpanKind::Server as i32);
+    let event = server
+        .events
+        .iter()
+        .find(|e| e.name == "callback received")
+        .unwrap_or_else(|| panic!("{:?}", server.events));
+    let said: Vec<String> = event
+        .attributes
+        .iter()
+        .map(|kv| format!("{}={:?}", kv.key, kv.value))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|a| a.starts_with("id=") && a.contains(left.as_str())),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|a| a.starts_with("outcome=") && a.contains("processing")),
+        "{said:?}"
+    );
 }

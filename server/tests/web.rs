@@ -45,6 +45,7 @@ async fn router_with_timeout(url: &str, extra: Router, timeout: Duration) -> Rou
             enqueue_policy: Default::default(),
             admin: Default::default(),
             first_answer: Duration::ZERO,
+            trace_url: None,
         },
     };
     web::router(

@@ -88,12 +88,47 @@ pub(crate) fn process_span(queue_name: &str, upstream: &str, c: &Claimed) -> Spa
         repoll.attempt = c.attempts + 1,
         repoll.polls = c.polls,
         repoll.freshness = if c.refresh { "refresh" } else { "first" },
+        repoll.tenant = c.tenant.as_str(),
         repoll.outcome = tracing::field::Empty,
     );
     for sc in c.trace.all().filter_map(parse_traceparent) {
         span.add_link(sc);
     }
     span
+}
+
+/// Spans for the leases the reaper took back (only while tracing): per task a short
+/// `reap <queue>` span — no worker's `process` span is current, the one that held the lease
+/// is gone — linked to the task's maker and joiners, holding an event that says what became
+/// of it. One HMGET per reaped task for its contexts: leases expire rarely.
+pub(crate) async fn reaped(queue: &queue::Queue, upstream: &str, r: &queue::Reaped) {
+    if !enabled() {
+        return;
+    }
+    let queue_name = &queue.config().name;
+    let all = r.requeued.iter().map(|id| (id, false));
+    for (id, dead) in all.chain(r.dead.iter().map(|id| (id, true))) {
+        let trace = queue.trace_of(id).await.unwrap_or_default();
+        let span = tracing::info_span!(
+            parent: None,
+            "reap",
+            otel.name = %format_args!("reap {queue_name}"),
+            messaging.system = "repoll",
+            messaging.destination.name = queue_name.as_str(),
+            messaging.message.id = %id,
+            repoll.upstream = upstream,
+            repoll.outcome = if dead { "dead" } else { "requeued" },
+        );
+        for sc in trace.all().filter_map(parse_traceparent) {
+            span.add_link(sc);
+        }
+        let _in = span.enter();
+        if dead {
+            tracing::info!(id = %id, "lease expired: dead-lettered (it lost too many leases)");
+        } else {
+            tracing::info!(id = %id, "lease expired: due again for another worker");
+        }
+    }
 }
 
 /// The HTTP CLIENT span of one upstream call (inside the current `process` span).

@@ -82,6 +82,7 @@ pub(crate) async fn reaper(
                     if !r.requeued.is_empty() {
                         wake.nudge();
                     }
+                    crate::trace_spans::reaped(&ctx.queue, &ctx.label, &r).await;
                     if n < batch {
                         break;
                     }

@@ -332,7 +332,8 @@ end
 
 -- Leases the planned tasks to `worker`; returns the claimed rows
 -- {id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease_deadline,
--- refresh (1/0), trace context, joiners' contexts} (the last two '' while tracing is off).
+-- refresh (1/0), trace context, joiners' contexts (both '' while tracing is off), tenant ('' =
+-- none)}.
 -- `woken` is 1 when the caller's own BLPOP already took one wake-up entry for this claim: it
 -- removes one entry fewer (and none when it claims nothing: that entry was for work someone
 -- else took).
@@ -367,9 +368,12 @@ local function claim_apply(K, plan, worker, lease_ms, now, woken)
     lease_args[2 * i - 1] = deadline_s
     lease_args[2 * i] = id
     -- Then 1 for a refresh (`rf`), so the worker can count refreshes by outcome; last the
-    -- trace contexts (`tc`, `tl`; '' while tracing is off) its process span links to.
+    -- trace contexts (`tc`, `tl`; '' while tracing is off) its process span links to; then the
+    -- tenant its process span names (read for fair shares anyway: no read more, 6 bytes of
+    -- reply for none).
     out[i] = { id, f[2] or '', f[9] or '', token, num(f[3], 0), num(f[4], 0), num(f[5], 0),
-      num(f[6], 0), num(f[7], 0), deadline, f[11] and 1 or 0, f[12] or '', f[13] or '' }
+      num(f[6], 0), num(f[7], 0), deadline, f[11] and 1 or 0, f[12] or '', f[13] or '',
+      f[10] or '' }
   end
   redis.call('ZADD', K.lease, unpack(lease_args))
   if plan.probe then

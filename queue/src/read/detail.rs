@@ -37,6 +37,13 @@ impl Queue {
         self.slot_of(id).result_by_id(id).await
     }
 
+    /// The trace contexts task `id` keeps (empty when it is gone or was made while tracing
+    /// was off): one HMGET, for the spans of what happens to a task outside a worker's
+    /// `process` span (a lease the reaper takes back).
+    pub async fn trace_of(&self, id: &str) -> Result<model::TaskTrace> {
+        self.slot_of(id).trace_of(id).await
+    }
+
     /// Leases past their deadline or within `within_ms` of it, soonest deadline first.
     /// At most `limit` (1 to [`MAX_PAGE`]), over all slots.
     pub async fn stuck_leases(&self, within_ms: u64, limit: usize) -> Result<Vec<LeaseInfo>> {
@@ -192,6 +199,14 @@ impl Slot {
         let v: Option<String> = c.get(self.keys().result(id)).await?;
         v.map(|s| decode::packed_result(id, &s).map(|p| p.result))
             .transpose()
+    }
+
+    /// [`Queue::trace_of`] in this slot.
+    pub(crate) async fn trace_of(&self, id: &str) -> Result<model::TaskTrace> {
+        let mut c = self.conn.clone();
+        let (tc, tl): (Option<String>, Option<String>) =
+            c.hmget(self.keys().task(id), &["tc", "tl"]).await?;
+        Ok(model::TaskTrace::from_fields(tc.as_deref(), tl.as_deref()))
     }
 
     /// [`Queue::stuck_leases`] of this slot, soonest deadline first.

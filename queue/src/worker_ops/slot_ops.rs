@@ -286,6 +286,13 @@ impl Slot {
             return Err(e);
         }
         let claimed = claimed_rows(parts.next().unwrap_or(Value::Nil))?;
+        let opened_until = parts.next().map(|v| int(&v)).transpose()?.unwrap_or(0);
+        if opened_until > 0 {
+            // Inside the worker's `process` span: an event of the very call whose error
+            // opened the breaker (and a log line).
+            tracing::warn!(id, until_ms = opened_until, queue = %self.config().name,
+                "circuit breaker opened: calls stop until the cool-down ends");
+        }
         Ok((outcome, claimed))
     }
 
@@ -418,7 +425,7 @@ impl Slot {
 
 fn claimed_row(v: Value) -> Result<Claimed> {
     let a = array(v)?;
-    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh, tc, tl] =
+    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh, tc, tl, tenant] =
         a.as_slice()
     else {
         return Err(corrupt("claim: bad row"));
@@ -439,5 +446,6 @@ fn claimed_row(v: Value) -> Result<Claimed> {
         lease_deadline_ms: int(lease)?,
         refresh: int(refresh)? == 1,
         trace: model::TaskTrace::from_fields(Some(&string(tc)?), Some(&string(tl)?)),
+        tenant: string(tenant)?,
     })
 }

@@ -62,6 +62,12 @@ impl CallbackAck {
     }
 }
 
+/// A callback with a valid token was read: an event of the request's server span (and a log
+/// line), so a trace shows where the task's answer came in and what it did.
+fn received(id: &str, outcome: &str) {
+    tracing::info!(id, outcome, "callback received");
+}
+
 fn no_such_callback() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -135,7 +141,10 @@ pub async fn receive(
             CallbackOutcome::Failed,
             model::failure::upstream_failed(&message),
         ),
-        Ok(Answer::Processing { .. }) => return Ok(CallbackAck::not_final()),
+        Ok(Answer::Processing { .. }) => {
+            received(&claim.id, "processing");
+            return Ok(CallbackAck::not_final());
+        }
         Err(e) => {
             return Err(ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -165,8 +174,17 @@ pub async fn receive(
         }
     })?;
     if !ended {
+        received(id, "not live");
         return Err(no_such_callback());
     }
+    received(
+        id,
+        if outcome == CallbackOutcome::Done {
+            "done"
+        } else {
+            "failed"
+        },
+    );
     metrics::counter!(worker::telemetry::CALLBACKS).increment(1);
     Ok(CallbackAck::ended(outcome))
 }

@@ -33,12 +33,18 @@ pub use settings::{LogFormat, Protocol, TraceSettings};
 /// Keeps the exporter of a tracing process; [`Tracing::shutdown`] sends what is queued.
 pub struct Tracing {
     provider: Option<SdkTracerProvider>,
+    trace_url: Option<String>,
 }
 
 impl Tracing {
     /// Whether spans are exported.
     pub fn exporting(&self) -> bool {
         self.provider.is_some()
+    }
+
+    /// `REPOLL_TRACE_URL`, checked (read for `serve` only: the dashboard links through it).
+    pub fn trace_url(&self) -> Option<String> {
+        self.trace_url.clone()
     }
 
     /// Exports the spans still queued (bounded by the export timeout) and stops the exporter.
@@ -61,6 +67,11 @@ fn process_env(name: &str) -> Option<String> {
 /// error names the variable; the caller stops the start.
 pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
     let format = settings::log_format(&process_env)?;
+    let trace_url = if command == "serve" {
+        settings::trace_url(&process_env)?
+    } else {
+        None
+    };
     let traces = if exports {
         settings::trace_settings(&process_env)?
     } else {
@@ -109,7 +120,10 @@ pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
     if tracing_on {
         queue::trace_context::install(worker::trace_spans::sampled_traceparent);
     }
-    Ok(Tracing { provider })
+    Ok(Tracing {
+        provider,
+        trace_url,
+    })
 }
 
 /// The tracer provider: OTLP/HTTP exporter with our HTTP client, behind the bounded queue.

@@ -5,6 +5,27 @@
 
 use opentelemetry_sdk::trace::Sampler;
 
+/// Every variable tracing and logging read (here, or the OTLP exporter as the specification
+/// says): environment only, never flags, each documented in the README's tracing table
+/// (`server/tests/readme_defaults.rs` checks).
+pub const ENVIRONMENT: &[&str] = &[
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SDK_DISABLED",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "REPOLL_LOG_FORMAT",
+    "REPOLL_TRACE_URL",
+];
+
 /// How log lines are written (`REPOLL_LOG_FORMAT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -38,28 +59,6 @@ pub struct TraceSettings {
     pub max_queue: usize,
 }
 
-/// Every variable of tracing and logging, all read from the environment only: tracing starts
-/// before the command line is parsed, and the `OTEL_*` names are the specification's, the same
-/// for every OpenTelemetry SDK. README's "Tracing and logs" table lists exactly these
-/// (server/tests/readme_defaults.rs holds the two together). The last three are read by the
-/// exporter crate itself, as the specification says.
-pub const VARIABLES: &[&str] = &[
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_TRACES_SAMPLER",
-    "OTEL_TRACES_SAMPLER_ARG",
-    "OTEL_BSP_MAX_QUEUE_SIZE",
-    "OTEL_SDK_DISABLED",
-    "REPOLL_LOG_FORMAT",
-    "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TIMEOUT",
-    "OTEL_BSP_SCHEDULE_DELAY",
-];
-
 /// The default bound of spans waiting for export (the specification's default).
 pub const DEFAULT_MAX_QUEUE: usize = 2048;
 
@@ -84,9 +83,8 @@ pub fn log_format(env: &dyn Fn(&str) -> Option<String>) -> Result<LogFormat, Str
     }
 }
 
-/// `REPOLL_TRACE_URL`: the dashboard is to link a task's trace ids through it (checked here;
-/// not wired to the task page yet, so not read at start). An http(s) URL
-/// holding `{trace_id}` (e.g. `http://jaeger:16686/trace/{trace_id}`).
+/// `REPOLL_TRACE_URL`: the dashboard's task page links a task's trace ids through it. An
+/// http(s) URL holding `{trace_id}` (e.g. `http://jaeger:16686/trace/{trace_id}`).
 pub fn trace_url(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, String> {
     let Some(url) = var(env, "REPOLL_TRACE_URL") else {
         return Ok(None);

@@ -161,6 +161,7 @@ fn web_state(
             enqueue_policy: Default::default(),
             admin: auth.clone(),
             first_answer: Duration::ZERO,
+            trace_url: None,
         },
     }
 }

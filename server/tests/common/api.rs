@@ -145,6 +145,7 @@ impl Env {
                 enqueue_policy: Default::default(),
                 admin: Default::default(),
                 first_answer: Duration::from_millis(opts.api.first_answer_ms),
+                trace_url: None,
             },
         };
         // The request timeout well above the queue's Redis response timeout (10 s), as

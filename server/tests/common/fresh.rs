@@ -137,6 +137,7 @@ impl Env {
                 enqueue_policy: Default::default(),
                 admin: Default::default(),
                 first_answer: Duration::ZERO,
+                trace_url: None,
             },
         };
         let router = web::router(

@@ -54,6 +54,7 @@ mod task_result;
 mod task_rows;
 mod task_story;
 mod task_tabs;
+mod task_trace;
 pub mod tasks;
 mod ui;
 pub mod upstreams;

@@ -11,6 +11,7 @@ use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::task_result::{data_block, ResultWindows, StoredResultView};
 use super::task_story::{failed_call_fields, field, polls_words, tenant_words, text};
+use super::task_trace::{trace_view, TraceRef};
 use super::ui::{duration, error_text, or_dash, plural, PausedBanner, TimeAt};
 use crate::pages::format::{detail_pieces, iso, utc, Piece};
 use model::{
@@ -39,6 +40,8 @@ pub struct TaskView {
     pub paused: Option<PauseInfo>,
     /// The windows of its queue's results (fresh, stale, stale-if-error).
     pub windows: ResultWindows,
+    /// The live task's traces (none while tracing is off).
+    pub traces: Vec<TraceRef>,
 }
 
 /// The task, result and history of `id`; None when nothing is known about it.
@@ -60,6 +63,11 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         return Ok(None);
     };
     let paused = q.pause_info().await.map_err(failed)?;
+    let traces = d
+        .task
+        .as_ref()
+        .map(|t| super::task_trace::trace_refs(&t.trace, ctx.trace_url.as_deref()))
+        .unwrap_or_default();
     Ok(Some(TaskView {
         id,
         upstream: upstream.to_string(),
@@ -72,6 +80,7 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         now_ms,
         paused,
         windows: ResultWindows::of(q),
+        traces,
     }))
 }
 
@@ -309,6 +318,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
     let upstream = view.upstream.clone();
     // The task beside a result is its refresh (or a new ask's task): its state and mark.
     let beside = view.task.as_ref().map(|t| (t.state, t.refresh));
+    let traces = view.traces;
     let task = view.task.map(|t| {
         let (leased, dead) = (t.state == TaskState::Leased, t.state == TaskState::Dead);
         let retryable = matches!(t.state, TaskState::Dead | TaskState::Due);
@@ -362,6 +372,9 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         // The failed call behind that error, each part a field of its own.
         if let Some(call) = view.last_call.as_ref().filter(|_| t.last_error.is_some()) {
             fields.extend(failed_call_fields(call));
+        }
+        if !traces.is_empty() {
+            fields.push(field("trace", trace_view(traces)));
         }
         let partial = t.partial.clone().filter(|p| !p.is_empty());
         view! {
