@@ -85,6 +85,11 @@ pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
             .with_tracer(p.tracer("repoll"))
             // No source file and line per span: weight in every export, read by nobody.
             .with_location(false)
+            // Nor busy/idle times (a clock read at every enter and exit of every span) or the
+            // thread's name and id: per-span work and weight on every request, which the
+            // read-mostly load measured (docs/benchmarks.md, "Traces").
+            .with_tracked_inactivity(false)
+            .with_threads(false)
             // Its own filter: RUST_LOG=warn quiets the log, not the traces (our spans and the
             // span events that matter are at `info`).
             .with_filter(LevelFilter::INFO)
