@@ -110,7 +110,8 @@ pub struct FreshnessWindows {
     /// Asks within its fresh window that make a result hot: it is refreshed in the background
     /// shortly before it would go stale. 0 = no refresh-ahead. At most [`MAX_HOT_ASKS`].
     pub hot_asks: u32,
-    /// Refreshes ahead started per minute, per upstream (spread over its partitions).
+    /// Refreshes ahead started per minute, per upstream: a partitioned queue's partitions
+    /// share it so that their shares of any one minute sum to exactly this (enqueue.lua).
     pub refresh_ahead_per_min: u32,
 }
 
@@ -397,7 +398,8 @@ pub enum Failed {
 pub struct Reaped {
     /// Tasks whose lease expired, due again now.
     pub requeued: Vec<TaskId>,
-    /// Tasks that lost too many leases (dead as "poison").
+    /// Tasks dead for a lost lease: too many lost (`poison`), or lost after their whole-life
+    /// deadline (`deadline`).
     pub dead: Vec<TaskId>,
 }
 

@@ -147,12 +147,12 @@ impl Queue {
     pub(crate) fn layout(conn: RedisConn, cfg: QueueConfig) -> Queue {
         let layout = cfg.partitions.max(1);
         let n = usize::from(layout);
-        let control = Slot::new(conn.clone(), cfg.clone(), Keys::new(&cfg.name), layout);
+        let control = Slot::new(conn.clone(), cfg.clone(), Keys::new(&cfg.name), layout, 0);
         let slot_cfg = crate::partition::part_config(&cfg);
-        let slots = (0..n)
+        let slots = (0..layout)
             .map(|i| {
-                let keys = Keys::slot(&cfg.name, i, n);
-                Slot::new(conn.clone(), slot_cfg.clone(), keys, layout)
+                let keys = Keys::slot(&cfg.name, usize::from(i), n);
+                Slot::new(conn.clone(), slot_cfg.clone(), keys, layout, i)
             })
             .collect();
         Queue {
@@ -196,7 +196,7 @@ impl Queue {
     /// Redis `TIME` in ms: the clock every script uses. (For this process's own clock, see
     /// [`local_ms`].)
     pub async fn now_ms(&self) -> Result<i64> {
-        redis_now_ms(&self.conn).await
+        crate::conn::redis_now_ms(&self.conn).await
     }
 
     /// The control slot's keys (`{name}`; see [`Inner::control`]).
@@ -208,13 +208,6 @@ impl Queue {
     pub(crate) fn control(&self) -> &Slot {
         &self.inner.control
     }
-}
-
-/// Redis `TIME` in ms, asked on `conn`.
-pub(crate) async fn redis_now_ms(conn: &RedisConn) -> Result<i64> {
-    let mut c = conn.clone();
-    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
-    Ok(s * 1000 + us / 1000)
 }
 
 /// Durations arrive as u64 but Lua numbers are doubles: cap them (at ~100 years) so scores

@@ -40,15 +40,24 @@ struct SlotInner {
     /// The partition count of the queue this slot belongs to, as this process runs it (the
     /// enqueue script checks it against the slot's copy of the queue's: `repartition.rs`).
     layout: u16,
+    /// Which of those partitions this slot is (0 for the control slot and a one-partition
+    /// queue): the enqueue script takes its turn of the refresh-ahead limit by it.
+    part: u16,
     channels: Channels,
     /// When this process last recounted this slot's per-tenant leases (local ms; reap).
     last_fair_sync_ms: AtomicI64,
 }
 
 impl Slot {
-    /// A slot of `keys` on `conn`, its scripts run with `cfg`, in a queue of `layout`
-    /// partitions.
-    pub(crate) fn new(conn: RedisConn, cfg: QueueConfig, keys: Keys, layout: u16) -> Slot {
+    /// A slot of `keys` on `conn`, its scripts run with `cfg`: partition `part` of a queue of
+    /// `layout` partitions.
+    pub(crate) fn new(
+        conn: RedisConn,
+        cfg: QueueConfig,
+        keys: Keys,
+        layout: u16,
+        part: u16,
+    ) -> Slot {
         Slot {
             conn,
             inner: Arc::new(SlotInner {
@@ -56,6 +65,7 @@ impl Slot {
                 cfg,
                 keys,
                 layout,
+                part,
                 last_fair_sync_ms: AtomicI64::new(0),
             }),
         }
@@ -76,6 +86,11 @@ impl Slot {
         self.inner.layout
     }
 
+    /// Which partition of the queue this slot is (0 when it has one).
+    pub(crate) fn part(&self) -> u16 {
+        self.inner.part
+    }
+
     /// The queue's channels (the same for every slot of a queue).
     pub(crate) fn channels(&self) -> &Channels {
         &self.inner.channels
@@ -88,7 +103,7 @@ impl Slot {
 
     /// Redis `TIME` in ms, asked of the node that serves this connection.
     pub(crate) async fn now_ms(&self) -> Result<i64> {
-        crate::queue::redis_now_ms(&self.conn).await
+        crate::conn::redis_now_ms(&self.conn).await
     }
 
     /// A call of a library function with the six common ARGV of the prelude already set.

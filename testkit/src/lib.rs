@@ -9,6 +9,8 @@
 //! - [`child`]: child processes killed on drop (their process group where asked), never
 //!   outliving the test process.
 //! - [`http`]: a reqwest client with JSON helpers.
+//! - [`import_layers`]: a crate's module graph read from its sources, and the import circles
+//!   in it.
 //! - [`free_port`].
 //!
 //! Nothing here skips: a server that cannot start is an error carrying its log, and the
@@ -17,6 +19,7 @@
 pub mod child;
 pub mod cluster;
 pub mod http;
+pub mod import_layers;
 pub mod redis;
 
 pub use child::ChildGuard;
@@ -34,6 +37,19 @@ pub fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("no free port on 127.0.0.1")
+}
+
+/// A port for a Redis Cluster node: at most 55535, free, and with its cluster bus port
+/// (port + 10000) free too. A node on a higher port cannot start.
+pub fn free_cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let port = free_port();
+        let bus_free = || std::net::TcpListener::bind(("127.0.0.1", port + 10000)).is_ok();
+        if port <= 55535 && bus_free() {
+            return port;
+        }
+    }
+    panic!("no free cluster port (<= 55535 with a free bus port) on 127.0.0.1")
 }
 
 /// Waits until `ok` holds, checking every 100 ms; panics naming `what` after `limit` (a hang

@@ -10,10 +10,12 @@ mod query_age;
 #[cfg(feature = "hydrate")]
 mod query_live;
 pub mod reveal;
+mod service_hold;
 mod widgets;
 
 pub use admin::{
     BulkPage, DeadWorkPage, LeasesPage, LoginPage, OverviewPage, TaskPage, TasksPage, UpstreamsPage,
 };
 pub use not_found::NotFound;
-pub use query::{QueryPage, QueryResultPage, ReadQuery, ServiceHold, SubmitQuery, UpstreamNames};
+pub use query::{QueryPage, QueryResultPage, ReadQuery, SubmitQuery, UpstreamNames};
+pub use service_hold::ServiceHold;

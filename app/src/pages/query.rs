@@ -9,6 +9,7 @@ use leptos_router::hooks::use_params_map;
 
 use super::format::{duration, plural, progress_percent, utc};
 use super::query_age::Tone;
+use super::service_hold::{service_hold, ServiceState};
 use super::widgets::{JsonBlock, ProgressBar};
 use crate::query_view::{pretty, Freshness, QueryStatus, QueryView};
 
@@ -91,38 +92,6 @@ pub async fn read_query(id: String) -> Result<Option<QueryView>, ServerFnError> 
     crate::query_view::read(&ctx, &id)
         .await
         .map_err(|e| ServerFnError::new(e.to_string()))
-}
-
-/// What holds the service of a query's upstream, for its page: a pause (an operator stopped
-/// its workers) or an open circuit breaker (the upstream failed too often; claims wait until
-/// the cool-down ends and a probe goes). A query then waits, and its page says why instead of
-/// "next poll due now" for minutes. Only these facts, nothing of the breaker's cause.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ServiceState {
-    pub paused: bool,
-    /// The breaker is open: when its cool-down ends (ms since the epoch) and a probe may go.
-    pub breaker_until: Option<i64>,
-}
-
-/// The [`ServiceState`] of query `id`'s upstream (one EXISTS and one HGETALL).
-#[server]
-pub async fn service_hold(id: String) -> Result<ServiceState, ServerFnError> {
-    let ctx = crate::context::app_context()?;
-    let unavailable = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "pause and breaker check failed");
-        ServerFnError::new("the queue is unavailable")
-    };
-    // Not an id: the default upstream's answer (nothing else to go by).
-    let q = match id.parse::<crate::query_view::TaskId>() {
-        Ok(id) => ctx.queue_of_task(&id).await.map_err(unavailable)?,
-        Err(_) => &ctx.queue,
-    };
-    let paused = q.is_paused().await.map_err(unavailable)?;
-    let breaker = q.breaker().await.map_err(unavailable)?;
-    Ok(ServiceState {
-        paused,
-        breaker_until: breaker.map(|b| b.until_ms),
-    })
 }
 
 /// The query page: where a user asks the upstream API through repoll.
@@ -361,7 +330,7 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
     };
     let error = move || {
         state.with(|v| v.error.clone()).map(|e| {
-            view! { <p class="err" data-testid="query-error">{e}</p> }
+            view! { <p class="err" data-testid="query-error"><crate::pages::reveal::UpstreamText text=e /></p> }
         })
     };
     let data = move || {

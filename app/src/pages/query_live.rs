@@ -42,7 +42,7 @@ pub fn follow(
             }
             let id = state.with_untracked(|v| v.id.to_string());
             leptos::task::spawn_local(async move {
-                if let Ok(h) = super::query::service_hold(id).await {
+                if let Ok(h) = super::service_hold::service_hold(id).await {
                     paused.set(h.paused);
                     breaker_until.set(h.breaker_until);
                 }

@@ -8,6 +8,12 @@
 //! ([`model::query_chars::is_invisible_char`]), so the pages reveal exactly what the rule
 //! treats as hidden. The admin pages show every query through [`QueryText`]; the public query
 //! page shows the user's own text as typed.
+//!
+//! Upstream text (answer data and partials, errors, a failed call's body, on the public query
+//! page and the admin pages alike) goes through [`UpstreamText`]: it marks the characters a
+//! query refuses where they stand (`model::shown_chars`, the query check's own scan), so a
+//! U+202E cannot turn a line around and a U+200B cannot hide, while an emoji's joiner still
+//! draws the emoji and a line feed still ends a line.
 
 use leptos::prelude::*;
 
@@ -57,6 +63,51 @@ pub fn revealed(text: &str) -> String {
         .collect()
 }
 
+/// `text` cut into visible runs and the characters a page marks in upstream text
+/// ([`model::shown_chars::marked_chars`]), in order.
+pub fn upstream_pieces(text: &str) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    for (at, c) in model::shown_chars::marked_chars(text) {
+        if at > from {
+            out.push(Piece::Text(text[from..at].to_string()));
+        }
+        out.push(Piece::Hidden(c));
+        from = at + c.len_utf8();
+    }
+    if from < text.len() {
+        out.push(Piece::Text(text[from..].to_string()));
+    }
+    out
+}
+
+/// The marker of an invisible character as a page shows it: the code point, titled with its
+/// kind.
+fn marker_view(c: char) -> AnyView {
+    let title = format!("U+{:04X}, {}: shows nothing", c as u32, invisible_kind(c));
+    view! { <span class="hidden-char" title=title data-testid="hidden-char">{marker(c)}</span> }
+        .into_any()
+}
+
+/// Upstream text, as text, with the characters a query would refuse there shown as markers.
+#[component]
+pub fn UpstreamText(#[prop(into)] text: String) -> impl IntoView {
+    let pieces = upstream_pieces(&text);
+    // Nearly all upstream text has nothing to mark: one text node then, not a list of views
+    // (no hydration marker after it, less to render on the busiest pages).
+    if let [Piece::Text(_)] | [] = pieces.as_slice() {
+        return text.into_any();
+    }
+    pieces
+        .into_iter()
+        .map(|p| match p {
+            Piece::Text(s) => s.into_any(),
+            Piece::Hidden(c) => marker_view(c),
+        })
+        .collect_view()
+        .into_any()
+}
+
 /// A query's text with its invisible characters revealed and counted; "—" when empty.
 #[component]
 pub fn QueryText(#[prop(into)] text: String) -> impl IntoView {
@@ -72,11 +123,7 @@ pub fn QueryText(#[prop(into)] text: String) -> impl IntoView {
         .into_iter()
         .map(|p| match p {
             Piece::Text(s) => s.into_any(),
-            Piece::Hidden(c) => {
-                let title = format!("U+{:04X}, {}: shows nothing", c as u32, invisible_kind(c));
-                view! { <span class="hidden-char" title=title data-testid="hidden-char">{marker(c)}</span> }
-                    .into_any()
-            }
+            Piece::Hidden(c) => marker_view(c),
         })
         .collect_view();
     let badge = (hidden > 0).then(|| {
@@ -111,5 +158,28 @@ mod tests {
             ]
         );
         assert!(pieces("").is_empty());
+    }
+
+    /// Upstream text: an override and a zero-width space become markers, writing and layout
+    /// stay (issue 39 row 6).
+    #[test]
+    fn upstream_text_marks_what_a_query_refuses() {
+        let shown = |t: &str| -> String {
+            upstream_pieces(t)
+                .into_iter()
+                .map(|p| match p {
+                    Piece::Text(s) => s,
+                    Piece::Hidden(c) => marker(c),
+                })
+                .collect()
+        };
+        assert_eq!(shown("\"evil\u{202E}txt.exe\""), "\"evil⟨U+202E⟩txt.exe\"");
+        assert_eq!(shown("a\u{200B}b\u{200B}"), "a⟨U+200B⟩b⟨U+200B⟩");
+        assert_eq!(shown("\u{FEFF}"), "⟨U+FEFF⟩");
+        assert_eq!(
+            shown("{\n  \"who\": \"👩\u{200D}👧\"\n}"),
+            "{\n  \"who\": \"👩\u{200D}👧\"\n}"
+        );
+        assert!(upstream_pieces("").is_empty());
     }
 }

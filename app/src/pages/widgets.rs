@@ -21,7 +21,8 @@ pub fn TimeAt(now: i64, at: i64, #[prop(optional)] past: bool) -> impl IntoView 
     view! { <time datetime=iso(at) title=utc(at)>{text}</time> }.into_any()
 }
 
-/// Upstream data as text (never HTML), pretty-printed by the caller (see
+/// Upstream data as text (never HTML; characters a query refuses shown as markers,
+/// `reveal::UpstreamText`), pretty-printed by the caller (see
 /// [`pretty_json`](super::format::pretty_json)), with a copy button once the page is hydrated
 /// (without JavaScript it could not work, so it is not shown).
 #[component]
@@ -53,7 +54,7 @@ pub fn JsonBlock(pretty: String, testid: &'static str) -> impl IntoView {
                         })
                 }}
             </span>
-            <pre class="json" data-testid=testid>{pretty}</pre>
+            <pre class="json" data-testid=testid><crate::pages::reveal::UpstreamText text=pretty /></pre>
         </div>
     }
 }

@@ -87,10 +87,14 @@ pub enum Answered {
     /// The task already running for the query was joined.
     Joined,
     /// From the store: a result or a cached failure, fresh or stale. `collapsed`: a
-    /// refresh was already running (this ask joined it).
+    /// refresh was already running (this ask joined it). `refused`: the stored result was
+    /// fresh, and the caller's directives (`no-cache`, `max-age`) refused it: a refresh
+    /// started or joined went upstream for the request (RFC 9211 `fwd=request`), not
+    /// because the result was stale — whether or not its result came within the wait.
     Stored {
         refresh_started: bool,
         collapsed: bool,
+        refused: bool,
     },
     /// `only-if-cached`, and nothing is stored or running.
     NotCached,
@@ -143,6 +147,7 @@ pub async fn submit_with(
             let answered = Answered::Stored {
                 refresh_started: false,
                 collapsed: false,
+                refused: false,
             };
             return Ok((v.unwrap_or_else(|| from_result(up, &r)), answered));
         }
@@ -150,6 +155,7 @@ pub async fn submit_with(
             let answered = Answered::Stored {
                 refresh_started: false,
                 collapsed: false,
+                refused: false,
             };
             return Ok((negative(q, up, &t), answered));
         }
@@ -161,9 +167,12 @@ pub async fn submit_with(
             refresh,
             created,
         } => {
+            // Fresh by the service's window, yet not fresh for this caller: refused.
+            let age = now_ms().saturating_sub(result.completed_ms);
             let answered = Answered::Stored {
                 refresh_started: created,
                 collapsed: !created && refresh.as_ref().is_some_and(Task::is_live),
+                refused: u64::try_from(age).is_ok_and(|a| a < windows(q).fresh_ms),
             };
             if let Some(v) = served(q, up, &result, refresh.as_ref(), &ask.cache).await? {
                 return Ok((v, answered));

@@ -13,12 +13,10 @@ use redis::aio::ConnectionManager;
 use serde::Deserialize;
 
 use super::schedule::{Accepted, SubmitStats};
+use super::{View, PARTITIONS};
 
 /// The queue name: the default, so the keys are `{repoll}:...` as in ARCHITECTURE.md.
 const QUEUE_NAME: &str = "repoll";
-
-/// The run's partition count (`--partitions`), set once at its start.
-pub(super) static PARTITIONS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
 /// Key `kind` (`t` record, `r` result, `h` history) of task `id`: under `{repoll}`, or its
 /// partition's tag in a partitioned queue.
@@ -28,14 +26,6 @@ pub(super) fn task_key(kind: &str, id: &str) -> String {
         "{}:{kind}:{id}",
         queue::partition::task_tag(QUEUE_NAME, id, p)
     )
-}
-
-#[derive(Deserialize)]
-pub(super) struct View {
-    pub(super) id: String,
-    pub(super) query: String,
-    pub(super) status: String,
-    pub(super) error: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -255,13 +245,6 @@ pub(super) async fn unfinished(
         }
     }
     Ok(left)
-}
-
-pub(super) fn epoch_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// One history entry, `at|kind|detail`.

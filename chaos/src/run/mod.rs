@@ -44,6 +44,30 @@ const KILL_EVERY: Duration = Duration::from_secs(2);
 /// Length of the Redis stall.
 const STALL: Duration = Duration::from_secs(3);
 
+// What more than one phase uses lives here, not in a phase's file: in `checks` it made
+// `schedule`, `stack` and `checks` name each other in a circle.
+
+/// The run's partition count (`--partitions`), set once at its start (`stack`), read by the
+/// checks' key names.
+static PARTITIONS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// A query as the public API shows it: read by the submits (`schedule`) and the checks.
+#[derive(serde::Deserialize)]
+struct View {
+    id: String,
+    query: String,
+    status: String,
+    error: Option<String>,
+}
+
+/// This process's clock in ms since the Unix epoch (when a kill or a submit happened).
+fn epoch_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// Options of `chaos run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {

@@ -14,11 +14,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::{
-    checks::{epoch_ms, View},
-    stack::Workers,
-    KILL_EVERY, WORKERS,
-};
+use super::{epoch_ms, stack::Workers, View, KILL_EVERY, WORKERS};
 
 /// When the faults happen, relative to the first submit.
 pub(super) struct Schedule {

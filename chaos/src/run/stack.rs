@@ -11,7 +11,7 @@ use std::{
 use redis::aio::ConnectionManager;
 use tokio::sync::Mutex;
 
-use super::{checks::PARTITIONS, RunArgs, LEASE_MS, WORKERS};
+use super::{RunArgs, LEASE_MS, PARTITIONS, WORKERS};
 use crate::{
     common::{fmt_ms, repoll_cmd, wait_http},
     procs::{self, Proc},

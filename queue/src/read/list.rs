@@ -7,7 +7,7 @@ use crate::error::{corrupt, Result};
 use crate::model::{ListState, Order, Page, StoredResult, Task};
 use crate::Queue;
 
-use super::{merge, MAX_PAGE};
+use super::{merge, ZPage, MAX_PAGE};
 
 impl Queue {
     /// One page of tasks (or results) in a state, in `order`. For the sorted sets, by
@@ -160,20 +160,6 @@ impl Queue {
             .flatten()
             .flatten()
             .collect())
-    }
-}
-
-/// One page of a sorted set: its total between the bounds, whether more follow, (id, score)s.
-pub(crate) struct ZPage {
-    pub(crate) total: u64,
-    pub(crate) more: bool,
-    pub(crate) rows: Vec<(String, i64)>,
-}
-
-impl ZPage {
-    /// The cursor of the page's last row ("score:id").
-    pub(super) fn last_cursor(&self) -> Option<String> {
-        self.rows.last().map(|(id, s)| format!("{s}:{id}"))
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::model::{BreakerInfo, BreakerState, Event, Histogram, LeaseInfo, Order, Reaped};
 use crate::model::{Stats, ThroughputBucket};
 
-use super::list::ZPage;
+use super::ZPage;
 
 /// The partitions' stats as one: counts summed, the oldest ready age the largest, paused if
 /// any partition is, the minutes' counters summed by minute.

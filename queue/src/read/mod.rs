@@ -27,6 +27,22 @@ pub const TENANT_SCAN_MAX: usize = 10_000;
 /// Largest page list() returns.
 pub const MAX_PAGE: usize = 1000;
 
+/// One page of a sorted set: its total between the bounds, whether more follow, (id, score)s.
+/// Here, not in `list`, because `list`, `ready` and `merge` all build or read it: in `list` it
+/// made `list` and `merge` name each other.
+pub(crate) struct ZPage {
+    pub(crate) total: u64,
+    pub(crate) more: bool,
+    pub(crate) rows: Vec<(String, i64)>,
+}
+
+impl ZPage {
+    /// The cursor of the page's last row ("score:id").
+    fn last_cursor(&self) -> Option<String> {
+        self.rows.last().map(|(id, s)| format!("{s}:{id}"))
+    }
+}
+
 impl Queue {
     /// Ids of live tasks and stored results that start with `prefix` (1 to 31 lowercase hex
     /// characters; anything else finds nothing), at most `max` of them, found by a key scan

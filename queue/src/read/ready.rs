@@ -10,7 +10,8 @@ use crate::model::{Order, Page, StoredResult, Task};
 use crate::scripts::SCRIPTS;
 use crate::slot::Slot;
 
-use super::list::{parse_cursor, ZPage};
+use super::list::parse_cursor;
+use super::ZPage;
 use super::MAX_PAGE;
 
 impl Slot {

@@ -1,7 +1,8 @@
 //! Every admin action, through one server function, [`act`].
 //!
 //! One entry point on purpose: the checks that make an action safe — signed in as admin,
-//! arguments valid, purge confirmed by typing the state's name, written to the audit log —
+//! arguments valid, purge confirmed by typing the state's name, written to the audit log when it
+//! changed something —
 //! are written once, so a new action cannot forget one. (Cross-site requests never get
 //! here: the server's same-origin middleware refuses them first.) The function answers with
 //! a sentence saying what it did ("released 3 leases"), which the page shows as text.
@@ -9,7 +10,7 @@
 //! Forms post `op` (what), `id` (a task id, or the purge target) and `confirm` (the typed
 //! purge target) / `token` (the lease to release); the forms work without JavaScript.
 //! `quiet_worker` / `stop_worker` send a worker process a command through Redis
-//! (`workers::send_command`; the audit target is `worker:<id>`).
+//! (`worker_command::send_command`; the audit target is `worker:<id>`).
 //! `sign_out_all` ends every dashboard session (the acting admin's too, who is handed a new
 //! one), e.g. after a cookie may have leaked.
 
@@ -139,17 +140,23 @@ pub async fn act(
         // `id` may name an upstream (the Upstreams page pauses one API); empty: the default.
         "pause" => {
             let uq = named_queue()?;
-            uq.pause(who).await.map_err(failed)?;
-            (
-                target_of("queue", &id),
-                1,
-                "paused: workers claim nothing until resumed".into(),
-            )
+            let n = u64::from(uq.pause(who).await.map_err(failed)?);
+            let msg = if n == 1 {
+                "paused: workers claim nothing until resumed"
+            } else {
+                "already paused: workers claim nothing until resumed"
+            };
+            (target_of("queue", &id), n, msg.into())
         }
         "resume" => {
             let uq = named_queue()?;
-            uq.resume(who).await.map_err(failed)?;
-            (target_of("queue", &id), 1, "resumed".into())
+            let n = u64::from(uq.resume(who).await.map_err(failed)?);
+            let msg = if n == 1 {
+                "resumed"
+            } else {
+                "not paused: nothing to resume"
+            };
+            (target_of("queue", &id), n, msg.into())
         }
         "open_breaker" => {
             // For a planned upstream maintenance: claims stop at once; a probe goes after
@@ -194,20 +201,27 @@ pub async fn act(
         // A worker process told to go quiet or to stop, through its registry entry (read on
         // its next heartbeat); `id` is the worker's id as the Workers table shows it.
         "quiet_worker" | "stop_worker" => {
-            if id.is_empty() || id.len() > super::workers::MAX_WORKER_ID {
+            if id.is_empty() || id.len() > super::worker_command::MAX_WORKER_ID {
                 return Err(bad("bad worker id"));
             }
             let command = match op.as_str() {
                 "quiet_worker" => model::WorkerCommand::Quiet,
                 _ => model::WorkerCommand::Stop,
             };
-            super::workers::send_command(&ctx, &id, command)
+            super::worker_command::send_command(&ctx, &id, command)
                 .await
                 .map_err(failed)?
         }
         _ => return Err(bad("unknown action")),
     };
-    record_audit(q, who, &op, &target, count).await;
+    // What changed nothing is not a change: the audit log keeps the last AUDIT_CAP changes,
+    // and a stream of no-ops (a command to a worker that is gone, a second pause) must not
+    // push them out (issue 39 row 5). The admin still reads what happened in the answer.
+    if count > 0 {
+        record_audit(q, who, &op, &target, count).await;
+    } else {
+        tracing::debug!(who, action = %op, target, "admin action changed nothing: not audited");
+    }
     super::flash::set(&message);
     Ok(message)
 }
@@ -255,7 +269,7 @@ pub fn ActButton(
     label: &'static str,
     #[prop(optional)] testid: &'static str,
 ) -> impl IntoView {
-    super::frame::can_act().then(|| {
+    super::ui::can_act().then(|| {
         view! {
             <ActionForm action=action attr:class="inline">
                 <input type="hidden" name="op" value=op />

@@ -18,11 +18,15 @@ use serde::{Deserialize, Serialize};
 
 use super::bulk_act::destructive;
 pub use super::bulk_act::{bulk_act, BulkAct};
-use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::ui::{duration, error_text, plural, PausedBanner};
+use super::ui::{can_act, duration, error_text, plural, PausedBanner};
 use crate::pages::widgets::ProgressBar;
 use model::PauseInfo;
+
+// Named from here too: they are the arguments and answers of this page's public server
+// functions (`BulkPreview`, `BulkAct`).
+pub use super::bulk_data::{FilterForm, RunView};
 
 /// States a bulk action selects from, with their labels.
 const STATES: [(&str, &str); 4] = [
@@ -31,70 +35,6 @@ const STATES: [(&str, &str); 4] = [
     ("ready", "Ready"),
     ("leased", "Leased"),
 ];
-
-/// The filter as the page's form sends it (all text, as typed).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FilterForm {
-    pub state: String,
-    pub error: String,
-    pub query: String,
-    /// Hours back from now ("" = any time).
-    pub hours: String,
-    /// "updated" (last state change) or "created".
-    pub field: String,
-    /// Exactly this tenant ("" = any, "none" = tasks of no tenant).
-    pub tenant: String,
-    /// The upstream whose queue this acts on ("" = the default one).
-    pub upstream: String,
-    /// The last error's class (`class:` of a search, a facet or the dead work view).
-    pub class: String,
-    /// The last error's group (the dead work view's "retry / purge this group").
-    pub group: String,
-}
-
-impl FilterForm {
-    fn from_query(m: &leptos_router::params::ParamsMap) -> FilterForm {
-        let get = |k: &str| m.get(k).unwrap_or_default();
-        FilterForm {
-            state: get("state"),
-            error: get("error"),
-            query: get("query"),
-            hours: get("hours"),
-            field: get("field"),
-            tenant: get("tenant"),
-            upstream: get("upstream"),
-            class: get("class"),
-            group: get("group"),
-        }
-    }
-}
-
-/// A run's progress, as the page shows it.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RunView {
-    pub action: String,
-    pub filter: String,
-    pub who: String,
-    pub total: u64,
-    pub done: u64,
-    pub changed: u64,
-    /// running | stopped | finished | failed
-    pub state: String,
-    pub started_ms: i64,
-    pub ended_ms: Option<i64>,
-    pub stop_requested: bool,
-}
-
-impl RunView {
-    fn percent(&self) -> f64 {
-        if self.total == 0 {
-            100.0
-        } else {
-            (self.done as f64 * 100.0 / self.total as f64).min(100.0)
-        }
-    }
-}
 
 /// What the page shows for a filter.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -474,21 +414,5 @@ fn RunProgress(
             {stop}
             {refresh}
         </div>
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_of_a_run() {
-        let r = RunView {
-            total: 2000,
-            done: 500,
-            ..RunView::default()
-        };
-        assert_eq!(r.percent(), 25.0);
-        assert_eq!(RunView::default().percent(), 100.0);
     }
 }

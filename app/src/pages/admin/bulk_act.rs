@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use super::bulk::FilterForm;
+use super::bulk_data::FilterForm;
 #[cfg(feature = "ssr")]
 use super::ui::plural;
 

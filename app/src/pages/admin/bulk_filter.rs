@@ -2,7 +2,7 @@
 //! into a [`queue::BulkFilter`] (a 400 with the reason for a bad value), the upstream it names,
 //! and a run's progress as the page shows it. Server only.
 
-use super::bulk::{FilterForm, RunView};
+use super::bulk_data::{FilterForm, RunView};
 use crate::auth::refuse;
 use http::StatusCode;
 use leptos::prelude::ServerFnError;

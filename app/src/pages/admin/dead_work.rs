@@ -9,9 +9,9 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::ui::{error_text, plural};
+use super::ui::{can_act, error_text, plural};
 use crate::pages::widgets::TimeAt;
 
 /// One group as the page shows it.
@@ -159,7 +159,7 @@ fn Groups(d: DeadWorkView) -> impl IntoView {
             view! {
                 <tr data-testid="dead-group" data-key=g.key.clone() data-count=g.count.to_string()>
                     <td data-label="error">{g.class}</td>
-                    <td data-label="message" class="message error-text">{g.message}</td>
+                    <td data-label="message" class="message error-text"><crate::pages::reveal::UpstreamText text=g.message /></td>
                     <td data-label="tasks">
                         <a href=g.list_href data-testid="group-count">{g.count}</a>
                     </td>

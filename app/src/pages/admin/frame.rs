@@ -3,9 +3,10 @@
 //! render; after a client-side navigation (a link clicked in the app) the sign-in form is
 //! shown in place (no extra navigation); signing in opens the overview.
 //!
-//! The frame also decides, once per page, whether its user may change anything ([`CanAct`]):
-//! every control that changes something asks [`can_act`] and is not rendered for a viewer,
-//! on the server render and after hydration alike (both read the same session).
+//! The frame also decides, once per page, whether its user may change anything
+//! (`ui::CanAct`): every control that changes something asks `ui::can_act` and is not
+//! rendered for a viewer, on the server render and after hydration alike (both read the same
+//! session).
 
 use leptos::context::Provider;
 use leptos::prelude::*;
@@ -13,6 +14,7 @@ use leptos_router::components::{Redirect, A};
 
 use super::live::{connect_live, use_live, LiveIndicator};
 use super::login::{whoami, LoginPage, SignOut};
+use super::ui::{error_text, CanAct};
 use crate::auth::{Me, Role};
 
 /// The session check of a page. Created by the page before its data resources, so the
@@ -30,18 +32,6 @@ pub async fn signed_in(me: Resource<Result<Option<Me>, ServerFnError>>) -> bool 
 /// The error page data holds when nobody is signed in (the frame shows the sign-in form).
 pub fn signed_out<T>() -> Result<T, ServerFnError> {
     Err(ServerFnError::new("sign in required"))
-}
-
-/// Whether the signed-in user may change things: the admin role. Provided by [`AdminFrame`] to
-/// the page inside it; the server refuses a viewer's action anyway, this keeps the dashboard
-/// from offering one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CanAct(pub bool);
-
-/// Whether this page's user may act. False outside a frame, so a control rendered anywhere
-/// else is never offered by mistake.
-pub fn can_act() -> bool {
-    use_context::<CanAct>().is_some_and(|c| c.0)
 }
 
 /// Wraps an admin page's content.
@@ -91,7 +81,7 @@ pub fn AdminFrame(
                         view! { <div><Redirect path="/admin/login" /> <p>"sign in required"</p></div> }.into_any()
                     }
                     Ok(None) => view! { <LoginPage /> }.into_any(),
-                    Err(e) => view! { <p class="err">{super::ui::error_text(&e)}</p> }.into_any(),
+                    Err(e) => view! { <p class="err">{error_text(&e)}</p> }.into_any(),
                 }
             })}
         </Transition>

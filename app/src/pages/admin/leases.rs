@@ -11,12 +11,11 @@ use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
+use super::confirm::{provide_confirm, ConfirmAction};
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::task_rows::whole_on_task_page;
-use super::ui::{
-    duration, error_text, or_dash, plural, provide_confirm, short, ConfirmAction, PausedBanner,
-};
+use super::ui::{can_act, duration, error_text, or_dash, plural, short, PausedBanner};
 #[cfg(feature = "ssr")]
 use crate::pages::format::{cut, ROW_TEXT_CHARS};
 use crate::pages::format::{iso, utc};

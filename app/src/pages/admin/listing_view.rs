@@ -6,12 +6,12 @@ use leptos_router::components::A;
 
 use super::actions::Act;
 use super::bulk_act::BulkAct;
-use super::frame::can_act;
+use super::confirm::ConfirmAction;
+use super::listing::Listing;
 use super::selection::{Chosen, SelectionForm};
 use super::task_rows::TaskTable;
 use super::task_tabs::{empty_text, state_noun, tasks_bulk_href, tasks_href, Tabs};
-use super::tasks::Listing;
-use super::ui::{plural, ConfirmAction, PausedBanner};
+use super::ui::{can_act, plural, PausedBanner};
 use crate::pages::format::encode_component;
 
 /// A search's own list link, in the upstream it looks at.

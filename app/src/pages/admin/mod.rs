@@ -11,7 +11,8 @@
 //! - `workers`: the overview's Workers table (memory, state, quiet / stop a worker process).
 //! - [`actions`]: every state-changing admin action, through one server function;
 //!   `queue_actions`: the overview's panel of them. Only an admin is shown any control that
-//!   changes something (`frame::can_act`, decided once by the frame).
+//!   changes something (`ui::can_act`, decided once by the frame);
+//!   `confirm`: many-task actions asked with their count first.
 //! - `flash` (server only): an action's result after a form post without JavaScript.
 //! - [`bulk`]: bulk actions by filter (count first, run in chunks on the server, progress,
 //!   stop; one audit entry per run).
@@ -19,8 +20,8 @@
 //!   and running them against a queue; `search_suggest`: what to suggest as it is typed
 //!   (pure); `search_box`: the box itself, a combobox of those suggestions, and their server
 //!   function.
-//! - `chart`, `ui`: SVG charts, formatting and shared widgets (times,
-//!   the paused banner, many-task actions confirmed with their count).
+//! - `chart`, `ui`: SVG charts, formatting and shared widgets (times, the paused banner,
+//!   whether the user may act).
 //!
 //! Pattern: each page body reads its data through one `Resource` keyed on the live tick and
 //! its action's version, shown inside a `<Transition>` with `resource.get()` (not a `Suspend`):
@@ -30,19 +31,23 @@
 pub mod actions;
 pub mod bulk;
 mod bulk_act;
+mod bulk_data;
 #[cfg(feature = "ssr")]
 mod bulk_filter;
 mod chart;
+mod confirm;
 pub mod dead_work;
 pub mod facets;
 #[cfg(feature = "ssr")]
 mod flash;
 mod frame;
 pub mod leases;
+mod listing;
 mod listing_view;
 mod live;
 pub mod login;
 pub mod overview;
+mod overview_data;
 mod queue_actions;
 #[cfg(feature = "ssr")]
 pub mod search;
@@ -58,6 +63,8 @@ mod task_trace;
 pub mod tasks;
 mod ui;
 pub mod upstreams;
+#[cfg(feature = "ssr")]
+mod worker_command;
 mod workers;
 
 pub use bulk::BulkPage;

@@ -7,48 +7,30 @@
 //! parts so a live update never wipes what the admin is typing.
 
 use leptos::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::actions::Act;
 use super::chart::{
     answers_words, hit_ratio_words, window_total, AnswersChart, AnswersTable, DistributionChart,
     HitRatioChart, Marker, Measure, Plot, ThroughputChart, Window,
 };
-use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
+use super::confirm::provide_confirm;
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::queue_actions::QueueActions;
-use super::ui::{duration, error_text, or_dash, provide_confirm, PausedBanner, TimeAt};
+use super::ui::{can_act, duration, error_text, or_dash, PausedBanner, TimeAt};
 pub use super::workers::WorkerRow;
 use super::workers::{provide_worker_actions, WorkersTable};
 use crate::status::RedisStatusPanel;
-use model::{AuditEntry, BreakerInfo, BreakerState, PauseInfo, Stats};
+#[cfg(feature = "ssr")]
+use model::PauseInfo;
+use model::{AuditEntry, BreakerInfo, BreakerState};
+
+// Named from here too: the answer of this page's public server function (`Overview`).
+pub use super::overview_data::OverviewData;
 
 /// Audit entries shown.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
 const AUDIT_SHOWN: usize = 20;
-
-/// What the overview shows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OverviewData {
-    pub stats: Stats,
-    pub workers: Vec<WorkerRow>,
-    pub audit: Vec<AuditEntry>,
-    /// The queue's pause, if paused.
-    pub paused: Option<PauseInfo>,
-    /// The upstream's circuit breaker, unless closed.
-    pub breaker: Option<BreakerInfo>,
-    /// What the charts cover; their points are `stats.throughput`.
-    pub window: Window,
-    /// What the throughput chart plots (the `plot` parameter).
-    pub plot: Plot,
-    /// Pauses, resumes and process starts inside the window.
-    pub markers: Vec<Marker>,
-    /// The upstream shown ("" = the default one; its queue-wide actions are on this page,
-    /// a named one's on the Upstreams page).
-    pub upstream: String,
-    /// Every upstream's name (more than one: the page offers the choice).
-    pub upstreams: Vec<String>,
-}
 
 /// The charts' markers: pauses and resumes from the audit log, and the start of every worker
 /// process that still reports (a deploy or a restart shows as "started").

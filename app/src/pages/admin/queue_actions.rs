@@ -1,13 +1,14 @@
 //! The overview's queue-wide actions on the default upstream: pause / resume, the breaker
 //! (open for a planned maintenance, close), retry all dead (asked with its count first) and
 //! purge by state (the state's name typed to confirm), and signing out every session. Admins only: the overview renders this
-//! panel only when `frame::can_act` says so.
+//! panel only when `ui::can_act` says so.
 
 use leptos::prelude::*;
 
 use super::actions::{Act, ActButton, ActionResult};
-use super::overview::OverviewData;
-use super::ui::{plural, ConfirmAction};
+use super::confirm::ConfirmAction;
+use super::overview_data::OverviewData;
+use super::ui::plural;
 use model::Stats;
 
 /// The "Actions" panel under the overview's data.

@@ -20,7 +20,7 @@ use std::collections::BTreeSet;
 
 use queue::bulk::{BulkFilter, BulkState, TimeField};
 
-use super::tasks::Listing;
+use super::listing::Listing;
 
 /// A parsed search.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

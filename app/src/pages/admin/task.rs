@@ -31,7 +31,8 @@ pub struct TaskView {
     pub history: Vec<HistoryEntry>,
     /// The live task's polls summed up.
     pub polls: Option<PollSummary>,
-    /// The live task's last failed call (beside `task.last_error`).
+    /// The live task's last failed call (beside `task.last_error`); its body only for an
+    /// admin (empty for a viewer).
     pub last_call: Option<FailedCall>,
     /// What the stored result keeps of the task that made it.
     pub result_story: Option<ResultStory>,
@@ -49,7 +50,7 @@ pub struct TaskView {
 pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
     use crate::auth::{refuse, require, Role};
     use http::StatusCode;
-    require(Role::Viewer).await?;
+    let session = require(Role::Viewer).await?;
     let id: queue::TaskId = id
         .parse()
         .map_err(|_| refuse(StatusCode::BAD_REQUEST, "bad task id"))?;
@@ -63,6 +64,14 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         return Ok(None);
     };
     let paused = q.pause_info().await.map_err(failed)?;
+    // The upstream's answer body is for admins only (README): a viewer's page never gets it,
+    // not even in the data the page hydrates from.
+    let mut last_call = d.last_call;
+    if session.role != Role::Admin {
+        if let Some(call) = last_call.as_mut() {
+            call.body.clear();
+        }
+    }
     let traces = d
         .task
         .as_ref()
@@ -75,7 +84,7 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         result: d.result,
         history: d.history,
         polls: d.polls,
-        last_call: d.last_call,
+        last_call,
         result_story: d.result_story,
         now_ms,
         paused,
@@ -282,7 +291,7 @@ fn Attempts(rows: Vec<AttemptRow>, now: i64) -> impl IntoView {
                                 <td data-label="worker">{or_dash(r.worker.unwrap_or_default())}</td>
                                 <td data-label="call" class="call-text" data-testid="attempt-call">{or_dash(r.call.unwrap_or_default())}</td>
                                 <td data-label="took">{r.took_ms.map(duration).unwrap_or_else(|| "—".into())}</td>
-                                <td data-label="error" class="error-text" data-testid="attempt-error">{r.error}</td>
+                                <td data-label="error" class="error-text" data-testid="attempt-error"><crate::pages::reveal::UpstreamText text=r.error /></td>
                                 <td data-label="then" data-testid="attempt-then">{then}</td>
                             </tr>
                         }
@@ -311,7 +320,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
                     <strong>"Dead: " {reason}</strong> " · died " {past(t.updated_ms)}
                     {format!(" after {} and {}", plural(u64::from(t.attempts), "attempt", "attempts"), plural(u64::from(t.polls), "poll", "polls"))}
                 </p>
-                {error.map(|e| view! { <p class="error-text">"Last error: " <span data-testid="dead-error">{e}</span></p> })}
+                {error.map(|e| view! { <p class="error-text">"Last error: " <span data-testid="dead-error"><crate::pages::reveal::UpstreamText text=e /></span></p> })}
             </div>
         }
     });
@@ -367,7 +376,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         }
         // A dead task's last error is in the red block; a live one's says why it is retrying.
         if let Some(e) = t.last_error.clone().filter(|e| !e.is_empty() && !dead) {
-            fields.push(field("last error", text(e)));
+            fields.push(field("last error", view! { <crate::pages::reveal::UpstreamText text=e /> }.into_any()));
         }
         // The failed call behind that error, each part a field of its own.
         if let Some(call) = view.last_call.as_ref().filter(|_| t.last_error.is_some()) {
@@ -428,7 +437,8 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
                     let detail = pieces
                         .into_iter()
                         .map(|p| match p {
-                            Piece::Text(t) => t.into_any(),
+                            // Details carry upstream errors: shown as upstream text.
+                            Piece::Text(t) => view! { <crate::pages::reveal::UpstreamText text=t /> }.into_any(),
                             Piece::Time(ts, words) => view! {
                                 <time datetime=iso(ts) title=utc(ts)>{words}</time>
                             }.into_any(),

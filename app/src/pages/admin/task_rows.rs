@@ -114,7 +114,7 @@ pub fn TaskTable(
                                 <td data-label="when">{when}</td>
                                 <td data-label="worker">{or_dash(t.worker.unwrap_or_default())}</td>
                                 <td data-label="last error" class="error-text">
-                                    <span data-testid="row-error">{or_dash(error)}</span>
+                                    <span data-testid="row-error"><crate::pages::reveal::UpstreamText text=or_dash(error) /></span>
                                     <span>{more_error}</span>
                                 </td>
                             </tr>

@@ -56,16 +56,21 @@ pub fn text(s: impl Into<String>) -> AnyView {
 }
 
 /// The last failed call's fields, beside the error message: its HTTP status, how long it
-/// took, and the start of the body it answered (as text, in a block that keeps its lines).
+/// took, and the start of the body it answered (as text, in a block that keeps its lines;
+/// admins only).
 pub fn failed_call_fields(call: &FailedCall) -> Vec<AnyView> {
     let status = match call.http_status {
         Some(code) => code.to_string(),
         None => "none (no HTTP error answer)".into(),
     };
-    let body = if call.body.is_empty() {
+    // A viewer's page gets no body (`read_task` leaves it out): say so rather than "—".
+    let body = if !super::ui::can_act() {
+        view! { <span class="muted" data-testid="failed-body-admins-only">"shown to admins only"</span> }
+            .into_any()
+    } else if call.body.is_empty() {
         text("").into_any()
     } else {
-        view! { <pre class="failed-body">{call.body.clone()}</pre> }.into_any()
+        view! { <pre class="failed-body"><crate::pages::reveal::UpstreamText text=call.body.clone() /></pre> }.into_any()
     };
     vec![
         field("HTTP status", text(status)),

@@ -15,10 +15,10 @@
 
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
-use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActionResult};
 use super::bulk_act::BulkAct;
+use super::confirm::provide_confirm;
 use super::facets::{task_facets, FacetPanel};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::listing_view::ListingView;
@@ -29,54 +29,15 @@ use super::selection::provide_chosen;
 use super::task_rows::rows_only;
 pub use super::task_tabs::TabCounts;
 use super::task_tabs::{tasks_href, Tabs, STATES};
-use super::ui::{error_text, provide_confirm};
+use super::ui::error_text;
 use crate::pages::format::encode_component;
-use model::{PauseInfo, StoredResult, Task};
+
+// Named from here too: the answer of this page's public server function (`ListTasks`).
+pub use super::listing::Listing;
 
 /// Rows per page.
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
 const PAGE: usize = 50;
-
-/// One page of a listing, or search hits.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Listing {
-    pub state: String,
-    /// "oldest" or "newest".
-    pub order: String,
-    pub tasks: Vec<Task>,
-    pub results: Vec<StoredResult>,
-    pub next_cursor: Option<String>,
-    /// Members of the listed set (for a search: hits).
-    pub total: u64,
-    /// The search text, when this is a search.
-    pub search: Option<String>,
-    /// Said next to the results (e.g. a search that did not see every key).
-    pub note: Option<String>,
-    pub now_ms: i64,
-    /// Counts of every list, for the tabs.
-    pub counts: TabCounts,
-    /// The queue's pause, if paused.
-    pub paused: Option<PauseInfo>,
-    /// This page started at a cursor (it is not the first page).
-    pub paged: bool,
-    /// The upstream whose tasks these are ("" = the default one).
-    pub upstream: String,
-    /// Every upstream's name (more than one: the page offers the choice).
-    pub upstreams: Vec<String>,
-    /// For a search a bulk filter can express: the bulk page with that filter.
-    #[serde(default)]
-    pub bulk_href: Option<String>,
-    /// The one state the listed tasks are in, when a bulk action can act on them (a tab, or a
-    /// search with `state:`): the rows can then be ticked.
-    #[serde(default)]
-    pub bulk_state: Option<String>,
-    /// The bulk actions that apply to `bulk_state` (`queue::BulkAction::applies_to`).
-    #[serde(default)]
-    pub bulk_actions: Vec<String>,
-    /// The cursor this page started at.
-    #[serde(default)]
-    pub cursor: Option<String>,
-}
 
 /// The bulk state of a list or search state, and the actions that apply to it.
 #[cfg(feature = "ssr")]

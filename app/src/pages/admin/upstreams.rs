@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
 use super::chart::hit_ratio_words;
-use super::frame::{can_act, session, signed_in, signed_out, AdminFrame};
+use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
-use super::ui::{error_text, or_dash};
+use super::ui::{can_act, error_text, or_dash};
 use crate::pages::widgets::TimeAt;
 use model::{BreakerInfo, BreakerState, PauseInfo, TenantCount, ThroughputBucket};
 

@@ -3,16 +3,16 @@
 //! it is doing (running, quiet, stopping, or a command sent and not yet acted on), and for an
 //! admin the two commands: **quiet** (claim nothing new, finish what it holds) and **stop**
 //! (graceful, as on SIGTERM; asked for confirmation first). A command goes through Redis into
-//! the worker's registry entry, which its next heartbeat reads (`queue::Queue::command_worker`),
-//! and acts on the worker's whole process (a `repoll worker` exits; a `repoll serve` stops its
-//! embedded workers and serves on). Both are forms (`act`: audited) that work without JavaScript.
+//! the worker's registry entry, which its next heartbeat reads (`queue::Queue::command_worker`,
+//! sent by `worker_command`), and acts on the worker's whole process (a `repoll worker` exits;
+//! a `repoll serve` stops its embedded workers and serves on). Both are forms (`act`: audited)
+//! that work without JavaScript.
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton};
-use super::frame::can_act;
-use super::ui::{or_dash, TimeAt};
+use super::ui::{can_act, or_dash, TimeAt};
 use model::{WorkerCommand, WorkerInfo, WorkerMode};
 
 /// A worker as the workers table shows it.
@@ -232,44 +232,6 @@ fn StopWorker(id: String) -> impl IntoView {
         })}
     })
 }
-
-/// Sends `command` to the worker `id` in every upstream's registry where it is (a process's
-/// workers share one switch, so reaching any of its entries reaches them all; with
-/// `--worker-id` they share the id too). Answers the audit target, how many entries were
-/// written and the sentence for the admin.
-#[cfg(feature = "ssr")]
-pub(super) async fn send_command(
-    ctx: &crate::context::AppContext,
-    id: &str,
-    command: WorkerCommand,
-) -> Result<(String, u64, String), queue::QueueError> {
-    let mut sent = 0u64;
-    let mut stopping = false;
-    for (_, q) in ctx.queues() {
-        match q.command_worker(id, command).await? {
-            queue::CommandSent::Sent => sent += 1,
-            queue::CommandSent::AlreadyStopping => stopping = true,
-            queue::CommandSent::NoSuchWorker => {}
-        }
-    }
-    let message = match (sent, stopping, command) {
-        (0, true, _) => format!("worker {id} is already stopping"),
-        (0, false, _) => {
-            format!("no worker {id}: it has stopped, or missed its heartbeats and was dropped")
-        }
-        (_, _, WorkerCommand::Quiet) => format!(
-            "worker {id} told to go quiet: it claims nothing new and finishes what it holds"
-        ),
-        (_, _, WorkerCommand::Stop) => format!(
-            "worker {id} told to stop: it finishes or releases its calls within its grace, then leaves"
-        ),
-    };
-    Ok((format!("worker:{id}"), sent, message))
-}
-
-/// The longest worker id a command names (ids are `host-pid-random`, or `--worker-id`).
-#[cfg_attr(not(feature = "ssr"), allow(dead_code))]
-pub(super) const MAX_WORKER_ID: usize = 256;
 
 #[cfg(test)]
 mod tests {
