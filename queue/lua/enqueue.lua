@@ -28,14 +28,19 @@
 -- is fresh for it: a refresh starts or is joined)   ARGV[17] failed window ms (negative
 -- caching; 0 = none)   ARGV[18] '1' = only if cached (never create a task)
 -- ARGV[19] hot asks (0 = no refresh-ahead; at most 99)   ARGV[20] refresh-ahead lead ms
--- ARGV[21] refreshes ahead this slot may start per minute
+-- ARGV[21] refreshes ahead the upstream may start per minute (N, the queue's whole limit)
 -- ARGV[22] the caller's trace context: '' while tracing is off (nothing is stored), else a
 -- version-00 W3C traceparent in lower-case hex (queue/src/trace_context.rs). A created task
 -- keeps it as `tc`; a join appends it to `tl` (space-separated), at most ARGV[23] of them.
+-- ARGV[24] which partition this slot is (0 .. ARGV[14] - 1). Of the N refreshes ahead a
+-- minute, each of the P partitions may start N // P, and N % P of them one more, those whose
+-- turn it is this minute (by partition and minute, so the extra ones go round): the shares
+-- of one minute sum to N exactly, with no write outside this slot.
 -- A stored result younger than the fresh window (and the caller's max age) is a fresh hit: no
 -- task, unless it is hot (ARGV[19] asks counted in the stored value, prelude `count_ask`) and
--- within the lead of going stale, when one background refresh starts (at most ARGV[21] a
--- minute). An older one is answered stale with its refresh: the live task joined, else a new
+-- within the lead of going stale, when one background refresh starts (at most this slot's
+-- share of ARGV[21] a minute; none while its last refresh's death is within the failed
+-- window). An older one is answered stale with its refresh: the live task joined, else a new
 -- one (record field `rf`) — unless the last refresh died within the failed window (its dead
 -- record is handed back: stale-if-error, no new try yet) or the caller asked only for what is
 -- cached. With nothing stored, a task that died for good (reason fatal) within the failed
@@ -80,6 +85,7 @@ local lead_ms = tonumber(ARGV[20])
 local ahead_per_min = tonumber(ARGV[21])
 local tc = ARGV[22]
 local max_links = tonumber(ARGV[23])
+local part = tonumber(ARGV[24])
 local HEX = '[0-9a-f]'
 local TRACEPARENT = '^00%-' .. string.rep(HEX, 32) .. '%-' .. string.rep(HEX, 16) .. '%-' ..
   HEX .. HEX .. '$'
@@ -91,7 +97,8 @@ if id == nil or id == '' or query == nil or query == '' or payload == nil
   or failed_ms < 0 or (ARGV[18] ~= '1' and ARGV[18] ~= '0') or hot_asks == nil or hot_asks < 0
   or hot_asks > 99 or lead_ms == nil or lead_ms < 0 or ahead_per_min == nil
   or ahead_per_min < 0 or tc == nil or (tc ~= '' and not string.find(tc, TRACEPARENT))
-  or max_links == nil or max_links < 0 then
+  or max_links == nil or max_links < 0 or part == nil or part < 0 or part >= layout
+  or part ~= math.floor(part) then
   return redis.error_reply('ERR repoll enqueue: bad arguments')
 end
 
@@ -180,7 +187,9 @@ if stored then
       if asks >= hot_asks and age >= fresh_ms - lead_ms and not died_recently() then
         local minute = now - (now % 60000)
         local started = tonumber(redis.call('HGET', tp, fmt(minute) .. ':ahead')) or 0
-        if started < ahead_per_min then
+        local share = math.floor(ahead_per_min / layout)
+        if (part - minute / 60000) % layout < ahead_per_min % layout then share = share + 1 end
+        if started < share then
           create('bg', true)
           bump(tp, tpmin, now, 'ahead', 1)
         end

@@ -66,3 +66,11 @@ impl ConnectionLike for RedisConn {
         }
     }
 }
+
+/// Redis `TIME` in ms, asked on `conn`. Here with the connection rather than in `queue`, so a
+/// slot (which the queue holds) can ask its node's clock without naming the queue back.
+pub(crate) async fn redis_now_ms(conn: &RedisConn) -> crate::error::Result<i64> {
+    let mut c = conn.clone();
+    let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut c).await?;
+    Ok(s * 1000 + us / 1000)
+}

@@ -264,19 +264,17 @@ impl Slot {
             .key(&k.tpmin);
         let cfg = self.config();
         let fresh = &cfg.freshness;
-        // A partitioned queue's limit is shared by its partitions (at least one each).
-        let ahead_per_min = fresh
-            .refresh_ahead_per_min
-            .div_ceil(u32::from(self.layout()).max(1));
         inv.arg(clamp_ms(cfg.result_ttl_ms).max(1))
             .arg(policy.max_age_ms.map_or(-1, |ms| clamp_ms(ms) as i64))
             .arg(clamp_ms(fresh.failed_ms))
             .arg(if policy.only_if_cached { "1" } else { "0" })
             .arg(fresh.hot_asks.min(crate::model::MAX_HOT_ASKS))
             .arg(clamp_ms(cfg.refresh_ahead_lead_ms()))
-            .arg(ahead_per_min)
+            // The upstream's whole limit: the script takes this partition's turn of it.
+            .arg(fresh.refresh_ahead_per_min)
             .arg(trace)
-            .arg(crate::trace_context::MAX_LINKS);
+            .arg(crate::trace_context::MAX_LINKS)
+            .arg(self.part());
         inv
     }
 }

@@ -72,23 +72,25 @@ impl Queue {
         Ok(changed.into_iter().any(|c| c))
     }
 
-    /// Stops claims (they return nothing) until resume. Leases in flight carry on.
-    pub async fn pause(&self, who: &str) -> Result<()> {
+    /// Stops claims (they return nothing) until resume. Leases in flight carry on. False: it
+    /// was already paused.
+    pub async fn pause(&self, who: &str) -> Result<bool> {
         self.set_paused("pause", who).await
     }
 
-    /// Lets claims run again and wakes idle workers.
-    pub async fn resume(&self, who: &str) -> Result<()> {
+    /// Lets claims run again and wakes idle workers. False: it was not paused.
+    pub async fn resume(&self, who: &str) -> Result<bool> {
         self.set_paused("resume", who).await
     }
 
-    /// Pauses or resumes (`mode`) every slot.
-    async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
+    /// Pauses or resumes (`mode`) every slot; true if any changed (false: it already was so).
+    async fn set_paused(&self, mode: &str, who: &str) -> Result<bool> {
         // Every slot's claims read their own flag (partition.rs); an error leaves some slots
         // switched and is returned, so the operator asks again.
-        self.fan(|s| async move { s.set_paused(mode, who).await })
+        let changed = self
+            .fan(|s| async move { s.set_paused(mode, who).await })
             .await?;
-        Ok(())
+        Ok(changed.into_iter().any(|c| c))
     }
 
     /// Whether the queue is paused (every slot holds the flag; the first slot's is read).
@@ -206,8 +208,8 @@ impl Slot {
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 
-    /// [`Queue::set_paused`] on this slot's flag (pause.lua).
-    pub(crate) async fn set_paused(&self, mode: &str, who: &str) -> Result<()> {
+    /// [`Queue::set_paused`] on this slot's flag (pause.lua); whether it changed.
+    pub(crate) async fn set_paused(&self, mode: &str, who: &str) -> Result<bool> {
         let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.pause);
         inv.key(&k.paused)
@@ -218,8 +220,7 @@ impl Slot {
             .key(&k.wakeups)
             .arg(mode)
             .arg(who);
-        self.run(&inv).await?;
-        Ok(())
+        Ok(int(&self.run(&inv).await?)? == 1)
     }
 
     /// [`Queue::is_paused`] by this slot's flag.

@@ -63,7 +63,7 @@ impl Sessions {
         }
         let body = serde_json::to_string(session).map_err(|e| corrupt(e.to_string()))?;
         let ttl_s = ttl_s.max(MIN_SESSION_TTL_S);
-        let now = crate::queue::redis_now_ms(&self.conn).await?;
+        let now = crate::conn::redis_now_ms(&self.conn).await?;
         let expires_ms =
             now.saturating_add(i64::try_from(ttl_s.saturating_mul(1000)).unwrap_or(i64::MAX));
         let index = self.keys.session_index();

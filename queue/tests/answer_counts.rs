@@ -260,3 +260,90 @@ async fn a_week_sums_rolled_up_hours_and_minutes_of_the_answer_counters() {
     })
     .await;
 }
+
+/// A refresh whose lease reap ends for good is a failed refresh, as fail.lua's death of one
+/// is: poisoned by its lost leases, or its lease lost after its whole-life deadline (both
+/// reap.lua). A first task that dies the same way is dead, not a failed refresh.
+#[tokio::test]
+async fn a_refresh_reaped_dead_counts_as_a_failed_refresh() {
+    on_each_layout("answers_reaped", async |conf| {
+        // Two lost leases poison a task: a first loss after the deadline is its own death.
+        let q = queue_with(QueueConfig {
+            max_lease_losses: 2,
+            ..conf
+        })
+        .await;
+        let p = EnqueuePolicy::default();
+        let no_cache = EnqueuePolicy {
+            max_age_ms: Some(0),
+            ..EnqueuePolicy::default()
+        };
+        // Loses `id`'s lease `times` times (each claim and reap in turn); reap's dead ids.
+        let lose = async |id: &TaskId, times: usize| {
+            let mut dead = vec![];
+            for _ in 0..times {
+                let c = claim_one(&q, "w", 60_000).await;
+                assert_eq!(&c.id, id, "one task ready at a time");
+                expire_lease(&q, c.id.as_str()).await;
+                dead = q.reap(10).await.unwrap().dead;
+            }
+            dead
+        };
+        for t in ["reaped a", "reaped b"] {
+            q.enqueue(t, "", &p).await.unwrap();
+            let c = claim_one(&q, "w", 60_000).await;
+            q.complete(c.id.as_str(), c.token, "answer", 1)
+                .await
+                .unwrap();
+        }
+        // A first task poisoned: dead, no refresh.
+        let Enqueued::Created(first) = q.enqueue("reaped first", "", &p).await.unwrap() else {
+            panic!("created");
+        };
+        assert_eq!(lose(&first.id, 2).await, vec![first.id.clone()]);
+        // A refresh poisoned.
+        let e = q.enqueue("reaped a", "", &no_cache).await.unwrap();
+        let Enqueued::Stale {
+            refresh: Some(a),
+            created: true,
+            ..
+        } = e
+        else {
+            panic!("a refresh: {e:?}");
+        };
+        assert_eq!(lose(&a.id, 2).await, vec![a.id.clone()]);
+        // A refresh whose lease is lost after its deadline (moved into the past in Redis).
+        let e = q.enqueue("reaped b", "", &no_cache).await.unwrap();
+        let Enqueued::Stale {
+            refresh: Some(b),
+            created: true,
+            ..
+        } = e
+        else {
+            panic!("a refresh: {e:?}");
+        };
+        let c = claim_one(&q, "w", 60_000).await;
+        assert!(c.refresh && c.id == b.id, "{c:?}");
+        pass_deadline(&q, b.id.as_str()).await;
+        expire_lease(&q, c.id.as_str()).await;
+        assert_eq!(q.reap(10).await.unwrap().dead, vec![b.id.clone()]);
+        for (id, why) in [
+            (&first.id, DeadReason::Poison),
+            (&a.id, DeadReason::Poison),
+            (&b.id, DeadReason::Deadline),
+        ] {
+            let t = q.get(id.as_str()).await.unwrap().unwrap().task.unwrap();
+            assert_eq!(t.dead_reason, Some(why), "{id}");
+        }
+        let hour = q.throughput(60, 1).await.unwrap();
+        let (dead, refresh_failed) = hour
+            .iter()
+            .fold((0, 0), |(d, r), b| (d + b.dead, r + b.refresh_failed));
+        assert_eq!(
+            (dead, refresh_failed),
+            (3, 2),
+            "(dead, refresh_failed): three reaped dead, two of them refreshes"
+        );
+    })
+    .await;
+}

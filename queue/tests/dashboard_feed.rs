@@ -249,22 +249,46 @@ async fn workers_events_stats() {
         q.remove_worker("w1").await.unwrap();
         assert!(q.workers().await.unwrap().is_empty());
 
+        // The oldest ready age, on Redis's clock: a task enqueued between `before` and
+        // `after`, then a background one WAIT later (the head of the other ready list, so the
+        // two heads are compared: the age is the older's, never the younger's).
+        const WAIT: i64 = 200;
+        let before = q.now_ms().await.unwrap();
         q.enqueue("ev", "p", &EnqueuePolicy::default())
             .await
             .unwrap();
+        let after = q.now_ms().await.unwrap();
+        until_redis_time(&q, after + WAIT).await;
+        let background = EnqueuePolicy {
+            priority: Priority::Background,
+            ..EnqueuePolicy::default()
+        };
+        q.enqueue("ev later", "p", &background).await.unwrap();
+        until_redis_time(&q, after + 2 * WAIT).await;
         q.pause("root").await.unwrap();
         let ev = q.events(10).await.unwrap();
         // An enqueue writes no stream entry (the dashboard is told over Pub/Sub); a pause does.
         assert_eq!(ev[0].kind, "paused");
+        // (Partitioned, each partition reads its own `now`: bounds from the clock around.)
+        let asked = q.now_ms().await.unwrap();
         let s = q.stats().await.unwrap();
+        let answered = q.now_ms().await.unwrap();
         assert!(s.paused);
-        assert_eq!(s.ready, 1);
+        assert_eq!(s.ready, 2);
         assert_eq!(s.throughput.len(), 60);
         assert!(s
             .throughput
             .windows(2)
             .all(|w| w[1].minute_ms - w[0].minute_ms == 60_000));
-        assert!(s.oldest_ready_age_ms >= 0);
+        // Ready since its enqueue: at least the time from `after` to the stats' asking
+        // (≥ 2 × WAIT), at most the time from `before` to their answer.
+        let (least, most) = (asked - after, answered - before);
+        assert!(least >= 2 * WAIT, "{least}");
+        assert!(
+            (least..=most).contains(&s.oldest_ready_age_ms),
+            "oldest ready age {} ms, the first task's is {least}..={most} ms",
+            s.oldest_ready_age_ms
+        );
     })
     .await;
 }

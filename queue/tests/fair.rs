@@ -164,6 +164,15 @@ async fn a_tenants_concurrency_cap_holds_and_frees() {
     let next = q.claim("w", 10, 60_000).await.unwrap();
     assert_eq!(next.len(), 2, "b's two leases came back");
     assert!(next.iter().all(|c| who[&c.id.to_string()] == "b"));
+    // A release (a worker shutting down) gives its lease back: b, at its cap again, may take
+    // one more (the released task or another).
+    assert!(q
+        .release(&next[0].id, Some(next[0].token), "w")
+        .await
+        .unwrap());
+    let after = q.claim("w", 10, 60_000).await.unwrap();
+    assert_eq!(after.len(), 1, "b's released lease came back");
+    assert_eq!(who[&after[0].id.to_string()], "b");
     // A drifted count heals at the next reap (fair_sync.lua recounts from the lease zset).
     let mut c = raw().await;
     let _: () = redis::cmd("HSET")

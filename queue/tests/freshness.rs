@@ -181,34 +181,104 @@ async fn refreshes_ahead_stop_at_the_minute_limit() {
                 other => panic!("a fresh hit: {other:?}"),
             }
         }
-        // Each partition starts its share of the limit (rounded up), the first hot results
-        // asked; the others are answered fresh and refreshed by no one.
-        let share = limit.div_ceil(p as u32) as usize;
+        // Each partition starts its share of the limit, the first hot results asked; the
+        // others are answered fresh and refreshed by no one. A share is limit / p, one more
+        // for limit % p of the partitions (their turn this minute): the shares sum to the
+        // limit, so the upstream gets at most `limit` a minute however many partitions.
+        let (floor, extra) = (limit as usize / p, limit as usize % p);
         let mut want = 0;
+        let mut with_extra = 0;
         for part in 0..p {
             let mine: Vec<&TaskId> = ids.iter().filter(|id| q.partition_of(id) == part).collect();
-            let mut started = 0;
-            for (n, id) in mine.iter().enumerate() {
+            assert!(mine.len() > floor, "partition {part}: {} hot", mine.len());
+            let mut refreshed = vec![];
+            for id in &mine {
                 let t = q.get(id).await.unwrap().unwrap().task;
-                assert_eq!(
-                    t.is_some(),
-                    n < share,
-                    "partition {part}, hot result {n}: {t:?}"
-                );
-                if let Some(t) = t {
+                if let Some(t) = &t {
                     assert!(t.refresh && t.priority == Priority::Background, "{t:?}");
-                    started += 1;
                 }
+                refreshed.push(t.is_some());
             }
+            let started = refreshed.iter().filter(|r| **r).count();
+            assert!(
+                refreshed.iter().take(started).all(|r| *r),
+                "partition {part}: the first hot results asked are refreshed: {refreshed:?}"
+            );
+            assert!(
+                (floor..=floor + 1).contains(&started),
+                "partition {part} started {started}, its share is {floor} or {}",
+                floor + 1
+            );
+            with_extra += usize::from(started > floor);
             want += started;
-            assert_eq!(started, share.min(mine.len()));
         }
-        assert!(
-            want <= p * share && (p > 1 || want == limit as usize),
-            "{want}"
+        assert_eq!(
+            (want, with_extra),
+            (limit as usize, extra),
+            "refreshes ahead started (all partitions), partitions given one more"
         );
         let s = q.stats().await.unwrap();
         assert_eq!(s.ready, want as u64);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refresh_ahead_that_died_waits_out_the_failed_window() {
+    on_each_layout("fresh_ahead_died", async |conf: QueueConfig| {
+        // One ask makes a result hot; a dead refresh stands for the query for a minute.
+        let conf = QueueConfig {
+            result_ttl_ms: 60_000,
+            freshness: FreshnessWindows {
+                hot_asks: 1,
+                failed_ms: 60_000,
+                ..FreshnessWindows::default()
+            },
+            ..conf
+        };
+        let q = queue_with(conf).await;
+        let id = store(&q, "ahead dies", "old").await;
+        // 50 s old: within the lead of going stale, still fresh.
+        backdate(&q, &id, 50_000).await;
+        let ask = async || match q
+            .enqueue("ahead dies", "", &EnqueuePolicy::default())
+            .await
+            .unwrap()
+        {
+            Enqueued::Stored(r) => assert_eq!(r.data, "old"),
+            other => panic!("a fresh hit: {other:?}"),
+        };
+        ask().await;
+        let c = claim_one(&q, "w", 60_000).await;
+        assert!(c.refresh && c.id == id, "the refresh ahead: {c:?}");
+        q.fail(&id, c.token, "upstream down", Retry::Dead, 1)
+            .await
+            .unwrap();
+        // Within the failed window: answered fresh, no new refresh (the upstream that just
+        // failed it is not asked again at every hit).
+        for _ in 0..3 {
+            ask().await;
+        }
+        let t = q.get(&id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!(t.state, TaskState::Dead, "{t:?}");
+        assert_eq!(q.stats().await.unwrap().ready, 0);
+        // Its death moved a minute into the past in Redis: the next hit refreshes again.
+        let died: i64 = redis::cmd("HGET")
+            .arg(task_key(&q, &id))
+            .arg("u")
+            .query_async(&mut q.connection())
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(task_key(&q, &id))
+            .arg("u")
+            .arg(died - 60_001)
+            .query_async(&mut q.connection())
+            .await
+            .unwrap();
+        ask().await;
+        let t = q.get(&id).await.unwrap().unwrap().task.unwrap();
+        assert!(t.refresh && t.state == TaskState::Due, "{t:?}");
     })
     .await;
 }

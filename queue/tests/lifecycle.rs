@@ -281,17 +281,28 @@ async fn whole_life_deadline() {
             .await
             .unwrap();
         let c = claim_one(&q, "w", 10_000).await;
-        let past = q.now_ms().await.unwrap() - 1;
-        let _: () = redis::cmd("HSET")
-            .arg(task_key(&q, &c.id))
-            .arg("dl")
-            .arg(past)
-            .query_async(&mut q.connection())
-            .await
-            .unwrap();
+        pass_deadline(&q, &c.id).await;
         assert_eq!(q.reschedule(&c.id, c.token, 0, None, 1).await.unwrap(), 0);
         let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
         assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
+
+        // A lease lost after the deadline (reap.lua): dead at once, not made ready for a
+        // claim nobody should make (its first loss, far below max_lease_losses).
+        q.enqueue("deadline4", "p", &policy(0, 600_000))
+            .await
+            .unwrap();
+        let c = claim_one(&q, "w", 600_000).await;
+        pass_deadline(&q, &c.id).await;
+        expire_lease(&q, &c.id).await;
+        let r = q.reap(10).await.unwrap();
+        assert_eq!(
+            (r.requeued, r.dead),
+            (Vec::<TaskId>::new(), vec![c.id.clone()]),
+            "a lease lost past the deadline is reaped dead"
+        );
+        let t = q.get(&c.id).await.unwrap().unwrap().task.unwrap();
+        assert_eq!(t.dead_reason, Some(DeadReason::Deadline));
+        assert_eq!(q.stats().await.unwrap().ready, 0);
     })
     .await;
 }

@@ -95,4 +95,35 @@ async fn context_kept_only_while_tracing_and_links_bounded() {
         on_bytes > off_bytes && on_bytes - off_bytes <= 128,
         "{off_bytes} -> {on_bytes}"
     );
+
+    // Issue 39's probe: seven malformed contexts, none stored — not as the maker's, not as a
+    // joiner's, with link room to spare (the links above were full, where even a kept one
+    // would not show). The record keeps only what the worker parses back.
+    let good = tp(7);
+    let malformed = [
+        good.to_uppercase(),
+        good.replacen("00-", "ff-", 1),
+        good[..good.len() - 1].to_string(),
+        format!("{good}-00"),
+        good.replacen("4bf9", "4bg9", 1),
+        good.replacen("-00f0", "_00f0", 1),
+        format!(" {good}"),
+    ];
+    for m in &malformed {
+        assert!(!trace_context::is_traceparent(m), "{m:?} is not malformed");
+    }
+    *CURRENT.lock().unwrap() = Some(malformed[0].clone());
+    let made = id_of(q.enqueue("traced query 3", "", &policy).await.unwrap());
+    for m in &malformed {
+        *CURRENT.lock().unwrap() = Some(m.clone());
+        q.enqueue("traced query 3", "", &policy).await.unwrap();
+    }
+    // A well-formed joiner after them is kept: the record was not merely closed to links.
+    *CURRENT.lock().unwrap() = Some(good.clone());
+    q.enqueue("traced query 3", "", &policy).await.unwrap();
+    let fields = record(&q, &made).await;
+    assert!(fields.iter().all(|(k, _)| k != "tc"), "{fields:?}");
+    let t = q.get(&made).await.unwrap().unwrap().task.unwrap();
+    assert_eq!(t.trace.created, None);
+    assert_eq!(t.trace.joined, vec![good]);
 }

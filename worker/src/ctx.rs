@@ -87,3 +87,9 @@ impl Ctx {
 }
 
 pub(crate) use queue::local_ms;
+
+/// This host's name, as the process registries show it ("" when it has none). Here, beside what
+/// the loops share, because both the runtime (the default worker id) and the heartbeat use it.
+pub fn host_name() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}

@@ -29,6 +29,9 @@ use tokio::task::JoinSet;
 use crate::callback::Callbacks;
 use crate::control::Control;
 use crate::ctx::{local_ms, Counters, Ctx};
+// Defined in ctx so the upkeep loops (which runtime starts) can use it without naming runtime;
+// re-exported here, where it has always been public.
+pub use crate::ctx::host_name;
 use crate::policy::PolicyArgs;
 use crate::telemetry;
 use crate::upstream::Upstream;
@@ -517,9 +520,4 @@ pub fn default_worker_id() -> String {
     };
     let suffix: u16 = rand::thread_rng().gen();
     format!("{host}-{}-{suffix:04x}", std::process::id())
-}
-
-/// This host's name, as the process registries show it ("" when it has none).
-pub fn host_name() -> String {
-    gethostname::gethostname().to_string_lossy().into_owned()
 }

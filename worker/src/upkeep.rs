@@ -22,7 +22,7 @@ const REAP_BATCHES_PER_TICK: usize = 10;
 pub(crate) async fn heartbeat(ctx: Arc<Ctx>, started_ms: i64, every_ms: u64) {
     let every = Duration::from_millis(every_ms.max(100));
     let ttl_ms = queue::registry_ttl_ms(u64::try_from(every.as_millis()).unwrap_or(u64::MAX));
-    let host = crate::runtime::host_name();
+    let host = crate::ctx::host_name();
     let mut tick = tokio::time::interval(every);
     let mut modes = ctx.control.subscribe();
     loop {

@@ -267,9 +267,10 @@ impl Queue {
         self.slot_of(id).release(id, token, who).await
     }
 
-    /// Returns up to `max_n` expired leases to due now (or dead as "poison" after
-    /// max_lease_losses). Also trims old throughput buckets and stale result-index entries,
-    /// so call it periodically (e.g. every second) even when nothing expires.
+    /// Returns up to `max_n` expired leases to due now (or dead: as "poison" after
+    /// max_lease_losses, as "deadline" when lost after the whole-life deadline). Also trims
+    /// old throughput buckets and stale result-index entries, so call it periodically (e.g.
+    /// every second) even when nothing expires.
     pub async fn reap(&self, max_n: usize) -> Result<Reaped> {
         let all = self.fan(|s| async move { s.reap(max_n).await }).await?;
         if self.config().breaker.failures > 0 {

@@ -25,6 +25,20 @@ pub async fn expire_lease(q: &Queue, id: &str) {
         .unwrap();
 }
 
+/// Moves the whole-life deadline of task `id` one millisecond into the past (Redis time):
+/// its next poll, failure or lost lease ends it (`deadline`).
+pub async fn pass_deadline(q: &Queue, id: &str) {
+    let tag = q.partition_tag(q.partition_of(id));
+    let past = q.now_ms().await.unwrap() - 1;
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{tag}:t:{id}"))
+        .arg("dl")
+        .arg(past)
+        .query_async(&mut q.connection())
+        .await
+        .unwrap();
+}
+
 /// Makes the waiting task `id` (a retry in backoff, or a poll due later) due one millisecond
 /// ago (Redis time), as if its wait had passed: the "after" half of a test with a long wait.
 /// Panics unless `id` waits in the due zset.
