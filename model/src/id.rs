@@ -186,17 +186,14 @@ impl utoipa::PartialSchema for TaskId {
 #[cfg(feature = "openapi")]
 impl utoipa::ToSchema for TaskId {}
 
-/// The user's text breaks the query rules; the message is safe to show to them.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidQuery(pub String);
-
 /// Longest accepted normalised query, in characters. Bounds memory per task and key sizes.
 pub const MAX_QUERY_CHARS: usize = 512;
 
+// `InvalidQuery` lives with the character rules that raise it (query_chars is the lower
+// layer: it cannot name this module back); re-exported so `id::InvalidQuery` still resolves.
 pub use crate::query_chars::{
     check_query_chars, invisible_kind, is_invisible_char, is_refused_char, query_pattern,
-    refused_ranges,
+    refused_ranges, InvalidQuery,
 };
 
 /// Unicode-normalises (NFC), trims, collapses inner whitespace runs to one space, and checks

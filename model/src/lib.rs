@@ -10,7 +10,8 @@
 //! - [`id`]: [`TaskId`] (validated when parsed, so an id in a URL, a form or a JSON body is
 //!   checked once, at the edge) and the query normalisation the id is derived from.
 //! - [`query_chars`]: which characters a query may hold and where (Unicode's own tables: the
-//!   invisible ones are refused, save joiners and selectors where writing uses them).
+//!   invisible ones are refused, save joiners and selectors where writing uses them);
+//!   [`shown_chars`]: the same characters marked where a page shows upstream text.
 //! - [`task`]: a task's state, priority and dead reason; the task, its stored result and its
 //!   history; stuck leases.
 //! - [`queue_state`]: queue-wide views: counts and throughput, workers, the pause flag, the
@@ -29,6 +30,7 @@ pub mod id;
 pub mod notice;
 pub mod query_chars;
 pub mod queue_state;
+pub mod shown_chars;
 pub mod task;
 pub mod trace;
 
