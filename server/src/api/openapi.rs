@@ -6,7 +6,7 @@
 //! operations are the handlers' `#[utoipa::path]` attributes, beside the code they describe.
 //! What a derive cannot know is added here: the query text's pattern, built from the same
 //! character table the normalisation refuses (`queue::query_pattern`), and the schema of each
-//! event on the live stream.
+//! event on the live stream (as `x-item-schema`: the document must stay valid OpenAPI 3.1).
 
 use axum::Json;
 use serde_json::{json, Value};
@@ -46,15 +46,54 @@ pub async fn document() -> Json<Value> {
 pub fn spec() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_else(|_| json!({}));
     if let Some(query) = doc.pointer_mut("/components/schemas/SubmitBody/properties/query") {
-        query["pattern"] = json!(queue::query_pattern());
+        query["pattern"] = json!(portable_pattern(&queue::query_pattern()));
     }
-    // Each event's data is a Query (OpenAPI's `itemSchema` for streamed media types).
+    // Each event's data is a Query. OpenAPI 3.2 says so with `itemSchema`, but this document is
+    // 3.1 and a 3.1 validator refuses the whole document for that one field (issue 39 row 10):
+    // the body stays a string (the SSE text), the description names the schema, and the item
+    // schema goes in an extension, which 3.1 allows on a media type.
     if let Some(stream) = doc.pointer_mut(
         "/paths/~1api~1v1~1queries~1{id}~1events/get/responses/200/content/text~1event-stream",
     ) {
-        stream["itemSchema"] = json!({ "$ref": "#/components/schemas/Query" });
+        stream["x-item-schema"] = json!({ "$ref": "#/components/schemas/Query" });
     }
     doc
+}
+
+/// The query rule's pattern as the document gives it: each `\u{...}` escape (a code point
+/// above the BMP) written as the character itself. JSON Schema reads a pattern as ECMA-262 with
+/// the `u` flag, where both mean the same; but a validator's regex engine outside JavaScript
+/// (Python's `re`, under openapi-spec-validator) knows no `\u{...}` and refuses the whole
+/// document (issue 39 row 10). A literal character reads alike in every Unicode-aware engine.
+fn portable_pattern(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut rest = pattern;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let escape = &rest[at..];
+        let braced = escape
+            .strip_prefix("\\u{")
+            .and_then(|hex| hex.split_once('}'))
+            .and_then(|(hex, after)| {
+                let c = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
+                Some((c, after))
+            });
+        match braced {
+            Some((c, after)) => {
+                out.push(c);
+                rest = after;
+            }
+            // Any other escape (`\\`, `\S`, `\uFEFF`) is kept whole, so its second character
+            // is never read as the start of an escape.
+            None => {
+                let len = escape[1..].chars().next().map_or(0, char::len_utf8);
+                out.push_str(&escape[..1 + len]);
+                rest = &escape[1 + len..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -151,13 +190,36 @@ mod tests {
         assert_eq!(listed.len(), ErrorCode::ALL.len());
     }
 
+    /// The document's pattern is the API's, each `\u{...}` written as its character; every
+    /// other escape is kept as it was, a doubled backslash included.
+    #[test]
+    fn the_pattern_is_written_without_braced_escapes() {
+        let rule = queue::query_pattern();
+        assert!(rule.contains("\\u{E0000}"), "{rule}");
+        let shown = portable_pattern(&rule);
+        assert!(!shown.contains("\\u{"), "{shown}");
+        assert!(shown.contains("\u{E0000}-\u{E00FF}") && shown.contains("\\uFEFF"));
+        let back: String = shown
+            .chars()
+            .map(|c| match c as u32 {
+                u if u > 0xFFFF => format!("\\u{{{u:X}}}"),
+                _ => c.to_string(),
+            })
+            .collect();
+        assert_eq!(back, rule);
+        assert_eq!(
+            portable_pattern(r"a\\u{41}\u{1F3F4}\S"),
+            "a\\\\u{41}\u{1F3F4}\\S"
+        );
+    }
+
     #[test]
     fn the_submit_body_carries_the_query_rules() {
         let doc = spec();
         let body = schema(&doc, "SubmitBody");
         assert_eq!(
             body["properties"]["query"]["pattern"],
-            queue::query_pattern()
+            portable_pattern(&queue::query_pattern())
         );
         assert_eq!(body["required"], json!(["query"]));
         assert!(doc.to_string().contains("\"background\""));
