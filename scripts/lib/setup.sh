@@ -172,3 +172,14 @@ build_site() { # build_site SITE_DIR WASM_FILE: the wasm, its bindings, the opti
   rm -rf "$site/pkg" && mv "$tmp" "$site/pkg"
   cp -R "$ROOT/public/." "$site/"
 }
+
+ensure_mold() {
+  # .cargo/config.toml links x86_64 code with mold (-fuse-ld=mold): no build works without it.
+  if ! command -v mold >/dev/null; then
+    say "installing mold (the linker .cargo/config.toml names)"
+    apt_install mold
+  fi
+}
+
+# Every script that sources this file builds or runs what cargo built: the linker comes first.
+ensure_mold

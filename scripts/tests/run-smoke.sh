@@ -16,6 +16,20 @@ cluster=""
 [ "${1:-}" = "--cluster" ] && cluster=1
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A port for a cluster node: at most 55535, with its bus port (port + 10000) free too. The
+# kernel's free ports go up to 60999, and a node on one over 55535 cannot start: CI failed so.
+cluster_port() {
+  python3 -c '
+import random, socket
+for _ in range(1000):
+    p = random.randint(20000, 55535)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+        print(p); break
+    except OSError:
+        pass'
+}
 fail() { echo "run-smoke: $*" >&2; echo "--- scripts/run output ---" >&2; cat "$log" >&2 || true; exit 1; }
 
 web="127.0.0.1:$(free_port)"
@@ -31,7 +45,7 @@ trap cleanup EXIT
 
 env=(REPOLL_ADDR="$web" REPOLL_SIM_ADDR="$sim" REPOLL_ADMIN_PASSWORD="run-smoke-password")
 if [ -n "$cluster" ]; then
-  ports="$(free_port),$(free_port),$(free_port)"
+  ports="$(cluster_port),$(cluster_port),$(cluster_port)"
   bash "$ROOT/scripts/cluster" start --ports "$ports" --dir "$data/cluster" >"$data/cluster.log" 2>&1 \
     || { cat "$data/cluster.log" >&2; fail "scripts/cluster start failed"; }
   url="$(sed -n 's/^ *REDIS_URL=\([^ ]*\) REDIS_CLUSTER=true$/\1/p' "$data/cluster.log")"

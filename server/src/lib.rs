@@ -4,6 +4,8 @@
 //! A tour of the modules:
 //! - [`api`]: the public JSON API `/api/v1` and the per-query live stream.
 //! - [`admin`]: sign-in, sessions, cross-site protection, the dashboard's live stream.
+//! - [`body_limit`]: `REPOLL_BODY_LIMIT` for every route without a limit of its own; each
+//!   413 names the limit that fired.
 //! - [`cli`]: the command line (clap) — every setting is a flag and an environment variable.
 //! - [`config_file`]: `--config <file>` — the same settings from a TOML file.
 //! - [`upstreams`]: named upstreams (`[upstreams.<name>]` sections), a queue each.
@@ -14,6 +16,8 @@
 //!   and the caps on open streams.
 //! - [`web`]: the axum router — Leptos pages and server functions, health endpoints, and the
 //!   tower-http layers (trace, body limit, timeout, panic to 500).
+//! - [`refusals`]: what a refused request may write — counted always, logged a few a
+//!   second, its text clipped (a log flood needs neither).
 //! - [`security`]: response headers (CSP with per-response nonces, framing, sniffing,
 //!   referrer), JSON errors for every API 4xx, redirects kept on our own paths.
 //! - [`theme`]: `POST /theme`, the colour theme toggle without JavaScript (cookie, redirect
@@ -39,6 +43,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod body_limit;
 pub mod cli;
 pub mod config_file;
 pub mod conn;
@@ -46,6 +51,7 @@ pub mod http_server;
 pub mod live_hub;
 pub mod managed_redis;
 pub mod metrics;
+pub mod refusals;
 pub mod registry;
 pub mod security;
 pub mod serve;

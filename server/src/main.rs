@@ -19,6 +19,12 @@ async fn main() -> std::process::ExitCode {
         Command::Sim(_) => ("sim", false),
         Command::Admin { .. } => ("admin", false),
     };
+    // How long the trace export may take at exit: the command's own grace setting.
+    let flush_within = std::time::Duration::from_millis(match &cli.command {
+        Command::Serve(args) => args.shutdown_grace_ms,
+        Command::Worker(args) => args.worker.grace_ms,
+        _ => 0,
+    });
     let tracing = match server::traces::init(name, exports) {
         Ok(tracing) => tracing,
         Err(e) => {
@@ -36,8 +42,8 @@ async fn main() -> std::process::ExitCode {
         Command::Sim(args) => server::simulate::run(args).await,
         Command::Admin { command } => server::admin::run(command).await,
     };
-    // What is still queued is sent before the process ends (bounded by the export timeout).
-    tokio::task::spawn_blocking(move || tracing.shutdown())
+    // What is still queued is sent before the process ends, within the grace setting.
+    tokio::task::spawn_blocking(move || tracing.shutdown(flush_within))
         .await
         .ok();
     match outcome {

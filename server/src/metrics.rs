@@ -42,6 +42,10 @@ pub fn describe_web_metrics() {
         crate::http_server::BAD_REQUEST_LINES_METRIC,
         "Requests refused for a target that names no resource (authority or asterisk form)."
     );
+    describe_counter!(
+        crate::refusals::REFUSED_METRIC,
+        "Requests refused before any handler, by reason (cross_site, metrics_unauthorized)."
+    );
     describe_gauge!(crate::live_hub::LIVE_STREAMS_METRIC, "Live streams open.");
     describe_counter!(
         crate::live_hub::DROPPED_METRIC,
@@ -58,5 +62,7 @@ pub fn describe_web_metrics() {
 pub async fn serve_metrics(addr: SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "metrics on /metrics");
-    axum::serve(listener, metrics_router(worker::install_prometheus())).await
+    let handle = worker::install_prometheus();
+    crate::traces::register_counters();
+    axum::serve(listener, metrics_router(handle)).await
 }

@@ -99,6 +99,8 @@ async fn serve_with(
     // The web side's own series, 0 until something happens (see install_prometheus).
     crate::metrics::describe_web_metrics();
     metrics::counter!(crate::http_server::CONNECTIONS_REFUSED_METRIC).increment(0);
+    crate::refusals::register_counters();
+    crate::traces::register_counters();
     metrics::gauge!(crate::live_hub::LIVE_STREAMS_METRIC).increment(0.0);
     let fd_limit = http_server::raise_fd_limit();
 

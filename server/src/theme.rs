@@ -4,7 +4,8 @@
 //! the form cannot be used to send someone to another site (no open redirect).
 //!
 //! It changes nothing but a cosmetic cookie of the browser that posts it, so it needs no
-//! session and no cross-site check.
+//! session; a cross-site post is refused all the same (`admin::same_origin`), so no foreign
+//! page can restyle someone's dashboard.
 
 use app::theme::{Theme, FORM_PATH};
 use axum::{

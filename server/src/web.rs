@@ -13,10 +13,7 @@ use leptos_axum::{generate_route_list, LeptosRoutes};
 // co. stay for callers.
 pub use crate::state::{ClientIp, WebState};
 
-use tower_http::{
-    catch_panic::CatchPanicLayer, limit::RequestBodyLimitLayer, timeout::TimeoutLayer,
-    trace::TraceLayer,
-};
+use tower_http::{catch_panic::CatchPanicLayer, timeout::TimeoutLayer, trace::TraceLayer};
 
 /// Limits applied to every request.
 #[derive(Clone, Copy, Debug)]
@@ -101,10 +98,7 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             shell(options.clone())
         })
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            WebState,
-            _,
-        >(context, shell))
+        .fallback(static_files_or_not_found(context))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::admin::page_guard,
@@ -121,7 +115,11 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     // Cross-site POSTs to the admin side and the server functions are refused here,
     // before any handler (see crate::admin::same_origin).
     .layer(axum::middleware::from_fn(crate::admin::same_origin_guard))
-    .layer(RequestBodyLimitLayer::new(limits.body_bytes))
+    // REPOLL_BODY_LIMIT, for every route without a limit of its own (crate::body_limit).
+    .layer(axum::middleware::from_fn_with_state(
+        limits.body_bytes,
+        crate::body_limit::limit,
+    ))
     .layer(TimeoutLayer::with_status_code(
         StatusCode::SERVICE_UNAVAILABLE,
         limits.timeout,
@@ -136,6 +134,41 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
             .on_response(crate::traces::record_response),
     )
 }
+
+/// The fallback: a file of the site root (the wasm, styles, images) or the app's 404 page.
+///
+/// A path no file of ours can have — longer than [`FILE_PATH_MAX`] bytes — never reaches the
+/// file system: the OS answers such a name with "File name too long", which the file service
+/// logged as an ERROR per request (an anonymous log flood). It gets the same 404 page, quietly.
+fn static_files_or_not_found(
+    context: impl Fn() + Clone + Send + 'static,
+) -> impl Fn(
+    axum::http::Uri,
+    State<WebState>,
+    axum::extract::Request,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = axum::response::Response> + Send>>
+       + Clone
+       + Send
+       + 'static {
+    let files = leptos_axum::file_and_error_handler_with_context::<WebState, _>(context, shell);
+    move |uri: axum::http::Uri, state: State<WebState>, req: axum::extract::Request| {
+        // The page is rendered from `req` (its real path); only the file lookup is given a
+        // name that cannot exist.
+        let lookup = if uri.path().len() > FILE_PATH_MAX {
+            axum::http::Uri::from_static(NO_SUCH_FILE)
+        } else {
+            uri
+        };
+        files(lookup, state, req)
+    }
+}
+
+/// The longest path looked up as a file: ours are far shorter (`/pkg/repoll.wasm`), and a
+/// file name's limit (NAME_MAX) is 255 bytes.
+const FILE_PATH_MAX: usize = 255;
+
+/// Where a too-long path's file lookup is sent instead: a name the site root never holds.
+const NO_SUCH_FILE: &str = "/.repoll-no-such-file";
 
 /// A plain HTML form post of the query form (no JavaScript) that the server function refused
 /// comes back from Leptos as a redirect to the form with the error in the URL
@@ -342,20 +375,27 @@ async fn metrics_guard(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    // The socket's peer, never an address from `X-Forwarded-For`, whatever
-    // REPOLL_TRUST_FORWARDED says: that header is whatever the client (or a proxy) wrote.
+    // The socket's peer, and the client by the one rule of `app::client` (the address a
+    // trusted proxy appended, under REPOLL_TRUST_FORWARDED): a loopback peer behind a proxy
+    // on the same host says nothing about the client.
     let peer = req
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip());
+    let client = app::client::client_ip(req.headers(), peer, state.api.trust_forwarded);
     let bearer = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if metrics_allowed(state.api.metrics_token.as_deref(), bearer, peer) {
+        .and_then(bearer_token);
+    if metrics_allowed(state.api.metrics_token.as_deref(), bearer, peer, client) {
         next.run(req).await
     } else {
+        crate::refusals::refused(
+            "metrics_unauthorized",
+            "no valid bearer token, and not a loopback client",
+            req.uri().path(),
+        );
         (
             StatusCode::UNAUTHORIZED,
             [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
@@ -365,20 +405,33 @@ async fn metrics_guard(
     }
 }
 
+/// The token of an `Authorization: Bearer <token>` value. The scheme is case-insensitive
+/// (RFC 9110 §11.1: `bearer`, `BEARER` are the same scheme).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start_matches(' '))
+}
+
 /// Who may read `/metrics`. With a token configured (REPOLL_METRICS_TOKEN): whoever sends it,
 /// and nobody else — loopback clients included, since a reverse proxy on the same host makes
-/// every client a loopback one. Without a token: a loopback socket peer only (a Prometheus
-/// agent or `curl` on the host); `peer` must be the socket's, never a forwarded address.
+/// every client a loopback one. Without a token: a client on this host only (a Prometheus
+/// agent or `curl`): the socket peer must be loopback, and so must the `client` a trusted
+/// proxy names (with REPOLL_TRUST_FORWARDED a remote client behind a local proxy is remote).
+/// `peer` must be the socket's, never a forwarded address.
 pub fn metrics_allowed(
     token: Option<&str>,
     bearer: Option<&str>,
     peer: Option<std::net::IpAddr>,
+    client: Option<std::net::IpAddr>,
 ) -> bool {
+    let local = |ip: Option<std::net::IpAddr>| ip.is_some_and(|ip| ip.to_canonical().is_loopback());
     match token {
         Some(want) => {
             bearer.is_some_and(|given| constant_time_eq(want.as_bytes(), given.as_bytes()))
         }
-        None => peer.is_some_and(|ip| ip.to_canonical().is_loopback()),
+        None => local(peer) && local(client),
     }
 }
 
@@ -427,16 +480,49 @@ mod tests {
         let mapped = Some("::ffff:127.0.0.1".parse().unwrap());
         let far = Some(std::net::IpAddr::from([10, 0, 0, 13]));
         let token = Some("s3cret");
-        assert!(metrics_allowed(token, Some("s3cret"), far));
-        assert!(metrics_allowed(token, Some("s3cret"), lo));
-        assert!(!metrics_allowed(token, None, lo));
-        assert!(!metrics_allowed(token, Some("s3cre"), lo));
-        assert!(!metrics_allowed(token, Some("s3cret "), far));
+        assert!(metrics_allowed(token, Some("s3cret"), far, far));
+        assert!(metrics_allowed(token, Some("s3cret"), lo, lo));
+        assert!(!metrics_allowed(token, None, lo, lo));
+        assert!(!metrics_allowed(token, Some("s3cre"), lo, lo));
+        assert!(!metrics_allowed(token, Some("s3cret "), far, far));
         for peer in [lo, lo6, mapped] {
-            assert!(metrics_allowed(None, None, peer), "{peer:?}");
+            assert!(metrics_allowed(None, None, peer, peer), "{peer:?}");
         }
-        assert!(!metrics_allowed(None, None, far));
-        assert!(!metrics_allowed(None, Some("anything"), far));
-        assert!(!metrics_allowed(None, None, None));
+        assert!(!metrics_allowed(None, None, far, far));
+        assert!(!metrics_allowed(None, Some("anything"), far, far));
+        assert!(!metrics_allowed(None, None, None, None));
+        // Behind a trusted proxy on this host: the peer is loopback, the client is not.
+        assert!(!metrics_allowed(None, None, lo, far));
+    }
+
+    /// `Authorization` schemes are case-insensitive; the token is what follows the space.
+    #[test]
+    fn the_bearer_scheme_is_read_in_any_case() {
+        for v in ["Bearer t0k", "bearer t0k", "BEARER t0k", "Bearer  t0k"] {
+            assert_eq!(bearer_token(v), Some("t0k"), "{v}");
+        }
+        for v in ["Basic t0k", "Bearert0k", "t0k", ""] {
+            assert_eq!(bearer_token(v), None, "{v}");
+        }
+    }
+
+    /// With REPOLL_TRUST_FORWARDED, a remote client named by the proxy is refused without the
+    /// token, though the proxy's own connection is loopback; a loopback-named one is let in.
+    #[test]
+    fn a_forwarded_remote_client_is_refused_without_the_token() {
+        let mut h = axum::http::HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
+        let lo = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+        let client = app::client::client_ip(&h, lo, true);
+        assert!(!metrics_allowed(None, None, lo, client));
+        let untrusted = app::client::client_ip(&h, lo, false);
+        assert!(metrics_allowed(None, None, lo, untrusted));
+        h.insert("x-forwarded-for", HeaderValue::from_static("127.0.0.1"));
+        assert!(metrics_allowed(
+            None,
+            None,
+            lo,
+            app::client::client_ip(&h, lo, true)
+        ));
     }
 }

@@ -210,3 +210,127 @@ async fn facets_and_dead_work_link_to_exactly_their_tasks() {
     assert!(bulk.body.contains("data-count=\"3\""), "{}", bulk.body);
     env.redis.stop().await;
 }
+
+/// Issue 39's probe, what held: a selection naming tasks that are not there (forged ids:
+/// well-formed, of no task) or tasks its filter does not cover (live tasks posted from the
+/// dead tab, another upstream's dead task) acts on nothing: 409, every task as it was, no run
+/// started — the ids are checked against the state and upstream, never trusted. And 10,001
+/// ids, one more than a bulk run may touch, are refused whole (413, the body limit) before
+/// the function reads any of them.
+#[tokio::test]
+async fn forged_or_foreign_ids_act_on_nothing_and_10001_ids_are_413() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "ours, dead").await.to_string();
+    let theirs = dead_task(&env.search, "theirs, dead").await.to_string();
+    let (leased, _) = leased_task(q, "ours, held").await;
+    let leased = leased.to_string();
+    q.enqueue("ours, waiting", "", &Default::default())
+        .await
+        .unwrap();
+    let waiting = q
+        .task_id(&queue::normalise_query("ours, waiting").unwrap())
+        .to_string();
+    let admin = sign_in(r, ADMIN_PW, [10, 0, 0, 53]).await.ok().unwrap();
+
+    let forged = [
+        "0".repeat(32),
+        "f".repeat(32),
+        // The id the query would have, never asked: a guess of a real id's shape.
+        queue::TaskId::of_query("never asked").to_string(),
+    ];
+    let forged_ids: Vec<&str> = forged.iter().map(String::as_str).collect();
+    let selections: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("forged", "", forged_ids.clone()),
+        (
+            "live tasks under the dead tab",
+            "",
+            vec![waiting.as_str(), leased.as_str()],
+        ),
+        ("another upstream's dead task", "", vec![theirs.as_str()]),
+        (
+            "our dead task as the other upstream's",
+            "search",
+            vec![dead.as_str()],
+        ),
+        (
+            "all of them but ours",
+            "",
+            [
+                forged_ids,
+                vec![waiting.as_str(), leased.as_str(), theirs.as_str()],
+            ]
+            .concat(),
+        ),
+    ];
+    for (what, upstream, ids) in &selections {
+        let count = ids.len().to_string();
+        for (op, typed) in [("retry", None), ("purge", Some(count.as_str()))] {
+            let mut fields = vec![
+                ("chosen", "rows"),
+                ("filter[state]", "dead"),
+                ("filter[upstream]", *upstream),
+                ("op", op),
+            ];
+            fields.extend(ids.iter().map(|id| ("ids[]", *id)));
+            if let Some(t) = typed {
+                fields.push(("typed", t));
+            }
+            let reply = call::<BulkAct>(r, &fields, Some(&admin), &[]).await;
+            assert_eq!(reply.status, 409, "{what}, {op}: {}", reply.body);
+            assert!(
+                reply.body.contains("nothing done: no task matches"),
+                "{what}, {op}: {}",
+                reply.body
+            );
+        }
+    }
+    let as_before = async || {
+        assert!(q.bulk_progress().await.unwrap().is_none(), "no run started");
+        let state = async |q: &queue::Queue, id: &str| {
+            q.get(id)
+                .await
+                .unwrap()
+                .and_then(|d| d.task)
+                .map(|t| t.state)
+        };
+        use queue::TaskState::*;
+        assert_eq!(state(q, &dead).await, Some(Dead));
+        assert_eq!(state(&env.search, &theirs).await, Some(Dead));
+        assert_eq!(state(q, &leased).await, Some(Leased));
+        assert_eq!(state(q, &waiting).await, Some(Due));
+        for id in &forged {
+            assert!(q.get(id).await.unwrap().is_none(), "{id}: nothing made");
+        }
+    };
+    as_before().await;
+
+    // 10,001 ids: the bulk limit's 10,000 and one; ours among them.
+    let many: Vec<String> = (0..10_000u32)
+        .map(|i| format!("{:032x}", u128::from(i) + 1))
+        .chain([dead.clone()])
+        .collect();
+    let mut fields = vec![
+        ("chosen", "rows"),
+        ("filter[state]", "dead"),
+        ("filter[upstream]", ""),
+        ("op", "retry"),
+    ];
+    fields.extend(many.iter().map(|id| ("ids[]", id.as_str())));
+    let reply = call::<BulkAct>(r, &fields, Some(&admin), &[]).await;
+    assert_eq!(reply.status, 413, "{}", reply.body);
+    as_before().await;
+
+    // The same form naming our dead task is acted on: the refusals above were the checks.
+    let fields = [
+        ("chosen", "rows"),
+        ("filter[state]", "dead"),
+        ("filter[upstream]", ""),
+        ("op", "retry"),
+        ("ids[]", dead.as_str()),
+    ];
+    let reply = call::<BulkAct>(r, &fields, Some(&admin), &[]).await;
+    assert_eq!(reply.body, "\"started: retry 1 task\"");
+    assert_eq!(run_end(q).await.changed, 1);
+    env.redis.stop().await;
+}

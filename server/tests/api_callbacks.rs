@@ -231,3 +231,120 @@ async fn a_callback_result_over_the_max_result_ends_the_query_failed_unstored() 
     );
     env.stop().await;
 }
+
+/// A body of `n` bytes of `byte`, streamed without a length (as `Transfer-Encoding: chunked`).
+fn streamed(n: usize, byte: u8) -> axum::body::Body {
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..n)
+        .step_by(16 * 1024)
+        .map(|at| Ok(vec![byte; (n - at).min(16 * 1024)]))
+        .collect();
+    axum::body::Body::from_stream(futures::stream::iter(chunks))
+}
+
+/// The task id and callback URL path of a new query `q`.
+async fn callback_path(env: &Env, q: &str) -> String {
+    let r = env.submit(q).await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let task = env.queue.get(&id).await.unwrap().unwrap().task.unwrap();
+    format!(
+        "/api/v1/callbacks/{}",
+        signer().token(&id, task.created_ms, 0)
+    )
+}
+
+/// A correctly signed callback is held to the upstream's answer limit
+/// (`REPOLL_UPSTREAM_MAX_BODY`, 4 MiB), not to `REPOLL_BODY_LIMIT` (64 KiB here): 100 KB of
+/// data ends the task done. And every 413 names the limit that fired — with a length given
+/// or streamed without one, on the callback, on the query API and on a page.
+#[tokio::test]
+async fn a_callback_takes_the_upstreams_limit_and_every_413_names_its_own() {
+    use axum::http::Request;
+    let env = Env::start(Opts {
+        api: ApiArgs {
+            rate_per_min: 0,
+            first_answer_ms: 0,
+            ..ApiArgs::default()
+        },
+        callbacks: Some(signer()),
+        ..Default::default()
+    })
+    .await;
+    let large = json!({"status": "done", "data": {"text": "d".repeat(100_000)}}).to_string();
+    let path = callback_path(&env, "cb-100kb").await;
+    let r = env
+        .send(
+            Request::post(&path)
+                .header("content-type", "application/json")
+                .body(large.into())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        (r.status, &r.json),
+        (200, &json!({"completed": true, "outcome": "done"})),
+        "{}",
+        r.body
+    );
+
+    let upstream_limit = worker::UpstreamArgs::default().max_body_bytes;
+    let path = callback_path(&env, "cb-too-big").await;
+    let r = env
+        .send(
+            Request::post(&path)
+                .body(streamed(upstream_limit + 1, b' '))
+                .unwrap(),
+        )
+        .await;
+    let named = |limit: usize, setting: &str| {
+        format!("the request body is larger than {limit} bytes ({setting})")
+    };
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.json["error"]["message"],
+        named(upstream_limit, "REPOLL_UPSTREAM_MAX_BODY"),
+        "a streamed callback over the upstream's limit"
+    );
+
+    let api = |body| {
+        Request::post("/api/v1/queries")
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap()
+    };
+    let own = named(server::api::BODY_LIMIT_BYTES, "the query API's own limit");
+    let global = named(64 * 1024, "REPOLL_BODY_LIMIT");
+    for (what, req, want) in [
+        ("API, 8 KB streamed", api(streamed(8 * 1024, b' ')), &own),
+        (
+            "API, 8 KB with a length",
+            api(vec![b' '; 8 * 1024].into()),
+            &own,
+        ),
+        (
+            "API, 100 KB with a length",
+            api(vec![b' '; 100 * 1024].into()),
+            &global,
+        ),
+    ] {
+        let r = env.send(req).await;
+        assert_eq!(
+            (r.status, r.json["error"]["message"].as_str()),
+            (413, Some(want.as_str())),
+            "{what}: {}",
+            r.body
+        );
+    }
+    // The query form's server function reads its body: the global limit is the one there.
+    let form = <app::pages::SubmitQuery as leptos::server_fn::ServerFn>::PATH;
+    let page = Request::post(form)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(streamed(100 * 1024, b'a'))
+        .unwrap();
+    let r = env.send(page).await;
+    assert_eq!(
+        (r.status, r.json["error"]["message"].as_str()),
+        (413, Some(global.as_str())),
+        "the query form, streamed"
+    );
+    env.stop().await;
+}

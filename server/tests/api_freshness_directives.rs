@@ -1,7 +1,7 @@
 //! Issue 26's request directives and answer headers over HTTP: `max-age`, `max-stale[=N]`,
 //! `no-cache` and `only-if-cached`, each by the `Cache-Control` header AND by the body's
-//! `cache_control` field; malformed ones refused (400 `invalid_cache_control`); refusals of
-//! the store limited per client (429); and `Age`, `Cache-Control` and `Cache-Status` on every
+//! `cache_control` field, and by both at once (one list, the body's last); malformed ones
+//! refused (400 `invalid_cache_control`); refusals of the store limited per client (429); and `Age`, `Cache-Control` and `Cache-Status` on every
 //! kind of answer (created, joined, fresh, stale, negative, and the GET of each). No worker
 //! runs unless a test starts one: a refresh waits where the test can see it. Windows are a
 //! minute; results are made older in Redis (`common/fresh.rs`).
@@ -10,6 +10,12 @@ mod common;
 #[path = "common/fresh.rs"]
 mod fresh;
 
+use std::net::SocketAddr;
+
+use axum::{
+    extract::ConnectInfo,
+    http::{HeaderValue, Request},
+};
 use fresh::*;
 use queue::{Retry, TaskState};
 use serde_json::{json, Value};
@@ -34,6 +40,32 @@ async fn ask(env: &Env, query: &str, cc: &str, via: Via) -> common::Reply {
         Via::Header => env.ask(query, Some(cc), json!({})).await,
         Via::Field => env.ask(query, None, json!({ "cache_control": cc })).await,
     }
+}
+
+/// `POST` of `query` with each of `lines` as a `Cache-Control` header line of its own (raw
+/// bytes: a value need not be text) and `field` as the body's `cache_control`, from client
+/// address `ip` when given (the limits are per client; without one, all share one bucket).
+async fn ask_raw(
+    env: &Env,
+    query: &str,
+    lines: &[&[u8]],
+    field: Option<&str>,
+    ip: Option<[u8; 4]>,
+) -> common::Reply {
+    let extra = match field {
+        Some(f) => json!({ "cache_control": f }),
+        None => json!({}),
+    };
+    let mut req: Request<_> = ask_request(query, None, extra);
+    for line in lines {
+        req.headers_mut()
+            .append("cache-control", HeaderValue::from_bytes(line).unwrap());
+    }
+    if let Some(ip) = ip {
+        req.extensions_mut()
+            .insert(ConnectInfo(SocketAddr::from((ip, 40000))));
+    }
+    env.send(req).await
 }
 
 /// The task beside `query`'s result (its refresh), if any.
@@ -75,12 +107,13 @@ async fn max_age_refuses_an_older_result_and_answers_its_refresh() {
             "{via:?}: no refresh for a fresh hit"
         );
         // Too old for a caller who takes two: a refresh starts and its progress is the
-        // answer, not the stored data; asked again, that refresh is joined.
+        // answer, not the stored data; asked again, that refresh is joined. Forwarded for
+        // the request's directive (RFC 9211 `fwd=request`): the result was fresh by ours.
         let r = ask(&env, &key, "max-age=2", via).await;
-        assert_progress(&r, "repoll; fwd=stale");
+        assert_progress(&r, "repoll; fwd=request");
         let t = task_of(&env, &key).await.expect("the refresh");
         let r = ask(&env, &key, "max-age=2", via).await;
-        assert_progress(&r, "repoll; fwd=stale; collapsed");
+        assert_progress(&r, "repoll; fwd=request; collapsed");
         let again = task_of(&env, &key).await.expect("the refresh");
         assert_eq!(
             (again.state, again.created_ms),
@@ -123,12 +156,12 @@ async fn no_cache_starts_one_refresh_now_and_later_ones_join_it() {
     env.seed(&env.queue, key, OLD).await;
     // A fresh result, refused: one refresh starts, whichever way no-cache comes.
     let r = ask(&env, key, "no-cache", Via::Header).await;
-    assert_progress(&r, "repoll; fwd=stale");
+    assert_progress(&r, "repoll; fwd=request");
     let t = task_of(&env, key).await.expect("the refresh");
     let r = ask(&env, key, "no-cache", Via::Field).await;
-    assert_progress(&r, "repoll; fwd=stale; collapsed");
+    assert_progress(&r, "repoll; fwd=request; collapsed");
     let r = ask(&env, key, "No-Cache, max-age=5", Via::Header).await;
-    assert_progress(&r, "repoll; fwd=stale; collapsed");
+    assert_progress(&r, "repoll; fwd=request; collapsed");
     assert_eq!(
         task_of(&env, key).await.map(|t| t.created_ms),
         Some(t.created_ms)
@@ -201,16 +234,37 @@ async fn only_if_cached_answers_what_is_stored_and_never_creates_a_task() {
 async fn malformed_directives_are_refused_before_anything_is_written() {
     let env = Env::start(Opts::default()).await;
     let long = format!("max-age=1, {}", "x".repeat(300));
-    for cc in [
+    // The 17 malformed directives of the issue 39 probe (each held: 400, nothing written),
+    // each sent both ways. A silent default would be worse than a refusal: `max-age=1.5`
+    // read as "no max-age" serves what the caller said it refuses.
+    let malformed = [
         "max-age=soon",
         "max-age",
         "max-stale=-1",
         "max-age=1.5",
         long.as_str(),
-    ] {
+        "max-age=-1",
+        "max-age=",
+        "max-age=\"\"",
+        "max-age=+5",
+        "max-age=5s",
+        "max-age=0x10",
+        "max-age=1e3",
+        "max-stale=soon",
+        "max-stale=",
+        // Arabic-Indic digits: digits to Unicode, not to RFC 9111; by header not even text.
+        "Max-Age=\u{662}\u{663}",
+        "max-age=1, max-age=x",
+        "no-cache, max-stale=2.5",
+    ];
+    assert_eq!(malformed.len(), 17);
+    for cc in malformed {
         for via in VIAS {
             let key = format!("malformed {cc} {via:?}");
-            let r = ask(&env, &key, cc, via).await;
+            let r = match via {
+                Via::Header => ask_raw(&env, &key, &[cc.as_bytes()], None, None).await,
+                Via::Field => ask_raw(&env, &key, &[], Some(cc), None).await,
+            };
             assert_eq!(r.status, 400, "{cc:?} {via:?}: {}", r.body);
             assert_eq!(r.error_code(), "invalid_cache_control", "{cc:?} {via:?}");
             let q = &env.queue;
@@ -256,12 +310,175 @@ async fn refusing_the_store_is_limited_per_client() {
             "{r:?}"
         );
     }
-    // Asks that take the store are not limited by it.
-    for cc in ["max-stale", "only-if-cached"] {
+    // Asks that take the store are not limited by it, nor is a max-age at least the fresh
+    // window (it refuses nothing the store would answer as fresh).
+    for cc in ["max-stale", "only-if-cached", "max-age=315360000"] {
         let r = ask(&env, "refuse more", cc, Via::Header).await;
         assert_ne!(r.status, 429, "{cc}: {}", r.body);
     }
     assert_eq!(env.submit("refuse more").await.status, 202);
+    env.stop().await;
+}
+
+/// Issue 39's probe: the refresh limit held under 14 spellings of "refuse the store" —
+/// names in any case, quoted and spaced values, empty list members, an argument on
+/// `no-cache`, unknown directives around it, `max-stale` beside it, two header lines, header
+/// and body together. Each spelling is asked by a client of its own against a fresh result,
+/// so each is shown to take a token itself: the burst (3) is answered, the fourth ask is 429,
+/// and that client still takes the store unlimited (the 429 is the refresh limit's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_refusing_the_store_is_limited() {
+    let env = Env::start(Opts {
+        refresh_per_min: 1,
+        ..Opts::default()
+    })
+    .await;
+    // (Cache-Control header lines, the body's cache_control). The fresh window is a minute
+    // and the stored result half a minute old: every one of these refuses it (a refresh
+    // starts; with `max-stale` the old result is still answered meanwhile).
+    let spellings: [(&[&str], Option<&str>); 14] = [
+        (&["no-cache"], None),
+        (&[], Some("no-cache")),
+        (&["No-Cache"], None),
+        (&[], Some("NO-CACHE")),
+        (&["max-age=0"], None),
+        (&[], Some("max-age=\"0\"")),
+        (&["Max-Age=29"], None),
+        (&["max-age = 0"], None),
+        (&[" , no-cache , "], None),
+        (&["max-age=000"], None),
+        (&["x-unknown=1, no-cache=\"set-cookie\""], None),
+        (&["max-stale, max-age=0"], None),
+        (&["max-stale", "no-cache"], None),
+        (&["max-stale"], Some("max-age=1")),
+    ];
+    for (n, (lines, field)) in spellings.into_iter().enumerate() {
+        let ip = [10, 0, 1, n as u8 + 1];
+        let key = format!("spelling {n}");
+        env.seed(&env.queue, &key, OLD).await;
+        env.backdate_result(&env.queue, &key, 30_000).await;
+        let spelled = format!("{lines:?} + {field:?}");
+        let lines: Vec<&[u8]> = lines.iter().map(|l| l.as_bytes()).collect();
+        for nth in 1..=3 {
+            let r = ask_raw(&env, &key, &lines, field, Some(ip)).await;
+            assert!(
+                r.status == 200 || r.status == 202,
+                "{spelled} ask {nth}, within the burst: {} {}",
+                r.status,
+                r.body
+            );
+        }
+        assert!(task_of(&env, &key).await.is_some(), "{spelled}: a refresh");
+        let r = ask_raw(&env, &key, &lines, field, Some(ip)).await;
+        assert_eq!(r.status, 429, "{spelled}: the fourth refusal: {}", r.body);
+        assert_eq!(r.error_code(), "rate_limited", "{spelled}");
+        // The same client taking the store is not limited: the refusal was what counted.
+        let r = ask_raw(&env, &key, &[], None, Some(ip)).await;
+        assert_eq!(
+            (r.status, r.json["freshness"].as_str()),
+            (200, Some("fresh")),
+            "{spelled}: {}",
+            r.body
+        );
+    }
+    env.stop().await;
+}
+
+/// Sent both ways at once, the directives are one list, the header's first: each adds what
+/// the other lacks, a directive in both takes the body's value (the later one), and the
+/// 256-byte bound and the check of values hold for the two together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_and_body_directives_are_read_together_the_body_last() {
+    let env = Env::start(Opts::default()).await;
+    let both = async |key: &str, header: &str, field: &str| {
+        env.ask(key, Some(header), json!({ "cache_control": field }))
+            .await
+    };
+    // A result five seconds old under `key`.
+    let stored = async |key: &str| {
+        env.seed(&env.queue, key, OLD).await;
+        env.backdate_result(&env.queue, key, 5_000).await;
+    };
+    let nothing_written = async |key: &str| {
+        let q = &env.queue;
+        q.get(&id_of(q, key)).await.unwrap().is_none()
+    };
+
+    // `max-age` both ways: the body's value decides, whichever is the stricter.
+    let key = "both max-age, the body's 2";
+    stored(key).await;
+    let r = both(key, "max-age=10", "max-age=2").await;
+    assert_eq!(
+        (r.status, &r.json["result"]),
+        (202, &Value::Null),
+        "the body's max-age=2: the refresh's progress, not the result: {}",
+        r.body
+    );
+    assert!(task_of(&env, key).await.is_some(), "the body's max-age=2");
+    let key = "both max-age, the body's 10";
+    stored(key).await;
+    let r = both(key, "max-age=2", "max-age=10").await;
+    assert_eq!(
+        (r.status, r.json["freshness"].as_str()),
+        (200, Some("fresh")),
+        "the body's max-age=10: {}",
+        r.body
+    );
+    assert!(task_of(&env, key).await.is_none(), "no refresh: {}", r.body);
+
+    // One directive each way: both hold. `max-age=2` alone refuses a result five seconds old
+    // (max_age_refuses_…); with `max-stale` it is taken, while the refresh it asked for runs.
+    for (header, field) in [("max-age=2", "max-stale"), ("max-stale", "max-age=2")] {
+        let key = format!("max-age and max-stale: {header} + {field}");
+        stored(&key).await;
+        let r = both(&key, header, field).await;
+        assert_eq!(r.status, 200, "{header} + {field}: {}", r.body);
+        assert_eq!(r.json["result"], json!({"v": "old"}), "{}", r.body);
+        assert!(
+            task_of(&env, &key).await.is_some(),
+            "{header} + {field}: the refresh max-age asked for"
+        );
+    }
+    // `only-if-cached` never starts the refresh the other side's `max-age` would: nothing
+    // this caller takes is stored, so 504 (alone, each would be answered: 200, or 202).
+    for (header, field) in [
+        ("only-if-cached", "max-age=2"),
+        ("max-age=2", "only-if-cached"),
+    ] {
+        let key = format!("only-if-cached and max-age: {header} + {field}");
+        stored(&key).await;
+        let r = both(&key, header, field).await;
+        assert_eq!(r.status, 504, "{header} + {field}: {}", r.body);
+        assert_eq!(r.error_code(), "not_cached");
+        assert!(task_of(&env, &key).await.is_none(), "{header} + {field}");
+    }
+
+    // The bound is on the two together: 150 bytes each way is refused, either alone is not.
+    let pad = format!("x-pad={}", "p".repeat(144));
+    let r = both("padded both ways", &pad, &pad).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.error_code(), "invalid_cache_control");
+    assert!(r.body.contains("256 bytes"), "{}", r.body);
+    assert!(nothing_written("padded both ways").await);
+    assert_eq!(
+        ask(&env, "padded header", &pad, Via::Header).await.status,
+        202
+    );
+    assert_eq!(
+        ask(&env, "padded field", &pad, Via::Field).await.status,
+        202
+    );
+    // A malformed value on either side refuses the request, however good the other side.
+    for (header, field) in [
+        ("max-age=10", "max-age=soon"),
+        ("max-stale=-1", "max-age=10"),
+    ] {
+        let key = format!("malformed: {header} + {field}");
+        let r = both(&key, header, field).await;
+        assert_eq!(r.status, 400, "{header} + {field}: {}", r.body);
+        assert_eq!(r.error_code(), "invalid_cache_control");
+        assert!(nothing_written(&key).await, "{header} + {field}");
+    }
     env.stop().await;
 }
 

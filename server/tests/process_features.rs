@@ -12,6 +12,58 @@ use std::{
 use testkit::http::{Answer, BlockingHttp};
 use testkit::{free_port, ChildGuard};
 
+/// The metric names README.md lists where it says what `/metrics` carries ("Health and
+/// metrics", and the series behind the alerts in "Alerts"), read from the README itself so a
+/// name added there is checked here.
+fn readme_metric_names() -> Vec<String> {
+    let readme = include_str!("../../README.md");
+    let section = |title: &str| -> &str {
+        let start = readme
+            .find(&format!("\n### {title}\n"))
+            .unwrap_or_else(|| panic!("README has no section {title:?}"));
+        let rest = &readme[start + 1..];
+        let end = rest[4..].find("\n#").map_or(rest.len(), |e| e + 5);
+        &rest[..end]
+    };
+    let mut names: Vec<String> = Vec::new();
+    for text in [section("Health and metrics"), section("Alerts")] {
+        for (i, _) in text.match_indices("repoll_") {
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            let name = name.trim_end_matches('_').to_string();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    // The parse itself: the list is long, and holds names of both sections.
+    for must in [
+        "repoll_claims_total",
+        "repoll_answers_total",
+        "repoll_callbacks_total",
+        "repoll_workers",
+    ] {
+        assert!(names.iter().any(|n| n == must), "{must} not in {names:?}");
+    }
+    names
+}
+
+/// Whether the Prometheus text `page` has a sample of the metric `name` (a histogram's
+/// `_bucket`, `_sum` or `_count` included).
+fn has_metric(page: &str, name: &str) -> bool {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .any(|n| {
+            n == name
+                || n.strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix('_'))
+                    .is_some_and(|s| ["bucket", "sum", "count"].contains(&s))
+        })
+}
+
 /// `/metrics` of `repoll serve` (in-process workers and simulator) carries every metric the
 /// README names once a query has completed and one has failed: the counters that have not
 /// counted yet are there at 0.
@@ -22,12 +74,7 @@ fn metrics_carry_every_named_series() {
     let sim_port = free_port();
     let dir = std::env::temp_dir().join(format!("repoll-metrics-{}", std::process::id()));
     let mut child = serve_managed_command(web_port, redis_port, &dir)
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-        )
+        .with_sim(sim_port)
         .env("REPOLL_POLL_INTERVAL_MS", "100")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -88,31 +135,33 @@ fn metrics_carry_every_named_series() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The gauges of queue depth are refreshed periodically: wait for them too.
+    // Every name the README lists. The gauges of queue depth and the heartbeats' series are
+    // refreshed periodically: waited for too.
+    let names = readme_metric_names();
     let mut page = String::new();
     let wanted = [
-        "repoll_claims_total",
-        "repoll_completions_total",
-        "repoll_polls_total",
-        "repoll_failures_total{",
-        "repoll_lease_expirations_total",
-        "repoll_upstream_latency_seconds_bucket{",
-        "repoll_in_flight",
         "repoll_queue_depth{state=",
         "repoll_breaker_open{upstream=\"default\"} 0",
-        "repoll_live_streams",
-        "repoll_connections_refused_total",
     ];
+    let all_there = |page: &str| {
+        names.iter().all(|n| has_metric(page, n)) && wanted.iter().all(|w| page.contains(w))
+    };
     while t0.elapsed() < Duration::from_secs(90) {
         page = http_get(web_port, "/metrics")
             .map(|a| a.body)
             .unwrap_or_default();
-        if wanted.iter().all(|w| page.contains(w)) {
+        if all_there(&page) {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
     }
     stop(&mut child);
+    for n in &names {
+        assert!(
+            has_metric(&page, n),
+            "{n} (README) missing from /metrics:\n{page}"
+        );
+    }
     for w in wanted {
         assert!(page.contains(w), "{w} missing from /metrics:\n{page}");
     }
@@ -121,6 +170,31 @@ fn metrics_carry_every_named_series() {
         page.contains("repoll_completions_total{upstream=\"default\"} 1"),
         "{page}"
     );
+}
+
+/// The value of the unlabelled series `name` on `/metrics` of `port` (None when absent).
+fn metric_value(port: u16, name: &str) -> Option<f64> {
+    let page = http_get(port, "/metrics").ok()?.body;
+    page.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Waits (10 s hang guard) until `repoll_callbacks_total` on `port` is `n`: it is counted
+/// just after the task's end is written, which a reader may see first.
+fn until_callbacks_counted(port: u16, n: f64) {
+    let t0 = Instant::now();
+    loop {
+        let seen = metric_value(port, "repoll_callbacks_total");
+        if seen == Some(n) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "repoll_callbacks_total is {seen:?}, not {n} (10 s hang guard)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// `redis-cli -p port args...`: its output, trimmed.
@@ -219,6 +293,8 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap().body;
     assert!(sim.contains(r#""calls":1,"#), "one poll only: {sim}");
     assert!(sim.contains(r#""callbacks":1"#), "one callback: {sim}");
+    // The task it ended is counted (README: `repoll_callbacks_total`).
+    until_callbacks_counted(web_port, 1.0);
     let result_key = format!("{{cbq}}:r:{id}");
     let result = redis_cli(redis_port, &["GET", &result_key]);
     assert!(
@@ -288,12 +364,19 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
         redis_cli(redis_port, &["DBSIZE"]),
     );
     assert_eq!(before, after, "a refused callback changed Redis");
+    assert_eq!(
+        metric_value(web_port, "repoll_callbacks_total"),
+        Some(1.0),
+        "a refused callback is not counted"
+    );
     // The right token for the live task: done at once, and a second use is refused.
     let good = signer.token(&other, other_created, 0);
     let answer = post(&good);
     assert_eq!(answer.status, 200, "{answer:?}");
     assert_eq!(answer.json()["completed"], true, "{answer:?}");
     assert_eq!(post(&good).status, 404, "a used token");
+    // Counted once: the used token's second post is not.
+    until_callbacks_counted(web_port, 2.0);
     let stored = redis_cli(redis_port, &["GET", &format!("{{cbq}}:r:{other}")]);
     assert!(stored.ends_with(r#"{"forged":true}"#), "{stored}");
 }

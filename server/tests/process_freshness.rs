@@ -67,12 +67,7 @@ fn the_windows_set_at_the_top_and_per_upstream_reach_their_answers() {
         .env("REPOLL_QUEUE", "fq")
         .env("REPOLL_PARTITIONS", "3")
         .env("REPOLL_WORKERS", "2")
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-        )
+        .with_sim(sim_port)
         .env("REPOLL_POLL_INTERVAL_MS", "50")
         .env("REPOLL_FIRST_ANSWER_MS", "0")
         .env("REPOLL_RATE_PER_MIN", "0")
@@ -85,10 +80,7 @@ fn the_windows_set_at_the_top_and_per_upstream_reach_their_answers() {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut children = Reaped::default();
-    children.0.push(testkit::ChildGuard::adopt(
-        cmd.spawn().expect("spawn repoll"),
-    ));
-    assert!(wait_ready(web_port, Duration::from_secs(30)), "serve ready");
+    children.serve(cmd, web_port);
     let http = BlockingHttp::local(web_port);
     let mut redis = redis::Client::open(url.as_str())
         .unwrap()

@@ -13,12 +13,14 @@ use std::{
 use testkit::free_port;
 use testkit::http::{Answer, BlockingHttp};
 
+/// A hang guard for commands that end at once (help, a refused start): never a hang.
+const ENDS_WITHIN: Duration = Duration::from_secs(30);
+
 #[test]
 fn help_documents_every_setting_with_its_environment_variable() {
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.args(["serve", "--help"]);
+    let out = output_within(cmd, ENDS_WITHIN);
     let help = String::from_utf8_lossy(&out.stdout);
     for var in [
         "REDIS_URL",
@@ -41,23 +43,21 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
     )
     .unwrap();
     // `--help` shows the effective defaults, the file's included.
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["serve", "--help", "--config"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.args(["serve", "--help", "--config"])
         .arg(&good)
         .env_remove("REPOLL_QUEUE")
-        .env_remove("REPOLL_UPSTREAM_TIMEOUT_MS")
-        .output()
-        .unwrap();
+        .env_remove("REPOLL_UPSTREAM_TIMEOUT_MS");
+    let out = output_within(cmd, ENDS_WITHIN);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("[default: from-config-file]"), "{help}");
     assert!(help.contains("[default: 4321]"), "{help}");
     // The variable names the file as well as the flag does.
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-        .args(["worker", "--help"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.args(["worker", "--help"])
         .env("REPOLL_CONFIG", &good)
-        .env_remove("REPOLL_QUEUE")
-        .output()
-        .unwrap();
+        .env_remove("REPOLL_QUEUE");
+    let out = output_within(cmd, ENDS_WITHIN);
     assert!(String::from_utf8_lossy(&out.stdout).contains("[default: from-config-file]"));
 
     // A typo is an error before anything starts, naming the key; so is a missing file.
@@ -67,11 +67,9 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
         (&bad, "unknown setting `upstream_timeout`"),
         (&dir.join("missing.toml"), "cannot read config file"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
-            .args(["serve", "--config"])
-            .arg(file)
-            .output()
-            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        cmd.args(["serve", "--config"]).arg(file);
+        let out = output_within(cmd, ENDS_WITHIN);
         assert_eq!(out.status.code(), Some(2));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(words), "{stderr}");

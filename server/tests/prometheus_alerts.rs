@@ -86,12 +86,7 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
     let data = TempDir::new("prom-alerts");
     let mut serve = serve_managed_command(web_port, redis_port, &data.path().join("redis"));
     serve
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-        )
+        .with_sim(sim_port)
         .env("REPOLL_METRICS_TOKEN", TOKEN)
         .env("REPOLL_POLL_INTERVAL_MS", "100")
         .env("REPOLL_STATS_INTERVAL_MS", "200")

@@ -90,12 +90,7 @@ fn refreshes_are_counted_by_outcome_from_zero() {
     let sim_port = free_port();
     let dir = std::env::temp_dir().join(format!("repoll-refreshes-{}", std::process::id()));
     let child = serve_managed_command(web_port, redis_port, &dir)
-        .env("REPOLL_SIM", "true")
-        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
-        .env(
-            "REPOLL_UPSTREAM_URL",
-            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
-        )
+        .with_sim(sim_port)
         .env("REPOLL_POLL_INTERVAL_MS", "100")
         // One failed call ends a task: the refresh during the outage dies at once.
         .env("REPOLL_MAX_ATTEMPTS", "1")

@@ -83,7 +83,10 @@ async fn only_origin_form_request_lines_reach_the_app() {
 }
 
 /// The real binary: 200 such lines are 200 answers of 400, counted on /metrics, and not one
-/// line in its log (it used to write a panic with its backtrace per request).
+/// line in its log (it used to write a panic with its backtrace per request). The log is
+/// where the process writes it: standard output (tracing's lines) and standard error (a
+/// panic's message, the start's notices) into one file; that it is the log is checked by the
+/// start's own "listening on" line in it.
 #[test]
 fn a_flood_of_bad_request_lines_leaves_no_log_and_is_counted() {
     let redis_port = free_port();
@@ -93,22 +96,35 @@ fn a_flood_of_bad_request_lines_leaves_no_log_and_is_counted() {
         "repoll-request-lines-{}-{web_port}.log",
         std::process::id()
     ));
+    // Both streams append to the one file (a shared offset: neither overwrites the other).
+    let _ = std::fs::remove_file(&log);
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .unwrap();
     let mut cmd =
         common::process::serve_command(&format!("redis://127.0.0.1:{redis_port}"), web_port);
     cmd
         // Info and up: what an operator usually runs with.
         .env("RUST_LOG", "info")
         .env("RUST_BACKTRACE", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap());
+        .stdout(Stdio::from(out.try_clone().unwrap()))
+        .stderr(Stdio::from(out));
     let _repoll = ChildGuard::spawn(cmd).expect("spawn repoll");
     assert!(
         common::process::wait_ready(web_port, Duration::from_secs(60)),
         "repoll serve became ready (60 s hang guard)"
     );
     let addr = SocketAddr::from(([127, 0, 0, 1], web_port));
-    // The log as it stands once started (the requests below must add nothing to it).
+    // The log as it stands once started (the requests below must add nothing to it): it
+    // holds the start's lines, so a line the requests wrote would be seen.
     let before = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        before.contains("listening on http://"),
+        "the process's log is not in {}:\n{before}",
+        log.display()
+    );
     let n = 200;
     let answers: Vec<(&str, String)> = (0..n)
         .map(|i| {

@@ -1,7 +1,8 @@
 //! The admin task page tells a task's story at the default history level (issue 29): its
 //! claims, its polls summed up, its query, upstream and tenant while it runs and once it is
 //! done, the time to result from its creation, and a failed call's HTTP status, duration and
-//! body as fields of their own (the body as text, never HTML).
+//! body as fields of their own (the body as text, never HTML, and to admins only; invisible
+//! characters of upstream text shown as markers).
 
 mod common;
 use common::admin::*;
@@ -115,15 +116,16 @@ async fn a_failed_call_shows_its_status_duration_and_body_as_text() {
         .await
         .unwrap();
     let c = q.claim("w-fail", 1, 60_000).await.unwrap().remove(0);
+    // Upstream text with a direction override and a zero-width space (issue 39 row 6).
     let call = FailedCall {
         http_status: Some(503),
         took_ms: 1_250,
-        body: "<b>db-7</b> is down".into(),
+        body: "<b>db-7</b> is down: evil\u{202E}txt.exe".into(),
     };
     q.fail_and_claim(
         &c.id,
         c.token,
-        "HTTP 503: db-7 is down",
+        "HTTP 503: db-7\u{200B} is down",
         &call,
         Retry::After(60_000),
         "w-fail",
@@ -144,6 +146,35 @@ async fn a_failed_call_shows_its_status_duration_and_body_as_text() {
         "the body is text"
     );
     assert!(!body.contains("<b>db-7</b>"), "never HTML");
+    // Invisible characters of upstream text are shown as markers (each in its own element,
+    // so read as the text a person sees), never raw.
+    let shown = without_tags(body);
+    assert!(shown.contains("evil⟨U+202E⟩txt.exe"), "the override marked");
+    assert!(
+        shown.contains("db-7⟨U+200B⟩ is down"),
+        "the zero-width space marked"
+    );
+    assert!(
+        !body.contains('\u{202E}') && !body.contains('\u{200B}'),
+        "never raw"
+    );
+    // A viewer sees the status and the error, never the body (README: admins only), not
+    // even in the data the page hydrates from (issue 39 row 7).
+    let viewer = sign_in(r, VIEWER_PW, [10, 0, 0, 30])
+        .await
+        .expect("viewer signs in");
+    let seen = get_page(r, &format!("/admin/tasks/{}", c.id), Some(&viewer), IP).await;
+    assert_eq!(seen.status, 200);
+    assert_eq!(field(&seen.body, "HTTP status"), "503");
+    assert!(
+        seen.body
+            .contains("data-testid=\"failed-body-admins-only\""),
+        "the viewer is told the body is for admins"
+    );
+    assert!(
+        !seen.body.contains("db-7&lt;/b&gt;") && !seen.body.contains("evil"),
+        "no body for a viewer"
+    );
     // The next try, in words that stay true (not a countdown that does not tick).
     let then = testid_text(body, "attempt-then");
     assert_eq!(then, "next try due 1 min later");
@@ -256,4 +287,19 @@ async fn the_task_page_links_the_creators_and_joiners_traces() {
         "the task is shown"
     );
     assert!(trace_field(&page.body).is_none(), "{}", page.body);
+}
+
+/// The page's text as a browser shows it, roughly: markup left out, entities as they are.
+fn without_tags(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => in_tag = false,
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }

@@ -272,8 +272,9 @@ async fn with_a_metrics_token_every_client_needs_it() {
     env.redis.stop().await;
 }
 
-/// Without a token, a loopback *socket* peer only: behind REPOLL_TRUST_FORWARDED, a last
-/// `X-Forwarded-For: 127.0.0.1` from another host does not make it one.
+/// Without a token, a loopback socket peer *and* a loopback client: behind
+/// REPOLL_TRUST_FORWARDED, a last `X-Forwarded-For: 127.0.0.1` from another host does not make
+/// a client local, and a remote address named by a local proxy makes it remote.
 #[tokio::test]
 async fn without_a_metrics_token_a_forwarded_loopback_address_is_not_let_in() {
     let env = start_with(true).await;
@@ -289,8 +290,9 @@ async fn without_a_metrics_token_a_forwarded_loopback_address_is_not_let_in() {
     assert_eq!(get([10, 0, 0, 13], Some("127.0.0.1")).await, 401);
     assert_eq!(get([10, 0, 0, 13], Some("10.9.9.9, 127.0.0.1")).await, 401);
     assert_eq!(get([127, 0, 0, 1], None).await, 200);
-    // A local proxy forwarding a remote client: the socket is loopback, so in (set a token
-    // when a proxy on the host faces others: see the README).
-    assert_eq!(get([127, 0, 0, 1], Some("203.0.113.7")).await, 200);
+    // A local proxy forwarding a remote client: the socket is loopback, but the client the
+    // trusted proxy names is remote, so it needs the token (issue 39 row 8).
+    assert_eq!(get([127, 0, 0, 1], Some("203.0.113.7")).await, 401);
+    assert_eq!(get([127, 0, 0, 1], Some("127.0.0.1")).await, 200);
     env.redis.stop().await;
 }

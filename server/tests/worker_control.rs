@@ -300,3 +300,113 @@ async fn stopping_embedded_workers_leaves_the_web_server_serving() {
     assert!(exit_of(serve, Duration::from_secs(30)).await.success());
     redis.stop().await;
 }
+
+/// Issue 39 row 5: commands that change nothing are not audited as changes, so noise cannot
+/// push the last changes out of the capped audit log. 300 commands to workers that are not
+/// there, and pauses of a paused queue, leave only the one real pause in the log (they were
+/// each an entry before: 1,000 such posts emptied the log of everything else).
+#[tokio::test]
+async fn commands_that_change_nothing_leave_the_audit_log_alone() {
+    let env = admin::start().await;
+    let cookie = sign_in(&env.router, ADMIN_PW, [10, 0, 0, 2]).await.unwrap();
+    let r = act_as(&env.router, &cookie, &[("op", "retry_all_dead")]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let before = env.queue.audit_log(1000).await.unwrap().len();
+    for i in 0..300 {
+        let op = if i % 2 == 0 {
+            "quiet_worker"
+        } else {
+            "stop_worker"
+        };
+        let gone = format!("gone-{i}");
+        let r = act_as(&env.router, &cookie, &[("op", op), ("id", &gone)]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.body.contains("no worker gone-"), "{}", r.body);
+    }
+    let mut answers = vec![];
+    for _ in 0..3 {
+        let r = act_as(&env.router, &cookie, &[("op", "pause")]).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        answers.push(r.body);
+    }
+    assert!(answers[0].contains("\"paused:"), "{answers:?}");
+    assert!(
+        answers[1..].iter().all(|a| a.contains("already paused")),
+        "{answers:?}"
+    );
+    let log = env.queue.audit_log(1000).await.unwrap();
+    let added: Vec<(&str, &str, u64)> = log[..log.len() - before]
+        .iter()
+        .map(|a| (a.action.as_str(), a.target.as_str(), a.count))
+        .collect();
+    assert_eq!(added, [("pause", "queue:default", 1)], "new entries");
+    env.redis.stop().await;
+}
+
+/// Issue 39's probe, what held: `quiet_worker` and `stop_worker` are refused to a viewer and
+/// to a cross-site post of a signed-in admin (403, before the action runs), so the worker's
+/// registry entry carries no command and its next heartbeat is told nothing; nothing is
+/// audited. The worker is a registry entry written as a worker's heartbeat writes it (what a
+/// command is read from), no process: the refusal is the web side's.
+#[tokio::test]
+async fn worker_commands_are_refused_to_viewers_and_cross_site() {
+    let env = admin::start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let id = "ctl-guarded";
+    let info = queue::WorkerInfo {
+        id: id.to_string(),
+        host: "test-host".into(),
+        pid: 4242,
+        started_ms: 0,
+        in_flight: 0,
+        completed: 0,
+        dead: 0,
+        last_seen_ms: 0,
+        rss_bytes: None,
+        mode: queue::WorkerMode::Running,
+        command: None,
+    };
+    // A minute to live: far past the test, so a missing command is never an expired entry.
+    let beat = async || q.heartbeat(&info, 60_000).await.unwrap();
+    assert_eq!(beat().await, None);
+    let audit_before = q.audit_log(1000).await.unwrap().len();
+
+    let viewer = sign_in(r, admin::VIEWER_PW, [10, 0, 0, 60]).await.unwrap();
+    let cookie = sign_in(r, ADMIN_PW, [10, 0, 0, 61]).await.unwrap();
+    let cross_site: [&[(&str, &str)]; 4] = [
+        &[("sec-fetch-site", "cross-site")],
+        &[("sec-fetch-site", "same-site")],
+        &[("origin", "https://evil.example")],
+        &[("origin", "null")],
+    ];
+    for op in ["quiet_worker", "stop_worker"] {
+        let fields = [("op", op), ("id", id)];
+        let reply = act_as(r, &viewer, &fields).await;
+        assert_eq!(reply.status, 403, "viewer {op}: {}", reply.body);
+        assert!(reply.body.contains("read-only"), "{}", reply.body);
+        for headers in cross_site {
+            let reply =
+                admin::call::<app::pages::admin::actions::Act>(r, &fields, Some(&cookie), headers)
+                    .await;
+            assert_eq!(reply.status, 403, "{headers:?} {op}: {}", reply.body);
+        }
+    }
+    let seen = entry(q, id).await.expect("the worker is still registered");
+    assert_eq!(seen.command, None, "{seen:?}");
+    assert_eq!(beat().await, None, "the heartbeat is told nothing");
+    assert_eq!(q.audit_log(1000).await.unwrap().len(), audit_before);
+
+    // The admin's own post from the dashboard's origin is sent: the refusals were the checks.
+    let same_origin = [
+        ("origin", "http://admin.test:3000"),
+        ("sec-fetch-site", "same-origin"),
+    ];
+    let fields = [("op", "quiet_worker"), ("id", id)];
+    let reply =
+        admin::call::<app::pages::admin::actions::Act>(r, &fields, Some(&cookie), &same_origin)
+            .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(beat().await, Some(queue::WorkerCommand::Quiet));
+    audited(q, "quiet_worker", id).await;
+    env.redis.stop().await;
+}

@@ -35,6 +35,7 @@
 
 mod connections;
 mod hostile;
+mod log_flood;
 mod request_lines;
 mod sign_in;
 
@@ -85,6 +86,10 @@ pub struct AbuseArgs {
     /// Request lines that name no path (`CONNECT host:port`, `OPTIONS *`, ...).
     #[arg(long, default_value_t = 200)]
     pub request_lines: usize,
+    /// Hostile requests of each kind in the log and span flood (cross-site posts of a 60 KB
+    /// path, pages of a 300-byte path), on a traced server behind a stalled collector.
+    #[arg(long, default_value_t = 1000)]
+    pub flood: usize,
     /// Time a probe (healthz, submit) may take, in ms.
     #[arg(long, default_value_t = 1000)]
     pub budget_ms: u64,
@@ -429,6 +434,11 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     });
 
     web.kill().await;
+
+    // Phase 6: a log and span flood on a traced server of its own, collector stalled.
+    let (flood_gates, flood_figures) =
+        log_flood::run(&bin, &redis.url(), &logs, args.flood).await?;
+    gates.extend(flood_gates);
     redis.stop().await;
 
     println!();
@@ -489,6 +499,7 @@ pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
     for f in &h.figures {
         println!("figure: {f}");
     }
+    println!("figure: {flood_figures}");
     println!("logs: {}", logs.display());
     println!("{}", if pass { "PASS" } else { "FAIL" });
     Ok(pass)

@@ -6,8 +6,8 @@
 //! the first defence; this is the second, independent of the cookie: browsers say where a
 //! request comes from in `Sec-Fetch-Site` and `Origin`, and scripts cannot forge either.
 //!
-//! Rule, for every method other than GET/HEAD/OPTIONS on `/admin...` and on the server
-//! functions (`/api/...` except the public JSON API `/api/v1/...`, which is meant to be called
+//! Rule, for every method other than GET/HEAD/OPTIONS on `/admin...`, on `/theme` and on the
+//! server functions (`/api/...` except the public JSON API `/api/v1/...`, which is meant to be called
 //! from anywhere and carries no cookie-based authority):
 //! - `Sec-Fetch-Site`, if present, must be `same-origin` or `none` (typed by the user);
 //! - `Origin`, if present, must name this host (`Host` header), and must not be `null`.
@@ -26,7 +26,8 @@ use axum::{
 pub async fn guard(req: Request, next: Next) -> Response {
     if guarded(req.method(), req.uri().path()) {
         if let Err(why) = same_origin(req.headers()) {
-            tracing::warn!(path = %req.uri().path(), why, "cross-site request refused");
+            // Counted always, logged within the shared budget, the path clipped.
+            crate::refusals::refused("cross_site", why, req.uri().path());
             return (StatusCode::FORBIDDEN, "cross-site request refused").into_response();
         }
     }
@@ -38,7 +39,9 @@ pub fn guarded(method: &Method, path: &str) -> bool {
     let safe = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
     let admin = path == "/admin" || path.starts_with("/admin/");
     let server_fn = path.starts_with("/api/") && !path.starts_with("/api/v1/");
-    !safe && (admin || server_fn)
+    // The theme toggle changes only a cookie, but a foreign page must not set it either.
+    let theme = path == app::theme::FORM_PATH;
+    !safe && (admin || server_fn || theme)
 }
 
 /// Ok when the headers show a same-origin (or non-browser) request; Err says why not.
@@ -105,5 +108,6 @@ mod tests {
         assert!(!guarded(&Method::POST, "/api/v1/queries"));
         assert!(!guarded(&Method::GET, "/admin"));
         assert!(!guarded(&Method::POST, "/administrator"));
+        assert!(guarded(&Method::POST, "/theme"));
     }
 }

@@ -114,7 +114,7 @@ pub async fn receive(
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::PayloadTooLarge,
-            format!("the body is larger than {} bytes", rx.max_body),
+            super::error::too_large_message(rx.max_body, "REPOLL_UPSTREAM_MAX_BODY"),
         )
     })?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| {

@@ -258,6 +258,15 @@ impl From<QueryError> for ApiError {
     }
 }
 
+/// Largest request body of the query API: a query is at most 512 characters, so a few KiB
+/// is ample. Here, beside the error it makes: a larger body gets the API's JSON 413 naming it.
+pub const BODY_LIMIT_BYTES: usize = 4096;
+
+/// The words of every 413: the limit that fired, and where it is set.
+pub fn too_large_message(limit: usize, setting: &str) -> String {
+    format!("the request body is larger than {limit} bytes ({setting})")
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let (status, code) = match &r {
@@ -272,7 +281,12 @@ impl From<JsonRejection> for ApiError {
                 (StatusCode::UNPROCESSABLE_ENTITY, ErrorCode::InvalidBody)
             }
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge)
+                // The only JSON bodies read are the query API's, under its own limit.
+                return ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorCode::PayloadTooLarge,
+                    too_large_message(BODY_LIMIT_BYTES, "the query API's own limit"),
+                );
             }
             _ => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
         };

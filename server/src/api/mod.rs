@@ -26,16 +26,12 @@ use axum::{
     routing::{any, get, post},
     Router,
 };
-pub use error::{ApiError, ApiJson, ErrorBody, ErrorCode};
+pub use error::{too_large_message, ApiError, ApiJson, ErrorBody, ErrorCode, BODY_LIMIT_BYTES};
 pub use queries::ANSWERS_METRIC;
 pub use rate::Limiter;
 pub use state::{ApiArgs, ApiState, CallbackReceiver, CallbackUpstream};
 
 use crate::state::WebState;
-
-/// Largest request body of the API: a query is at most 512 characters, so a few KiB is ample,
-/// and a larger body gets the API's JSON 413 (beyond the global limit it gets a plain 413).
-pub const BODY_LIMIT_BYTES: usize = 4096;
 
 /// Routes of the public API.
 pub fn router() -> Router<WebState> {

@@ -116,7 +116,7 @@ fn count_answer(view: &QueryView) {
                 ("Location" = String, description = "The query's resource, /api/v1/queries/{id}."),
                 ("Age" = u64, description = "Seconds since the stored answer was stored (stored answers only)."),
                 ("Cache-Control" = String, description = "`max-age=<seconds fresh left>` on a stored answer (0 when stale); `no-store` on a task's progress."),
-                ("Cache-Status" = String, description = "RFC 9211: `repoll; hit; ttl=N` (fresh), `repoll; fwd=stale; fwd-status=202|503; ttl=-N[; collapsed]; detail=<stale_reason>` (stale, a refresh started or joined), `repoll; hit; ttl=-N[; detail=upstream_failed]` (stale, nothing sent on), `repoll; fwd=miss; stored` (new task), `repoll; fwd=miss; collapsed` (joined), `detail=negative` on a cached failure."),
+                ("Cache-Status" = String, description = "RFC 9211: `repoll; hit; ttl=N` (fresh), `repoll; fwd=stale; fwd-status=202|503; ttl=-N[; collapsed]; detail=<stale_reason>` (stale, a refresh started or joined), `repoll; hit; ttl=-N[; detail=upstream_failed]` (stale, nothing sent on), `repoll; fwd=miss; stored` (new task), `repoll; fwd=miss; collapsed` (joined), `repoll; fwd=request; ttl=N; stored|collapsed` (a fresh result refused by `no-cache` or `max-age`, its refresh back within the first-answer wait), `detail=negative` on a cached failure."),
             )),
         (status = 202, body = QueryView, description = "Processing: a task was created or joined (or the stored result is older than the caller accepts and its refresh runs); partial data included when the upstream has some. Follow `Location` or the events stream.",
             headers(

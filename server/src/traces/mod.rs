@@ -12,8 +12,8 @@
 pub mod dropping;
 pub mod http_client;
 pub mod settings;
+pub mod span_size;
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -47,14 +47,26 @@ impl Tracing {
         self.trace_url.clone()
     }
 
-    /// Exports the spans still queued (bounded by the export timeout) and stops the exporter.
-    pub fn shutdown(self) {
+    /// Exports the spans still queued and stops the exporter, waiting at most `within` (the
+    /// command's grace setting): a stalled collector must not hold a stopping process longer
+    /// than its own work may (the SDK's default wait is 5 s). What is not sent by then is lost.
+    pub fn shutdown(self, within: std::time::Duration) {
         if let Some(provider) = self.provider {
-            if let Err(e) = provider.shutdown() {
+            if let Err(e) = provider.shutdown_with_timeout(within) {
                 eprintln!("repoll: trace export at exit: {e}");
             }
         }
     }
+}
+
+/// The trace export's counter, described and at 0 (as every counter is before it counts);
+/// after the metrics recorder is installed.
+pub fn register_counters() {
+    metrics::describe_counter!(
+        dropping::DROPPED,
+        "Spans dropped because the export queue was full (spans or bytes)."
+    );
+    metrics::counter!(dropping::DROPPED).increment(0);
 }
 
 /// The process environment, as [`settings`] reads it.
@@ -149,7 +161,7 @@ fn provider(s: &TraceSettings, command: &str) -> Result<SdkTracerProvider, Strin
         .with_http_client(http_client::ReqwestClient::new(runtime)?)
         .build()
         .map_err(|e| format!("cannot export traces to {}: {e}", s.endpoint))?;
-    let pending = Arc::new(AtomicUsize::new(0));
+    let pending = Arc::new(dropping::Pending::default());
     let batch = BatchSpanProcessor::builder(dropping::Counted::new(exporter, pending.clone()))
         .with_batch_config(
             BatchConfigBuilder::default()
@@ -221,7 +233,7 @@ pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
         return tracing::debug_span!(
             "request",
             method = %req.method(),
-            uri = %req.uri(),
+            uri = %crate::refusals::clip(&req.uri().to_string()),
             version = ?req.version(),
         );
     }
@@ -233,14 +245,32 @@ pub fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
         otel.kind = "server",
         otel.status_code = tracing::field::Empty,
         http.request.method = %req.method(),
-        url.path = req.uri().path(),
+        // A client's text, so bounded: a path may be 64 KiB (crate::refusals).
+        url.path = %crate::refusals::clip(req.uri().path()),
         http.response.status_code = tracing::field::Empty,
     );
     let parent = opentelemetry_sdk::propagation::TraceContextPropagator::new()
-        .extract(&opentelemetry_http::HeaderExtractor(req.headers()));
+        .extract(&BoundedHeaders(req.headers()));
     // Without a (valid) traceparent the span starts a trace of its own.
     let _ = span.set_parent(parent);
     span
+}
+
+/// A request's headers as the propagator reads them, with a `tracestate` over
+/// [`span_size::TRACESTATE_MAX`] bytes left out (the `traceparent` still sets the parent).
+struct BoundedHeaders<'a>(&'a axum::http::HeaderMap);
+
+impl opentelemetry::propagation::Extractor for BoundedHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        let value = self.0.get(key)?.to_str().ok()?;
+        let too_long =
+            key.eq_ignore_ascii_case("tracestate") && value.len() > span_size::TRACESTATE_MAX;
+        (!too_long).then_some(value)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
 }
 
 /// Records a web response's status on its [`request_span`] (a 5xx marks it failed).

@@ -1,13 +1,16 @@
 //! The in-test OTLP/HTTP receiver of the trace tests (issue 27) and what reads what it got:
 //! a real exporter's protobuf requests, decoded, every span kept with the `repoll.command` of
-//! the process that sent it; the simulator beside it; the variables of a traced process.
+//! the process that sent it; the simulator beside it; the variables of a traced process; the
+//! worker, asks and waits the trace tests share.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
+use testkit::http::BlockingHttp;
 
 /// What the receiver got: every span, with the `repoll.command` of the process that sent it.
 pub type Received = Arc<Mutex<Vec<(String, Span)>>>;
@@ -85,4 +88,68 @@ pub fn traced(cmd: &mut std::process::Command, endpoint: &str) {
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
         .env_remove("OTEL_SDK_DISABLED");
+}
+
+/// A caller's context: the trace the tests' first asks belong to.
+pub const CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// The runtime of the in-test receiver and simulator; the tests themselves block (their HTTP
+/// client and the processes are blocking).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `repoll worker` on `redis_url` polling the simulator on `sim_port` every 20 ms.
+pub fn worker_command(redis_url: &str, sim_port: u16) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
+    cmd.arg("worker")
+        .env("REDIS_URL", redis_url)
+        .env(
+            "REPOLL_UPSTREAM_URL",
+            format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+        )
+        .env("REPOLL_POLL_INTERVAL_MS", "20")
+        .env("RUST_LOG", "warn")
+        .env_remove("REPOLL_CONFIG")
+        .env_remove("REPOLL_QUEUE");
+    cmd
+}
+
+/// Asks `query` over the API with `traceparent`; the task id.
+pub fn ask(web: u16, query: &str, traceparent: &str) -> String {
+    ask_as(web, query, "", traceparent)
+}
+
+/// [`ask`] for `tenant` (none when empty).
+pub fn ask_as(web: u16, query: &str, tenant: &str, traceparent: &str) -> String {
+    let mut body = serde_json::json!({ "query": query });
+    if !tenant.is_empty() {
+        body["tenant"] = tenant.into();
+    }
+    let http = BlockingHttp::local(web);
+    let answer = http.send(
+        http.client
+            .post(http.url("/api/v1/queries"))
+            .header("traceparent", traceparent)
+            .json(&body),
+    );
+    crate::common::process::id_in(&answer)
+}
+
+/// Waits (30 s hang guard) until the task `id` has its result.
+pub fn wait_done(web: u16, id: &str) {
+    let http = BlockingHttp::local(web);
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = http.get(&format!("/api/v1/queries/{id}"));
+        if a.json()["status"] == "done" {
+            return;
+        }
+        assert!(Instant::now() < until, "not done in 30 s: {a:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::{
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use testkit::http::{Answer, BlockingHttp};
@@ -77,22 +77,27 @@ pub fn read_until(s: &mut std::net::TcpStream, needle: &str) -> String {
 }
 
 /// Runs `cmd` to its end, killing it after `limit` (a hang guard: the caller's point is that
-/// it ends well before).
+/// it ends well before). Its output is read while it runs, so a long one cannot fill a pipe
+/// and hold the child.
 pub fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
-    let mut child = cmd
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run repoll");
-    let t0 = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if t0.elapsed() > limit {
-            let _ = child.kill();
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("output"),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid; nothing else is touched.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
             panic!("still running after {limit:?}");
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
-    child.wait_with_output().expect("output")
 }
 
 /// A plain `redis-server` (the test kit's: no persistence) on `port` exactly, with `args`
@@ -122,6 +127,19 @@ pub fn spawn_redis(port: u16, args: &[&str]) -> RedisServer {
 #[derive(Default)]
 pub struct Reaped(pub Vec<ChildGuard>);
 
+impl Reaped {
+    /// Starts `cmd` (a `repoll serve` on `web_port`), kept until the test ends, and waits
+    /// for its readiness probe: the one start every process test of a serve goes through.
+    pub fn serve(&mut self, cmd: Command, web_port: u16) {
+        self.0
+            .push(ChildGuard::spawn(cmd).expect("spawn repoll serve"));
+        assert!(
+            wait_ready(web_port, Duration::from_secs(30)),
+            "repoll serve not ready on {web_port}"
+        );
+    }
+}
+
 /// `repoll serve` on `REDIS_URL` = `url`, web only, listening on `web_port`; the admin
 /// password is left to the caller (none configured here).
 pub fn serve_command(url: &str, web_port: u16) -> Command {
@@ -143,4 +161,21 @@ pub fn serve_command(url: &str, web_port: u16) -> Command {
         cmd.env_remove(var);
     }
     cmd
+}
+
+/// The simulated upstream, in the process, as a `repoll` command's one upstream: what
+/// `repoll serve --sim` does, on the test's own free `sim_port`.
+pub trait WithSim {
+    fn with_sim(&mut self, sim_port: u16) -> &mut Self;
+}
+
+impl WithSim for Command {
+    fn with_sim(&mut self, sim_port: u16) -> &mut Self {
+        self.env("REPOLL_SIM", "true")
+            .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+            .env(
+                "REPOLL_UPSTREAM_URL",
+                format!("http://127.0.0.1:{sim_port}/api/query?q={{key}}"),
+            )
+    }
 }
