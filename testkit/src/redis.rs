@@ -56,6 +56,17 @@ impl Default for RedisOptions {
 }
 
 impl RedisOptions {
+    /// A free port for a server with these options: a cluster node's must be at most 55535
+    /// with its bus port (10000 above) free too — Redis refuses a higher one, and the kernel
+    /// hands out free ports up to 60999.
+    fn free_port(&self) -> u16 {
+        if self.extra.iter().any(|a| a == "--cluster-enabled") {
+            crate::free_cluster_port()
+        } else {
+            crate::free_port()
+        }
+    }
+
     /// Extra arguments split on whitespace (`"--cluster-enabled yes"`).
     pub fn with_args(mut self, args: &str) -> Self {
         self.extra
@@ -155,7 +166,7 @@ impl RedisServer {
     pub fn start_with(opts: RedisOptions) -> Result<RedisServer, String> {
         let mut last = String::new();
         for _ in 0..PORT_TRIES {
-            let mut r = Self::unstarted(crate::free_port(), opts.clone());
+            let mut r = Self::unstarted(opts.free_port(), opts.clone());
             match r.launch_blocking() {
                 Ok(()) => return Ok(r),
                 Err(Launch::PortTaken(log)) => last = log,
@@ -172,7 +183,7 @@ impl RedisServer {
     pub async fn start_async(opts: RedisOptions) -> Result<RedisServer, String> {
         let mut last = String::new();
         for _ in 0..PORT_TRIES {
-            let mut r = Self::unstarted(crate::free_port(), opts.clone());
+            let mut r = Self::unstarted(opts.free_port(), opts.clone());
             match r.launch().await {
                 Ok(()) => return Ok(r),
                 Err(Launch::PortTaken(log)) => last = log,
