@@ -1,5 +1,5 @@
 //! Admin operations on every state, including the empty queue and unknown ids.
-mod common;
+use crate::common;
 
 use common::*;
 use futures::future::join_all;

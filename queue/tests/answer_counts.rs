@@ -3,7 +3,7 @@
 //! `refresh_failed`) come back per minute from `throughput` and `stats`, summed over the
 //! partitions, and a week's view sums the minutes of the last day and the hours reap rolled
 //! older minutes into, exactly.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

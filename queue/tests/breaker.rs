@@ -1,7 +1,7 @@
 //! The upstream's circuit breaker in Redis (prelude.lua, fail.lua, breaker.lua): it opens on
 //! the upstream's errors, stops claims without charging attempts, lets one probe through after
 //! its cool-down, and closes on the probe's success or by hand.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

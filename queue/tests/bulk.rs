@@ -1,7 +1,7 @@
 //! Bulk actions by filter on a private redis-server: select by state, error text, query text
 //! and time window; count; act in chunks; stop between chunks; refuse above the limit, when
 //! busy, and when more match than were confirmed.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::bulk::{BULK_CHUNK, LOCK_MS};

@@ -1,6 +1,6 @@
 //! Bulk actions on chosen tasks (the rows an operator ticked, issue 29): the same run as a
 //! filter's, on exactly those ids — each still checked for its state — and within the limit.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

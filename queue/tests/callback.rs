@@ -1,6 +1,6 @@
 //! Completion by the upstream's callback (callback.lua): one life of a task, once, before its
 //! expiry, fencing out the worker that holds the lease.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

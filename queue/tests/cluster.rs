@@ -8,7 +8,7 @@
 //! slot rules are the same as on a bigger cluster, and a queue lives in one slot anyway),
 //! shows the rules bite, then runs every queue operation on it.
 
-mod common;
+use crate::common;
 use common::*;
 use queue::*;
 use std::time::Duration;

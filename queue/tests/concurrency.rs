@@ -1,5 +1,5 @@
 //! Concurrency: many claimers, many enqueuers, against a real redis-server.
-mod common;
+use crate::common;
 
 use common::*;
 use futures::future::join_all;

@@ -1,6 +1,6 @@
 //! What the dashboard reads of a queue: its Pub/Sub notices, events, workers, throughput and
 //! histograms.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

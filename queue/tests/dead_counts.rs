@@ -2,7 +2,7 @@
 //! task once when it dies (fail.lua, reap.lua's poison and deadline, callback.lua,
 //! reschedule.lua's deadline), while `failed` counts each failed call; reap rolls `dead` into
 //! its hour with the other counters, so a week's view still has it.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

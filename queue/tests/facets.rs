@@ -1,7 +1,7 @@
 //! The dashboard's triage counts on a private redis-server (issue 29): a filter's tasks by
 //! tenant and error class, the dead work grouped by error with counts and first and last
 //! death, and the bound on how many tasks one count looks at.
-mod common;
+use crate::common;
 
 use std::time::Instant;
 

@@ -7,7 +7,7 @@
 //! replay waits 0.6 s where the failover would be (a real one takes longer: the cluster's node
 //! timeout, at least 1 s in practice), since take_tokens keeps its counter up to 0.5 s ahead of
 //! the clock between two moves.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

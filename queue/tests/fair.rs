@@ -2,7 +2,7 @@
 //! ready work whatever the length of one tenant's backlog; the untenanted work is one more
 //! lane; per-tenant caps and rates hold; a joined task counts once; every way out of the fair
 //! zset (claim, cancel, purge, callback) leaves nothing behind.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

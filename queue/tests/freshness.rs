@@ -2,7 +2,7 @@
 //! windows, +3 bytes for the asks counted for refresh-ahead, written at most `hot_asks`
 //! times), and the per-minute limit of refreshes ahead, on P = 1 and P = 3. (The answers
 //! themselves are tested through the API: server/tests/api_freshness*.rs.)
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

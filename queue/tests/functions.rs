@@ -3,7 +3,7 @@
 //! and side by side with another version of itself (a rolling upgrade).
 //!
 //! Each test has a redis-server of its own: they flush, restart or count server-wide.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::scripts::LIBRARY;

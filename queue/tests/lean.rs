@@ -1,6 +1,6 @@
 //! The lean layout's promises: one call per task in steady state, priorities with a bounded
 //! share for background work, history levels, and what a task costs in keys.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

@@ -1,5 +1,5 @@
 //! The lease life cycle: fencing, reap, reschedule, fail, deadlines, results, reads.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

@@ -1,5 +1,5 @@
 //! Listing a queue's tasks by state: stable, complete pages in both orders.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

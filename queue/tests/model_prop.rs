@@ -4,7 +4,7 @@
 //! completion that claims the next tasks in the same call, and a claim by a worker whose
 //! BLPOP took a wake-up entry; after every step the wake-up list holds at least one entry
 //! per ready task (no ready task is ever left without a wake-up).
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 //! wrong place, and a repartition neither runs beside a live process nor lets one that runs
 //! the old layout accept anything afterwards.
 
-mod common;
+use crate::common;
 use common::*;
 use queue::*;
 use std::collections::BTreeSet;

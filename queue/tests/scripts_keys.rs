@@ -3,7 +3,7 @@
 //! prefix. Two checks: a static one over the Lua sources (no key is ever built from a string
 //! except from PREFIX where declared), and a real one running every operation as a Redis ACL
 //! user allowed only `~*{aclq}*`.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::scripts::{FUNCTIONS, PRELUDE_PARTS};

@@ -2,7 +2,7 @@
 //! then the result, the last claim that ended, the claim that completed it, the time to result
 //! counted from its creation, its tenant once it is done, and a failed call's HTTP status,
 //! duration and body beside the message.
-mod common;
+use crate::common;
 
 use common::*;
 use queue::*;

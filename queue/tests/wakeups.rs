@@ -2,7 +2,7 @@
 //! the list tracks ready work nobody has claimed. Each test has its own queue name on the
 //! suite's private redis-server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -47,8 +47,8 @@ fi
 if [ -z "$doc" ]; then
   doc="$WORK/openapi.json"
   rm -f "$doc"
-  say "writing the served document (cargo test --test openapi_document)"
-  REPOLL_OPENAPI_OUT="$doc" cargo test --workspace --exclude frontend --test openapi_document \
+  say "writing the served document (cargo test --test server_tests openapi_document::)"
+  REPOLL_OPENAPI_OUT="$doc" cargo test --workspace --exclude frontend --test server_tests openapi_document:: \
     >"$WORK/cargo-test.log" 2>&1 || {
     cat "$WORK/cargo-test.log" >&2
     [ -f "$doc" ] || die "the test did not write the document (log above)"

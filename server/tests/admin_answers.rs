@@ -3,7 +3,7 @@
 //! overview of an upstream its answers charts, hit ratio and table over the chosen window,
 //! read from the queue's per-minute counters (the named upstream is partitioned: P = 3).
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 /// Asks of the named upstream `search`, through the queue as the API asks: 4 tasks created

@@ -3,7 +3,7 @@
 //! Redis), cross-site requests are refused even with a valid session, sign-in is rate-limited
 //! with one generic message, and a viewer cannot act.
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! the count the operator confirmed, the typed count a destructive one needs, and the one
 //! audit entry a run ends in.
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use std::time::{Duration, Instant};

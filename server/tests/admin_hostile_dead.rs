@@ -6,7 +6,7 @@
 //! (`admin_pages.rs::hostile_upstream_text_is_inert_on_every_admin_page` tries one tag in each
 //! kind of upstream text; this is the probe's volume and variety on the dead tasks.)
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 /// The probe's count of dead tasks: 38 pages of the dead list, the last one partly filled.

@@ -4,7 +4,7 @@
 //! with a list page (not even in the data it hydrates from); and a page of 50 rows of the
 //! longest texts stays small.
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 /// The characters a row shows of a long text (app's `format::ROW_TEXT_CHARS`).

@@ -3,7 +3,7 @@
 //! banner, named upstreams and tenants. (Render times with many tasks are measured by
 //! `scripts/bench-pages --tasks N`, not here.)
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! pages show them. (That the server refuses a viewer's action whatever the page shows is
 //! `admin_auth.rs::viewer_sees_everything_and_changes_nothing`.)
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! without JavaScript posts the selection form: the bulk run on exactly the chosen ids, a
 //! destructive one only with their number typed, and nothing at all when no row is ticked.
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! action) ends every session there is — the acting admin's too, who is handed a new one.
 //! Real Redis, the real router (`oneshot`), each "restart" a new router on the same Redis.
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use app::{

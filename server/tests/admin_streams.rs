@@ -2,7 +2,7 @@
 //! of changes, refreshes when quiet, sends heartbeats at the configured interval and stays
 //! under the stream caps.
 
-mod common;
+use crate::common;
 use common::admin::*;
 use common::heartbeats;
 

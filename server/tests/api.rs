@@ -1,7 +1,7 @@
 //! The public API through the real router against a private redis-server and the simulator:
 //! input errors, submit and answer, the live stream, the OpenAPI document, tenants.
 
-mod common;
+use crate::common;
 use common::api::*;
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! private redis-server and the simulator: a final answer ends the task at once, as done or,
 //! when the upstream gave up, as failed, with the same verdict and error a poll gives.
 
-mod common;
+use crate::common;
 use common::api::*;
 
 use std::time::Duration;

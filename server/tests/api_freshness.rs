@@ -7,9 +7,8 @@
 //! partitions and a named upstream. (Directives and headers: api_freshness_directives.rs.)
 //! The windows are a minute; results are made older in Redis (`common/fresh.rs`).
 
-mod common;
-#[path = "common/fresh.rs"]
-mod fresh;
+use crate::common;
+use common::fresh;
 
 use std::time::{Duration, Instant};
 

@@ -6,9 +6,8 @@
 //! runs unless a test starts one: a refresh waits where the test can see it. Windows are a
 //! minute; results are made older in Redis (`common/fresh.rs`).
 
-mod common;
-#[path = "common/fresh.rs"]
-mod fresh;
+use crate::common;
+use common::fresh;
 
 use std::net::SocketAddr;
 

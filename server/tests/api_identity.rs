@@ -3,7 +3,7 @@
 //! forwarded address is the last entry of the last `X-Forwarded-For` line, however the client
 //! shapes the lines before it. Through the real router against a private redis-server.
 
-mod common;
+use crate::common;
 use common::api::*;
 
 use std::net::SocketAddr;

@@ -1,7 +1,7 @@
 //! The public API's limits and failures: per-client rate limits (in process and on a real
 //! socket), cross-site posts, live-stream caps and heartbeats, Redis down or stalled.
 
-mod common;
+use crate::common;
 use common::api::*;
 use common::{heartbeats, start_redis};
 

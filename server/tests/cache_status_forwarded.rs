@@ -5,7 +5,7 @@
 //! there, the request's directives did not let it be used), never `hit`, and `collapsed` only
 //! beside `fwd` (the ask that joined a refresh already going).
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use serde_json::{json, Value};

@@ -5,7 +5,7 @@
 //! age, its windows and the refresh beside it. The live swap to the refreshed result is
 //! `live_streams.rs` (the stream) and `end2end/tests/freshness.spec.ts` (the browser).
 
-mod common;
+use crate::common;
 use common::{admin, api};
 
 use std::time::Duration;

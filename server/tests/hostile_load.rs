@@ -6,11 +6,9 @@
 //! full, an ERROR "File name too long" per page) and the span queue behind the stalled
 //! collector held every 68 KB span.
 
-mod common;
+use crate::common;
+use common::otlp;
 use common::process::*;
-#[path = "common/otlp.rs"]
-#[allow(dead_code)] // the stalled collector needs only `traced`
-mod otlp;
 
 use std::time::{Duration, Instant};
 

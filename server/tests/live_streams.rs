@@ -6,7 +6,7 @@
 //! accept loop) against a private redis-server; the test plays the worker, so each change is
 //! one it made.
 
-mod common;
+use crate::common;
 use common::api::*;
 
 use std::time::Duration;

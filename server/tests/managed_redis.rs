@@ -2,7 +2,7 @@
 //! command line, one server per data directory, no orphan when repoll dies, restarted when
 //! it dies. Every test runs a real `redis-server` on a free port in its own temp directory.
 
-mod common;
+use crate::common;
 
 use std::{
     io::{BufRead, Write},

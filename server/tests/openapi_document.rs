@@ -8,7 +8,7 @@
 //! document is written there), validates the file with `openapi-spec-validator`, generates a
 //! TypeScript client from it and compiles it; `end2end/tests/api_client.spec.ts` makes a call.
 
-mod common;
+use crate::common;
 use common::api::*;
 
 use serde_json::Value;

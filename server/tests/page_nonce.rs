@@ -3,7 +3,7 @@
 //! without the request's context once, so its scripts carried another nonce than its policy
 //! and the browser refused them: it never hydrated).
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! kept across a restart, the descriptor limit, web-only serving, and no redis-server child
 //! left behind.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::{

@@ -1,7 +1,7 @@
 //! The real `repoll` binary's features end to end: its metrics, callbacks (and the tokens they
 //! refuse) and named upstreams (the admin repartition command: process_repartition.rs).
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::{

@@ -5,7 +5,7 @@
 //! result's expiry in Redis (its three windows), a cached failure's `fresh_until`; and a
 //! result past its (short) fresh window is answered stale while it is refreshed.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::time::{Duration, Instant};

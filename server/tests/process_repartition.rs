@@ -3,7 +3,7 @@
 //! runs once they have stopped, and a process still running the old layout afterwards accepts
 //! nothing (503, `/readyz` 503) instead of writing where the queue no longer looks.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::{

@@ -2,7 +2,7 @@
 //! says, and a setting the process cannot work with stops the start at once, in the
 //! settings' own words — never a server that answers and then does nothing.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::{

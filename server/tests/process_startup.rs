@@ -2,7 +2,7 @@
 //! start (and never print a password), waiting for a Redis that loads or is down, and the
 //! admin password printed for the run.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::{

@@ -6,7 +6,7 @@
 //! The same server's `/metrics` page, with tasks done, dead, retrying, waiting and ready, then
 //! passes `promtool check metrics` without a complaint.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::io::Write;

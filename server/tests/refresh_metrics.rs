@@ -3,7 +3,7 @@
 //! its new result counts `done`, one that dies counts `failed` — and a first task, though it
 //! completes, counts nothing.
 
-mod common;
+use crate::common;
 use common::process::*;
 
 use std::{

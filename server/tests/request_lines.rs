@@ -4,7 +4,7 @@
 //! legal HTTP/1.1) is served by its path. Leptos's handlers unwrapped the target's path, so
 //! each such line was a panic, a 500 and a backtrace in the log: an anonymous log flood.
 
-mod common;
+use crate::common;
 
 use std::{
     io::{Read, Write},

@@ -4,7 +4,7 @@
 //! server renders the chosen theme into the page (`<html data-theme>`), so the first paint
 //! has it.
 
-mod common;
+use crate::common;
 use common::api::{Env, Opts};
 
 use axum::{body::Body, http::Request};

@@ -10,11 +10,9 @@ use std::time::{Duration, Instant};
 use testkit::free_port;
 use testkit::http::BlockingHttp;
 
-mod common;
+use crate::common;
+use common::otlp;
 use common::process::*;
-#[path = "common/otlp.rs"]
-#[allow(dead_code)] // the receiver's span readers are trace_export.rs's
-mod otlp;
 use otlp::*;
 
 #[test]

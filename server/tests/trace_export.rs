@@ -16,8 +16,7 @@ use testkit::http::BlockingHttp;
 
 mod common;
 use common::process::*;
-#[path = "common/otlp.rs"]
-mod otlp;
+use common::otlp;
 use otlp::*;
 
 async fn sim_traceparents(sim_port: u16, key: &str) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! The router driven with `oneshot`, against a real redis-server started through the same
 //! managed-Redis code `repoll serve` uses.
 
-mod common;
+use crate::common;
 use common::{connect_queue, start_redis, tempdir};
 
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! form posted without `Referer` goes back to its own page; `/metrics` takes the token when one
 //! is configured, else only a loopback socket peer — never a forwarded address.
 
-mod common;
+use crate::common;
 use common::admin::*;
 
 use app::pages::{

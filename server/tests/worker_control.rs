@@ -8,7 +8,7 @@
 //!
 //! Each heartbeat also carries the process's memory, read by the process itself.
 
-mod common;
+use crate::common;
 
 use std::{
     process::{Command, Stdio},

@@ -12,7 +12,7 @@ use std::{
 
 use server::managed_redis::ManagedRedis;
 
-mod common;
+use crate::common;
 use common::held_upstream::HeldUpstream;
 
 // The queue tests' Redis-time travel (`expire_lease`: a lease's deadline moved one millisecond

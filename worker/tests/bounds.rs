@@ -4,7 +4,7 @@
 //! history stay small in Redis (MEMORY USAGE) however large the answer was. Real simulator
 //! (`pad=` makes an answer that large), real Redis.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

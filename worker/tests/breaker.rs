@@ -6,7 +6,7 @@
 //! are) keeps flowing; once the failing one is back, one probe closes its breaker and every
 //! task completes.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

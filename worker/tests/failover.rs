@@ -15,7 +15,7 @@
 //! start (the test kit tries five free ports) or a `redis-cli --cluster create` that fails is a
 //! failure, with its output: these tests are never skipped.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

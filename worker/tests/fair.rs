@@ -7,7 +7,7 @@
 //! called hundreds of times. What is asserted is an order (whose work is done before whose);
 //! B's p95 time to final, alone and beside the flood, is printed only (a speed).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! What the worker sends (method, extra headers, API key) and the cap on an answer's size,
 //! against small upstreams of their own.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

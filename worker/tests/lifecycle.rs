@@ -4,7 +4,7 @@
 //! running at its end; heartbeats; and the poll policy's order (with the time to result
 //! printed) for a 2 s upstream and a 250 ms first interval.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

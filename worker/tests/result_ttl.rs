@@ -8,7 +8,7 @@
 //! new task that is polled again. (What happens in the stale windows: queue/tests/freshness.rs
 //! and server/tests/api_freshness.rs.)
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! could start the work), the safety sleep itself when a wake-up entry is lost, and the bound
 //! on calls in flight per worker (`REPOLL_CONCURRENCY`).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

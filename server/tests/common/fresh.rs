@@ -7,7 +7,7 @@
 //! time the scripts read back in Redis ([`Env::backdate_result`], [`Env::backdate_death`]),
 //! as `queue/tests/common/clock.rs` does for leases, so the windows can be long (nothing
 //! runs out by itself on a slow machine) and the "after" half of a test needs no wait.
-//! Included with `#[path = "common/fresh.rs"]` next to `mod common;` (it uses `crate::common`).
+//! A part of `common` (it uses `crate::common`).
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::time::{Duration, Instant};

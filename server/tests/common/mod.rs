@@ -5,7 +5,9 @@ use server::managed_redis::ManagedRedis;
 
 pub mod admin;
 pub mod api;
+pub mod fresh;
 pub mod held_upstream;
+pub mod otlp;
 pub mod process;
 
 /// What the router answered a request: its status, headers, body text, and the body parsed
