@@ -22,6 +22,7 @@ mod fair;
 mod freshness;
 mod functions;
 mod lean;
+mod lean_stats;
 mod lifecycle;
 mod listing;
 mod model_prop;

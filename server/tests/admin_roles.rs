@@ -2,14 +2,16 @@
 //! viewer's pages show no control that changes something — no form posting to an action, no
 //! "are you sure" question, no purge box, no link to run bulk actions — while an admin's same
 //! pages show them. (That the server refuses a viewer's action whatever the page shows is
-//! `admin_auth.rs::viewer_sees_everything_and_changes_nothing`.)
+//! `viewer_sees_everything_and_changes_nothing` below, through the router in process.)
 
 use crate::common;
 use common::admin::*;
 
 use std::time::Duration;
 
-use app::pages::admin::{actions::Act, bulk::BulkAct, login::SignIn};
+use app::pages::admin::{
+    actions::Act, bulk::BulkAct, login::SignIn, overview::Overview, tasks::ListTasks,
+};
 use leptos::server_fn::ServerFn;
 use testkit::Http;
 
@@ -123,5 +125,32 @@ async fn a_viewer_is_shown_no_control_that_changes_something() {
     let listing = page(http, "/admin/tasks?state=dead", &viewer).await;
     assert!(listing.contains("dead for the roles"), "{listing}");
     drop(server);
+    env.redis.stop().await;
+}
+
+#[tokio::test]
+async fn viewer_sees_everything_and_changes_nothing() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let dead = dead_task(q, "dead three").await;
+    let (leased, _) = leased_task(q, "held three").await;
+    let cookie = sign_in(r, VIEWER_PW, [10, 0, 0, 6])
+        .await
+        .expect("viewer signs in");
+
+    for fields in all_actions(&dead, &leased) {
+        let reply = call::<Act>(r, &fields, Some(&cookie), &[]).await;
+        assert_eq!(reply.status, 403, "{fields:?}: {}", reply.body);
+        assert!(reply.body.contains("read-only"), "{}", reply.body);
+    }
+    unchanged(q, &dead, &leased).await;
+
+    let overview = call::<Overview>(r, &[], Some(&cookie), &[]).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    let listing = call::<ListTasks>(r, &[("state", "dead")], Some(&cookie), &[]).await;
+    assert!(listing.body.contains(dead.as_str()), "{}", listing.body);
+    let html = get_page(r, "/admin", Some(&cookie), [10, 0, 0, 6]).await;
+    assert_eq!(html.status, 200);
+    assert!(html.body.contains("read-only"), "the frame says so");
     env.redis.stop().await;
 }

@@ -15,8 +15,8 @@ use testkit::free_port;
 use testkit::http::BlockingHttp;
 
 mod common;
-use common::process::*;
 use common::otlp;
+use common::process::*;
 use otlp::*;
 
 async fn sim_traceparents(sim_port: u16, key: &str) -> Vec<String> {
