@@ -16,7 +16,7 @@ export function apiClient(baseUrl: string) {
   return createClient<paths>({ baseUrl });
 }
 
-// Compile-time checks of the generated types against what the API promises (README "API"):
+// Compile-time checks of the generated types against what the API promises (docs/api.md):
 // a status is one of three values, an error carries a code from the documented list.
 const statuses: Query["status"][] = ["processing", "done", "failed"];
 const codes: ErrorCode[] = ["invalid_query", "not_found", "rate_limited"];

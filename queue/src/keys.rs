@@ -34,17 +34,17 @@ pub(crate) struct Keys {
     pub workers: String,
     /// The web process registry (`registry.rs`): process id -> last seen.
     pub webs: String,
-    /// The upstream's circuit breaker (a hash; absent = closed): prelude.lua.
+    /// The upstream's circuit breaker (a hash; absent = closed): prelude/breaker.lua.
     pub breaker: String,
     /// Rate limiter of upstream calls (GCRA arrival time), shared by all workers.
     pub upstream_rate: String,
     /// Wake-up list: one entry per task made ready now; idle worker processes block on it
-    /// (BLPOP), so each entry wakes one of them (prelude.lua, `wake_workers`).
+    /// (BLPOP), so each entry wakes one of them (prelude/history.lua, `wake_workers`).
     pub wakeups: String,
     /// Admin actions, newest first, capped (audit.rs).
     pub audit: String,
-    /// Fair shares (prelude.lua): tenants' interactive tasks ready now, `"<tenant>|<id>"` scored
-    /// by start tag.
+    /// Fair shares (prelude/fair.lua): tenants' interactive tasks ready now,
+    /// `"<tenant>|<id>"` scored by start tag.
     pub fair: String,
     /// Each tenant with a backlog -> its latest start tag ('' = the untenanted lane).
     pub fairt: String,

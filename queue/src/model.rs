@@ -129,7 +129,7 @@ impl Default for FreshnessWindows {
 
 /// Limits per tenant (who asked: [`EnqueuePolicy::tenant`]) on one queue, so one caller's
 /// backlog cannot take every slot of the upstream. Claims go round between the tenants with
-/// ready work whatever these are (prelude.lua, "Fair shares"); these cap a tenant further.
+/// ready work whatever these are (prelude/fair.lua); these cap a tenant further.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TenantLimits {
     /// Leases one tenant may hold at once (calls in flight); 0 = no cap.

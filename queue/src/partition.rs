@@ -171,7 +171,7 @@ pub(crate) async fn check_layout(q: &Queue) -> Result<()> {
         return Err(config(format!(
             "queue {:?} has {} and this process asks for {want} (REPOLL_PARTITIONS): its tasks \
              would be looked for in the wrong place. Keep REPOLL_PARTITIONS={have}, or change \
-             the count as README.md \"Partitions\" says",
+             the count as docs/operations.md \"Partitions\" says",
             q.config().name,
             partitions(have)
         )));

@@ -3,7 +3,7 @@
 //! a claim are lost exactly that way (every key of the queue put back as it was before the
 //! claim, with DUMP / RESTORE), and the queue must still fence the worker that holds the lost
 //! lease out: the next claim of the same task gets a greater token (take_tokens in
-//! prelude.lua), so the old holder's completion is refused and the new one's stands. The
+//! prelude/claims.lua), so the old holder's completion is refused and the new one's stands. The
 //! replay waits 0.6 s where the failover would be (a real one takes longer: the cluster's node
 //! timeout, at least 1 s in practice), since take_tokens keeps its counter up to 0.5 s ahead of
 //! the clock between two moves.

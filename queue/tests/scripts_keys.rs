@@ -295,10 +295,10 @@ fn scripts_name_keys_only_through_keys() {
     }
 }
 
-/// The ACL rule README.md gives for a queue's user (the one line with `ACL SETUSER`), its
+/// The ACL rule the manual (docs/operations.md) gives for a queue's user (the one line with `ACL SETUSER`), its
 /// placeholders filled in: the test runs exactly what a reader would.
 fn readme_acl_rule(user: &str, password: &str, queue: &str) -> Vec<String> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operations.md");
     let rules: Vec<&str> = readme
         .lines()
         .filter_map(|l| l.split('`').find(|part| part.starts_with("ACL SETUSER ")))
@@ -306,7 +306,7 @@ fn readme_acl_rule(user: &str, password: &str, queue: &str) -> Vec<String> {
     assert_eq!(
         rules.len(),
         1,
-        "README.md gives one ACL SETUSER rule: {rules:?}"
+        "docs/operations.md gives one ACL SETUSER rule: {rules:?}"
     );
     rules[0]
         .split_whitespace()

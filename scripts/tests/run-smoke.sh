@@ -6,7 +6,7 @@
 # Ports are free ones and the Redis data goes to a temporary directory: nothing of a running
 # demo (port 3000, ./data/redis) is touched.
 #
-# With --cluster it follows the README's "Try it on a small cluster" instead: `scripts/cluster
+# With --cluster it follows docs/operations.md's "Try it on a small cluster" instead: `scripts/cluster
 # start` (three masters, here on free ports), then scripts/run with REDIS_URL naming them,
 # REDIS_CLUSTER=true and REPOLL_PARTITIONS=6; the queries must be answered and their keys
 # spread over more than one master.

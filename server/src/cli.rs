@@ -1,6 +1,6 @@
 //! The command line. Every setting has a flag and an environment variable (shown by
 //! `--help`), so the same binary is configured the same way on a laptop, in CI and in a
-//! container. The README's configuration table is written from these definitions.
+//! container. The configuration tables of docs/configuration.md are written from these definitions.
 
 use std::{ffi::OsString, net::SocketAddr, path::PathBuf};
 

@@ -259,7 +259,7 @@ impl BreakerArgs {
 pub const MAX_WINDOW_MS: u64 = 10 * 365 * 24 * 3_600_000;
 
 /// What a stored result is worth after its fresh window, per upstream (see
-/// `queue::FreshnessWindows` and README, "Freshness").
+/// `queue::FreshnessWindows` and docs/freshness.md).
 #[derive(Clone, Copy, Debug, Args)]
 pub struct FreshnessArgs {
     /// How long a stored result is fresh (ms): answered with no upstream call. Unset: the

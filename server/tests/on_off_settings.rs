@@ -177,8 +177,8 @@ fn every_on_off_setting_takes_every_word_from_flag_variable_and_file() {
 }
 
 #[test]
-fn the_readme_says_which_words_an_on_off_setting_takes() {
-    let readme = include_str!("../../README.md");
+fn the_manual_says_which_words_an_on_off_setting_takes() {
+    let readme = include_str!("../../docs/configuration.md");
     let readme = readme.split_whitespace().collect::<Vec<_>>().join(" ");
     let list = |words: &[&str]| {
         let quoted: Vec<String> = words.iter().map(|w| format!("`{w}`")).collect();
@@ -187,6 +187,9 @@ fn the_readme_says_which_words_an_on_off_setting_takes() {
     };
     for words in [&ON_WORDS[..], &OFF_WORDS[..]] {
         let said = list(words);
-        assert!(readme.contains(&said), "README.md does not say {said}");
+        assert!(
+            readme.contains(&said),
+            "docs/configuration.md does not say {said}"
+        );
     }
 }

@@ -12,15 +12,15 @@ use std::{
 use testkit::http::{Answer, BlockingHttp};
 use testkit::{free_port, ChildGuard};
 
-/// The metric names README.md lists where it says what `/metrics` carries ("Health and
-/// metrics", and the series behind the alerts in "Alerts"), read from the README itself so a
-/// name added there is checked here.
+/// The metric names the manual lists where it says what `/metrics` carries
+/// (docs/operations.md: "Health and metrics", and the series behind the alerts in "Alerts"),
+/// read from the page itself so a name added there is checked here.
 fn readme_metric_names() -> Vec<String> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operations.md");
     let section = |title: &str| -> &str {
         let start = readme
-            .find(&format!("\n### {title}\n"))
-            .unwrap_or_else(|| panic!("README has no section {title:?}"));
+            .find(&format!("\n## {title}\n"))
+            .unwrap_or_else(|| panic!("docs/operations.md has no section {title:?}"));
         let rest = &readme[start + 1..];
         let end = rest[4..].find("\n#").map_or(rest.len(), |e| e + 5);
         &rest[..end]
@@ -65,7 +65,7 @@ fn has_metric(page: &str, name: &str) -> bool {
 }
 
 /// `/metrics` of `repoll serve` (in-process workers and simulator) carries every metric the
-/// README names once a query has completed and one has failed: the counters that have not
+/// manual names once a query has completed and one has failed: the counters that have not
 /// counted yet are there at 0.
 #[test]
 fn metrics_carry_every_named_series() {
@@ -135,7 +135,7 @@ fn metrics_carry_every_named_series() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    // Every name the README lists. The gauges of queue depth and the heartbeats' series are
+    // Every name the manual lists. The gauges of queue depth and the heartbeats' series are
     // refreshed periodically: waited for too.
     let names = readme_metric_names();
     let mut page = String::new();
@@ -159,7 +159,7 @@ fn metrics_carry_every_named_series() {
     for n in &names {
         assert!(
             has_metric(&page, n),
-            "{n} (README) missing from /metrics:\n{page}"
+            "{n} (docs/operations.md) missing from /metrics:\n{page}"
         );
     }
     for w in wanted {
@@ -293,7 +293,7 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap().body;
     assert!(sim.contains(r#""calls":1,"#), "one poll only: {sim}");
     assert!(sim.contains(r#""callbacks":1"#), "one callback: {sim}");
-    // The task it ended is counted (README: `repoll_callbacks_total`).
+    // The task it ended is counted (docs/operations.md: `repoll_callbacks_total`).
     until_callbacks_counted(web_port, 1.0);
     let result_key = format!("{{cbq}}:r:{id}");
     let result = redis_cli(redis_port, &["GET", &result_key]);

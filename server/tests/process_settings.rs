@@ -181,7 +181,7 @@ fn another_partition_count_is_refused_in_the_settings_words() {
         );
         assert!(said.starts_with(&want), "{said}");
         assert!(said.contains("Keep REPOLL_PARTITIONS=4"), "{said}");
-        assert!(said.contains("README.md \"Partitions\""), "{said}");
+        assert!(said.contains("docs/operations.md \"Partitions\""), "{said}");
         for wrong in ["corrupt", "cannot connect"] {
             assert!(!said.to_lowercase().contains(wrong), "{said}");
         }

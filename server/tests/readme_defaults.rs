@@ -1,7 +1,8 @@
-//! The configuration tables of README.md (and worker/README.md) against the flags themselves:
-//! every setting with an environment variable is documented, and the default a table shows is
-//! the default the binary uses. A default is written once in code (the `#[arg]` attribute;
-//! `Default` impls are derived from it), so the docs are the only other place it can drift.
+//! The configuration tables of the manual (docs/configuration.md, and worker/README.md) against
+//! the flags themselves: every setting with an environment variable is documented, and the
+//! default a table shows is the default the binary uses. A default is written once in code (the
+//! `#[arg]` attribute; `Default` impls are derived from it), so the docs are the only other place
+//! it can drift.
 
 use clap::CommandFactory;
 use server::cli::Cli;
@@ -48,8 +49,24 @@ fn shown_default(cells: &[&str], i: usize) -> Option<String> {
 
 #[test]
 fn every_setting_is_documented_with_its_real_default() {
+    // The README and every page of the manual that holds what were once its sections (a table
+    // of settings may sit on any of them: docs/upstreams.md has the limits), and the worker's.
     let readme = concat!(
         include_str!("../../README.md"),
+        "\n",
+        include_str!("../../docs/introduction.md"),
+        "\n",
+        include_str!("../../docs/configuration.md"),
+        "\n",
+        include_str!("../../docs/api.md"),
+        "\n",
+        include_str!("../../docs/freshness.md"),
+        "\n",
+        include_str!("../../docs/dashboard.md"),
+        "\n",
+        include_str!("../../docs/operations.md"),
+        "\n",
+        include_str!("../../docs/upstreams.md"),
         "\n",
         include_str!("../../worker/README.md")
     );
@@ -71,7 +88,7 @@ fn every_setting_is_documented_with_its_real_default() {
             }
             let rows = rows_for(readme, env);
             if rows.is_empty() {
-                problems.push(format!("{env}: not in a README configuration table"));
+                problems.push(format!("{env}: not in a configuration table of the docs"));
                 continue;
             }
             let defaults: Vec<String> = arg
@@ -94,7 +111,7 @@ fn every_setting_is_documented_with_its_real_default() {
                     checked += 1;
                 } else {
                     problems.push(format!(
-                        "{env}: README shows {shown:?}, the flag's default is {want:?}"
+                        "{env}: the docs show {shown:?}, the flag's default is {want:?}"
                     ));
                 }
             }
@@ -121,18 +138,18 @@ fn heading_commands(line: &str) -> Option<Vec<String>> {
     )
 }
 
-/// Each configuration table of the README sits under a heading naming its commands, e.g.
-/// "(serve, worker)": every setting of such a table is one each named command takes, and every
-/// setting a command takes is in a table naming it, so a reader of "(worker)" tables learns
-/// exactly what a worker reads.
+/// Each configuration table of docs/configuration.md sits under a heading naming its commands,
+/// e.g. "(serve, worker)": every setting of such a table is one each named command takes, and
+/// every setting a command takes is in a table naming it, so a reader of "(worker)" tables
+/// learns exactly what a worker reads.
 #[test]
 fn every_table_heading_names_the_commands_that_take_its_settings() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/configuration.md");
     let cli = Cli::command();
     let envs_of = |name: &str| -> std::collections::BTreeSet<String> {
         let cmd = cli
             .find_subcommand(name)
-            .unwrap_or_else(|| panic!("README names a command `{name}` repoll lacks"));
+            .unwrap_or_else(|| panic!("configuration.md names a command `{name}` repoll lacks"));
         cmd.get_arguments()
             .chain(cli.get_arguments())
             .filter(|a| !a.is_hide_set())
@@ -209,15 +226,15 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
 }
 
 /// Tracing's settings are read from the environment, not flags, so the clap walk above cannot
-/// see them: each is in a row of the README's tracing table.
+/// see them: each is in a row of the tracing table of docs/configuration.md.
 #[test]
 fn every_tracing_variable_is_documented() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/configuration.md");
     let section = readme
         .split("### Tracing and logs (serve, worker)")
         .nth(1)
         .and_then(|rest| rest.split("\n### ").next())
-        .expect("README has a \"Tracing and logs (serve, worker)\" table");
+        .expect("docs/configuration.md has a \"Tracing and logs (serve, worker)\" table");
     let missing: Vec<&str> = server::traces::settings::ENVIRONMENT
         .iter()
         .copied()
@@ -225,14 +242,14 @@ fn every_tracing_variable_is_documented() {
         .collect();
     assert!(
         missing.is_empty(),
-        "not in the README's tracing table: {missing:?}"
+        "not in the tracing table of docs/configuration.md: {missing:?}"
     );
 }
 
-/// The README's error table names every code the API sends.
+/// The error table of docs/api.md names every code the API sends.
 #[test]
 fn every_api_error_code_is_in_the_readme() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/api.md");
     let missing: Vec<&str> = server::api::ErrorCode::ALL
         .iter()
         .map(|c| c.as_str())
@@ -240,6 +257,6 @@ fn every_api_error_code_is_in_the_readme() {
         .collect();
     assert!(
         missing.is_empty(),
-        "not in README's error table: {missing:?}"
+        "not in the error table of docs/api.md: {missing:?}"
     );
 }

@@ -283,7 +283,7 @@ impl Slot {
 }
 
 /// The places ready work waits in, each a segment of a ready page: Z the due-now part of the
-/// due zset (polls and retries), F the tenants' fair queue (prelude.lua), I and B the
+/// due zset (polls and retries), F the tenants' fair queue (prelude/fair.lua), I and B the
 /// interactive and background lists.
 #[derive(Clone, Copy, PartialEq)]
 enum Seg {

@@ -157,7 +157,7 @@ fn count(b: &mut ThroughputBucket, j: usize, v: u64) {
 }
 
 /// A histogram field's minute, kind (0 time to result, 1 polls, 2 upstream latency) and
-/// bucket: `"<minute_ms>:<t|p|l><bucket>"` (prelude.lua, bump_tally).
+/// bucket: `"<minute_ms>:<t|p|l><bucket>"` (prelude/counters.lua, bump_tally).
 fn parse_hist_field(field: &str) -> Option<(i64, usize, u32)> {
     let (minute, rest) = field.split_once(':')?;
     let kind = match rest.as_bytes().first()? {

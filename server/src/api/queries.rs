@@ -111,7 +111,7 @@ fn count_answer(view: &QueryView) {
         ("Cache-Control" = Option<String>, Header, description = "What the caller accepts of a stored result (RFC 9111 request directives): `max-age=N` (nothing older is taken: the refresh's progress is answered), `max-stale[=N]` (stale taken up to N s past fresh), `no-cache` (a refresh starts now or the running one is joined), `only-if-cached` (never start a task). The body's `cache_control` adds to it."),
     ),
     responses(
-        (status = 200, body = QueryView, description = "From the store or final already: a stored result, fresh or stale (`freshness`, `age_ms`, `stale_reason`; a stale one is being refreshed or cannot be: see README Freshness), a cached failure (status failed, freshness fresh), or a task that finished within the first-answer budget.",
+        (status = 200, body = QueryView, description = "From the store or final already: a stored result, fresh or stale (`freshness`, `age_ms`, `stale_reason`; a stale one is being refreshed or cannot be: see docs/freshness.md), a cached failure (status failed, freshness fresh), or a task that finished within the first-answer budget.",
             headers(
                 ("Location" = String, description = "The query's resource, /api/v1/queries/{id}."),
                 ("Age" = u64, description = "Seconds since the stored answer was stored (stored answers only)."),

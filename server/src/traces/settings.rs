@@ -6,7 +6,7 @@
 use opentelemetry_sdk::trace::Sampler;
 
 /// Every variable tracing and logging read (here, or the OTLP exporter as the specification
-/// says): environment only, never flags, each documented in the README's tracing table
+/// says): environment only, never flags, each documented in the tracing table of docs/configuration.md
 /// (`server/tests/readme_defaults.rs` checks).
 pub const ENVIRONMENT: &[&str] = &[
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",

@@ -1,5 +1,5 @@
 //! An upstream the test holds: each call waits until the test lets its caller's calls be
-//! answered (worker_process.rs, worker_control.rs).
+//! answered (worker_process/, worker_control.rs).
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::time::Duration;
