@@ -25,10 +25,11 @@ pub struct RedisStatus {
 pub async fn check_redis() -> Result<RedisStatus, ServerFnError> {
     crate::auth::require(crate::auth::Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let info = ctx.queue.server_info().await.map_err(|e| {
-        tracing::warn!(error = %e, "redis status check failed");
-        ServerFnError::new("Redis is unreachable")
-    })?;
+    let info = ctx
+        .queue
+        .server_info()
+        .await
+        .map_err(|e| crate::auth::unreachable("redis status check", e))?;
     Ok(RedisStatus {
         version: info.version,
         keys: info.keys,

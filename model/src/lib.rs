@@ -50,3 +50,8 @@ pub use task::{
     Priority, ResultStory, StoredResult, Task, TaskDetail, TaskState, UnknownName, FAILED_BODY_MAX,
 };
 pub use trace::TaskTrace;
+
+/// What a request answers when Redis fails it — admin reads and actions, sign-in, the
+/// dashboard's pages and event stream: one wording (a form shows it as ours), the details only
+/// in the server log.
+pub const REDIS_UNREACHABLE: &str = "Redis is unreachable";

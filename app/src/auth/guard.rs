@@ -9,9 +9,17 @@ use http::{request::Parts, StatusCode};
 use leptos::prelude::*;
 
 use super::{session::cookie_id, Role, Session, Sessions};
+use model::REDIS_UNREACHABLE;
 
 /// URL prefix of every admin server function (see `#[server(prefix = ...)]` in the pages).
 pub const ADMIN_FN_PREFIX: &str = "/admin/fn";
+
+/// A Redis call for `what` (e.g. "task list") that failed: logged with its error, answered 503
+/// [`REDIS_UNREACHABLE`], the one wording every admin read, action and sign-in uses.
+pub fn unreachable(what: &str, error: impl std::fmt::Display) -> ServerFnError {
+    tracing::warn!(error = %error, what, "a Redis call of an admin request failed");
+    refuse(StatusCode::SERVICE_UNAVAILABLE, REDIS_UNREACHABLE)
+}
 
 /// The error a refused request gets, with `status` on a scripted server-function call.
 pub fn refuse(status: StatusCode, message: &str) -> ServerFnError {
@@ -37,10 +45,10 @@ pub async fn current() -> Result<Option<Session>, ServerFnError> {
     let Some(id) = use_context::<Parts>().and_then(|p| cookie_id(&p.headers)) else {
         return Ok(None);
     };
-    Sessions::of(&ctx).get(&id).await.map_err(|e| {
-        tracing::warn!(error = %e, "session lookup failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    })
+    Sessions::of(&ctx)
+        .get(&id)
+        .await
+        .map_err(|e| unreachable("session lookup", e))
 }
 
 /// The session, if it may act as `role`; otherwise the refusal to return.

@@ -55,6 +55,6 @@ pub use credentials::{
     PASSWORD_CHECK_WAIT,
 };
 #[cfg(feature = "ssr")]
-pub use guard::{current, refuse, request_is_https, require, ADMIN_FN_PREFIX};
+pub use guard::{current, refuse, request_is_https, require, unreachable, ADMIN_FN_PREFIX};
 #[cfg(feature = "ssr")]
 pub use session::{clear_cookie, cookie_id, cookie_value, set_cookie, Session, Sessions, COOKIE};

@@ -26,7 +26,7 @@ const OURS: &[&str] = &[
     // Every admin server function (crate::auth::guard, crate::context).
     "sign in required",
     "not allowed: this account is read-only",
-    "Redis is unreachable",
+    model::REDIS_UNREACHABLE,
     "server misconfigured",
     // sign_in.
     "wrong password",

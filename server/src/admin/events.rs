@@ -50,7 +50,7 @@ pub async fn stream(
         Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in required").into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "session lookup failed");
-            return (StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable").into_response();
+            return (StatusCode::SERVICE_UNAVAILABLE, model::REDIS_UNREACHABLE).into_response();
         }
     }
     let permit = match state.live.admit(client) {

@@ -155,7 +155,7 @@ pub async fn page_guard(
                 tracing::warn!(error = %e, "admin page: session lookup failed");
                 return (
                     axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    "Redis is unreachable; try again shortly",
+                    format!("{}; try again shortly", model::REDIS_UNREACHABLE),
                 )
                     .into_response();
             }

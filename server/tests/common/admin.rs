@@ -362,21 +362,29 @@ pub async fn leased_task(q: &queue::Queue, query: &str) -> (queue::TaskId, u64) 
     (c.id, c.token)
 }
 
-/// Every action, with valid arguments.
+/// Every action of `AdminOp::ALL` with valid arguments (each purge target), so a refusal
+/// checked over this list covers an action added later: the match has no catch-all arm.
 pub fn all_actions<'a>(dead: &'a str, leased: &'a str) -> Vec<Vec<(&'static str, &'a str)>> {
-    vec![
-        vec![("op", "retry"), ("id", dead)],
-        vec![("op", "retry_all_dead")],
-        vec![("op", "cancel"), ("id", dead)],
-        vec![("op", "release"), ("id", leased)],
-        vec![("op", "release_stuck")],
-        vec![("op", "purge"), ("id", "dead"), ("confirm", "dead")],
-        vec![("op", "purge"), ("id", "queued"), ("confirm", "queued")],
-        vec![("op", "purge"), ("id", "results"), ("confirm", "results")],
-        vec![("op", "purge"), ("id", "history"), ("confirm", "history")],
-        vec![("op", "pause")],
-        vec![("op", "open_breaker")],
-    ]
+    use app::pages::admin::admin_op::AdminOp::{self, *};
+    AdminOp::ALL
+        .into_iter()
+        .flat_map(|op| {
+            let args: Vec<Vec<(&'static str, &'a str)>> = match op {
+                Retry | Cancel => vec![vec![("id", dead)]],
+                Release => vec![vec![("id", leased)]],
+                Purge => ["dead", "queued", "results", "history"]
+                    .map(|t| vec![("id", t), ("confirm", t)])
+                    .to_vec(),
+                QuietWorker | StopWorker => vec![vec![("id", "worker-1")]],
+                RetryAllDead | ReleaseStuck | Pause | Resume | OpenBreaker | CloseBreaker
+                | SignOutAll => vec![vec![]],
+            };
+            args.into_iter().map(move |mut a| {
+                a.insert(0, ("op", op.name()));
+                a
+            })
+        })
+        .collect()
 }
 
 /// The state the refused requests must leave alone.

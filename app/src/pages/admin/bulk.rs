@@ -60,16 +60,12 @@ pub struct BulkView {
 /// How many tasks `filter` selects now, which actions apply, and the current or last run.
 #[server(prefix = "/admin/fn")]
 pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
-    use http::StatusCode;
+    use crate::auth::{require, Role};
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
     let q = super::bulk_filter::queue_of(&ctx, &filter)?;
     let f = super::bulk_filter::filter(&filter)?;
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "bulk preview failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("bulk preview", e);
     let (sel, run, paused, now_ms) = tokio::join!(
         q.bulk_select(&f, 0),
         q.bulk_progress(),

@@ -6,6 +6,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use super::actions::Act;
+use super::admin_op::AdminOp;
 use super::ui::can_act;
 
 /// Which many-task action is asking its question right now. Lives with the page, not with
@@ -35,7 +36,7 @@ pub fn provide_confirm(action: ServerAction<Act>) {
 #[component]
 pub fn ConfirmAction(
     action: ServerAction<Act>,
-    op: &'static str,
+    op: AdminOp,
     /// The button that asks ("Retry all dead").
     label: &'static str,
     /// The question, with the count in it.
@@ -50,6 +51,7 @@ pub fn ConfirmAction(
     state: Option<&'static str>,
     testid: &'static str,
 ) -> impl IntoView {
+    let op = op.name();
     let query = use_query_map();
     let open = use_context::<Confirming>()
         .map(|c| c.0)

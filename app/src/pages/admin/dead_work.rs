@@ -52,10 +52,7 @@ pub async fn dead_work(upstream: Option<String>) -> Result<DeadWorkView, ServerF
         .upstream(upstream.as_deref())
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
     let up = q.config().upstream.clone();
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "dead work failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("dead work", e);
     let every_dead = queue::BulkFilter::default();
     let (g, now_ms) = tokio::join!(
         q.dead_groups(&every_dead, queue::FACET_SCAN_MAX),

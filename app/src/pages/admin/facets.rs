@@ -90,10 +90,7 @@ pub async fn task_facets(
         .upstream(upstream.as_deref())
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
     let up = q.config().upstream.clone();
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "task facets failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("task facets", e);
     // The search the counts narrow: as typed, or the tab's state.
     let text = match search.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
         Some(s) if s.len() > 2048 => {

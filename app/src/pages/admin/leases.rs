@@ -11,6 +11,7 @@ use leptos_router::{components::A, hooks::use_query_map};
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
+use super::admin_op::AdminOp;
 use super::confirm::{provide_confirm, ConfirmAction};
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
@@ -46,17 +47,11 @@ pub struct LeasesData {
 /// Leases past their deadline or within `within_ms` of it, soonest deadline first.
 #[server(prefix = "/admin/fn")]
 pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use crate::auth::{require, Role};
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
     let within_ms = within_ms.min(3_600_000);
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "lease read failed");
-        refuse(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "Redis is unreachable",
-        )
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("lease read", e);
     let q = &ctx.queue;
     let (paused, now_ms) = tokio::join!(q.pause_info(), q.now_ms());
     // One upstream after another (at most 17); soonest deadline first over all of them.
@@ -171,7 +166,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
         <div>
             <ConfirmAction
                 action
-                op="release_stuck"
+                op=AdminOp::ReleaseStuck
                 label="Release all past the deadline"
                 question=format!("Release {} past the deadline?", plural(past, "lease", "leases"))
                 yes=format!("Release {}", plural(past, "lease", "leases"))
@@ -223,7 +218,7 @@ fn LeaseTable(data: LeasesData, action: ServerAction<Act>) -> impl IntoView {
                                 </td>
                                 {may_act.then(|| view! {
                                     <td>
-                                        <ActButton action op="release" id=id token=l.token label="Release" testid="lease-release" />
+                                        <ActButton action op=AdminOp::Release id=id token=l.token label="Release" testid="lease-release" />
                                     </td>
                                 })}
                             </tr>

@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use leptos_router::components::A;
 
 use super::actions::Act;
+use super::admin_op::AdminOp;
 use super::bulk_act::BulkAct;
 use super::confirm::ConfirmAction;
 use super::listing::Listing;
@@ -165,7 +166,7 @@ pub(super) fn ListingView(
         <div>
             <ConfirmAction
                 action
-                op="retry_all_dead"
+                op=AdminOp::RetryAllDead
                 label="Retry all dead"
                 question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
                 yes=format!("Retry {}", plural(dead, "task", "tasks"))

@@ -30,10 +30,7 @@ pub async fn sign_in(password: String) -> Result<(), ServerFnError> {
     let settings = ctx.admin.settings();
     let parts = use_context::<http::request::Parts>()
         .ok_or_else(|| ServerFnError::new("server misconfigured"))?;
-    let unavailable = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "sign-in: redis error");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    };
+    let unavailable = |e: queue::QueueError| crate::auth::unreachable("sign-in", e);
     let client = crate::client::client_label(crate::client::client_ip_of(
         &parts,
         settings.trust_forwarded,
@@ -95,18 +92,15 @@ pub(super) async fn start_session(
     ctx: &crate::context::AppContext,
     role: crate::auth::Role,
 ) -> Result<(), ServerFnError> {
-    use crate::auth::{refuse, request_is_https, set_cookie, Sessions};
-    use http::{header::SET_COOKIE, HeaderValue, StatusCode};
+    use crate::auth::{request_is_https, set_cookie, Sessions};
+    use http::{header::SET_COOKIE, HeaderValue};
 
     let settings = ctx.admin.settings();
     let created_ms = ctx.queue.now_ms().await.unwrap_or_default();
     let id = Sessions::of(ctx)
         .create(role, created_ms)
         .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, "session not stored: redis error");
-            refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-        })?;
+        .map_err(|e| crate::auth::unreachable("session store", e))?;
     let secure = settings.cookie_secure
         || use_context::<http::request::Parts>()
             .is_some_and(|p| request_is_https(&p, settings.trust_forwarded));
@@ -129,8 +123,7 @@ pub async fn sign_out() -> Result<(), ServerFnError> {
     if let Some(parts) = use_context::<http::request::Parts>() {
         if let Some(id) = cookie_id(&parts.headers) {
             if let Err(e) = Sessions::of(&ctx).delete(&id).await {
-                tracing::warn!(error = %e, "sign-out: session not deleted");
-                return Err(ServerFnError::new("Redis is unreachable"));
+                return Err(crate::auth::unreachable("sign-out", e));
             }
         }
         let secure = settings.cookie_secure || request_is_https(&parts, settings.trust_forwarded);

@@ -29,6 +29,7 @@
 //! exactly the latest answer, keeping the old one on screen until the new one is there.
 
 pub mod actions;
+pub mod admin_op;
 pub mod bulk;
 mod bulk_act;
 mod bulk_data;

@@ -75,13 +75,7 @@ pub async fn overview(
         .map_err(|e| refuse(http::StatusCode::BAD_REQUEST, &e.to_string()))?;
     let upstream = q.config().upstream.clone();
     let upstreams = ctx.upstream_names();
-    let unavailable = |what: &str, e: String| {
-        tracing::warn!(error = %e, what, "overview read failed");
-        refuse(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "Redis is unreachable",
-        )
-    };
+    let unavailable = |what: &str, e: String| crate::auth::unreachable(what, e);
     let window = Window::parse(window.as_deref().unwrap_or_default());
     let (stats, workers, audit, paused, breaker) = futures_join(q).await;
     let mut stats = stats.map_err(|e| unavailable("stats", e.to_string()))?;

@@ -6,6 +6,7 @@
 use leptos::prelude::*;
 
 use super::actions::{Act, ActButton, ActionResult};
+use super::admin_op::AdminOp;
 use super::confirm::ConfirmAction;
 use super::overview_data::OverviewData;
 use super::ui::plural;
@@ -36,20 +37,20 @@ pub fn QueueActions(
                     view! {
                         <div class="row">
                             {if s.paused {
-                                view! { <ActButton action op="resume" label="Resume queue" testid="resume" /> }.into_any()
+                                view! { <ActButton action op=AdminOp::Resume label="Resume queue" testid="resume" /> }.into_any()
                             } else {
-                                view! { <ActButton action op="pause" label="Pause queue" testid="pause" /> }.into_any()
+                                view! { <ActButton action op=AdminOp::Pause label="Pause queue" testid="pause" /> }.into_any()
                             }}
                             // For a planned upstream maintenance: claims stop; after 15 min a
                             // probe goes unless it was closed before.
                             {if breaker_open {
-                                view! { <ActButton action op="close_breaker" label="Close breaker" testid="close-breaker" /> }.into_any()
+                                view! { <ActButton action op=AdminOp::CloseBreaker label="Close breaker" testid="close-breaker" /> }.into_any()
                             } else {
-                                view! { <ActButton action op="open_breaker" label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
+                                view! { <ActButton action op=AdminOp::OpenBreaker label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
                             }}
                             <ConfirmAction
                                 action
-                                op="retry_all_dead"
+                                op=AdminOp::RetryAllDead
                                 label="Retry all dead"
                                 question=format!("Retry all {}?", plural(dead, "dead task", "dead tasks"))
                                 yes=format!("Retry {}", plural(dead, "task", "tasks"))
@@ -85,7 +86,7 @@ pub fn QueueActions(
             </p>
             <ConfirmAction
                 action
-                op="sign_out_all"
+                op=AdminOp::SignOutAll
                 label="Sign out every session"
                 question="Sign out every session? Everyone signed in must sign in again.".to_string()
                 yes="Sign out everyone".to_string()

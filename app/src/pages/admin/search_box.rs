@@ -52,10 +52,9 @@ pub async fn search_suggestions(
     let (q, _) = ctx
         .upstream(upstream.as_deref())
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
-    let vocab = vocabulary(q, ctx.upstream_names()).await.map_err(|e| {
-        tracing::warn!(error = %e, "search suggestions failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    })?;
+    let vocab = vocabulary(q, ctx.upstream_names())
+        .await
+        .map_err(|e| crate::auth::unreachable("search suggestions", e))?;
     Ok(suggest(&text, caret, &vocab))
 }
 

@@ -7,6 +7,7 @@ use leptos_router::hooks::use_params_map;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
+use super::admin_op::AdminOp;
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
 use super::task_result::{data_block, ResultWindows, StoredResultView};
@@ -55,10 +56,7 @@ pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
         .parse()
         .map_err(|_| refuse(StatusCode::BAD_REQUEST, "bad task id"))?;
     let ctx = crate::context::app_context()?;
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "task read failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("task read", e);
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
     let Some((upstream, q, d)) = ctx.find_task(&id).await.map_err(failed)? else {
         return Ok(None);
@@ -388,9 +386,9 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         let partial = t.partial.clone().filter(|p| !p.is_empty());
         view! {
             <div class="row actions">
-                {retryable.then(|| view! { <ActButton action op="retry" id=tid.clone() label="Retry now" testid="task-retry" /> })}
-                {leased.then(|| view! { <ActButton action op="release" id=tid.clone() token=token label="Release lease" testid="task-release" /> })}
-                <ActButton action op="cancel" id=tid.clone() label="Cancel task" testid="task-cancel" />
+                {retryable.then(|| view! { <ActButton action op=AdminOp::Retry id=tid.clone() label="Retry now" testid="task-retry" /> })}
+                {leased.then(|| view! { <ActButton action op=AdminOp::Release id=tid.clone() token=token label="Release lease" testid="task-release" /> })}
+                <ActButton action op=AdminOp::Cancel id=tid.clone() label="Cancel task" testid="task-cancel" />
             </div>
             <dl class="fields" data-testid="task-fields">{fields}</dl>
             <h2>"Latest partial data"</h2>

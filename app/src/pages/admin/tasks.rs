@@ -78,10 +78,7 @@ pub async fn list_tasks(
         u => u.to_string(),
     };
     let upstreams = ctx.upstream_names();
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "task list failed");
-        refuse(StatusCode::SERVICE_UNAVAILABLE, "Redis is unreachable")
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("task list", e);
     let now_ms = q.now_ms().await.map_err(failed)?;
     let (stats, paused) = tokio::join!(q.stats(), q.pause_info());
     let stats = stats.map_err(failed)?;

@@ -13,6 +13,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton, ActionResult};
+use super::admin_op::AdminOp;
 use super::chart::hit_ratio_words;
 use super::frame::{session, signed_in, signed_out, AdminFrame};
 use super::live::provide_live;
@@ -78,16 +79,10 @@ pub struct UpstreamsData {
 /// Every upstream's state.
 #[server(prefix = "/admin/fn")]
 pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use crate::auth::{require, Role};
     require(Role::Viewer).await?;
     let ctx = crate::context::app_context()?;
-    let failed = |e: queue::QueueError| {
-        tracing::warn!(error = %e, "upstreams read failed");
-        refuse(
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "Redis is unreachable",
-        )
-    };
+    let failed = |e: queue::QueueError| crate::auth::unreachable("upstreams read", e);
     // One upstream after another (at most 17), each with its three reads together.
     let mut rows = Vec::new();
     for (name, q, rate) in ctx.upstreams_with_rates() {
@@ -263,14 +258,14 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                 }
             };
             let action_button = if r.breaker.is_some() {
-                view! { <ActButton action op="close_breaker" id=r.name.clone() label="Close breaker" testid="close-breaker" /> }.into_any()
+                view! { <ActButton action op=AdminOp::CloseBreaker id=r.name.clone() label="Close breaker" testid="close-breaker" /> }.into_any()
             } else {
-                view! { <ActButton action op="open_breaker" id=r.name.clone() label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
+                view! { <ActButton action op=AdminOp::OpenBreaker id=r.name.clone() label="Open breaker (15 min)" testid="open-breaker" /> }.into_any()
             };
             let pause_button = if r.paused {
-                view! { <ActButton action op="resume" id=r.name.clone() label="Resume" testid="resume-upstream" /> }.into_any()
+                view! { <ActButton action op=AdminOp::Resume id=r.name.clone() label="Resume" testid="resume-upstream" /> }.into_any()
             } else {
-                view! { <ActButton action op="pause" id=r.name.clone() label="Pause" testid="pause-upstream" /> }.into_any()
+                view! { <ActButton action op=AdminOp::Pause id=r.name.clone() label="Pause" testid="pause-upstream" /> }.into_any()
             };
             let paused_badge = r.paused.then(|| view! { " " <span class="badge warn" data-testid="upstream-paused">"paused"</span> });
             let tenants = tenant_cell(&r);

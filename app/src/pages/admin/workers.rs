@@ -12,6 +12,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::actions::{Act, ActButton};
+use super::admin_op::AdminOp;
 use super::ui::{can_act, or_dash, TimeAt};
 use model::{WorkerCommand, WorkerInfo, WorkerMode};
 
@@ -156,7 +157,7 @@ fn WorkerTableRow(row: WorkerRow, now: i64, admin: bool) -> impl IntoView {
 #[component]
 fn QuietWorker(id: String) -> impl IntoView {
     use_context::<WorkerActions>().map(|c| {
-        view! { <ActButton action=c.action op="quiet_worker" id label="Quiet" testid="worker-quiet" /> }
+        view! { <ActButton action=c.action op=AdminOp::QuietWorker id label="Quiet" testid="worker-quiet" /> }
     })
 }
 
@@ -209,7 +210,7 @@ fn StopWorker(id: String) -> impl IntoView {
             <div class="confirm" role="alertdialog" data-testid="worker-stop-confirm">
                 <p><strong data-testid="worker-stop-question">{question.get_value()}</strong></p>
                 <ActionForm action=ctx.action attr:class="inline">
-                    <input type="hidden" name="op" value="stop_worker" />
+                    <input type="hidden" name="op" value=AdminOp::StopWorker.name() />
                     <input type="hidden" name="id" value=id.get_value() />
                     <button type="submit" class="danger" data-testid="worker-stop-yes">"Stop worker"</button>
                 </ActionForm>
