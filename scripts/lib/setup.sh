@@ -158,6 +158,16 @@ build_site() { # build_site SITE_DIR WASM_FILE: the wasm, its bindings, the opti
   ensure_wasm_bindgen
   (cd "$ROOT" && cargo build -p frontend --lib --target wasm32-unknown-unknown --profile wasm-release >&2) || return 1
   mkdir -p "$site/pkg"
+  # The bindings and the optimised module are made again only when the wasm or a tool changed:
+  # wasm-bindgen and wasm-opt -Oz take ~45 s, and a restart of scripts/run should take seconds.
+  # (The stamp lives beside the site, not in it: the site is served.)
+  local stamp made_from="$site.made-from"
+  stamp="$(cksum <"$wasm") $(wasm-bindgen --version) $(wasm-opt --version)"
+  if [ -f "$site/pkg/repoll_bg.wasm" ] && [ "$(cat "$made_from" 2>/dev/null)" = "$stamp" ]; then
+    cp "$ROOT/style/main.css" "$site/pkg/repoll.css"
+    cp -R "$ROOT/public/." "$site/"
+    return 0
+  fi
   # Bindings into a scratch dir first, so a failed step never leaves a half-written site.
   local tmp
   tmp="$(mktemp -d "$ROOT/target/site-pkg.XXXXXX")"
@@ -170,6 +180,7 @@ build_site() { # build_site SITE_DIR WASM_FILE: the wasm, its bindings, the opti
     "$tmp/repoll_bg.wasm" -o "$tmp/repoll_bg.wasm" >&2 || return 1
   cp "$ROOT/style/main.css" "$tmp/repoll.css"
   rm -rf "$site/pkg" && mv "$tmp" "$site/pkg"
+  printf '%s' "$stamp" >"$made_from"
   cp -R "$ROOT/public/." "$site/"
 }
 
