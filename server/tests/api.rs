@@ -247,11 +247,7 @@ async fn a_failed_query_shows_no_internal_call_and_no_upstream_body() {
 async fn concurrent_submits_of_the_same_query_share_one_task() {
     // No worker: the task stays put, so both answers are "processing".
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;
@@ -295,11 +291,7 @@ async fn concurrent_submits_of_the_same_query_share_one_task() {
 #[tokio::test]
 async fn one_text_typed_two_ways_is_one_query() {
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;
@@ -317,11 +309,7 @@ async fn one_text_typed_two_ways_is_one_query() {
 #[tokio::test]
 async fn invisible_characters_are_refused_and_real_joiners_kept() {
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;

@@ -8,7 +8,6 @@ use common::api::*;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use server::api::ApiArgs;
 
 const SECRET: &str = "callback-secret-of-this-test-0123456789";
 
@@ -52,11 +51,7 @@ async fn final_view(http: &reqwest::Client, base: &str, id: &str) -> Value {
 async fn a_failed_callback_ends_the_query_as_failed_with_the_upstreams_message() {
     let env = Env::start(Opts {
         worker: true,
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         callbacks: Some(signer()),
         ..Default::default()
     })
@@ -137,11 +132,7 @@ async fn a_failed_callback_ends_the_query_as_failed_with_the_upstreams_message()
 #[tokio::test]
 async fn a_done_callback_completes_the_query_and_says_done() {
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         callbacks: Some(signer()),
         ..Default::default()
     })
@@ -185,11 +176,7 @@ async fn a_done_callback_completes_the_query_and_says_done() {
 #[tokio::test]
 async fn a_callback_result_over_the_max_result_ends_the_query_failed_unstored() {
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         callbacks: Some(signer()),
         max_result_bytes: Some(100),
         ..Default::default()
@@ -260,11 +247,7 @@ async fn callback_path(env: &Env, q: &str) -> String {
 async fn a_callback_takes_the_upstreams_limit_and_every_413_names_its_own() {
     use axum::http::Request;
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         callbacks: Some(signer()),
         ..Default::default()
     })

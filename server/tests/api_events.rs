@@ -10,18 +10,13 @@ use std::time::Duration;
 use axum::{body::Body, http::Request};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use server::api::ApiArgs;
 use tower::ServiceExt;
 
 #[tokio::test]
 async fn sse_sends_state_then_final_and_closes() {
     let env = Env::start(Opts {
         worker: true,
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;
@@ -116,11 +111,7 @@ async fn sse_sends_state_then_final_and_closes() {
 async fn sse_sends_one_state_per_poll_result_not_per_claim() {
     let env = Env::start(Opts {
         worker: true,
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;

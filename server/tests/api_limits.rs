@@ -111,11 +111,7 @@ async fn post_from(
 async fn cross_site_posts_to_the_query_pages_server_function_are_refused() {
     use leptos::server_fn::ServerFn;
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;
@@ -294,11 +290,7 @@ async fn open_stream(env: &Env, id: &str, ip: [u8; 4]) -> (u16, axum::response::
 #[tokio::test]
 async fn live_streams_are_capped_per_client_and_in_total() {
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         caps: server::live_hub::StreamCaps {
             per_client: 2,
             total: 3,
@@ -340,10 +332,8 @@ async fn live_streams_are_capped_per_client_and_in_total() {
 async fn a_waiting_stream_sends_heartbeats_at_the_configured_interval() {
     let env = Env::start(Opts {
         api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
             sse_keepalive_ms: 100,
-            ..ApiArgs::default()
+            ..crate::common::api_unlimited()
         },
         ..Default::default()
     })
@@ -437,7 +427,7 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
         .local_addr()
         .unwrap()
         .port();
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = crate::common::process::repoll();
     cmd.args(["serve", "--workers", "0"])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -128,7 +128,7 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         // through keys derived from the queue's prefix, which must land in its slot too.
         cmd.env("REPOLL_HISTORY", "full");
     };
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut serve = crate::common::process::repoll();
     serve.args(["serve", "--sim", "--workers", "0"]);
     common(&mut serve);
     serve
@@ -137,7 +137,7 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         .env("REPOLL_ADMIN_PASSWORD", PASSWORD)
         .env("REPOLL_FIRST_ANSWER_MS", "0");
     procs.spawn(serve, "repoll serve");
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut worker = crate::common::process::repoll();
     worker.arg("worker");
     common(&mut worker);
     // Only a wake-up can start the task in time (the idle safety net is a minute): the
@@ -269,7 +269,7 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
             .env("REPOLL_POLL_MAX_INTERVAL_MS", "200");
     };
     for (i, web) in webs.iter().enumerate() {
-        let mut serve = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        let mut serve = crate::common::process::repoll();
         serve.args(["serve", "--workers", "0"]);
         common(&mut serve);
         if i == 0 {
@@ -283,7 +283,7 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         procs.spawn(serve, "repoll serve");
     }
     for _ in 0..3 {
-        let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        let mut worker = crate::common::process::repoll();
         worker.arg("worker");
         common(&mut worker);
         worker.env("REPOLL_CONCURRENCY", "32");

@@ -10,8 +10,6 @@ use common::{admin, api};
 
 use std::time::Duration;
 
-use server::api::ApiArgs;
-
 /// Hang guard of every wait below (never a measure of speed).
 const GUARD: Duration = Duration::from_secs(60);
 
@@ -43,11 +41,7 @@ fn tag_of(body: &str, testid: &str) -> String {
 async fn the_query_page_says_a_stale_result_is_refreshed_then_that_the_refresh_failed() {
     const FRESH_MS: u64 = 300;
     let env = api::Env::start(api::Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         fresh_for_ms: Some(FRESH_MS),
         ..Default::default()
     })
@@ -191,11 +185,7 @@ async fn the_task_page_shows_a_results_age_windows_and_refresh() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_query_held_by_the_open_breaker_says_the_upstream_is_unavailable() {
     let env = api::Env::start(api::Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;

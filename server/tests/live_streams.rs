@@ -102,11 +102,7 @@ async fn task_reads(env: &Env) -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn streams_of_one_task_share_its_state_read_once_per_change() {
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         ..Default::default()
     })
     .await;
@@ -160,10 +156,8 @@ async fn a_stream_whose_reader_stopped_reading_is_dropped_and_counted() {
     let slow_after = Duration::from_secs(2);
     let env = Env::start(Opts {
         api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
             sse_slow_reader_ms: slow_after.as_millis() as u64,
-            ..ApiArgs::default()
+            ..crate::common::api_unlimited()
         },
         ..Default::default()
     })
@@ -247,11 +241,7 @@ async fn a_stream_whose_reader_stopped_reading_is_dropped_and_counted() {
 async fn the_stream_of_a_stale_result_sends_the_refreshed_one_then_closes() {
     const FRESH_MS: u64 = 300;
     let env = Env::start(Opts {
-        api: ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
-            ..ApiArgs::default()
-        },
+        api: crate::common::api_unlimited(),
         fresh_for_ms: Some(FRESH_MS),
         ..Default::default()
     })

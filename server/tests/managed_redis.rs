@@ -257,7 +257,7 @@ async fn the_child_dies_when_its_parent_aborts() {
             .port()
     };
     let redis_port = free();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = crate::common::process::repoll();
     cmd.arg("serve")
         .env_remove("REDIS_URL")
         .env("REPOLL_ADDR", format!("127.0.0.1:{}", free()))

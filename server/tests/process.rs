@@ -123,7 +123,7 @@ fn serve_with_managed_redis_drains_within_its_grace_and_exits_zero_on_sigterm() 
 
 #[test]
 fn serve_without_redis_server_on_path_says_how_to_install_it() {
-    let out = Command::new(env!("CARGO_BIN_EXE_repoll"))
+    let out = repoll()
         .arg("serve")
         .env_remove("REDIS_URL")
         .env("REPOLL_ADDR", format!("127.0.0.1:{}", free_port()))
@@ -398,7 +398,7 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
     assert_eq!(calls(), 0, "the upstream was called");
 
     // The control: a worker process on the same queue is seen by the same reads.
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut worker = repoll();
     worker
         .arg("worker")
         .env("REDIS_URL", &url)

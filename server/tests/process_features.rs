@@ -437,18 +437,11 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
         "{unknown:?}"
     );
 
+    // The final answer as JSON text (compact, so `"key":"value"` is found as written).
     let done = |id: &str| {
-        let t0 = Instant::now();
-        loop {
-            let body = http_get(web_port, &format!("/api/v1/queries/{id}"))
-                .unwrap()
-                .body;
-            if body.contains(r#""status":"done""#) {
-                return body;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "not done: {body}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        BlockingHttp::local(web_port)
+            .wait_done(id, Duration::from_secs(20))
+            .to_string()
     };
     assert!(done(&a).contains(r#""upstream":"default""#));
     let t0 = Instant::now();
@@ -511,7 +504,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     assert!(page.contains(r#"<option value="search""#), "{page}");
 
     // A worker process for an upstream that does not exist does not start.
-    let mut w = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut w = repoll();
     w.args(["worker", "--upstream", "nope", "--config"])
         .arg(&config)
         .env("REDIS_URL", &url)

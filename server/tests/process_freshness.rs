@@ -8,23 +8,15 @@
 use crate::common;
 use common::process::*;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use testkit::free_port;
 use testkit::http::BlockingHttp;
 
-/// Asks `GET /api/v1/queries/{id}` until `done` says yes of it (hang guard 30 s).
+/// Asks the query `id` until `done` says yes of it (hang guard 30 s).
 fn until(http: &BlockingHttp, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let t0 = Instant::now();
-    loop {
-        let v = http.get_json(&format!("/api/v1/queries/{id}"));
-        if done(&v) {
-            return v;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "not yet: {v}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    http.query_until(id, Duration::from_secs(30), done)
 }
 
 /// When (ms, Redis time) the stored result of `id` expires: its key found by pattern (the

@@ -7,7 +7,7 @@ use crate::common;
 use common::process::*;
 
 use std::{
-    process::{Command, Stdio},
+    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -16,7 +16,7 @@ use testkit::{free_port, ChildGuard};
 
 /// `repoll admin repartition --to <to>` of queue `queue` on `url`, run to its end.
 fn admin_repartition(url: &str, queue: &str, to: &str) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.args(["admin", "repartition", "--to", to])
         .env("REDIS_URL", url)
         .env("REPOLL_QUEUE", queue);
@@ -168,7 +168,7 @@ fn admin_repartition_moves_a_drained_queue_and_old_counts_are_refused() {
     rt.block_on(q.enqueue("repartition me", "", &Default::default()))
         .unwrap();
     let admin = |to: &str| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        let mut cmd = repoll();
         cmd.args(["admin", "repartition", "--to", to])
             .env("REDIS_URL", &url)
             .env("REPOLL_QUEUE", "rp");
@@ -207,7 +207,7 @@ fn admin_repartition_moves_a_drained_queue_and_old_counts_are_refused() {
     let r = rt.block_on(four.result_by_id(&c.id)).unwrap().unwrap();
     assert_eq!(r.data, "the answer");
     // A process with the old count stops at once and says why.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.arg("worker")
         .env("REDIS_URL", &url)
         .env("REPOLL_QUEUE", "rp");

@@ -5,10 +5,7 @@
 use crate::common;
 use common::process::*;
 
-use std::{
-    process::Command,
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use testkit::free_port;
 use testkit::http::BlockingHttp;
@@ -56,7 +53,7 @@ fn serve_whose_workers_cannot_start_does_not_start() {
     let log = String::from_utf8_lossy(&out.stdout);
     assert!(!log.contains("listening on"), "{log}");
 
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut worker = repoll();
     worker
         .arg("worker")
         .env("REDIS_URL", &url)
@@ -70,19 +67,15 @@ fn serve_whose_workers_cannot_start_does_not_start() {
     assert_eq!(refusal(&out), said, "serve and worker say the same");
 }
 
-/// Waits (hang guard 30 s) until the task `id` is done; its last answer.
+/// Waits (hang guard 30 s) until the task `id` is done, processing until then; its last answer.
 fn wait_done(web_port: u16, id: &str) -> serde_json::Value {
-    let http = BlockingHttp::local(web_port);
-    let t0 = Instant::now();
-    loop {
-        let state = http.get_json(&format!("/api/v1/queries/{id}"));
-        if state["status"] == "done" {
-            return state;
-        }
-        assert_eq!(state["status"], "processing", "{state}");
-        assert!(t0.elapsed() < Duration::from_secs(30), "not done: {state}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    BlockingHttp::local(web_port).query_until(id, Duration::from_secs(30), |state| {
+        assert!(
+            state["status"] == "done" || state["status"] == "processing",
+            "{state}"
+        );
+        state["status"] == "done"
+    })
 }
 
 /// `serve --sim --sim-addr <another port>` run directly (no `scripts/run` to rewrite the
@@ -164,7 +157,7 @@ fn another_partition_count_is_refused_in_the_settings_words() {
     serve
         .env("REPOLL_QUEUE", "counted")
         .env_remove("REPOLL_PARTITIONS");
-    let mut worker = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut worker = repoll();
     worker
         .arg("worker")
         .env("REDIS_URL", &url)

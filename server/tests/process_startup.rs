@@ -18,7 +18,7 @@ const ENDS_WITHIN: Duration = Duration::from_secs(30);
 
 #[test]
 fn help_documents_every_setting_with_its_environment_variable() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.args(["serve", "--help"]);
     let out = output_within(cmd, ENDS_WITHIN);
     let help = String::from_utf8_lossy(&out.stdout);
@@ -43,7 +43,7 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
     )
     .unwrap();
     // `--help` shows the effective defaults, the file's included.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.args(["serve", "--help", "--config"])
         .arg(&good)
         .env_remove("REPOLL_QUEUE")
@@ -53,7 +53,7 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
     assert!(help.contains("[default: from-config-file]"), "{help}");
     assert!(help.contains("[default: 4321]"), "{help}");
     // The variable names the file as well as the flag does.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.args(["worker", "--help"])
         .env("REPOLL_CONFIG", &good)
         .env_remove("REPOLL_QUEUE");
@@ -67,7 +67,7 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
         (&bad, "unknown setting `upstream_timeout`"),
         (&dir.join("missing.toml"), "cannot read config file"),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        let mut cmd = repoll();
         cmd.args(["serve", "--config"]).arg(file);
         let out = output_within(cmd, ENDS_WITHIN);
         assert_eq!(out.status.code(), Some(2));
@@ -79,7 +79,7 @@ fn config_file_sets_defaults_and_its_mistakes_stop_the_start() {
 
 #[test]
 fn a_worker_needs_redis_url() {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.arg("worker").env_remove("REDIS_URL");
     let out = output_within(cmd, Duration::from_secs(20));
     assert!(!out.status.success());
@@ -94,7 +94,7 @@ fn a_wrong_redis_password_stops_the_start_at_once_and_is_never_printed() {
     // long before that wait would end.
     let port = free_port();
     let _redis = spawn_redis(port, &["--requirepass", "the-right-one"]);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.arg("worker").env(
         "REDIS_URL",
         format!("redis://:not-the-password@127.0.0.1:{port}/"),
@@ -120,7 +120,7 @@ fn a_wrong_redis_url_stops_the_start_at_once_and_hides_its_password() {
         "redis://:url-secret@127.0.0.1:not-a-port/".to_string(),
     ] {
         for command in ["serve", "worker"] {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+            let mut cmd = repoll();
             cmd.arg(command)
                 .env("REDIS_URL", &url)
                 .env("REPOLL_ADDR", format!("127.0.0.1:{}", free_port()))
@@ -486,7 +486,7 @@ fn without_an_admin_password_serve_prints_one_for_the_run_and_reads_the_old_trus
 #[test]
 fn hash_password_makes_a_hash_that_signs_in() {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_repoll"))
+    let mut child = repoll()
         .args(["admin", "hash-password"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -521,7 +521,7 @@ fn hash_password_makes_a_hash_that_signs_in() {
 #[test]
 fn a_simulator_flag_out_of_range_stops_the_start() {
     for (flag, value) in [("--sim-max-keys", "0"), ("--sim-max-keys", "100001")] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        let mut cmd = repoll();
         cmd.args(["sim", "--addr", "127.0.0.1:0", flag, value]);
         let out = output_within(cmd, Duration::from_secs(20));
         assert!(!out.status.success(), "{flag} {value} started");
@@ -567,7 +567,7 @@ fn trace_and_log_format_mistakes_stop_the_start() {
             "REPOLL_TRACE_URL must be an http:// or https:// URL",
         ),
     ] {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+        let mut cmd = repoll();
         cmd.arg(command)
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
             .env("OTEL_TRACES_SAMPLER", "traceidratio")

@@ -67,20 +67,9 @@ fn metrics_until(port: u16, what: &str, limit: Duration, check: impl Fn(&str) ->
 
 /// Waits until the query `id` is settled with its result: done and not refreshing.
 fn settled(port: u16, id: &str) {
-    let t0 = Instant::now();
-    loop {
-        let body = http_get(port, &format!("/api/v1/queries/{id}"))
-            .map(|a| a.body)
-            .unwrap_or_default();
-        if body.contains("\"status\":\"done\"") && !body.contains("\"refreshing\":true") {
-            return;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "not settled (60 s hang guard): {body}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    BlockingHttp::local(port).query_until(id, Duration::from_secs(60), |a| {
+        a["status"] == "done" && a["refreshing"] != true
+    });
 }
 
 #[test]

@@ -26,7 +26,7 @@ const QUEUE: &str = "admintest";
 /// heartbeats and claim loop, and leases and call timeouts far beyond every hang guard (no
 /// renewal, no timeout: nothing but the commands moves it).
 fn worker_command(env: &admin::Env, id: &str, url: &str, grace_ms: u64) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = crate::common::process::repoll();
     cmd.arg("worker")
         .env("REDIS_URL", env.redis.url())
         .env("REPOLL_QUEUE", QUEUE)

@@ -219,5 +219,33 @@ mod blocking {
             }
             false
         }
+
+        /// Asks `GET /api/v1/queries/{id}` (repoll's public API) until `ready` holds of its
+        /// answer, which it returns; panics with the last answer after `limit` — a hang guard,
+        /// never a timing. The process tests wait on a query here.
+        pub fn query_until(
+            &self,
+            id: &str,
+            limit: Duration,
+            ready: impl Fn(&Value) -> bool,
+        ) -> Value {
+            let t0 = std::time::Instant::now();
+            loop {
+                let answer = self.get_json(&format!("/api/v1/queries/{id}"));
+                if ready(&answer) {
+                    return answer;
+                }
+                assert!(
+                    t0.elapsed() < limit,
+                    "query {id} not there after {limit:?}: {answer}"
+                );
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        }
+
+        /// [`BlockingHttp::query_until`] its status is `done`.
+        pub fn wait_done(&self, id: &str, limit: Duration) -> Value {
+            self.query_until(id, limit, |a| a["status"] == "done")
+        }
     }
 }

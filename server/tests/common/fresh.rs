@@ -109,10 +109,8 @@ impl Env {
             stop.clone(),
         );
         let api_args = ApiArgs {
-            rate_per_min: 0,
-            first_answer_ms: 0,
             refresh_per_min: opts.refresh_per_min,
-            ..ApiArgs::default()
+            ..crate::common::api_unlimited()
         };
         let list = named
             .iter()

@@ -10,6 +10,16 @@ pub mod held_upstream;
 pub mod otlp;
 pub mod process;
 
+/// The public API's settings for a test that asks as fast as it likes: no per-client rate
+/// limit and no first-answer wait (a submit answers at once: processing, or what is stored).
+pub fn api_unlimited() -> server::api::ApiArgs {
+    server::api::ApiArgs {
+        rate_per_min: 0,
+        first_answer_ms: 0,
+        ..server::api::ApiArgs::default()
+    }
+}
+
 /// What the router answered a request: its status, headers, body text, and the body parsed
 /// as JSON (`Null` when it is not JSON).
 #[derive(Debug)]

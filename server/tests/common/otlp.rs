@@ -4,7 +4,7 @@
 //! worker, asks and waits the trace tests share.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -105,7 +105,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// `repoll worker` on `redis_url` polling the simulator on `sim_port` every 20 ms.
 pub fn worker_command(redis_url: &str, sim_port: u16) -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = crate::common::process::repoll();
     cmd.arg("worker")
         .env("REDIS_URL", redis_url)
         .env(
@@ -142,14 +142,5 @@ pub fn ask_as(web: u16, query: &str, tenant: &str, traceparent: &str) -> String 
 
 /// Waits (30 s hang guard) until the task `id` has its result.
 pub fn wait_done(web: u16, id: &str) {
-    let http = BlockingHttp::local(web);
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let a = http.get(&format!("/api/v1/queries/{id}"));
-        if a.json()["status"] == "done" {
-            return;
-        }
-        assert!(Instant::now() < until, "not done in 30 s: {a:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    BlockingHttp::local(web).wait_done(id, Duration::from_secs(30));
 }

@@ -12,6 +12,25 @@ use std::{
 use testkit::http::{Answer, BlockingHttp};
 use testkit::{ChildGuard, RedisOptions, RedisServer};
 
+/// The `repoll` binary cargo built for these tests, as a command to add a subcommand and
+/// settings to: every test starts it here, and nothing of the shell the tests run in reaches
+/// it — a developer's `REPOLL_*`, `REDIS_*` or `OTEL_*` variable would change what a test
+/// checks, so each is removed (a test sets what it means with `.env`).
+pub fn repoll() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    for (name, _) in std::env::vars_os() {
+        let own = name.to_str().is_some_and(|n| {
+            ["REPOLL_", "REDIS_", "OTEL_"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        });
+        if own {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
 /// Whether `GET /readyz` on `port` answered 200 within `limit`.
 pub fn wait_ready(port: u16, limit: Duration) -> bool {
     BlockingHttp::local(port).wait_ok("/readyz", limit)
@@ -26,7 +45,7 @@ pub fn http_get(port: u16, path: &str) -> reqwest::Result<Answer> {
 /// `repoll serve` on `web_port` with a managed redis-server on `redis_port` keeping its data
 /// in `dir` (never a `REDIS_URL` from the environment).
 pub fn serve_managed_command(web_port: u16, redis_port: u16, dir: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.arg("serve")
         .env_remove("REDIS_URL")
         .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
@@ -143,23 +162,12 @@ impl Reaped {
 /// `repoll serve` on `REDIS_URL` = `url`, web only, listening on `web_port`; the admin
 /// password is left to the caller (none configured here).
 pub fn serve_command(url: &str, web_port: u16) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = repoll();
     cmd.arg("serve")
         .env("REDIS_URL", url)
         .env("REPOLL_ADDR", format!("127.0.0.1:{web_port}"))
         .env("REPOLL_WORKERS", "0")
         .env("RUST_LOG", "warn");
-    for var in [
-        "REPOLL_CONFIG",
-        "REPOLL_ADMIN_PASSWORD",
-        "REPOLL_ADMIN_PASSWORD_HASH",
-        "REPOLL_VIEWER_PASSWORD",
-        "REPOLL_VIEWER_PASSWORD_HASH",
-        "REPOLL_TRUST_FORWARDED",
-        "REPOLL_TRUST_FORWARDED_FOR",
-    ] {
-        cmd.env_remove(var);
-    }
     cmd
 }
 

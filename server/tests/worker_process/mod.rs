@@ -69,7 +69,7 @@ fn spawn_worker(env: &Env, lease_ms: u64, grace_ms: u64) -> Child {
 }
 
 fn worker_command(env: &Env, lease_ms: u64, grace_ms: u64) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_repoll"));
+    let mut cmd = crate::common::process::repoll();
     cmd.arg("worker")
         .env("REDIS_URL", env.redis.url())
         .env("REPOLL_QUEUE", &env.name)
@@ -331,7 +331,7 @@ async fn a_worker_started_before_its_redis_waits_for_it() {
     let _cleanup = TempDir(dir.clone());
     let port = free_port();
     let mut worker = ChildGuard::adopt(
-        Command::new(env!("CARGO_BIN_EXE_repoll"))
+        crate::common::process::repoll()
             .arg("worker")
             .env(
                 "REDIS_URL",
