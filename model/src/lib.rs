@@ -42,8 +42,8 @@ pub use id::{
 };
 pub use notice::Notice;
 pub use queue_state::{
-    AuditEntry, BreakerInfo, BreakerState, ListState, Order, Page, PauseInfo, PurgeTarget, Stats,
-    TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
+    AuditEntry, BreakerInfo, BreakerState, BulkProgress, ListState, Order, Page, PauseInfo,
+    PurgeTarget, Stats, TenantCount, ThroughputBucket, WorkerCommand, WorkerInfo, WorkerMode,
 };
 pub use task::{
     failed_body_start, DeadReason, Event, FailedCall, HistoryEntry, LeaseInfo, PollSummary,

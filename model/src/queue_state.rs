@@ -309,3 +309,63 @@ pub enum PurgeTarget {
     /// Every due task, ready or waiting (leased tasks are left to their workers).
     Queued,
 }
+
+/// A bulk action's run and its progress, as the queue stores it (`{q}:bulk`) and the
+/// dashboard shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkProgress {
+    /// Random id of the run.
+    pub run: String,
+    /// The action's name (`queue::BulkAction::as_str`).
+    pub action: String,
+    /// The filter in words (`queue::BulkFilter::describe`).
+    pub filter: String,
+    /// Who started the run (the operator's name, as in the audit log).
+    pub who: String,
+    /// Tasks selected when the run started.
+    pub total: u64,
+    /// Tasks gone through so far.
+    pub done: u64,
+    /// Of those, tasks the action changed (the others had moved on meanwhile).
+    pub changed: u64,
+    /// `running`, `stopped`, `finished` or `failed`.
+    pub state: String,
+    /// When the run started (Redis time, ms).
+    pub started_ms: i64,
+    /// When it ended (Redis time, ms), or None while it runs.
+    pub ended_ms: Option<i64>,
+    /// Whether someone asked it to stop (`queue::Queue::bulk_stop`).
+    pub stop_requested: bool,
+}
+
+impl BulkProgress {
+    /// Whether the run is still going (state `running`).
+    pub fn running(&self) -> bool {
+        self.state == "running"
+    }
+
+    /// Share gone through, 0..=100.
+    pub fn percent(&self) -> f64 {
+        if self.total == 0 {
+            100.0
+        } else {
+            (self.done as f64 * 100.0 / self.total as f64).min(100.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod bulk_progress_tests {
+    use super::BulkProgress;
+
+    #[test]
+    fn percent_of_a_run() {
+        let r = BulkProgress {
+            total: 2000,
+            done: 500,
+            ..BulkProgress::default()
+        };
+        assert_eq!(r.percent(), 25.0);
+        assert_eq!(BulkProgress::default().percent(), 100.0);
+    }
+}

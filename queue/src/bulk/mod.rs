@@ -286,48 +286,9 @@ pub struct BulkSelection {
     pub complete: bool,
 }
 
-/// A run's progress, as stored in `{q}:bulk` and shown by the dashboard.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BulkProgress {
-    /// Random id of the run.
-    pub run: String,
-    /// The action's name ([`BulkAction::as_str`]).
-    pub action: String,
-    /// The filter in words ([`BulkFilter::describe`]).
-    pub filter: String,
-    /// Who started the run (the operator's name, as in the audit log).
-    pub who: String,
-    /// Tasks selected when the run started.
-    pub total: u64,
-    /// Tasks gone through so far.
-    pub done: u64,
-    /// Of those, tasks the action changed (the others had moved on meanwhile).
-    pub changed: u64,
-    /// `running`, `stopped`, `finished` or `failed`.
-    pub state: String,
-    /// When the run started (Redis time, ms).
-    pub started_ms: i64,
-    /// When it ended (Redis time, ms), or None while it runs.
-    pub ended_ms: Option<i64>,
-    /// Whether someone asked it to stop ([`Queue::bulk_stop`]).
-    pub stop_requested: bool,
-}
-
-impl BulkProgress {
-    /// Whether the run is still going (state `running`).
-    pub fn running(&self) -> bool {
-        self.state == "running"
-    }
-
-    /// Share gone through, 0..=100.
-    pub fn percent(&self) -> f64 {
-        if self.total == 0 {
-            100.0
-        } else {
-            (self.done as f64 * 100.0 / self.total as f64).min(100.0)
-        }
-    }
-}
+/// A run's progress, as stored in `{q}:bulk` and shown by the dashboard (a shared type: the
+/// page shows it as the queue wrote it).
+pub use model::BulkProgress;
 
 /// Why [`Queue::bulk_begin`] did not start a run.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,7 +26,8 @@ use model::PauseInfo;
 
 // Named from here too: they are the arguments and answers of this page's public server
 // functions (`BulkPreview`, `BulkAct`).
-pub use super::bulk_data::{FilterForm, RunView};
+pub use super::bulk_data::FilterForm;
+pub use model::BulkProgress;
 
 /// States a bulk action selects from, with their labels.
 const STATES: [(&str, &str); 4] = [
@@ -50,7 +51,7 @@ pub struct BulkView {
     /// Actions that apply to the state.
     pub actions: Vec<String>,
     /// The current or last run.
-    pub run: Option<RunView>,
+    pub run: Option<BulkProgress>,
     pub paused: Option<PauseInfo>,
     pub now_ms: i64,
     /// Every upstream's name (more than one: the page offers the choice).
@@ -85,7 +86,7 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
             .filter(|a| a.applies_to(f.state))
             .map(|a| a.as_str().to_string())
             .collect(),
-        run: run.map_err(failed)?.map(Into::into),
+        run: run.map_err(failed)?,
         paused: paused.map_err(failed)?,
         now_ms: now_ms.map_err(failed)?,
         upstreams: ctx.upstream_names(),
@@ -362,7 +363,7 @@ fn BulkSummary(data: BulkView, action: ServerAction<BulkAct>, form: FilterForm) 
 
 #[component]
 fn RunProgress(
-    run: RunView,
+    run: BulkProgress,
     action: ServerAction<BulkAct>,
     now: i64,
     upstream: String,

@@ -2,7 +2,7 @@
 //! into a [`queue::BulkFilter`] (a 400 with the reason for a bad value), the upstream it names,
 //! and a run's progress as the page shows it. Server only.
 
-use super::bulk_data::{FilterForm, RunView};
+use super::bulk_data::FilterForm;
 use crate::auth::refuse;
 use http::StatusCode;
 use leptos::prelude::ServerFnError;
@@ -80,21 +80,4 @@ pub fn queue_of<'a>(
     ctx.upstream(Some(f.upstream.as_str()))
         .map(|(q, _)| q)
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))
-}
-
-impl From<queue::BulkProgress> for RunView {
-    fn from(p: queue::BulkProgress) -> RunView {
-        RunView {
-            action: p.action,
-            filter: p.filter,
-            who: p.who,
-            total: p.total,
-            done: p.done,
-            changed: p.changed,
-            state: p.state,
-            started_ms: p.started_ms,
-            ended_ms: p.ended_ms,
-            stop_requested: p.stop_requested,
-        }
-    }
 }
