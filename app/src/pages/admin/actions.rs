@@ -28,10 +28,10 @@ pub async fn act(
     token: Option<String>,
 ) -> Result<String, ServerFnError> {
     use super::admin_op::Ask;
-    use crate::auth::{refuse, require, Role};
+    use super::call::{admin_call, AdminCall};
+    use crate::auth::{refuse, Role};
 
-    let session = require(Role::Admin).await?;
-    let ctx = crate::context::app_context()?;
+    let AdminCall { session, ctx } = admin_call(Role::Admin).await?;
     let action = AdminOp::parse(&op)
         .ok_or_else(|| refuse(http::StatusCode::BAD_REQUEST, "unknown action"))?;
     let who = session.user.as_str();

@@ -158,10 +158,7 @@ mod run {
 
         /// The queue of the upstream `id` names (empty: the default one).
         fn named_queue(&self) -> Result<&queue::Queue, ServerFnError> {
-            self.ctx
-                .upstream(Some(self.id.as_str()))
-                .map(|(q, _)| q)
-                .map_err(|e| bad(&e.to_string()))
+            super::super::call::upstream_queue(self.ctx, Some(self.id.as_str()))
         }
 
         /// The queue that holds the task `id` names, and its id.

@@ -61,9 +61,8 @@ pub struct BulkView {
 /// How many tasks `filter` selects now, which actions apply, and the current or last run.
 #[server(prefix = "/admin/fn")]
 pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError> {
-    use crate::auth::{require, Role};
-    require(Role::Viewer).await?;
-    let ctx = crate::context::app_context()?;
+    use super::call::{admin_call, AdminCall};
+    let AdminCall { ctx, .. } = admin_call(crate::auth::Role::Viewer).await?;
     let q = super::bulk_filter::queue_of(&ctx, &filter)?;
     let f = super::bulk_filter::filter(&filter)?;
     let failed = |e: queue::QueueError| crate::auth::unreachable("bulk preview", e);

@@ -27,10 +27,10 @@ pub async fn bulk_act(
     chosen: Option<String>,
     ids: Option<Vec<String>>,
 ) -> Result<String, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use super::call::{admin_call, AdminCall};
+    use crate::auth::{refuse, Role};
     use http::StatusCode;
-    let session = require(Role::Admin).await?;
-    let ctx = crate::context::app_context()?;
+    let AdminCall { session, ctx } = admin_call(Role::Admin).await?;
     let q = super::bulk_filter::queue_of(&ctx, &filter)?.clone();
     // The audit log is the deployment's one (the default queue's), whichever upstream acts.
     let audit_q = ctx.queue.clone();

@@ -77,7 +77,5 @@ pub fn queue_of<'a>(
     ctx: &'a crate::context::AppContext,
     f: &FilterForm,
 ) -> Result<&'a queue::Queue, ServerFnError> {
-    ctx.upstream(Some(f.upstream.as_str()))
-        .map(|(q, _)| q)
-        .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))
+    super::call::upstream_queue(ctx, Some(f.upstream.as_str()))
 }

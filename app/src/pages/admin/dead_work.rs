@@ -43,14 +43,11 @@ pub struct DeadWorkView {
 /// The dead tasks of `upstream` grouped by error.
 #[server(prefix = "/admin/fn")]
 pub async fn dead_work(upstream: Option<String>) -> Result<DeadWorkView, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use super::call::{admin_call, upstream_queue, AdminCall};
+    use crate::auth::Role;
     use crate::pages::format::encode_component as enc;
-    use http::StatusCode;
-    require(Role::Viewer).await?;
-    let ctx = crate::context::app_context()?;
-    let (q, _) = ctx
-        .upstream(upstream.as_deref())
-        .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
+    let AdminCall { ctx, .. } = admin_call(Role::Viewer).await?;
+    let q = upstream_queue(&ctx, upstream.as_deref())?;
     let up = q.config().upstream.clone();
     let failed = |e: queue::QueueError| crate::auth::unreachable("dead work", e);
     let every_dead = queue::BulkFilter::default();

@@ -81,14 +81,12 @@ pub async fn task_facets(
     search: Option<String>,
     upstream: Option<String>,
 ) -> Result<FacetsView, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use super::call::{admin_call, upstream_queue, AdminCall};
+    use crate::auth::{refuse, Role};
     use http::StatusCode;
-    require(Role::Viewer).await?;
-    let ctx = crate::context::app_context()?;
+    let AdminCall { ctx, .. } = admin_call(Role::Viewer).await?;
     let upstream = super::search::chosen_upstream(search.as_deref(), upstream);
-    let (q, _) = ctx
-        .upstream(upstream.as_deref())
-        .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
+    let q = upstream_queue(&ctx, upstream.as_deref())?;
     let up = q.config().upstream.clone();
     let failed = |e: queue::QueueError| crate::auth::unreachable("task facets", e);
     // The search the counts narrow: as typed, or the tab's state.

@@ -47,9 +47,8 @@ pub struct LeasesData {
 /// Leases past their deadline or within `within_ms` of it, soonest deadline first.
 #[server(prefix = "/admin/fn")]
 pub async fn leases(within_ms: u64) -> Result<LeasesData, ServerFnError> {
-    use crate::auth::{require, Role};
-    require(Role::Viewer).await?;
-    let ctx = crate::context::app_context()?;
+    use super::call::{admin_call, AdminCall};
+    let AdminCall { ctx, .. } = admin_call(crate::auth::Role::Viewer).await?;
     let within_ms = within_ms.min(3_600_000);
     let failed = |e: queue::QueueError| crate::auth::unreachable("lease read", e);
     let q = &ctx.queue;

@@ -35,6 +35,8 @@ mod bulk_act;
 mod bulk_data;
 #[cfg(feature = "ssr")]
 mod bulk_filter;
+#[cfg(feature = "ssr")]
+mod call;
 mod chart;
 mod confirm;
 pub mod dead_work;

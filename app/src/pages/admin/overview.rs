@@ -67,12 +67,10 @@ pub async fn overview(
     upstream: Option<String>,
     plot: Option<String>,
 ) -> Result<OverviewData, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
-    require(Role::Viewer).await?;
-    let ctx = crate::context::app_context()?;
-    let (q, _) = ctx
-        .upstream(upstream.as_deref())
-        .map_err(|e| refuse(http::StatusCode::BAD_REQUEST, &e.to_string()))?;
+    use super::call::{admin_call, upstream_queue, AdminCall};
+    use crate::auth::Role;
+    let AdminCall { ctx, .. } = admin_call(Role::Viewer).await?;
+    let q = upstream_queue(&ctx, upstream.as_deref())?;
     let upstream = q.config().upstream.clone();
     let upstreams = ctx.upstream_names();
     let unavailable = |what: &str, e: String| crate::auth::unreachable(what, e);

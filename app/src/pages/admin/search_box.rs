@@ -42,16 +42,14 @@ pub async fn search_suggestions(
     caret: u32,
     upstream: Option<String>,
 ) -> Result<Vec<Suggestion>, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use super::call::{admin_call, upstream_queue, AdminCall};
+    use crate::auth::{refuse, Role};
     use http::StatusCode;
-    require(Role::Viewer).await?;
+    let AdminCall { ctx, .. } = admin_call(Role::Viewer).await?;
     if text.len() > MAX_TEXT {
         return Err(refuse(StatusCode::BAD_REQUEST, "search text too long"));
     }
-    let ctx = crate::context::app_context()?;
-    let (q, _) = ctx
-        .upstream(upstream.as_deref())
-        .map_err(|e| refuse(StatusCode::BAD_REQUEST, &e.to_string()))?;
+    let q = upstream_queue(&ctx, upstream.as_deref())?;
     let vocab = vocabulary(q, ctx.upstream_names())
         .await
         .map_err(|e| crate::auth::unreachable("search suggestions", e))?;

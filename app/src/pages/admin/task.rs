@@ -49,13 +49,13 @@ pub struct TaskView {
 /// The task, result and history of `id`; None when nothing is known about it.
 #[server(prefix = "/admin/fn")]
 pub async fn read_task(id: String) -> Result<Option<TaskView>, ServerFnError> {
-    use crate::auth::{refuse, require, Role};
+    use super::call::{admin_call, AdminCall};
+    use crate::auth::{refuse, Role};
     use http::StatusCode;
-    let session = require(Role::Viewer).await?;
+    let AdminCall { session, ctx } = admin_call(Role::Viewer).await?;
     let id: queue::TaskId = id
         .parse()
         .map_err(|_| refuse(StatusCode::BAD_REQUEST, "bad task id"))?;
-    let ctx = crate::context::app_context()?;
     let failed = |e: queue::QueueError| crate::auth::unreachable("task read", e);
     let now_ms = ctx.queue.now_ms().await.map_err(failed)?;
     let Some((upstream, q, d)) = ctx.find_task(&id).await.map_err(failed)? else {

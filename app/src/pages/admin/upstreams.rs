@@ -79,9 +79,8 @@ pub struct UpstreamsData {
 /// Every upstream's state.
 #[server(prefix = "/admin/fn")]
 pub async fn upstreams() -> Result<UpstreamsData, ServerFnError> {
-    use crate::auth::{require, Role};
-    require(Role::Viewer).await?;
-    let ctx = crate::context::app_context()?;
+    use super::call::{admin_call, AdminCall};
+    let AdminCall { ctx, .. } = admin_call(crate::auth::Role::Viewer).await?;
     let failed = |e: queue::QueueError| crate::auth::unreachable("upstreams read", e);
     // One upstream after another (at most 17), each with its three reads together.
     let mut rows = Vec::new();
