@@ -28,6 +28,10 @@
 //!    function (its URL read from the `/admin/login` page's form). A probe runs while they are
 //!    in flight (reported) and one after they all answered (gated). Last, because they use up
 //!    the sign-in allowance of the suite's address that phase 3 signs in from.
+//! 6. a log and span flood ([`log_flood`]) on a traced server of its own behind a stalled
+//!    collector: the log's growth, the resident memory and the stop time are gated.
+//!
+//! The phases are `phases::Check`'s methods, run in this order.
 //!
 //! Each phase's connections are closed before the next, so each phase measures its own
 //! effect. Failing probes and gates are reported and make the exit code non-zero: the check
@@ -36,6 +40,7 @@
 mod connections;
 mod hostile;
 mod log_flood;
+mod phases;
 mod request_lines;
 mod sign_in;
 
@@ -45,12 +50,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use connections::{closed_by_server, open_slow, open_streams, still_open};
-use sign_in::{sign_in_action, wrong_sign_ins};
+use phases::Check;
 
 use crate::{
-    common::{fmt_ms, log_dir, repoll_cmd, wait_http},
-    procs::{self, Proc},
+    common::{fmt_ms, log_dir},
     redis_server::RedisServer,
 };
 
@@ -160,349 +163,25 @@ struct Row {
 
 /// Runs the check; Ok(true) when every gated probe answered within the budget.
 pub async fn abuse(args: AbuseArgs) -> Result<bool, String> {
-    let bin = args.repoll_bin.clone();
-    if !bin.exists() {
+    if !args.repoll_bin.exists() {
         return Err(format!(
             "{} not found: build it with `cargo build --release -p server --bin repoll` or pass --repoll-bin",
-            bin.display()
+            args.repoll_bin.display()
         ));
     }
     let logs = log_dir(args.log_dir.clone(), "abuse")?;
-    let budget = Duration::from_millis(args.budget_ms);
-    let (soft, hard) = procs::raise_nofile();
-    let server_nofile = args.server_nofile.unwrap_or_else(|| {
-        crate::AMBIENT_NOFILE
-            .load(std::sync::atomic::Ordering::Relaxed)
-            .min(hard)
-    });
-    println!(
-        "abuse check: {} streams, {} slow connections, {} × 3 hostile answers of {} bytes + {} \
-         JSON 60,000 deep + {} long dead rows, {} request lines without a path, {} wrong sign-ins; \
-         budget {} ms; open files: client {soft}, server {server_nofile}; logs in {}",
-        args.streams,
-        args.slow,
-        args.hostile,
-        args.pad,
-        args.deep,
-        args.rows,
-        args.request_lines,
-        args.logins,
-        args.budget_ms,
-        logs.display()
-    );
-    if (soft as usize) < args.streams + args.slow + 200 {
-        println!(
-            "warning: the open-file limit {soft} is below what the phases need; \
-             failures may be the client's own"
-        );
-    }
-
     let redis = RedisServer::start("everysec", &logs).await?;
-    let port = procs::free_port().map_err(|e| e.to_string())?;
-    let sim_port = procs::free_port().map_err(|e| e.to_string())?;
-    let addr = format!("127.0.0.1:{port}");
-    let sim_addr = format!("127.0.0.1:{sim_port}");
-    let password = format!("abuse-{:016x}", rand::random::<u64>());
-    // Everything else is the server's default: this checks the server as shipped.
-    let env: Vec<(String, String)> = vec![
-        ("REPOLL_ADMIN_PASSWORD".into(), password.clone()),
-        (
-            "REPOLL_UPSTREAM_URL".into(),
-            format!("http://{sim_addr}/api/query?q={{key}}"),
-        ),
-    ];
-    let log = logs.join("serve.log");
-    let mut cmd = repoll_cmd(
-        &bin,
-        &[
-            "serve",
-            "--sim",
-            "--sim-addr",
-            &sim_addr,
-            "--addr",
-            &addr,
-            "--redis-url",
-            &redis.url(),
-        ],
-        &env,
-    );
-    procs::child_nofile(&mut cmd, server_nofile);
-    let mut web =
-        Proc::spawn("repoll serve --sim", cmd, &log).map_err(|e| format!("repoll serve: {e}"))?;
-    let base = format!("http://{addr}");
-    let target = Target {
-        base: base.clone(),
-        redis_url: redis.url(),
-        password,
-        pid: web.child.id().ok_or("repoll serve has no pid")?,
-    };
-    let setup = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| e.to_string())?;
-    wait_http(
-        &setup,
-        &format!("{base}/readyz"),
-        Duration::from_secs(30),
-        &mut web,
-        &log,
-    )
-    .await?;
-
-    let mut rows = Vec::new();
-    rows.push(Row {
-        phase: "baseline".into(),
-        load: "none".into(),
-        probe: probe(&base, "baseline").await,
-        gated: true,
-    });
-
-    // A query that stays "processing" for an hour: its stream never ends by itself.
-    let id = setup
-        .post(format!("{base}/api/v1/queries"))
-        .json(&serde_json::json!({"query": "abuse-stream ms=3600000"}))
-        .send()
-        .await
-        .map_err(|e| format!("submit: {e}"))?
-        .json::<serde_json::Value>()
-        .await
-        .map_err(|e| format!("submit: {e}"))?["id"]
-        .as_str()
-        .ok_or("submit answered without an id")?
-        .to_string();
-    let admin_stream = match setup.get(format!("{base}/admin/events")).send().await {
-        Ok(r) => r.status().as_u16().to_string(),
-        Err(e) => format!("error {e}"),
-    };
-
-    // Phase 1: live streams.
-    let t = Instant::now();
-    let streams = open_streams(&base, &id, args.streams).await;
-    let opened = streams.open.len();
-    rows.push(Row {
-        phase: format!("{} live streams", args.streams),
-        load: format!(
-            "{opened} open in {:.1} s{}; anonymous /admin/events: {admin_stream}",
-            t.elapsed().as_secs_f64(),
-            fmt_failures(&streams.failed)
-        ),
-        probe: probe(&base, "streams").await,
-        gated: true,
-    });
-    // Held a while: every poll of the watched query wakes all of them (fan-out).
-    tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
-    let p = probe(&base, "streams-held").await;
-    let alive = still_open(streams.open).await;
-    rows.push(Row {
-        phase: format!("  … held {} s", args.hold_secs),
-        load: format!("{alive} of {opened} still open"),
-        probe: p,
-        gated: true,
-    });
-
-    // Phase 2: slow connections.
-    let t = Instant::now();
-    let (mut slow, failed) = open_slow(&addr, args.slow).await;
-    let held = slow.len();
-    rows.push(Row {
-        phase: format!("{} slow headers", args.slow),
-        load: format!(
-            "{held} held{} after {:.1} s",
-            fmt_failures(&failed),
-            t.elapsed().as_secs_f64()
-        ),
-        probe: probe(&base, "slow").await,
-        gated: true,
-    });
-    tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
-    let p = probe(&base, "slow-held").await;
-    let (closed, answered) = closed_by_server(&mut slow);
-    rows.push(Row {
-        phase: format!("  … held {} s", args.hold_secs),
-        load: format!(
-            "server closed {closed} of {held}, answered {answered} (header-read timeout: 10 s by default)"
-        ),
-        probe: p,
-        gated: true,
-    });
-    // Half-sent requests must not be held for as long as the client likes.
-    let slow_unclosed = held.saturating_sub(closed);
-    drop(slow);
-    let mut gates = Vec::new();
-    if args.hold_secs > 10 {
-        gates.push(Gate::new(
-            "slow headers: every half-sent request closed",
-            slow_unclosed == 0,
-            format!(
-                "{closed} of {held} closed after {} s (the header-read timeout is 10 s)",
-                args.hold_secs
-            ),
-        ));
-    }
-
-    // Phase 3: the hostile upstream.
-    let plan = hostile::Plan {
-        each: args.hostile,
-        deep: args.deep,
-        rows: args.rows,
-        pad: args.pad,
-    };
-    let log_from = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
-    let h = hostile::run(&target, plan).await?;
-    let (panics, first) = request_lines::panics_since(&log, log_from);
-    gates.extend(h.gates);
-    gates.push(Gate::new(
-        "hostile upstream: no panic in serve's log, serve still running",
-        panics == 0 && web.exited().is_none(),
-        format!(
-            "{panics} panic lines{}; serve {}",
-            first.map(|l| format!(" (first: {l})")).unwrap_or_default(),
-            web.exited()
-                .map(|s| format!("exited ({s})"))
-                .unwrap_or_else(|| "running".into())
-        ),
-    ));
-    rows.push(Row {
-        phase: "hostile upstream (in flight)".into(),
-        load: h.load.clone(),
-        probe: h.during,
-        gated: false,
-    });
-    rows.push(Row {
-        phase: "hostile upstream (after)".into(),
-        load: "all ended; figures below".into(),
-        probe: h.after,
-        gated: true,
-    });
-
-    // Phase 4: request lines that name no path.
-    let flood = request_lines::flood(&addr, &log, args.request_lines).await;
-    gates.push(Gate::new(
-        "request lines without a path: 400 or closed, no panic",
-        flood.pass(),
-        format!(
-            "{} lines ({}): {}; {} panic lines in serve's log{}",
-            args.request_lines,
-            request_lines::LINES.join(" | "),
-            fmt_counts(&flood.answers),
-            flood.panic_lines,
-            flood
-                .first_panic
-                .as_deref()
-                .map(|l| format!(" (first: {l})"))
-                .unwrap_or_default()
-        ),
-    ));
-    rows.push(Row {
-        phase: format!("{} request lines (after)", args.request_lines),
-        load: fmt_counts(&flood.answers),
-        probe: probe(&base, "lines-after").await,
-        gated: true,
-    });
-
-    // Phase 5: wrong sign-ins.
-    let action = sign_in_action(&setup, &base).await?;
-    let logins = {
-        let base = base.clone();
-        let action = action.clone();
-        let n = args.logins;
-        tokio::spawn(async move { wrong_sign_ins(&base, &action, n).await })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let during = probe(&base, "logins-during").await;
-    let (statuses, slowest) = logins.await.map_err(|e| format!("sign-ins: {e}"))?;
-    let checked = statuses.get("401").copied().unwrap_or(0);
-    // Every 401 is a password that was checked (argon2); 429 is the limiter refusing first.
-    let load = format!(
-        "{} to {action}: {} (401 = password checked; limit {LOGIN_MAX_FAILURES}/min per client); slowest answer {}",
-        args.logins,
-        fmt_counts(&statuses),
-        fmt_ms(slowest.as_millis())
-    );
-    rows.push(Row {
-        phase: format!("{} wrong sign-ins (in flight)", args.logins),
-        load: load.clone(),
-        probe: during,
-        gated: false,
-    });
-    rows.push(Row {
-        phase: format!("{} wrong sign-ins (after)", args.logins),
-        load: "all answered".into(),
-        probe: probe(&base, "logins-after").await,
-        gated: true,
-    });
-
+    let (mut web, mut check) = Check::start(args, &logs, &redis).await?;
+    check.baseline().await;
+    check.live_streams().await?;
+    check.slow_headers().await;
+    check.hostile_upstream(&mut web).await?;
+    check.request_lines().await;
+    check.sign_ins().await?;
     web.kill().await;
-
-    // Phase 6: a log and span flood on a traced server of its own, collector stalled.
-    let (flood_gates, flood_figures) =
-        log_flood::run(&bin, &redis.url(), &logs, args.flood).await?;
-    gates.extend(flood_gates);
+    check.log_flood(&logs, &redis).await?;
     redis.stop().await;
-
-    println!();
-    println!(
-        "── abuse check (budget {} ms per probe) ─────────────────────────",
-        args.budget_ms
-    );
-    println!(
-        "{:<34} {:>10} {:>10}  {:<8} load",
-        "phase", "healthz", "submit", "verdict"
-    );
-    let mut pass = true;
-    for r in &rows {
-        let ok = r.probe.ok(budget);
-        if r.gated && !ok {
-            pass = false;
-        }
-        let verdict = match (ok, r.gated) {
-            (true, _) => "ok",
-            (false, true) => "FAIL",
-            (false, false) => "slow*",
-        };
-        println!(
-            "{:<34} {:>10} {:>10}  {:<8} {}",
-            r.phase,
-            fmt_probe(&r.probe.healthz),
-            fmt_probe(&r.probe.submit),
-            verdict,
-            r.load
-        );
-    }
-    println!(
-        "(* reported, not gated: the probe ran while the answers or sign-ins were still in flight)"
-    );
-    // Attempts are counted before the password check, so no burst may get more checks than
-    // the limit.
-    gates.push(Gate::new(
-        "sign-in limit",
-        checked <= LOGIN_MAX_FAILURES as usize,
-        format!(
-            "{checked} of {} parallel wrong passwords from one client checked (401); limit \
-             {LOGIN_MAX_FAILURES} a minute",
-            args.logins
-        ),
-    ));
-    println!();
-    println!("── gates ─────────────────────────────────────────────────────────");
-    for g in &gates {
-        pass &= g.pass;
-        println!(
-            "{} {}: {}",
-            if g.pass { "PASS" } else { "FAIL" },
-            g.name,
-            g.detail
-        );
-    }
-    println!();
-    for f in &h.figures {
-        println!("figure: {f}");
-    }
-    println!("figure: {flood_figures}");
-    println!("logs: {}", logs.display());
-    println!("{}", if pass { "PASS" } else { "FAIL" });
-    Ok(pass)
+    Ok(check.report(&logs))
 }
 
 fn fmt_probe(r: &Result<Duration, String>) -> String {
