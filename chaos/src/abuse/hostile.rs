@@ -97,35 +97,15 @@ struct Asked {
     answer_bytes: usize,
 }
 
+/// Runs the phase against `t`: the hostile queries, their figures and gates, then the dead
+/// list's page of the longest rows.
 pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
     let mut con = redis_server::connect(&t.redis_url).await?;
     let used_before = used_memory(&mut con).await?;
     let rss_before = proc_kb(t.pid, "VmRSS").unwrap_or(0);
 
-    let pad = plan.pad;
-    let mut queries: Vec<(&'static str, String)> = Vec::new();
-    for i in 0..plan.each {
-        queries.push((
-            "failed",
-            format!("abuse-hostile-failed-{i} status=failed pad={pad}"),
-        ));
-        queries.push((
-            "partial",
-            format!("abuse-hostile-partial-{i} polls=3 pad_partial={pad}"),
-        ));
-        queries.push((
-            "final",
-            format!("abuse-hostile-final-{i} polls=1 pad={pad}"),
-        ));
-    }
-    for i in 0..plan.deep {
-        queries.push((
-            "deep",
-            format!("abuse-hostile-deep-{i} polls=1 deep={DEPTH}"),
-        ));
-    }
     let started = Instant::now();
-    let mut asked = submit_all(&t.base, &queries).await?;
+    let mut asked = submit_all(&t.base, &hostile_queries(&plan)).await?;
     let during = probe(&t.base, "hostile-during").await;
     settle(&t.base, &mut asked).await?;
     let settled_in = started.elapsed();
@@ -135,71 +115,8 @@ pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
     let rss_after = proc_kb(t.pid, "VmRSS").unwrap_or(0);
     let rss_peak = proc_kb(t.pid, "VmHWM").unwrap_or(0);
 
-    let mut gates = Vec::new();
-    let mut figures = Vec::new();
-    let unsettled = asked.iter().filter(|a| a.status.is_empty()).count();
-    let wrong: Vec<String> = asked
-        .iter()
-        .filter(|a| !a.status.is_empty() && a.status != expected(a.kind))
-        .map(|a| format!("{} {} ended {}", a.kind, short(&a.id), a.status))
-        .collect();
-    gates.push(Gate::new(
-        "hostile upstream: every query ends as it should",
-        unsettled == 0 && wrong.is_empty(),
-        format!(
-            "{} queries ({} failed message, {} huge partials, {} huge results, {} JSON {DEPTH} deep, \
-             {pad} bytes of filler) ended in {:.1} s; not ended: {unsettled}; ended otherwise: {}",
-            asked.len(),
-            plan.each,
-            plan.each,
-            plan.each,
-            plan.deep,
-            settled_in.as_secs_f64(),
-            if wrong.is_empty() { "none".into() } else { wrong.join(", ") }
-        ),
-    ));
-
-    // Each dead task's record and history, the largest of each kind; the deep ones must say
-    // "bad body".
-    let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut deep_errors = Vec::new();
-    for a in asked.iter().filter(|a| a.kind != "partial") {
-        let bytes = task_bytes(&mut con, &a.id).await?;
-        let most = largest.entry(a.kind).or_default();
-        *most = (*most).max(bytes);
-        if a.kind == "deep" {
-            deep_errors.push(last_error(&mut con, &a.id).await?);
-        }
-    }
-    let of = |kind: &str| largest.get(kind).copied().unwrap_or(0);
-    let message = of("failed").max(of("final"));
-    gates.push(Gate::new(
-        "hostile upstream: a dead task's record + history in Redis",
-        message > 0 && message <= TASK_BYTES_MAX && of("deep") <= RETRIED_TASK_BYTES_MAX,
-        format!(
-            "largest: failed message {} bytes, result too large {} bytes (bound \
-             {TASK_BYTES_MAX}); bad body, 5 attempts: {} bytes (bound {RETRIED_TASK_BYTES_MAX})",
-            of("failed"),
-            of("final"),
-            of("deep")
-        ),
-    ));
-    let deep_ok = !deep_errors.is_empty()
-        && deep_errors
-            .iter()
-            .all(|e| e.contains("bad body") && e.contains("recursion limit"));
-    gates.push(Gate::new(
-        "hostile upstream: JSON 60,000 deep is a bad body",
-        deep_ok,
-        format!(
-            "last error: {}",
-            deep_errors
-                .first()
-                .map(|e| e.chars().take(160).collect::<String>())
-                .unwrap_or_else(|| "none".into())
-        ),
-    ));
-
+    let mut gates = vec![ending_gate(&asked, &plan, settled_in)];
+    gates.extend(record_gates(&mut con, &asked).await?);
     let tasks = asked.len() as u64;
     let growth = used_after.saturating_sub(used_before);
     let allowed = MEMORY_PER_TASK * tasks + MEMORY_SLACK;
@@ -224,6 +141,134 @@ pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
             PEAK_MAX_KB / 1024
         ),
     ));
+    gates.push(answer_gate(&asked));
+    let mut figures = vec![format!(
+        "Redis used_memory {used_before} -> {used_after} bytes after {tasks} hostile tasks; \
+         serve VmRSS {} -> {} kB (VmHWM {} kB)",
+        rss_before, rss_after, rss_peak
+    )];
+
+    let (page_gate, rows_asked, used_rows) = dead_list(t, &plan, &mut con).await?;
+    gates.push(page_gate);
+    figures.push(format!(
+        "Redis used_memory {used_rows} bytes after {rows_asked} more dead tasks with the longest texts"
+    ));
+
+    let after = probe(&t.base, "hostile-after").await;
+    Ok(Hostile {
+        during,
+        after,
+        load: format!(
+            "{} hostile queries ended in {:.1} s; then {rows_asked} long dead rows",
+            asked.len(),
+            settled_in.as_secs_f64(),
+        ),
+        gates,
+        figures,
+    })
+}
+
+/// The queries of the plan, each with its kind: a failed message, huge partials and a huge
+/// final result (`plan.each` of each, `plan.pad` bytes of filler), and JSON nested [`DEPTH`]
+/// deep.
+fn hostile_queries(plan: &Plan) -> Vec<(&'static str, String)> {
+    let pad = plan.pad;
+    let mut queries: Vec<(&'static str, String)> = Vec::new();
+    for i in 0..plan.each {
+        queries.push((
+            "failed",
+            format!("abuse-hostile-failed-{i} status=failed pad={pad}"),
+        ));
+        queries.push((
+            "partial",
+            format!("abuse-hostile-partial-{i} polls=3 pad_partial={pad}"),
+        ));
+        queries.push((
+            "final",
+            format!("abuse-hostile-final-{i} polls=1 pad={pad}"),
+        ));
+    }
+    for i in 0..plan.deep {
+        queries.push((
+            "deep",
+            format!("abuse-hostile-deep-{i} polls=1 deep={DEPTH}"),
+        ));
+    }
+    queries
+}
+
+/// Every query ended, and as its kind should ([`expected`]).
+fn ending_gate(asked: &[Asked], plan: &Plan, settled_in: Duration) -> Gate {
+    let unsettled = asked.iter().filter(|a| a.status.is_empty()).count();
+    let wrong: Vec<String> = asked
+        .iter()
+        .filter(|a| !a.status.is_empty() && a.status != expected(a.kind))
+        .map(|a| format!("{} {} ended {}", a.kind, short(&a.id), a.status))
+        .collect();
+    Gate::new(
+        "hostile upstream: every query ends as it should",
+        unsettled == 0 && wrong.is_empty(),
+        format!(
+            "{} queries ({} failed message, {} huge partials, {} huge results, {} JSON {DEPTH} deep, \
+             {} bytes of filler) ended in {:.1} s; not ended: {unsettled}; ended otherwise: {}",
+            asked.len(),
+            plan.each,
+            plan.each,
+            plan.each,
+            plan.deep,
+            plan.pad,
+            settled_in.as_secs_f64(),
+            if wrong.is_empty() { "none".into() } else { wrong.join(", ") }
+        ),
+    )
+}
+
+/// Each dead task's record and history, the largest of each kind, bounded; the deep ones must
+/// have died of a "bad body".
+async fn record_gates(con: &mut ConnectionManager, asked: &[Asked]) -> Result<[Gate; 2], String> {
+    let mut largest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut deep_errors = Vec::new();
+    for a in asked.iter().filter(|a| a.kind != "partial") {
+        let bytes = task_bytes(con, &a.id).await?;
+        let most = largest.entry(a.kind).or_default();
+        *most = (*most).max(bytes);
+        if a.kind == "deep" {
+            deep_errors.push(last_error(con, &a.id).await?);
+        }
+    }
+    let of = |kind: &str| largest.get(kind).copied().unwrap_or(0);
+    let message = of("failed").max(of("final"));
+    let sizes = Gate::new(
+        "hostile upstream: a dead task's record + history in Redis",
+        message > 0 && message <= TASK_BYTES_MAX && of("deep") <= RETRIED_TASK_BYTES_MAX,
+        format!(
+            "largest: failed message {} bytes, result too large {} bytes (bound \
+             {TASK_BYTES_MAX}); bad body, 5 attempts: {} bytes (bound {RETRIED_TASK_BYTES_MAX})",
+            of("failed"),
+            of("final"),
+            of("deep")
+        ),
+    );
+    let deep_ok = !deep_errors.is_empty()
+        && deep_errors
+            .iter()
+            .all(|e| e.contains("bad body") && e.contains("recursion limit"));
+    let deep = Gate::new(
+        "hostile upstream: JSON 60,000 deep is a bad body",
+        deep_ok,
+        format!(
+            "last error: {}",
+            deep_errors
+                .first()
+                .map(|e| e.chars().take(160).collect::<String>())
+                .unwrap_or_else(|| "none".into())
+        ),
+    );
+    Ok([sizes, deep])
+}
+
+/// The public API's answer for a hostile query stays small, whatever the upstream sent.
+fn answer_gate(asked: &[Asked]) -> Gate {
     let api_max = asked.iter().map(|a| a.answer_bytes).max().unwrap_or(0);
     let api_of = |kind: &str| {
         asked
@@ -233,7 +278,7 @@ pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
             .max()
             .unwrap_or(0)
     };
-    gates.push(Gate::new(
+    Gate::new(
         "hostile upstream: the public answer of a hostile query",
         api_max > 0 && api_max <= API_MAX,
         format!(
@@ -244,18 +289,20 @@ pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
             api_of("final"),
             api_of("deep")
         ),
-    ));
-    figures.push(format!(
-        "Redis used_memory {used_before} -> {used_after} bytes after {tasks} hostile tasks; \
-         serve VmRSS {} -> {} kB (VmHWM {} kB)",
-        rss_before, rss_after, rss_peak
-    ));
+    )
+}
 
-    // The dead list page: the newest dead tasks, each with the longest texts.
-    let rows = rows(plan.rows);
-    let mut row_asked = submit_all(&t.base, &rows).await?;
+/// The dead list page, signed in: the newest dead tasks, `plan.rows` of them with the longest
+/// texts, within [`PAGE_MAX`]; its gate, how many rows were asked and Redis's used memory
+/// once they ended.
+async fn dead_list(
+    t: &Target,
+    plan: &Plan,
+    con: &mut ConnectionManager,
+) -> Result<(Gate, usize, u64), String> {
+    let mut row_asked = submit_all(&t.base, &rows(plan.rows)).await?;
     settle(&t.base, &mut row_asked).await?;
-    let used_rows = used_memory(&mut con).await?;
+    let used_rows = used_memory(con).await?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .redirect(reqwest::redirect::Policy::none())
@@ -274,7 +321,7 @@ pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
     let html = page.text().await.map_err(|e| format!("dead list: {e}"))?;
     let shown = html.matches("data-testid=\"task-row\"").count();
     let cut = html.matches("data-testid=\"whole-error\"").count();
-    gates.push(Gate::new(
+    let gate = Gate::new(
         "hostile upstream: the dead list page",
         status == 200 && shown >= plan.rows.min(50) && html.len() <= PAGE_MAX,
         format!(
@@ -283,25 +330,8 @@ pub(super) async fn run(t: &Target, plan: Plan) -> Result<Hostile, String> {
             html.len(),
             PAGE_MAX / 1024
         ),
-    ));
-    figures.push(format!(
-        "Redis used_memory {used_rows} bytes after {} more dead tasks with the longest texts",
-        row_asked.len()
-    ));
-
-    let after = probe(&t.base, "hostile-after").await;
-    Ok(Hostile {
-        during,
-        after,
-        load: format!(
-            "{} hostile queries ended in {:.1} s; then {} long dead rows",
-            asked.len(),
-            settled_in.as_secs_f64(),
-            row_asked.len()
-        ),
-        gates,
-        figures,
-    })
+    );
+    Ok((gate, row_asked.len(), used_rows))
 }
 
 /// How a query of `kind` ends: a huge partial is skipped and the small final answer stored;
