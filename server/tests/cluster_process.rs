@@ -289,7 +289,13 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         worker.env("REPOLL_CONCURRENCY", "32");
         procs.spawn(worker, "repoll worker");
     }
-    let http = reqwest::Client::new();
+    // Idle connections are dropped by the client before the server's 10 s header-read timeout
+    // closes them: a POST sent on a connection the server is closing fails with no answer
+    // (reqwest's default keeps them 90 s; seen as status 0 on a loaded CI machine).
+    let http = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
     let bases: Vec<String> = webs
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))

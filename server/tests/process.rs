@@ -411,8 +411,14 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
     children.0.push(ChildGuard::adopt(
         worker.spawn().expect("spawn repoll worker"),
     ));
+    // Until the poll's outcome is stored, not only until the upstream saw the call: between
+    // the two the task is still leased with no poll (seen on a loaded CI machine).
     let t0 = Instant::now();
-    while calls() == 0 || rt.block_on(q.workers()).unwrap().is_empty() {
+    let polled = || {
+        let d = rt.block_on(q.get(&id)).unwrap().expect("detail");
+        d.task.as_ref().is_some_and(|t| t.polls >= 1) || d.result.is_some()
+    };
+    while calls() == 0 || rt.block_on(q.workers()).unwrap().is_empty() || !polled() {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "the control worker did not register and poll (30 s hang guard)"
