@@ -9,6 +9,7 @@
 //! Each heartbeat also carries the process's memory, read by the process itself.
 
 use crate::common;
+use crate::common::wait_for;
 
 use std::{
     process::{Command, Stdio},
@@ -43,14 +44,6 @@ fn worker_command(env: &admin::Env, id: &str, url: &str, grace_ms: u64) -> Comma
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     cmd
-}
-
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn enqueue(q: &queue::Queue, key: &str) -> queue::TaskId {

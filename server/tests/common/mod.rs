@@ -20,6 +20,20 @@ pub fn api_unlimited() -> server::api::ApiArgs {
     }
 }
 
+/// Waits until `check` holds, asking every 50 ms; panics naming `what` after `limit` (a hang
+/// guard, never a timing).
+pub async fn wait_for(
+    what: &str,
+    limit: std::time::Duration,
+    mut check: impl AsyncFnMut() -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// What the router answered a request: its status, headers, body text, and the body parsed
 /// as JSON (`Null` when it is not JSON).
 #[derive(Debug)]

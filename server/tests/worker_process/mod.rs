@@ -6,6 +6,7 @@
 
 mod late;
 
+use crate::common::wait_for;
 use std::{
     path::PathBuf,
     process::{Child, Command, Stdio},
@@ -88,14 +89,6 @@ fn worker_command(env: &Env, lease_ms: u64, grace_ms: u64) -> Command {
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     cmd
-}
-
-async fn wait_for(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
