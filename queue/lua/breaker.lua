@@ -4,19 +4,16 @@
 -- Mode 'mirror' (partitioned queues, partition.rs): another partition's breaker opened by
 -- itself; this partition's opens for the rest of that cool-down, as by an automatic opening
 -- (by 'auto'), unless it is open or half-open already.
--- KEYS[1] breaker hash   KEYS[2] events stream   KEYS[3] ready list   KEYS[4] background ready
--- list   KEYS[5] due zset   KEYS[6] wake-up list
+-- KEYS: breaker events ready ready_bg due wakeups
 -- ARGV[1..6] common   ARGV[7] mode ('open' | 'close' | 'mirror')   ARGV[8] who (mirror: the
 -- partition that opened)   ARGV[9] open for ms
 -- Returns 1 if the state changed, 0 if it already was so (closing a closed breaker, mirroring
 -- onto a breaker not closed).
-local K = { breaker = KEYS[1], events = KEYS[2], ready = KEYS[3], bg = KEYS[4], due = KEYS[5],
-  wake = KEYS[6] }
 local mode = ARGV[7]
 local who = ARGV[8]
 local for_ms = tonumber(ARGV[9])
 if (mode ~= 'open' and mode ~= 'close' and mode ~= 'mirror') or who == nil or who == '' or for_ms == nil
-  or for_ms < 1 or #KEYS ~= 6 then
+  or for_ms < 1 then
   return redis.error_reply('ERR repoll breaker: bad arguments')
 end
 local now = now_ms()

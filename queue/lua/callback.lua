@@ -10,38 +10,34 @@
 -- cancel. A result has complete.lua's format; its worker is "callback" and its token the lease
 -- token the task had (0 if it was not leased). A failure is no attempt of ours: attempts stay.
 -- Validates every argument and reads the record before any write.
--- KEYS[1] task hash   KEYS[2] history   KEYS[3] result   KEYS[4] partial   KEYS[5] ready list
--- KEYS[6] background ready list   KEYS[7] due zset   KEYS[8] lease zset   KEYS[9] retry zset
--- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] events stream   KEYS[14] fair zset   KEYS[15] leases held per tenant (prelude/fair.lua,
--- "Fair shares")   KEYS[16] dead zset
+-- KEYS: task hist result partial ready ready_bg due lease retry results tp tpmin events fair fairc dead
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
 -- (0 = never)   ARGV[10] outcome ('done' | 'failed')   ARGV[11] the result data (done) or the
 -- upstream's message (failed)   ARGV[12] result life ms
 -- Returns 1 if the task was ended, 0 if no live task of that life exists (or it expired).
-local tkey = KEYS[1]
-local hkey = KEYS[2]
-local rkey = KEYS[3]
-local pkey = KEYS[4]
-local readyk = KEYS[5]
-local bgk = KEYS[6]
-local duez = KEYS[7]
-local leasez = KEYS[8]
-local retryz = KEYS[9]
-local resultsz = KEYS[10]
-local tp = KEYS[11]
-local tpmin = KEYS[12]
-local ekey = KEYS[13]
-local fairz = KEYS[14]
-local fairc = KEYS[15]
-local deadz = KEYS[16]
+local tkey = K.task
+local hkey = K.hist
+local rkey = K.result
+local pkey = K.partial
+local readyk = K.ready
+local bgk = K.ready_bg
+local duez = K.due
+local leasez = K.lease
+local retryz = K.retry
+local resultsz = K.results
+local tp = K.tp
+local tpmin = K.tpmin
+local ekey = K.events
+local fairz = K.fair
+local fairc = K.fairc
+local deadz = K.dead
 local id = ARGV[7]
 local created = tonumber(ARGV[8])
 local expires = tonumber(ARGV[9])
 local outcome = ARGV[10]
 local text = ARGV[11]
 local ttl = tonumber(ARGV[12])
-if #KEYS ~= 16 or #ARGV ~= 12 or id == nil or id == '' or created == nil or expires == nil
+if #ARGV ~= 12 or id == nil or id == '' or created == nil or expires == nil
   or (outcome ~= 'done' and outcome ~= 'failed') or text == nil or ttl == nil or ttl < 1 then
   return redis.error_reply('ERR repoll callback: bad arguments')
 end

@@ -6,13 +6,9 @@
 -- Undeclared keys (derived from ARGV[6], same hash tag): the task hashes {q}:t:<id> of the ids
 -- it finds in the ready lists and the due zset ('full' history level: also {q}:h:<id>, created
 -- last). All reads happen before the first write.
--- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] retry zset
--- KEYS[5] lease zset   KEYS[6] token counter   KEYS[7] paused flag   KEYS[8] share counter
--- KEYS[9] events stream
--- KEYS[10..14] the fair-share keys (the last seven keys of every claiming script are these five,
--- the breaker and the wake-up list): fair zset, tenants' last tags zset, V string, leases held
--- per tenant hash, per-tenant rate zset (prelude/fair.lua)
--- KEYS[15] breaker hash   KEYS[16] wake-up list
+-- KEYS: [claim] (prelude/claims.lua: the ready lists, the due, retry and lease zsets, the
+-- token and share counters, the paused flag, the events stream, the fair-share keys of
+-- prelude/fair.lua, the breaker hash and the wake-up list)
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] max_n   ARGV[9] lease_ms
 -- ARGV[10] woken: 1 if the caller's BLPOP took a wake-up entry for this claim, else 0
 -- ARGV[11] per-tenant lease cap   ARGV[12] per-tenant claims a second   ARGV[13] per-tenant
@@ -20,17 +16,13 @@
 -- Returns {{id, query, payload, token, attempts, polls, max_attempts, created, deadline,
 --           lease_deadline, refresh (1/0), trace context ('' = none), joiners' contexts
 --           (space-separated, '' = none), tenant ('' = none)}, ...}
-local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9], fair = KEYS[10],
-  fairt = KEYS[11], fairv = KEYS[12], fairc = KEYS[13], fairr = KEYS[14], breaker = KEYS[15],
-  wake = KEYS[16] }
-local FP = fair_policy(ARGV[11], ARGV[12], ARGV[13])
+local FP = claim_limits(ARGV)
 local worker = ARGV[7]
 local max_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
 local woken = tonumber(ARGV[10])
 if worker == nil or worker == '' or max_n == nil or max_n < 1 or lease_ms == nil
-  or lease_ms < 1 or (woken ~= 0 and woken ~= 1) or #KEYS ~= 16 or #ARGV ~= 13 or FP == nil then
+  or lease_ms < 1 or (woken ~= 0 and woken ~= 1) or #ARGV ~= 13 or FP == nil then
   return redis.error_reply('ERR repoll claim: bad arguments')
 end
 local now = now_ms()

@@ -13,11 +13,10 @@
 -- latency 'l'; a first write of a field also ZADDs it to the minutes index) and one
 -- dashboard PUBLISH carrying every id; plus the claim when next_n > 0.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
--- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
--- KEYS[10] results index zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[9+4i] task hash i   KEYS[10+4i] history i   KEYS[11+4i] result i   KEYS[12+4i] partial i
--- KEYS[13+4n .. 17+4n] the fair-share keys (claim.lua)   KEYS[18+4n] breaker hash
--- KEYS[19+4n] (last) wake-up list. A success of the breaker's probe closes the breaker
+-- KEYS: [claim] (prelude/claims.lua)
+-- KEYS: results tp tpmin (the results index zset, the throughput hash and its minutes zset)
+-- KEYS per item: task hist result partial (the task's record, history, result and partial data)
+-- A success of the breaker's probe closes the breaker
 -- (prelude/breaker.lua); the breaker is read with the claim, or alone when next_n = 0. A tenant's
 -- completed task gives back its lease (fair_release).
 -- ARGV[1..6] common   ARGV[7] result life ms (QueueConfig::result_life_ms)   ARGV[8] worker   ARGV[9] next_n   ARGV[10] lease_ms
@@ -25,16 +24,8 @@
 -- ARGV[11+4n .. 13+4n] the per-tenant limits (claim.lua)
 -- Returns {{status_1, ..., status_n}, {claimed rows as claim.lua}}: status 1 = completed,
 -- 0 = stale token (nothing written).
-local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
-  fairc = KEYS[#KEYS - 3], fairr = KEYS[#KEYS - 2], breaker = KEYS[#KEYS - 1],
-  wake = KEYS[#KEYS] }
-local FP = fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+local FP = claim_limits(ARGV)
 if FP == nil then return redis.error_reply('ERR repoll: bad per-tenant limits') end
-local resultsz = KEYS[10]
-local tp = KEYS[11]
-local tpmin = KEYS[12]
 local ttl = tonumber(ARGV[7])
 local worker = ARGV[8]
 local next_n = tonumber(ARGV[9])
@@ -42,7 +33,7 @@ local lease_ms = tonumber(ARGV[10])
 local n = (#ARGV - 13) / 4
 if ttl == nil or ttl < 1 or worker == nil or next_n == nil or next_n < 0 or lease_ms == nil
   or lease_ms < 1 or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n)
-  or #KEYS ~= 19 + 4 * n or n + next_n < 1 then
+  or item_count(KEYS, ITEM_KEYS) ~= n or n + next_n < 1 then
   return redis.error_reply('ERR repoll complete: bad arguments')
 end
 for i = 1, n do
@@ -55,7 +46,8 @@ local now = now_ms()
 -- Reads: every item's record, then the claim.
 local recs = {}
 for i = 1, n do
-  recs[i] = redis.call('HMGET', KEYS[9 + 4 * i], 's', 'tk', 'q', 'c', 'p', 'w', 'tn', 'u', 'fp',
+  local tkey = item_keys(KEYS, ITEM_KEYS, i)
+  recs[i] = redis.call('HMGET', tkey, 's', 'tk', 'q', 'c', 'p', 'w', 'tn', 'u', 'fp',
     'lp')
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
@@ -75,10 +67,7 @@ for i = 1, n do
     status[i] = 0
   else
     local id = ARGV[7 + 4 * i]
-    local tkey = KEYS[9 + 4 * i]
-    local hkey = KEYS[10 + 4 * i]
-    local rkey = KEYS[11 + 4 * i]
-    local pkey = KEYS[12 + 4 * i]
+    local tkey, hkey, rkey, pkey = item_keys(KEYS, ITEM_KEYS, i)
     local created = num(f[4], now)
     local who = f[6] or ''
     local query = f[3] or ''
@@ -110,7 +99,7 @@ for i = 1, n do
 end
 local done = #ids
 if done > 0 then
-  redis.call('ZADD', resultsz, unpack(index_args))
+  redis.call('ZADD', K.results, unpack(index_args))
   redis.call('ZREM', K.lease, unpack(ids))
   if done == 1 then
     event(K.events, now, 'completed', ids[1], 'by ' .. who1)
@@ -118,9 +107,9 @@ if done > 0 then
     event(K.events, now, 'completed', ids[1],
       fmt(done) .. ' tasks' .. (one_worker and (' by ' .. who1) or ''))
   end
-  bump(tp, tpmin, now, 'completed', done)
-  bump(tp, tpmin, now, 'ttr_sum', ttr)
-  bump_tally(tp, tpmin, now, hist_counts)
+  bump(K.tp, K.tpmin, now, 'completed', done)
+  bump(K.tp, K.tpmin, now, 'ttr_sum', ttr)
+  bump_tally(K.tp, K.tpmin, now, hist_counts)
   notify_dash_batch('completed', ids, now)
 end
 breaker_succeeded(K, br, ids, now)

@@ -6,14 +6,10 @@
 -- priority's ready list, and writes no history (the enqueue is shown from the record's `c`).
 -- A join by an interactive caller raises a background task to interactive (the higher
 -- priority of its requesters): its record, and its place if it waits in the background list.
--- KEYS[1] task hash   KEYS[2] result string   KEYS[3] partial string   KEYS[4] history list
--- KEYS[5] ready list   KEYS[6] background ready list   KEYS[7] dead zset   KEYS[8] due zset
--- KEYS[9] wake-up list (prelude: one entry per task made ready)
--- KEYS[10] fair zset   KEYS[11] tenants' last tags zset   KEYS[12] V string (prelude/fair.lua, "Fair
--- shares": a tenant's new interactive task waits in the fair zset, not the ready list)
--- KEYS[13] meta hash of this slot (read only; keys.rs `meta`)
--- KEYS[14] throughput hash   KEYS[15] throughput minutes zset (one counter per answer: fresh,
--- stale, miss, negative; and ahead per refresh-ahead started)
+-- KEYS: task result partial hist ready ready_bg dead due wakeups fair fairt fairv meta tp tpmin
+-- (`meta`: this slot's copy of the layout, read only; `fair`: a tenant's new interactive task
+-- waits there, not in the ready list; `tp`: one counter per answer: fresh, stale, miss,
+-- negative, and ahead per refresh-ahead started)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
 -- ARGV[12] priority ('interactive' | 'bg')   ARGV[13] tenant ('' = none; at most 64 bytes, no
@@ -53,21 +49,21 @@
 --       | {'created', fields, false, false}     where fields is the record's HGETALL.
 --       | {'none'}                              only if cached, and nothing stored or running
 --       | {'moved', the queue's partition count (or the one it is moving to)}
-local tkey = KEYS[1]
-local rkey = KEYS[2]
-local pkey = KEYS[3]
-local hkey = KEYS[4]
-local readyk = KEYS[5]
-local bgk = KEYS[6]
-local deadz = KEYS[7]
-local duez = KEYS[8]
-local wakek = KEYS[9]
-local fairz = KEYS[10]
-local fairt = KEYS[11]
-local fairv = KEYS[12]
-local metak = KEYS[13]
-local tp = KEYS[14]
-local tpmin = KEYS[15]
+local tkey = K.task
+local rkey = K.result
+local pkey = K.partial
+local hkey = K.hist
+local readyk = K.ready
+local bgk = K.ready_bg
+local deadz = K.dead
+local duez = K.due
+local wakek = K.wakeups
+local fairz = K.fair
+local fairt = K.fairt
+local fairv = K.fairv
+local metak = K.meta
+local tp = K.tp
+local tpmin = K.tpmin
 local id = ARGV[7]
 local query = ARGV[8]
 local payload = ARGV[9]
@@ -91,7 +87,7 @@ local TRACEPARENT = '^00%-' .. string.rep(HEX, 32) .. '%-' .. string.rep(HEX, 16
   HEX .. HEX .. '$'
 if id == nil or id == '' or query == nil or query == '' or payload == nil
   or deadline_ms == nil or deadline_ms < 0 or max_attempts == nil or max_attempts < 0
-  or (pr ~= 'interactive' and pr ~= 'bg') or #KEYS ~= 15 or tn == nil or #tn > 64
+  or (pr ~= 'interactive' and pr ~= 'bg') or tn == nil or #tn > 64
   or string.find(tn, '|', 1, true) or layout == nil or layout < 1
   or fresh_ms == nil or fresh_ms < 1 or max_age == nil or max_age < -1 or failed_ms == nil
   or failed_ms < 0 or (ARGV[18] ~= '1' and ARGV[18] ~= '0') or hot_asks == nil or hot_asks < 0

@@ -15,10 +15,9 @@
 -- duration, `eb` the start of the answer's body, at most BODY_MAX bytes), and the claim it
 -- ended (`lc`, `lw`), all in the HSET that stores the message: no command more per failure.
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
--- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
--- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[13] task hash   KEYS[14] history list   KEYS[15..19] the fair-share keys (claim.lua)
--- KEYS[20] breaker hash   KEYS[21] wake-up list. A tenant's failed task gives back its lease.
+-- KEYS: [claim] (prelude/claims.lua)
+-- KEYS: dead tp tpmin task hist (the dead zset, the throughput hash and its minutes zset, the
+-- task's record and history). A tenant's failed task gives back its lease.
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms   ARGV[10] id
 -- ARGV[11] token   ARGV[12] error (kept to ERROR_MAX bytes, prelude.lua)   ARGV[13] mode ('after'|'dead')   ARGV[14] delay_ms
 -- ARGV[15] latency_ms (the call's duration)   ARGV[16] the answer's HTTP status (0 = none: no
@@ -29,18 +28,13 @@
 -- Returns {{'retry', due_at, attempts} | {'dead', reason} | {'stale'}, {claimed rows},
 --   opened}: opened is the time (ms) until which this error opened the breaker, 0 when it did
 --   not (the worker says so in the span of the call that opened it).
-local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
-  fairc = KEYS[#KEYS - 3], fairr = KEYS[#KEYS - 2], breaker = KEYS[#KEYS - 1],
-  wake = KEYS[#KEYS] }
-local FP = fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+local FP = claim_limits(ARGV)
 if FP == nil then return redis.error_reply('ERR repoll: bad per-tenant limits') end
-local deadz = KEYS[10]
-local tp = KEYS[11]
-local tpmin = KEYS[12]
-local tkey = KEYS[13]
-local hkey = KEYS[14]
+local deadz = K.dead
+local tp = K.tp
+local tpmin = K.tpmin
+local tkey = K.task
+local hkey = K.hist
 local worker = ARGV[7]
 local next_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
@@ -60,7 +54,7 @@ if b_fail == nil or b_fail < 0 or b_rate == nil or b_rate < 0 or b_rate > 1 or b
   return redis.error_reply('ERR repoll fail: bad breaker arguments')
 end
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or #KEYS ~= 21 or #ARGV ~= 23 or id == nil or id == ''
+  or (next_n > 0 and worker == '') or #ARGV ~= 23 or id == nil or id == ''
   or tonumber(token) == nil or err == nil or (mode ~= 'after' and mode ~= 'dead')
   or delay == nil or delay < 0 or latency == nil or http_status == nil or http_status < 0
   or http_status > 999 or body == nil then
@@ -101,7 +95,7 @@ if mode == 'after' and br then
   hist_claim(hkey, num(f[8], now), 'by ' .. (f[7] or '?') .. ' token ' .. token)
   -- Ready again (claimed when the breaker lets calls through), its attempts unchanged.
   local attempts = num(f[3], 0)
-  to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], now, attempts, now, failure({}))
+  to_due(tkey, K.ready, K.ready_bg, K.due, K.retry, id, f[6], now, attempts, now, failure({}))
   hist(hkey, now, 'error', err .. ' -> breaker open: not counted, waits for the breaker')
   event(K.events, now, 'failed', id, err)
   notify_dash('failed', id, now)
@@ -160,13 +154,13 @@ if reason then
   out = { 'dead', reason }
 else
   local due_at = now + delay
-  to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now,
+  to_due(tkey, K.ready, K.ready_bg, K.due, K.retry, id, f[6], due_at, attempts, now,
     failure({ 'a', fmt(attempts) }))
   hist(hkey, now, 'error', err .. ' -> retry at ' .. fmt(due_at) .. ' (attempt '
     .. fmt(attempts) .. ')')
   event(K.events, now, 'failed', id, err)
   notify_dash('failed', id, now)
-  if delay == 0 then wake_workers(K.wake, 1) end
+  if delay == 0 then wake_workers(K.wakeups, 1) end
   out = { 'retry', due_at, attempts }
 end
 return { out, claim_apply(K, plan, worker, lease_ms, now), opened }

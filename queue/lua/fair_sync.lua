@@ -5,13 +5,13 @@
 -- the running counts are kept by every lease end anyway.
 -- Undeclared keys (read only, derived from ARGV[6], same hash tag): the task hashes
 -- {q}:t:<id> of the leased ids, all read before the first write.
--- KEYS[1] lease zset   KEYS[2] leases held per tenant hash
+-- KEYS: lease fairc
 -- ARGV[1..6] common   ARGV[7] max_n (1..10000)
 -- Returns the number of tenants holding leases, or -1 when skipped.
-local leasez = KEYS[1]
-local fairc = KEYS[2]
+local leasez = K.lease
+local fairc = K.fairc
 local max_n = tonumber(ARGV[7])
-if max_n == nil or max_n < 1 or max_n > 10000 or #KEYS ~= 2 then
+if max_n == nil or max_n < 1 or max_n > 10000 then
   return redis.error_reply('ERR repoll fair_sync: bad arguments')
 end
 if redis.call('ZCARD', leasez) > max_n then return -1 end

@@ -11,21 +11,22 @@
 -- command reaches it on its next heartbeat wherever it runs, and none is lost to a missed
 -- message. A worker whose mode changes (running / quiet / stopping) publishes
 -- `worker_mode`, so open dashboards re-read at once.
--- KEYS[1] registry zset   KEYS[2] process hash   KEYS[3] meta hash (read only)
+-- KEYS: <index> <entry> meta (the registry zset and the process's hash of its kind; the
+-- queue's meta hash, read only)
 -- ARGV[1..6] common   ARGV[7] kind ('worker' | 'web')   ARGV[8] id   ARGV[9] host   ARGV[10] pid
 -- ARGV[11] started_ms   ARGV[12] ttl_ms   and for a worker: ARGV[13] in_flight
 -- ARGV[14] completed   ARGV[15] dead   ARGV[16] mode ('running' | 'quiet' | 'stopping')
 -- ARGV[17] resident memory in bytes ('' = unknown)
 -- Returns {Redis time of this heartbeat (ms), meta `partitions` | false, meta `moving_to` | false,
 --   the worker's pending command ('quiet' | 'stop') | false}.
-local regz = KEYS[1]
-local pkey = KEYS[2]
-local metak = KEYS[3]
+local regz = K.index
+local pkey = K.entry
+local metak = K.meta
 local kind = ARGV[7]
 local id = ARGV[8]
 local ttl = tonumber(ARGV[12])
 if (kind ~= 'worker' and kind ~= 'web') or id == nil or id == '' or ARGV[9] == nil
-  or ttl == nil or ttl < 1 or #KEYS ~= 3 then
+  or ttl == nil or ttl < 1 then
   return redis.error_reply('ERR repoll heartbeat: bad arguments')
 end
 local last = 11

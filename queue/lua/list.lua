@@ -3,12 +3,12 @@
 -- the last item returned, so pages stay stable while members come and go: the next page
 -- starts just past that position even if the member itself has left (binary search over the
 -- members sharing its score), never from a numeric offset.
--- KEYS[1] the zset
+-- KEYS: <zset> (the zset listed)
 -- ARGV[1..6] common   ARGV[7] min bound ('-inf' | 'after_now')   ARGV[8] max bound
 -- ('now' | '+inf')   ARGV[9] cursor score ('' = first page)   ARGV[10] cursor id
 -- ARGV[11] limit (1..1000)   ARGV[12] order ('asc' | 'desc')
 -- Returns {total, has_more (0/1), id1, score1, id2, score2, ...} in the requested order.
-local z = KEYS[1]
+local z = K.zset
 local minb = ARGV[7]
 local maxb = ARGV[8]
 local cscore = ARGV[9]

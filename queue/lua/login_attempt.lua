@@ -1,7 +1,7 @@
 -- login_attempt.lua: one client's sign-in attempts in a fixed window, counted *before* the
 -- password is checked, so parallel guesses cannot all pass a "not yet blocked" check.
 --
--- KEYS[1]  the client's counter: {<queue>}:loginfail:<client address>
+-- KEYS: <attempts> (the client's counter: {<queue>}:loginfail:<client address>)
 -- ARGV[1]  window in ms: the counter lives this long from its first attempt
 -- ARGV[2]  "take" (count one attempt) or "give" (return one after a successful sign-in)
 -- Returns  the count after this call (0 when there is no counter).
@@ -20,17 +20,17 @@ if mode ~= 'take' and mode ~= 'give' then
 end
 
 if mode == 'give' then
-  local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+  local n = tonumber(redis.call('GET', K.attempts) or '0')
   if n and n > 0 then
-    return redis.call('DECR', KEYS[1])
+    return redis.call('DECR', K.attempts)
   end
   return 0
 end
 
-local n = redis.call('INCR', KEYS[1])
+local n = redis.call('INCR', K.attempts)
 -- The first attempt starts the window; a counter that somehow lost its TTL gets one back
 -- rather than locking the client out forever.
-if n == 1 or redis.call('PTTL', KEYS[1]) < 0 then
-  redis.call('PEXPIRE', KEYS[1], window)
+if n == 1 or redis.call('PTTL', K.attempts) < 0 then
+  redis.call('PEXPIRE', K.attempts, window)
 end
 return n

@@ -2,14 +2,14 @@
 -- the result a hash, partial data and a deferred claim entry inside the record) to the lean
 -- one (prelude.lua's record layout). Idempotent: a task already in the lean layout is left as
 -- it is. Due tasks stay in the due zset: a claim takes due members whose time has come.
--- KEYS[1] task hash   KEYS[2] result   KEYS[3] partial string
+-- KEYS: task result partial
 -- ARGV[1..6] common   ARGV[7] id
 -- Returns {record: 'migrated'|'lean'|'none', result: 'migrated'|'lean'|'none'}
-local tkey = KEYS[1]
-local rkey = KEYS[2]
-local pkey = KEYS[3]
+local tkey = K.task
+local rkey = K.result
+local pkey = K.partial
 local id = ARGV[7]
-if id == nil or id == '' or #KEYS ~= 3 then
+if id == nil or id == '' then
   return redis.error_reply('ERR repoll migrate: bad arguments')
 end
 -- Reads first.

@@ -1,14 +1,14 @@
 -- pause.lua: pause or resume claiming for the whole queue (claims return nothing while the
 -- flag exists). Recorded in the global event stream.
--- KEYS[1] paused flag   KEYS[2] events stream   KEYS[3] ready list   KEYS[4] background ready
--- list   KEYS[5] due zset   KEYS[6] wake-up list (resume: one entry per task ready now)
+-- KEYS: paused events ready ready_bg due wakeups
+-- (resume: one wake-up entry per task ready now)
 -- ARGV[1..6] common   ARGV[7] mode ('pause' | 'resume')   ARGV[8] who
 -- Returns 1 if the state changed, 0 if it already was so.
-local paused = KEYS[1]
-local ekey = KEYS[2]
+local paused = K.paused
+local ekey = K.events
 local mode = ARGV[7]
 local who = ARGV[8]
-if (mode ~= 'pause' and mode ~= 'resume') or who == nil or #KEYS ~= 6 then
+if (mode ~= 'pause' and mode ~= 'resume') or who == nil then
   return redis.error_reply('ERR repoll pause: bad arguments')
 end
 local now = now_ms()
@@ -23,6 +23,6 @@ if redis.call('EXISTS', paused) == 0 then return 0 end
 redis.call('DEL', paused)
 event(ekey, now, 'resumed', '', 'by admin ' .. who)
 notify_dash('resumed', '', now)
-wake_workers(KEYS[6], redis.call('LLEN', KEYS[3]) + redis.call('LLEN', KEYS[4])
-  + redis.call('ZCOUNT', KEYS[5], '-inf', now))
+wake_workers(K.wakeups, redis.call('LLEN', K.ready) + redis.call('LLEN', K.ready_bg)
+  + redis.call('ZCOUNT', K.due, '-inf', now))
 return 1

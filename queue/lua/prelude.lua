@@ -7,7 +7,10 @@
 --   ARGV[6] per-task key prefix ('{name}:'), used only by the scripts whose header says so
 -- Script-specific ARGV start at ARGV[7].
 --
--- Keys: every key a script touches is in KEYS, except where a header says "undeclared": claims
+-- Keys: each function declares its KEYS by name in its header (`-- KEYS: ...`, key_decl.rs); the
+-- library checks their count and hands the body `K` (K.ready, K.task, ...) and, for a batch
+-- function, `ITEM_KEYS` for item_keys() below. Every key a script touches is declared, except
+-- where a header says "undeclared": claims
 -- (claim.lua and the claim-next part of complete / reschedule / fail), stats and the queued purge
 -- find their task ids in a list or zset inside the script, so they derive the record key from
 -- the prefix (PREFIX .. 't:' .. id). Those keys share the queue's hash tag, so Redis Cluster
@@ -91,3 +94,15 @@ local DETAIL_MAX = 1300
 -- The most bytes of a failed call's answer body kept with its error (record field `eb`): enough
 -- to read what the upstream said, small enough that a record holding one stays small.
 local BODY_MAX = 512
+
+-- The number of items in a batch call's KEYS (its header's "KEYS per item"; the prologue has
+-- checked that they divide evenly).
+local function item_count(KEYS, IK)
+  return (#KEYS - IK.first + 1) / IK.width
+end
+
+-- The declared keys of item i (1-based) of a batch call, in the header's per-item order.
+local function item_keys(KEYS, IK, i)
+  local s = IK.first + (i - 1) * IK.width
+  return unpack(KEYS, s, s + IK.width - 1)
+end

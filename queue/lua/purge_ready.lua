@@ -3,16 +3,16 @@
 -- deleted with their partial data and history. The Rust side loops until it is empty.
 -- Undeclared keys (derived from ARGV[6], same hash tag): {q}:t:<id>, {q}:p:<id>, {q}:h:<id>
 -- of the ids read from the list; all are read before the first write, and only deleted.
--- KEYS[1] the ready list or the fair zset   KEYS[2] events stream
+-- KEYS: <list> events (<list>: a ready list or the fair zset)
 -- ARGV[1..6] common   ARGV[7] who   ARGV[8] max_n (1..1000)   ARGV[9] 'list' | 'fair' (a zset of
 -- "<tenant>|<id>", prelude.lua)
 -- Returns the number of tasks removed in this chunk.
-local listk = KEYS[1]
-local ekey = KEYS[2]
+local listk = K.list
+local ekey = K.events
 local who = ARGV[7]
 local max_n = tonumber(ARGV[8])
 local kind = ARGV[9]
-if who == nil or max_n == nil or max_n < 1 or max_n > 1000 or #KEYS ~= 2
+if who == nil or max_n == nil or max_n < 1 or max_n > 1000
   or (kind ~= 'list' and kind ~= 'fair') then
   return redis.error_reply('ERR repoll purge_ready: bad arguments')
 end

@@ -9,36 +9,33 @@
 -- "<hour_ms>:<field>"; a minute's counts are in one place or the other, never both, so a reader
 -- summing both is exact) and removed; hourly counters older than the hourly retention (a week)
 -- are removed; result-index members older than the result TTL are removed.
--- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
--- KEYS[5] retry zset   KEYS[6] dead zset   KEYS[7] events stream   KEYS[8] throughput hash
--- KEYS[9] throughput minutes zset   KEYS[10] results index zset   KEYS[11] hourly throughput hash
--- KEYS[12] hourly throughput index zset
--- KEYS[11+2i] task hash i   KEYS[12+2i] history i   (i = 1..n)   KEYS[13+2n] wake-up list
--- KEYS[14+2n] (last) leases held per tenant (prelude/fair.lua)
+-- KEYS: ready ready_bg due lease retry dead events tp tpmin results tphour tphourix wakeups fairc
+-- KEYS per item: task hist
 -- ARGV[1..6] common   ARGV[7] max_lease_losses (0 = never poison)   ARGV[8] throughput retention ms
 -- ARGV[9] result_ttl_ms   ARGV[10] hourly throughput retention ms
 -- ARGV[9+2i] id i   ARGV[10+2i] peeked deadline i
 -- Returns {{requeued ids}, {dead ids}}
-local readyk = KEYS[1]
-local bgk = KEYS[2]
-local duez = KEYS[3]
-local leasez = KEYS[4]
-local retryz = KEYS[5]
-local deadz = KEYS[6]
-local ekey = KEYS[7]
-local tp = KEYS[8]
-local tpmin = KEYS[9]
-local resultsz = KEYS[10]
-local tph = KEYS[11]
-local tphix = KEYS[12]
+local readyk = K.ready
+local bgk = K.ready_bg
+local duez = K.due
+local leasez = K.lease
+local retryz = K.retry
+local deadz = K.dead
+local ekey = K.events
+local tp = K.tp
+local tpmin = K.tpmin
+local resultsz = K.results
+local tph = K.tphour
+local tphix = K.tphourix
 local max_losses = tonumber(ARGV[7])
 local retention = tonumber(ARGV[8])
 local ttl = tonumber(ARGV[9])
 local hour_retention = tonumber(ARGV[10])
-local fairc = KEYS[#KEYS]
+local fairc = K.fairc
 local n = (#ARGV - 10) / 2
 if max_losses == nil or retention == nil or ttl == nil or hour_retention == nil
-  or hour_retention < retention or n ~= math.floor(n) or n < 0 or #KEYS ~= 14 + 2 * n then
+  or hour_retention < retention or n ~= math.floor(n) or n < 0
+  or item_count(KEYS, ITEM_KEYS) ~= n then
   return redis.error_reply('ERR repoll reap: bad arguments')
 end
 local now = now_ms()
@@ -47,8 +44,7 @@ local dead = {}
 for i = 1, n do
   local id = ARGV[9 + 2 * i]
   local seen = ARGV[10 + 2 * i]
-  local tkey = KEYS[11 + 2 * i]
-  local hkey = KEYS[12 + 2 * i]
+  local tkey, hkey = item_keys(KEYS, ITEM_KEYS, i)
   local score = redis.call('ZSCORE', leasez, id)
   if score and tonumber(score) == tonumber(seen) and tonumber(score) <= now then
     local f = redis.call('HMGET', tkey, 's', 'w', 'tk', 'll', 'a', 'dl', 'pr', 'u', 'tn', 'rf')
@@ -82,7 +78,7 @@ for i = 1, n do
     end
   end
 end
-wake_workers(KEYS[#KEYS - 1], #requeued)
+wake_workers(K.wakeups, #requeued)
 local all = {}
 for _, id in ipairs(requeued) do all[#all + 1] = id end
 for _, id in ipairs(dead) do all[#all + 1] = id end

@@ -1,9 +1,9 @@
 -- renew.lua: extend a live lease. Only the current token may renew (fencing).
--- KEYS[1] task hash   KEYS[2] lease zset
+-- KEYS: task lease
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] token   ARGV[9] lease_ms
 -- Returns {'ok', new_deadline} | {'stale'}
-local tkey = KEYS[1]
-local leasez = KEYS[2]
+local tkey = K.task
+local leasez = K.lease
 local id = ARGV[7]
 local token = ARGV[8]
 local lease_ms = tonumber(ARGV[9])

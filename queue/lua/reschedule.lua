@@ -8,11 +8,10 @@
 -- Counted per minute: 'polled', each call's upstream latency in its histogram bucket 'l',
 -- 'dead' for a task ended by the deadline, and 'refresh_failed' if it was a refresh (`rf`).
 -- Undeclared keys: those of the claim-next part (claim.lua's header), read before any write.
--- KEYS[1..9] as claim.lua (ready, bg, due, retry, lease, token, paused, share, events)
--- KEYS[10] dead zset   KEYS[11] throughput hash   KEYS[12] throughput minutes zset
--- KEYS[10+3i] task hash i   KEYS[11+3i] history i   KEYS[12+3i] partial i   (i = 1..n)
--- KEYS[13+3n .. 17+3n] the fair-share keys (claim.lua)   KEYS[18+3n] breaker hash
--- KEYS[19+3n] (last) wake-up list. A poll of the breaker's probe is a success: it closes the
+-- KEYS: [claim] (prelude/claims.lua)
+-- KEYS: dead tp tpmin (the dead zset, the throughput hash and its minutes zset)
+-- KEYS per item: task hist partial (the task's record, history and partial data)
+-- A poll of the breaker's probe is a success: it closes the
 -- breaker (prelude/breaker.lua). A tenant's polled task gives back its lease (fair_release).
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
 -- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
@@ -20,22 +19,18 @@
 -- ARGV[10+6n .. 12+6n] the per-tenant limits (claim.lua)
 -- Returns {{tag_1, value_1, ..., tag_n, value_n}, {claimed rows as claim.lua}} where tag/value
 -- is 'ok'/due_at | 'dead'/'deadline' | 'stale'/0.
-local K = { ready = KEYS[1], bg = KEYS[2], due = KEYS[3], retry = KEYS[4], lease = KEYS[5],
-  token = KEYS[6], paused = KEYS[7], share = KEYS[8], events = KEYS[9],
-  fair = KEYS[#KEYS - 6], fairt = KEYS[#KEYS - 5], fairv = KEYS[#KEYS - 4],
-  fairc = KEYS[#KEYS - 3], fairr = KEYS[#KEYS - 2], breaker = KEYS[#KEYS - 1],
-  wake = KEYS[#KEYS] }
-local FP = fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+local FP = claim_limits(ARGV)
 if FP == nil then return redis.error_reply('ERR repoll: bad per-tenant limits') end
-local deadz = KEYS[10]
-local tp = KEYS[11]
-local tpmin = KEYS[12]
+local deadz = K.dead
+local tp = K.tp
+local tpmin = K.tpmin
 local worker = ARGV[7]
 local next_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
 local n = (#ARGV - 12) / 6
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
-  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n) or #KEYS ~= 19 + 3 * n
+  or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n)
+  or item_count(KEYS, ITEM_KEYS) ~= n
   or n + next_n < 1 then
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
@@ -50,7 +45,8 @@ end
 local now = now_ms()
 local recs = {}
 for i = 1, n do
-  recs[i] = redis.call('HMGET', KEYS[10 + 3 * i], 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn',
+  local tkey = item_keys(KEYS, ITEM_KEYS, i)
+  recs[i] = redis.call('HMGET', tkey, 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn',
     'rf', 'u', 'fp')
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
@@ -69,9 +65,7 @@ for i = 1, n do
     out[#out + 1] = 'stale'
     out[#out + 1] = 0
   else
-    local tkey = KEYS[10 + 3 * i]
-    local hkey = KEYS[11 + 3 * i]
-    local pkey = KEYS[12 + 3 * i]
+    local tkey, hkey, pkey = item_keys(KEYS, ITEM_KEYS, i)
     local delay = tonumber(ARGV[6 + 6 * i])
     local polls = num(f[3], 0) + 1
     local attempts = num(f[4], 0)
@@ -99,7 +93,7 @@ for i = 1, n do
       out[#out + 1] = 'dead'
       out[#out + 1] = 'deadline'
     else
-      to_due(tkey, K.ready, K.bg, K.due, K.retry, id, f[6], due_at, attempts, now, story)
+      to_due(tkey, K.ready, K.ready_bg, K.due, K.retry, id, f[6], due_at, attempts, now, story)
       hist_routine(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', '
         .. ARGV[9 + 6 * i] .. ' ms), next poll at ' .. fmt(due_at))
       moved[#moved + 1] = id
@@ -117,6 +111,6 @@ if #dead > 0 then bump(tp, tpmin, now, 'dead', #dead) end
 if refreshes_failed > 0 then bump(tp, tpmin, now, 'refresh_failed', refreshes_failed) end
 notify_dash_batch('rescheduled', moved, now)
 notify_dash_batch('dead', dead, now)
-wake_workers(K.wake, woke)
+wake_workers(K.wakeups, woke)
 breaker_succeeded(K, br, seen, now)
 return { out, claim_apply(K, plan, worker, lease_ms, now) }

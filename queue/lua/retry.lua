@@ -1,29 +1,28 @@
 -- retry.lua: admin "run it again now". A dead task returns to ready now with attempts and lease
 -- losses reset (otherwise it would die again on its next error); a task waiting for a later
 -- poll or backoff is made ready now. Ready and leased tasks are left alone.
--- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] retry zset
--- KEYS[5] dead zset   KEYS[6] events stream
--- KEYS[5+2i] task hash i   KEYS[6+2i] history i   (i = 1..n)   KEYS[7+2n] (last) wake-up list
+-- KEYS: ready ready_bg due retry dead events wakeups
+-- KEYS per item: task hist
 -- ARGV[1..6] common   ARGV[7] who   ARGV[8] mode ('any' | 'dead')   ARGV[8+i] id i
 -- Returns the number of tasks made ready now.
-local readyk = KEYS[1]
-local bgk = KEYS[2]
-local duez = KEYS[3]
-local retryz = KEYS[4]
-local deadz = KEYS[5]
-local ekey = KEYS[6]
+local readyk = K.ready
+local bgk = K.ready_bg
+local duez = K.due
+local retryz = K.retry
+local deadz = K.dead
+local ekey = K.events
 local who = ARGV[7]
 local mode = ARGV[8]
 local n = #ARGV - 8
-if who == nil or (mode ~= 'any' and mode ~= 'dead') or n < 0 or #KEYS ~= 7 + 2 * n then
+if who == nil or (mode ~= 'any' and mode ~= 'dead') or n < 0
+  or item_count(KEYS, ITEM_KEYS) ~= n then
   return redis.error_reply('ERR repoll retry: bad arguments')
 end
 local now = now_ms()
 local ids = {}
 for i = 1, n do
   local id = ARGV[8 + i]
-  local tkey = KEYS[5 + 2 * i]
-  local hkey = KEYS[6 + 2 * i]
+  local tkey, hkey = item_keys(KEYS, ITEM_KEYS, i)
   local f = redis.call('HMGET', tkey, 's', 'a', 'dr', 'pr')
   local done = false
   if f[1] == 'dead' and redis.call('ZSCORE', deadz, id) then
@@ -49,6 +48,6 @@ end
 if #ids > 0 then
   event(ekey, now, 'retried', ids[1], (#ids == 1 and '' or (fmt(#ids) .. ' tasks ')) .. 'by admin ' .. who)
   notify_dash_batch('retried', ids, now)
-  wake_workers(KEYS[#KEYS], #ids)
+  wake_workers(K.wakeups, #ids)
 end
 return #ids

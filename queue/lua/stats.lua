@@ -3,27 +3,25 @@
 -- Undeclared keys (read only, derived from ARGV[6]): the task hashes {q}:t:<id> at the head of
 -- the two ready lists and of the fair zset, for the oldest ready age (ready since `u`, else
 -- created `c`; the fair zset's head is its next in turn, close to but not always its oldest).
--- KEYS[1] ready list   KEYS[2] background ready list   KEYS[3] due zset   KEYS[4] lease zset
--- KEYS[5] dead zset   KEYS[6] retry zset   KEYS[7] results index zset   KEYS[8] paused flag
--- KEYS[9] throughput hash   KEYS[10] fair zset (tenants' ready tasks, "<tenant>|<id>")
+-- KEYS: ready ready_bg due lease dead retry results paused tp fair
 -- ARGV[1..6] common   ARGV[7] result_ttl_ms   ARGV[8] buckets (minutes of throughput)
 -- Returns {ready, waiting, retrying, leased, stuck, dead, results, oldest_ready (-1 = none),
 --          paused (0/1), now, ready_background,
 --          {minute, completed, failed, polled, ttr_sum, ttr_count, fresh, stale, miss, negative,
 --           ahead, refresh_failed, dead}...}
-local readyk = KEYS[1]
-local bgk = KEYS[2]
-local duez = KEYS[3]
-local leasez = KEYS[4]
-local deadz = KEYS[5]
-local retryz = KEYS[6]
-local resultsz = KEYS[7]
-local paused = KEYS[8]
-local tp = KEYS[9]
-local fairz = KEYS[10]
+local readyk = K.ready
+local bgk = K.ready_bg
+local duez = K.due
+local leasez = K.lease
+local deadz = K.dead
+local retryz = K.retry
+local resultsz = K.results
+local paused = K.paused
+local tp = K.tp
+local fairz = K.fair
 local ttl = tonumber(ARGV[7])
 local buckets = tonumber(ARGV[8])
-if ttl == nil or buckets == nil or buckets < 0 or buckets > 1440 or #KEYS ~= 10 then
+if ttl == nil or buckets == nil or buckets < 0 or buckets > 1440 then
   return redis.error_reply('ERR repoll stats: bad arguments')
 end
 local now = now_ms()

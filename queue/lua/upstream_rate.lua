@@ -1,11 +1,11 @@
 -- upstream_rate.lua: one permit of the queue-wide rate limit on upstream calls, shared by
 -- every worker process (GCRA: a "theoretical arrival time" per queue, in microseconds of the
 -- Redis clock). Admits up to `burst` calls at once and `per_sec` a second on average.
--- KEYS[1] the limiter's string key (TAT in microseconds)
+-- KEYS: upstream_rate
 -- ARGV[1..6] common   ARGV[7] per_sec (>= 1)   ARGV[8] burst (>= 1)
 -- Returns 0 when the call may go now (the permit is taken), else the milliseconds to wait
 -- before asking again (nothing written).
-local key = KEYS[1]
+local key = K.upstream_rate
 local per_sec = tonumber(ARGV[7])
 local burst = tonumber(ARGV[8])
 if per_sec == nil or per_sec < 1 or burst == nil or burst < 1 then

@@ -5,14 +5,14 @@
 -- hash. Only a live entry is written (no hash is created for a worker that is not there), and
 -- a stop is final: a later quiet does not undo it. Publishes `worker_command` on the
 -- dashboard channel.
--- KEYS[1] worker hash ({name}:w:<id>)
+-- KEYS: worker
 -- ARGV[1..6] common   ARGV[7] worker id   ARGV[8] command ('quiet' | 'stop')
 -- Returns 1 written, 0 no live worker with this id, 2 already told to stop (a quiet after a
 -- stop; nothing written).
-local wkey = KEYS[1]
+local wkey = K.worker
 local id = ARGV[7]
 local command = ARGV[8]
-if id == nil or id == '' or (command ~= 'quiet' and command ~= 'stop') or #KEYS ~= 1 then
+if id == nil or id == '' or (command ~= 'quiet' and command ~= 'stop') then
   return redis.error_reply('ERR repoll worker_command: bad arguments')
 end
 if redis.call('EXISTS', wkey) == 0 then return 0 end

@@ -66,24 +66,8 @@ impl Slot {
             Outcome::Done(result) => ("done", result),
             Outcome::Failed(message) => ("failed", message),
         };
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.callback);
-        inv.key(k.task(id))
-            .key(k.hist(id))
-            .key(k.result(id))
-            .key(k.partial(id))
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.retry)
-            .key(&k.results)
-            .key(&k.tp)
-            .key(&k.tpmin)
-            .key(&k.events)
-            .key(&k.fair)
-            .key(&k.fairc)
-            .key(&k.dead)
+        inv.for_task(id)
             .arg(id)
             .arg(created_ms)
             .arg(expires_ms)

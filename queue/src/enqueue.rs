@@ -227,23 +227,15 @@ impl Queue {
 impl Slot {
     /// The enqueue script call of one task of this slot (enqueue.lua).
     fn enqueue_invocation<'a>(
-        &self,
+        &'a self,
         id: &str,
         q: &str,
         payload: &str,
         policy: &EnqueuePolicy,
         trace: &str,
     ) -> Invocation<'a> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.enqueue);
-        inv.key(k.task(id))
-            .key(k.result(id))
-            .key(k.partial(id))
-            .key(k.hist(id))
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.dead)
-            .key(&k.due)
+        inv.for_task(id)
             .arg(id)
             .arg(q)
             .arg(payload)
@@ -253,15 +245,8 @@ impl Slot {
                 Priority::Interactive => "interactive",
                 Priority::Background => "bg",
             })
-            .key(&k.wakeups)
-            .key(&k.fair)
-            .key(&k.fairt)
-            .key(&k.fairv)
             .arg(policy.tenant.as_str())
-            .key(k.meta())
-            .arg(self.layout())
-            .key(&k.tp)
-            .key(&k.tpmin);
+            .arg(self.layout());
         let cfg = self.config();
         let fresh = &cfg.freshness;
         inv.arg(clamp_ms(cfg.result_ttl_ms).max(1))

@@ -1,6 +1,7 @@
 //! Key layout. Every key starts with the hash tag `{name}` so a Redis Cluster keeps the whole
 //! queue in one slot (Lua scripts may only touch keys of one slot). Rust builds every key name
-//! here and passes them in KEYS; the few scripts that find task ids inside Redis (claims, stats,
+//! here and passes them in KEYS, by the names the scripts' headers declare ([`Keys::named`],
+//! key_decl.rs); the few scripts that find task ids inside Redis (claims, stats,
 //! the ready-list purge) derive those tasks' keys from [`Keys::prefix`] with the same layout,
 //! as their headers say. See ARCHITECTURE.md for the table.
 
@@ -125,6 +126,53 @@ impl Keys {
             fairr: k("fairr"),
             tag,
         }
+    }
+
+    /// The key a function's header declares by `name` (key_decl.rs): a key of this layout, or
+    /// one of the call's task `id` (`task`, `hist`, `result`, `partial`, `worker`). None for a
+    /// name the layout does not have, or a task's key without an id.
+    pub fn named(&self, name: &str, id: Option<&str>) -> Option<String> {
+        let key = match name {
+            "ready" => &self.ready,
+            "ready_bg" => &self.ready_bg,
+            "share" => &self.share,
+            "due" => &self.due,
+            "lease" => &self.lease,
+            "dead" => &self.dead,
+            "retry" => &self.retry,
+            "results" => &self.results,
+            "events" => &self.events,
+            "paused" => &self.paused,
+            "token" => &self.token,
+            "tp" => &self.tp,
+            "tpmin" => &self.tpmin,
+            "tphour" => &self.tphour,
+            "tphourix" => &self.tphourix,
+            "workers" => &self.workers,
+            "webs" => &self.webs,
+            "breaker" => &self.breaker,
+            "upstream_rate" => &self.upstream_rate,
+            "wakeups" => &self.wakeups,
+            "audit" => &self.audit,
+            "fair" => &self.fair,
+            "fairt" => &self.fairt,
+            "fairv" => &self.fairv,
+            "fairc" => &self.fairc,
+            "fairr" => &self.fairr,
+            "meta" => return Some(self.meta()),
+            _ => {
+                let id = id?;
+                return match name {
+                    "task" => Some(self.task(id)),
+                    "hist" => Some(self.hist(id)),
+                    "result" => Some(self.result(id)),
+                    "partial" => Some(self.partial(id)),
+                    "worker" => Some(self.worker(id)),
+                    _ => None,
+                };
+            }
+        };
+        Some(key.clone())
     }
 
     /// Task record (compact hash, short field names: prelude.lua) of a live task.

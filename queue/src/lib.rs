@@ -55,6 +55,7 @@ mod decode;
 mod enqueue;
 pub mod error;
 pub mod id;
+pub mod key_decl;
 mod keys;
 mod library;
 pub mod model;

@@ -151,40 +151,19 @@ impl Slot {
         who: &str,
         mode: &str,
     ) -> Result<u64> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.retry);
-        inv.key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.retry)
-            .key(&k.dead)
-            .key(&k.events)
-            .arg(who)
-            .arg(mode);
+        inv.arg(who).arg(mode);
         for id in ids {
             let id = id.as_ref();
-            inv.key(k.task(id)).key(k.hist(id)).arg(id);
+            inv.item(id).arg(id);
         }
-        inv.key(&k.wakeups);
         count(int(&self.run(&inv).await?)?)
     }
 
     /// [`Queue::cancel`] in this slot.
     pub(crate) async fn cancel(&self, id: &str, who: &str) -> Result<bool> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.cancel);
-        inv.key(k.task(id))
-            .key(k.hist(id))
-            .key(k.partial(id))
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.retry)
-            .key(&k.dead)
-            .key(&k.events)
-            .key(&k.fair)
-            .key(&k.fairc)
+        inv.for_task(id)
             .arg(id)
             .arg(who)
             .arg(clamp_ms(self.config().result_life_ms()));
@@ -194,32 +173,15 @@ impl Slot {
     /// [`Queue::breaker_action`] on this slot's breaker (breaker.lua); also the mirror of
     /// another slot's opening (`partition`).
     pub(crate) async fn breaker_action(&self, mode: &str, who: &str, for_ms: u64) -> Result<bool> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.breaker);
-        inv.key(&k.breaker)
-            .key(&k.events)
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.wakeups)
-            .arg(mode)
-            .arg(who)
-            .arg(clamp_ms(for_ms).max(1));
+        inv.arg(mode).arg(who).arg(clamp_ms(for_ms).max(1));
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 
     /// [`Queue::set_paused`] on this slot's flag (pause.lua); whether it changed.
     pub(crate) async fn set_paused(&self, mode: &str, who: &str) -> Result<bool> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.pause);
-        inv.key(&k.paused)
-            .key(&k.events)
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.wakeups)
-            .arg(mode)
-            .arg(who);
+        inv.arg(mode).arg(who);
         Ok(int(&self.run(&inv).await?)? == 1)
     }
 
@@ -247,7 +209,10 @@ impl Slot {
             for (list, kind) in [(&k.ready, "list"), (&k.ready_bg, "list"), (&k.fair, "fair")] {
                 loop {
                     let mut inv = self.invocation(&SCRIPTS.purge_ready);
-                    inv.key(list).key(&k.events).arg(who).arg(CHUNK).arg(kind);
+                    inv.given("list", list.as_str())
+                        .arg(who)
+                        .arg(CHUNK)
+                        .arg(kind);
                     let n = count(int(&self.run(&inv).await?)?)?;
                     total += n;
                     let mut c = self.conn.clone();
@@ -290,22 +255,11 @@ impl Slot {
         ids: &[S],
         who: &str,
     ) -> Result<u64> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.purge);
-        inv.key(&k.due)
-            .key(&k.retry)
-            .key(&k.dead)
-            .key(&k.results)
-            .key(&k.events)
-            .arg(target)
-            .arg(who);
+        inv.arg(target).arg(who);
         for id in ids {
             let id = id.as_ref();
-            inv.key(k.task(id))
-                .key(k.hist(id))
-                .key(k.result(id))
-                .key(k.partial(id))
-                .arg(id);
+            inv.item(id).arg(id);
         }
         count(int(&self.run(&inv).await?)?)
     }
@@ -367,10 +321,7 @@ impl Queue {
                     continue;
                 }
                 let mut inv = slot.invocation(&SCRIPTS.migrate);
-                inv.key(k.task(id))
-                    .key(k.result(id))
-                    .key(k.partial(id))
-                    .arg(id);
+                inv.for_task(id).arg(id);
                 let r = array(slot.run(&inv).await?)?;
                 if r.first().map(string).transpose()?.as_deref() == Some("migrated") {
                     out.records += 1;

@@ -39,7 +39,7 @@ use std::future::Future;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::error::{config, corrupt, QueueError, Result};
-use crate::model::{QueueConfig, TaskId};
+use crate::model::QueueConfig;
 use crate::slot::Slot;
 use crate::Queue;
 
@@ -374,7 +374,7 @@ impl Queue {
         Ok(())
     }
 
-    /// A batched write (completions, reschedules): each slot's items in one call, and the
+    /// A batched write (completions, reschedules, a failure): each slot's items in one call, and the
     /// `next_n` tasks asked for claimed in the slot of the last item (or, every
     /// [`CHAIN_ROTATE`]-th time, in the rotation's next one: then it is a call of its own
     /// unless that slot has items too). No items is a plain claim: a sweep of the slots from
@@ -382,7 +382,7 @@ impl Queue {
     pub(crate) async fn chained_write<I, R, F, Fut>(
         &self,
         items: &[I],
-        id_of: impl Fn(&I) -> &TaskId,
+        id_of: impl Fn(&I) -> &str,
         next_n: usize,
         call: F,
     ) -> Result<(Vec<R>, Vec<crate::Claimed>)>
@@ -398,7 +398,7 @@ impl Queue {
             next_n
         };
         let slots = self.slots();
-        let ids: Vec<&str> = items.iter().map(|i| id_of(i).as_str()).collect();
+        let ids: Vec<&str> = items.iter().map(&id_of).collect();
         let groups = self.group_by_slot(&ids);
         let claim_in = match ids.last() {
             Some(last) if !self.chain_rotates() => partition_of(last, slots.len()),
@@ -445,6 +445,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::TaskId;
 
     #[test]
     fn partition_of_is_stable_and_spread() {

@@ -146,9 +146,7 @@ impl Queue {
     ) -> Result<CommandSent> {
         let control = self.control();
         let mut inv = control.invocation(&SCRIPTS.worker_command);
-        inv.key(control.keys().worker(worker_id))
-            .arg(worker_id)
-            .arg(command.as_str());
+        inv.for_task(worker_id).arg(worker_id).arg(command.as_str());
         match int(&control.run(&inv).await?)? {
             1 => Ok(CommandSent::Sent),
             0 => Ok(CommandSent::NoSuchWorker),
@@ -180,9 +178,8 @@ impl Queue {
         let control = self.control();
         let k = control.keys();
         let mut inv = control.invocation(&SCRIPTS.heartbeat);
-        inv.key(b.kind.index(k))
-            .key(b.kind.entry(k, b.id))
-            .key(k.meta())
+        inv.given("index", b.kind.index(k))
+            .given("entry", b.kind.entry(k, b.id))
             .arg(b.kind.name())
             .arg(b.id)
             .arg(b.host)

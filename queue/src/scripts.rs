@@ -5,9 +5,9 @@
 //!
 //! The source is the files under `queue/lua/` compiled in with `include_str!`: the shared
 //! helpers by concern ([`PRELUDE_PARTS`]: `prelude.lua`, then `prelude/*.lua`), then every
-//! function's body ([`FUNCTIONS`]), each wrapped as `function(KEYS, ARGV) ... end` so the
-//! bodies read exactly as scripts did. Every body keeps its KEYS/ARGV/returns contract in its
-//! header comment.
+//! function's body ([`FUNCTIONS`]), each wrapped as `function(KEYS, ARGV) ... end` with its
+//! declared keys put in front (`K`, key_decl.rs). Every body keeps its KEYS/ARGV/returns
+//! contract in its header comment.
 //!
 //! The library is named `repoll_<hash8>` (hash8: the SHA-1 of its source) and its functions
 //! `repoll_<hash8>_<name>`: two builds of repoll run side by side during a rolling upgrade,
@@ -15,6 +15,8 @@
 //! refuses a call whose keys span two slots; the read-only ones carry the `no-writes` flag,
 //! so Redis refuses them any write and lets them run on replicas (called with FCALL_RO).
 
+use crate::key_decl::KeyDecl;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 /// One function of the library.
@@ -29,6 +31,26 @@ pub struct FunctionDef {
     /// Takes the six common ARGV of the prelude (all but `login_attempt`).
     pub common_argv: bool,
 }
+
+impl FunctionDef {
+    /// The keys its header declares ([`crate::key_decl`]), parsed once per process.
+    pub fn keys(&self) -> &'static KeyDecl {
+        &KEY_DECLS[self.name]
+    }
+}
+
+static KEY_DECLS: LazyLock<HashMap<&'static str, KeyDecl>> = LazyLock::new(|| {
+    FUNCTIONS
+        .iter()
+        .map(|f| {
+            // The headers are compiled in, and every test that loads the library parses them
+            // all: a malformed one fails the tests, never a running process.
+            let decl = crate::key_decl::parse(f.source, PRELUDE_PARTS)
+                .unwrap_or_else(|e| panic!("{}.lua header: {e}", f.name));
+            (f.name, decl)
+        })
+        .collect()
+});
 
 /// The shared helpers, by concern, in load order (a file uses only helpers defined above it).
 pub const PRELUDE_PARTS: &[(&str, &str)] = &[
@@ -126,9 +148,11 @@ fn library_source(name: &str) -> String {
             ""
         };
         let flags = if f.read_only { "{ 'no-writes' }" } else { "{}" };
+        // Then the declared keys by name (key_decl.rs): bodies never index KEYS themselves.
+        let keys = crate::key_decl::prologue(f.name, f.keys());
         src.push_str(&format!(
             "redis.register_function{{ function_name = '{name}_{}', flags = {flags},\n\
-             callback = function(KEYS, ARGV)\n{check}{}\nend }}\n",
+             callback = function(KEYS, ARGV)\n{check}{keys}{}\nend }}\n",
             f.name, f.source
         ));
     }

@@ -69,8 +69,10 @@ impl SignInLimiter {
 
     async fn call(&self, mode: &str) -> Result<i64> {
         // A library function without the queue's common ARGV (it needs none of them).
-        let mut inv = Invocation::new(&SCRIPTS.login_attempt);
-        inv.key(&self.key).arg(SIGN_IN_WINDOW_MS).arg(mode);
+        let mut inv = Invocation::new(&SCRIPTS.login_attempt, None);
+        inv.given("attempts", self.key.as_str())
+            .arg(SIGN_IN_WINDOW_MS)
+            .arg(mode);
         let reply = crate::library::call(&self.conn, &inv).await?;
         match reply {
             redis::Value::Int(n) => Ok(n),

@@ -107,10 +107,10 @@ impl Slot {
     }
 
     /// A call of a library function with the six common ARGV of the prelude already set.
-    pub(crate) fn invocation<'a>(&self, function: &'a FunctionDef) -> Invocation<'a> {
+    pub(crate) fn invocation<'a>(&'a self, function: &'a FunctionDef) -> Invocation<'a> {
         let cfg = &self.inner.cfg;
         let ch = &self.inner.channels;
-        let mut inv = Invocation::new(function);
+        let mut inv = Invocation::new(function, Some(&self.inner.keys));
         inv.arg(cfg.history_cap)
             .arg(cfg.events_cap)
             .arg(&ch.dashboard)

@@ -1,8 +1,10 @@
-//! Every script touches only keys given in KEYS, all under the queue's `{name}` hash tag, or
-//! (only the scripts whose header says "Undeclared keys") task keys derived from the queue's
-//! prefix. Two checks: a static one over the Lua sources (no key is ever built from a string
-//! except from PREFIX where declared), and a real one running every operation as a Redis ACL
-//! user allowed only `~*{aclq}*`.
+//! Every script touches only the keys its header declares (`-- KEYS:`, key_decl.rs), all
+//! under the queue's `{name}` hash tag, or (only the scripts whose header says "Undeclared
+//! keys") task keys derived from the queue's prefix. Two checks: a static one over the Lua
+//! sources (a body reads keys only by name through `K` or `item_keys`, never indexes KEYS, and
+//! never builds a key from a string except from PREFIX where declared), and a real one running
+//! every operation as a Redis ACL user allowed only `~*{aclq}*`. Rust builds KEYS from the same
+//! declaration (library.rs tests check the order it sends).
 use crate::common;
 
 use common::*;
@@ -118,9 +120,61 @@ fn every_function_has_a_keys_argv_returns_header() {
             .take_while(|l| l.starts_with("--"))
             .collect::<Vec<_>>()
             .join("\n");
-        for part in ["KEYS[", "ARGV[", "Returns"] {
+        for part in ["-- KEYS:", "ARGV[", "Returns"] {
             assert!(header.contains(part), "{}: header lacks {part}", f.name);
         }
+        assert!(!f.keys().fixed.is_empty(), "{}: declares no key", f.name);
+    }
+}
+
+/// A body never numbers keys: no `KEYS[…]` at all (the library's prologue builds `K` from the
+/// header), no `K` of its own, only declared names read from `K`, every declared key used, and
+/// a batch function's item keys read through `item_keys` alone.
+#[test]
+fn bodies_read_keys_by_declared_name_only() {
+    for f in FUNCTIONS {
+        let body = code(f.source);
+        let decl = f.keys();
+        assert!(!body.contains("KEYS["), "{}: indexes KEYS by hand", f.name);
+        assert!(!body.contains("local K ="), "{}: builds its own K", f.name);
+        let declared: HashSet<&str> = decl
+            .fixed
+            .iter()
+            .map(|t| queue::key_decl::KeyDecl::lua_name(t))
+            .collect();
+        let mut used = HashSet::new();
+        for (i, _) in body.match_indices("K.") {
+            let before = body[..i].chars().last().unwrap_or(' ');
+            if before.is_alphanumeric() || before == '_' {
+                continue;
+            }
+            let name: String = body[i + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                declared.contains(name.as_str()),
+                "{}: reads K.{name}, which its header does not declare",
+                f.name
+            );
+            used.insert(name);
+        }
+        // The claiming functions hand K to the prelude (claim_read, claim_apply), which reads
+        // the [claim] group's keys there.
+        let hands_k_on = body.contains("(K,") || body.contains("(K)");
+        for name in &declared {
+            assert!(
+                used.contains(*name) || hands_k_on,
+                "{}: declares {name} but never reads K.{name}",
+                f.name
+            );
+        }
+        assert_eq!(
+            body.contains("item_keys(KEYS, ITEM_KEYS, i)"),
+            !decl.per_item.is_empty(),
+            "{}: per-item keys declared and item_keys() used must go together",
+            f.name
+        );
     }
 }
 
@@ -149,8 +203,9 @@ fn the_prelude_declares_at_most_60_top_level_locals() {
     );
 }
 
-#[test]
-fn scripts_name_keys_only_through_keys() {
+/// Which parameter positions of each prelude helper are keys: positions used as a redis.call
+/// key or passed on at a key position of another helper (to a fixpoint).
+fn prelude_key_positions() -> HashMap<String, HashSet<usize>> {
     let prelude_src: String = PRELUDE_PARTS.iter().map(|(_, p)| *p).collect();
     let prelude = code(&prelude_src);
     let funcs = functions(&prelude);
@@ -203,22 +258,26 @@ fn scripts_name_keys_only_through_keys() {
         "{key_pos:?}"
     );
 
+    key_pos
+}
+
+#[test]
+fn scripts_name_keys_only_through_keys() {
+    let key_pos = prelude_key_positions();
     for f in FUNCTIONS {
         let (name, src) = (&f.name, f.source);
         let body = code(src);
-        // identifiers holding keys: exactly `local x = KEYS[...]`, never reassigned
+        // identifiers holding keys: exactly `local x = K.name` or `local a, b = item_keys(…)`,
+        // never reassigned
         let mut key_vars = HashSet::new();
         for line in body.lines() {
             let l = line.trim();
             if let Some(rest) = l.strip_prefix("local ") {
                 if let Some((lhs, rhs)) = rest.split_once('=') {
                     let rhs = rhs.trim();
-                    if rhs.starts_with("KEYS[") {
-                        assert!(
-                            rhs.ends_with(']') && !rhs.contains(".."),
-                            "{name}: key built from a string: {l}"
-                        );
-                        key_vars.insert(lhs.trim().to_string());
+                    if rhs.starts_with("K.") || rhs.starts_with("item_keys(") {
+                        assert!(!rhs.contains(".."), "{name}: key built from a string: {l}");
+                        key_vars.extend(lhs.split(',').map(|v| v.trim().to_string()));
                     }
                 }
             }
@@ -228,23 +287,15 @@ fn scripts_name_keys_only_through_keys() {
                 .lines()
                 .filter(|l| {
                     let t = l.trim().trim_start_matches("local ");
-                    t.starts_with(&format!("{v} =")) || t.starts_with(&format!("{v}="))
+                    t.split_once('=').is_some_and(|(lhs, rhs)| {
+                        let rhs = rhs.trim();
+                        !lhs.contains(['(', '.', '[', '~', '<', '>'])
+                            && lhs.split(',').any(|n| n.trim() == v)
+                            && !(rhs.starts_with("K.") || rhs.starts_with("item_keys("))
+                    })
                 })
                 .count();
-            assert_eq!(assigns, 1, "{name}: key variable {v} reassigned");
-        }
-        // A `local K = { ready = KEYS[1], ... }` table of keys (the claiming scripts).
-        let k_table = body.lines().any(|l| l.trim().starts_with("local K = {"));
-        if k_table {
-            let start = body.find("local K = {").unwrap();
-            let table = &body[start..start + body[start..].find('}').unwrap()];
-            for part in table.split(',').skip(1) {
-                let rhs = part.split('=').nth(1).unwrap_or("").trim();
-                assert!(
-                    rhs.starts_with("KEYS[") && !rhs.contains(".."),
-                    "{name}: K built from a non-KEYS value {rhs:?}"
-                );
-            }
+            assert_eq!(assigns, 0, "{name}: key variable {v} assigned a non-key");
         }
         let undeclared = src.contains("Undeclared keys");
         assert_eq!(
@@ -253,9 +304,8 @@ fn scripts_name_keys_only_through_keys() {
             "{name}: the list of scripts with undeclared keys changed; review the header"
         );
         let is_key = |a: &str| {
-            (a.starts_with("KEYS[") && a.ends_with(']') && !a.contains(".."))
-                || key_vars.contains(a)
-                || (k_table && a.starts_with("K.") && !a.contains(' '))
+            key_vars.contains(a)
+                || (a.starts_with("K.") && !a.contains(' ') && !a.contains(".."))
                 || (a.starts_with("ready_list(") && a.ends_with(')'))
                 || (undeclared && a.starts_with("PREFIX .. '"))
         };

@@ -24,7 +24,7 @@ local function breaker_close(K, now, why)
   redis.call('DEL', K.breaker)
   event(K.events, now, 'breaker', '', 'closed: ' .. why)
   breaker_notice('breaker_closed', now)
-  wake_workers(K.wake, redis.call('LLEN', K.ready) + redis.call('LLEN', K.bg)
+  wake_workers(K.wakeups, redis.call('LLEN', K.ready) + redis.call('LLEN', K.ready_bg)
     + redis.call('ZCOUNT', K.due, '-inf', now))
 end
 

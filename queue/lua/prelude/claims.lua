@@ -1,5 +1,8 @@
 -- prelude/claims.lua: reading and applying a claim (claim.lua and the claim-next part of
 -- complete / reschedule / fail).
+-- The keys every claiming function declares first, `[claim]` in its header (key_decl.rs):
+-- KEYS group claim: ready ready_bg due retry lease token paused share events
+-- KEYS group claim: fair fairt fairv fairc fairr breaker wakeups
 
 -- ---------------------------------------------------------------------------------------------
 -- Claiming, shared by claim.lua and the claim-next part of complete / reschedule / fail.
@@ -15,9 +18,14 @@
 local SHARE = 10
 local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl', 'tn', 'rf', 'tc', 'tl' }
 
--- K: {ready, bg, due, retry, lease, token, paused, share, events, fair, fairt, fairv, fairc,
--- fairr, breaker, wake}; FP: fair_policy().
+-- K: the function's keys by name, the [claim] group among them; FP: claim_limits().
 -- Returns the plan (nil: nothing to claim) and the breaker as read (nil: closed).
+-- The per-tenant limits, the last three ARGV of every claiming function: their fair_policy(),
+-- nil when they are bad.
+local function claim_limits(ARGV)
+  return fair_policy(ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV])
+end
+
 local function claim_read(K, FP, max_n, now)
   if max_n < 1 then return nil, nil end
   -- One command while nothing is special (not paused, breaker closed, no tenant waiting): the
@@ -44,7 +52,7 @@ local function claim_read(K, FP, max_n, now)
   -- The heads of both ready lists. A non-empty list is always read, so reading it at once saves
   -- the LLEN that used to come first; an empty one answers {} as cheaply as LLEN answered 0.
   local li = redis.call('LRANGE', K.ready, 0, max_n - 1)
-  local lb = redis.call('LRANGE', K.bg, 0, max_n - 1)
+  local lb = redis.call('LRANGE', K.ready_bg, 0, max_n - 1)
   if #zs == 0 and #li == 0 and #lb == 0 and not fair_on then return nil, br end
   local function rd(id)
     return redis.call('HMGET', PREFIX .. 't:' .. id, unpack(CLAIM_FIELDS))
@@ -340,10 +348,10 @@ end
 local function claim_apply(K, plan, worker, lease_ms, now, woken)
   local out = {}
   local untoken = (plan == nil and 0 or #plan.take) - (woken or 0)
-  if untoken > 0 then redis.call('LPOP', K.wake, untoken) end
+  if untoken > 0 then redis.call('LPOP', K.wakeups, untoken) end
   if plan == nil then return out end
   if plan.pop_i > 0 then redis.call('LTRIM', K.ready, plan.pop_i, -1) end
-  if plan.pop_b > 0 then redis.call('LTRIM', K.bg, plan.pop_b, -1) end
+  if plan.pop_b > 0 then redis.call('LTRIM', K.ready_bg, plan.pop_b, -1) end
   if #plan.zrem > 0 then redis.call('ZREM', K.due, unpack(plan.zrem)) end
   if #plan.retry_rem > 0 then redis.call('ZREM', K.retry, unpack(plan.retry_rem)) end
   if plan.share ~= nil then redis.call('SET', K.share, fmt(plan.share)) end

@@ -205,7 +205,7 @@ impl Slot {
             None => (String::new(), String::new()),
         };
         let mut inv = self.invocation(&SCRIPTS.list);
-        inv.key(zset)
+        inv.given("zset", zset)
             .arg(min)
             .arg(max)
             .arg(&cscore)

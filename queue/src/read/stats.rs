@@ -24,19 +24,8 @@ impl Queue {
 impl Slot {
     /// [`Queue::stats`] of this slot alone (stats.lua).
     pub(crate) async fn stats(&self) -> Result<Stats> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.stats);
-        inv.key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.dead)
-            .key(&k.retry)
-            .key(&k.results)
-            .key(&k.paused)
-            .key(&k.tp)
-            .key(&k.fair)
-            .arg(clamp_ms(self.config().result_life_ms()))
+        inv.arg(clamp_ms(self.config().result_life_ms()))
             .arg(STATS_BUCKETS);
         let a = array(self.run(&inv).await?)?;
         if a.len() < 11 {

@@ -136,7 +136,7 @@ impl Queue {
     ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
         self.chained_write(
             items,
-            |c| &c.id,
+            |c| c.id.as_str(),
             next_n,
             |slot, chunk, next| async move {
                 slot.complete_and_claim(&chunk, worker, next, lease_ms)
@@ -184,7 +184,7 @@ impl Queue {
     ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
         self.chained_write(
             items,
-            |r| &r.id,
+            |r| r.id.as_str(),
             next_n,
             |slot, chunk, next| async move {
                 slot.reschedule_and_claim(&chunk, worker, next, lease_ms)
@@ -232,32 +232,44 @@ impl Queue {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Result<Failed>, Vec<Claimed>)> {
-        // Nothing new from a layout that is not the queue's any more (claim_woken_at).
-        let next_n = if self.layout_changed().is_some() {
-            0
-        } else {
-            next_n
-        };
-        let own = self.partition_of(id);
-        let slots = self.slots();
-        // Every CHAIN_ROTATE-th hop claims in the rotation's next slot (partition.rs); when
-        // that is the task's own slot (always, with one slot) it stays one call.
-        let claim_in = if next_n > 0 && self.chain_rotates() {
-            self.next_partition()
-        } else {
-            own
-        };
-        if claim_in == own {
-            return slots[own]
-                .fail_and_claim(id, token, error, call, retry, worker, next_n, lease_ms)
-                .await;
+        /// The one item of this write, routed like a batch's (`chained_write`).
+        #[derive(Clone)]
+        struct Failure<'a> {
+            id: &'a str,
+            token: u64,
+            error: &'a str,
+            call: &'a FailedCall,
+            retry: Retry,
         }
-        let (outcome, _) = slots[own]
-            .fail_and_claim(id, token, error, call, retry, worker, 0, lease_ms)
+        let item = Failure {
+            id,
+            token,
+            error,
+            call,
+            retry,
+        };
+        let (mut outcomes, claimed) = self
+            .chained_write(
+                &[item],
+                |f| f.id,
+                next_n,
+                |slot, chunk, next| async move {
+                    let Some(f) = chunk.first() else {
+                        // The claim asked for, in another slot than the task's.
+                        return Ok((Vec::new(), slot.claim(worker, next, lease_ms, false).await?));
+                    };
+                    let (outcome, claimed) = slot
+                        .fail_and_claim(
+                            f.id, f.token, f.error, f.call, f.retry, worker, next, lease_ms,
+                        )
+                        .await?;
+                    Ok((vec![outcome], claimed))
+                },
+            )
             .await?;
-        let claimed = slots[claim_in]
-            .claim(worker, next_n, lease_ms, false)
-            .await?;
+        let outcome = outcomes
+            .pop()
+            .ok_or_else(|| corrupt("fail: no answer for the task"))?;
         Ok((outcome, claimed))
     }
 
@@ -292,9 +304,7 @@ impl Queue {
     pub async fn upstream_permit(&self, per_sec: u32, burst: u32) -> Result<u64> {
         let control = self.control();
         let mut inv = control.invocation(&SCRIPTS.upstream_rate);
-        inv.key(&control.keys().upstream_rate)
-            .arg(per_sec.max(1))
-            .arg(burst.max(1));
+        inv.arg(per_sec.max(1)).arg(burst.max(1));
         let wait = int(&control.run(&inv).await?)?;
         u64::try_from(wait).map_err(|_| corrupt("upstream_rate: negative wait"))
     }

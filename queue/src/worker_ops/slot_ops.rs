@@ -3,7 +3,6 @@
 
 use crate::decode::{self, array, int, status, string};
 use crate::error::{corrupt, QueueError, Result};
-use crate::keys::Keys;
 use crate::library::Invocation;
 use crate::model::{
     failed_body_start, Claimed, Completion, Failed, FailedCall, Reaped, Reschedule, Retry,
@@ -26,17 +25,10 @@ fn stale_or(tag: &str, what: &str) -> QueueError {
     }
 }
 
-/// The last seven KEYS of every claiming script (the fair-share keys, the breaker, the wake-up
-/// list) and its last three ARGV (the per-tenant limits), added after the script's own.
-fn claim_tail(inv: &mut Invocation<'_>, k: &Keys, limits: &TenantLimits) {
-    inv.key(&k.fair)
-        .key(&k.fairt)
-        .key(&k.fairv)
-        .key(&k.fairc)
-        .key(&k.fairr)
-        .key(&k.breaker)
-        .key(&k.wakeups)
-        .arg(limits.concurrency)
+/// The last three ARGV of every claiming function: the per-tenant limits (their keys are the
+/// `[claim]` group its header declares).
+fn claim_limits(inv: &mut Invocation<'_>, limits: &TenantLimits) {
+    inv.arg(limits.concurrency)
         .arg(
             if limits.rate_per_sec.is_finite() && limits.rate_per_sec > 0.0 {
                 format!("{:.6}", limits.rate_per_sec.min(1e6))
@@ -45,20 +37,6 @@ fn claim_tail(inv: &mut Invocation<'_>, k: &Keys, limits: &TenantLimits) {
             },
         )
         .arg(limits.burst.max(1));
-}
-
-/// The nine KEYS every claiming script starts with (claim.lua's header); its tail
-/// ([`claim_tail`]) is added after the script's own keys and arguments.
-fn claim_keys(inv: &mut Invocation<'_>, k: &Keys) {
-    inv.key(&k.ready)
-        .key(&k.ready_bg)
-        .key(&k.due)
-        .key(&k.retry)
-        .key(&k.lease)
-        .key(&k.token)
-        .key(&k.paused)
-        .key(&k.share)
-        .key(&k.events);
 }
 
 /// The script calls of a batched write: chunks of at most [`MAX_BATCH`] items, the next
@@ -98,23 +76,19 @@ impl Slot {
         if max_n == 0 {
             return Ok(Vec::new());
         }
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.claim);
-        claim_keys(&mut inv, k);
         inv.arg(worker)
             .arg(max_n.min(MAX_BATCH))
             .arg(clamp_ms(lease_ms).max(1))
             .arg(u8::from(woken));
-        claim_tail(&mut inv, k, &self.config().tenants);
+        claim_limits(&mut inv, &self.config().tenants);
         claimed_rows(self.run(&inv).await?)
     }
 
     /// [`crate::Queue::renew`] in this slot.
     pub(crate) async fn renew(&self, id: &str, token: u64, lease_ms: u64) -> Result<i64> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.renew);
-        inv.key(k.task(id))
-            .key(&k.lease)
+        inv.for_task(id)
             .arg(id)
             .arg(token)
             .arg(clamp_ms(lease_ms).max(1));
@@ -133,30 +107,22 @@ impl Slot {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Vec<Result<()>>, Vec<Claimed>)> {
-        let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
         for (chunk, next) in calls(items, next_n) {
             let mut inv = self.invocation(&SCRIPTS.complete);
-            claim_keys(&mut inv, k);
-            inv.key(&k.results)
-                .key(&k.tp)
-                .key(&k.tpmin)
-                .arg(clamp_ms(self.config().result_life_ms()).max(1))
+            inv.arg(clamp_ms(self.config().result_life_ms()).max(1))
                 .arg(worker)
                 .arg(next)
                 .arg(clamp_ms(lease_ms).max(1));
             for c in chunk {
-                inv.key(k.task(&c.id))
-                    .key(k.hist(&c.id))
-                    .key(k.result(&c.id))
-                    .key(k.partial(&c.id))
+                inv.item(&c.id)
                     .arg(c.id.as_str())
                     .arg(c.token)
                     .arg(&c.result)
                     .arg(clamp_ms(c.latency_ms));
             }
-            claim_tail(&mut inv, k, &self.config().tenants);
+            claim_limits(&mut inv, &self.config().tenants);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flags = array(parts.next().unwrap_or(Value::Nil))?;
             if flags.len() != chunk.len() {
@@ -182,22 +148,13 @@ impl Slot {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Vec<Result<i64>>, Vec<Claimed>)> {
-        let k = self.keys();
         let mut out = Vec::with_capacity(items.len());
         let mut claimed = Vec::new();
         for (chunk, next) in calls(items, next_n) {
             let mut inv = self.invocation(&SCRIPTS.reschedule);
-            claim_keys(&mut inv, k);
-            inv.key(&k.dead)
-                .key(&k.tp)
-                .key(&k.tpmin)
-                .arg(worker)
-                .arg(next)
-                .arg(clamp_ms(lease_ms).max(1));
+            inv.arg(worker).arg(next).arg(clamp_ms(lease_ms).max(1));
             for r in chunk {
-                inv.key(k.task(&r.id))
-                    .key(k.hist(&r.id))
-                    .key(k.partial(&r.id))
+                inv.item(&r.id)
                     .arg(r.id.as_str())
                     .arg(r.token)
                     .arg(clamp_ms(r.delay_ms))
@@ -205,7 +162,7 @@ impl Slot {
                     .arg(r.partial.as_deref().unwrap_or(""))
                     .arg(clamp_ms(r.latency_ms));
             }
-            claim_tail(&mut inv, k, &self.config().tenants);
+            claim_limits(&mut inv, &self.config().tenants);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
             let flat = array(parts.next().unwrap_or(Value::Nil))?;
             if flat.len() != 2 * chunk.len() {
@@ -236,19 +193,13 @@ impl Slot {
         next_n: usize,
         lease_ms: u64,
     ) -> Result<(Result<Failed>, Vec<Claimed>)> {
-        let k = self.keys();
         let (mode, delay) = match retry {
             Retry::After(d) => ("after", clamp_ms(d)),
             Retry::Dead => ("dead", 0),
         };
         let cfg = self.config();
         let mut inv = self.invocation(&SCRIPTS.fail);
-        claim_keys(&mut inv, k);
-        inv.key(&k.dead)
-            .key(&k.tp)
-            .key(&k.tpmin)
-            .key(k.task(id))
-            .key(k.hist(id))
+        inv.for_task(id)
             .arg(worker)
             .arg(next_n.min(MAX_BATCH))
             .arg(clamp_ms(lease_ms).max(1))
@@ -266,7 +217,7 @@ impl Slot {
                 f64::from(cfg.breaker.error_percent.min(100)) / 100.0
             ))
             .arg(clamp_ms(cfg.breaker.cooldown_ms).max(1));
-        claim_tail(&mut inv, k, &cfg.tenants);
+        claim_limits(&mut inv, &cfg.tenants);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         let (tag, rest) = status(parts.next().unwrap_or(Value::Nil))?;
         let outcome = match (tag.as_str(), rest.as_slice()) {
@@ -298,21 +249,11 @@ impl Slot {
 
     /// [`crate::Queue::release`] in this slot.
     pub(crate) async fn release(&self, id: &str, token: Option<u64>, who: &str) -> Result<bool> {
-        let k = self.keys();
         let mut inv = self.invocation(&SCRIPTS.release);
-        inv.key(k.task(id))
-            .key(k.hist(id))
-            .key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.retry)
-            .key(&k.events)
+        inv.for_task(id)
             .arg(id)
             .arg(token.map(|t| t.to_string()).unwrap_or_default())
-            .arg(who)
-            .key(&k.wakeups)
-            .key(&k.fairc);
+            .arg(who);
         let (tag, _) = status(self.run(&inv).await?)?;
         match tag.as_str() {
             "ok" => Ok(true),
@@ -323,37 +264,23 @@ impl Slot {
 
     /// [`crate::Queue::reap`] of this slot.
     pub(crate) async fn reap(&self, max_n: usize) -> Result<Reaped> {
-        let k = self.keys();
         let mut peek = self.invocation(&SCRIPTS.peek_expired);
-        peek.key(&k.lease).arg(max_n.clamp(1, MAX_BATCH));
+        peek.arg(max_n.clamp(1, MAX_BATCH));
         let flat = array(self.run(&peek).await?)?;
         if flat.len() % 2 != 0 {
             return Err(corrupt("peek_expired: odd reply"));
         }
         let cfg = self.config();
         let mut inv = self.invocation(&SCRIPTS.reap);
-        inv.key(&k.ready)
-            .key(&k.ready_bg)
-            .key(&k.due)
-            .key(&k.lease)
-            .key(&k.retry)
-            .key(&k.dead)
-            .key(&k.events)
-            .key(&k.tp)
-            .key(&k.tpmin)
-            .key(&k.results)
-            .key(&k.tphour)
-            .key(&k.tphourix)
-            .arg(cfg.max_lease_losses)
+        inv.arg(cfg.max_lease_losses)
             .arg(THROUGHPUT_RETENTION_MS)
             .arg(clamp_ms(cfg.result_life_ms()))
             .arg(THROUGHPUT_HOURLY_RETENTION_MS);
         for pair in flat.chunks(2) {
             let id = string(&pair[0])?;
             let seen = string(&pair[1])?;
-            inv.key(k.task(&id)).key(k.hist(&id)).arg(id).arg(seen);
+            inv.item(&id).arg(id).arg(seen);
         }
-        inv.key(&k.wakeups).key(&k.fairc);
         let mut parts = array(self.run(&inv).await?)?.into_iter();
         if cfg.tenants.concurrency > 0 {
             self.fair_sync_now_and_then().await?;
@@ -384,9 +311,8 @@ impl Slot {
         {
             return Ok(());
         }
-        let k = self.keys();
         let mut sync = self.invocation(&SCRIPTS.fair_sync);
-        sync.key(&k.lease).key(&k.fairc).arg(FAIR_SYNC_MAX_LEASES);
+        sync.arg(FAIR_SYNC_MAX_LEASES);
         self.run(&sync).await?;
         Ok(())
     }
