@@ -181,6 +181,142 @@ async fn enqueue_all(q: &Queue, prefix: &str, n: usize) -> f64 {
     t0.elapsed().as_secs_f64()
 }
 
+/// Batched claim + complete: `workers` workers, each claiming and completing `batch` at a time
+/// until the queue is empty. Returns (tasks done, tasks/s).
+async fn batched_phase(q: &Queue, workers: usize, batch: usize) -> (usize, f64) {
+    let s0 = snap(q).await;
+    let t0 = Instant::now();
+    let mut hs = Vec::new();
+    for w in 0..workers {
+        let q = q.clone();
+        hs.push(tokio::spawn(async move {
+            let me = format!("w{w}");
+            let mut done = 0usize;
+            let mut batches = 0usize;
+            loop {
+                let got = q.claim(&me, batch, 30_000).await.expect("claim");
+                if got.is_empty() {
+                    break;
+                }
+                batches += 1;
+                let items: Vec<Completion> = got
+                    .iter()
+                    .map(|c| Completion {
+                        id: c.id.clone(),
+                        token: c.token,
+                        result: "result".into(),
+                        latency_ms: 1,
+                    })
+                    .collect();
+                for r in q.complete_many(&items).await.expect("complete_many") {
+                    r.expect("complete");
+                }
+                done += got.len();
+            }
+            (done, batches)
+        }));
+    }
+    let mut done = 0;
+    let mut batches = 0;
+    for h in hs {
+        let (d, b) = h.await.expect("worker");
+        done += d;
+        batches += b;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let d = snap(q).await - s0;
+    let batched_rate = done as f64 / secs;
+    println!(
+        "batched claim+complete:       {batched_rate:>9.0} tasks/s  ({done} tasks in {secs:.2} s, {batches} batches of <= {batch}, {workers} workers)"
+    );
+    println!("  {}", redis_cost(&d, done));
+    result_line("batched", done, secs, &d);
+    let cpu_per = d.cpu * 1e6 / done.max(1) as f64;
+    println!(
+        "  (per batch: peek + claim + complete_many) -> Redis CPU ceiling {:.0} tasks/s on one free core",
+        1e6 / cpu_per.max(0.001)
+    );
+
+    (done, batched_rate)
+}
+
+/// Unbatched: one slot, one task at a time; each completion brings the next task. Returns
+/// (tasks done, tasks/s).
+async fn single_phase(q: &Queue, single_n: usize) -> (usize, f64) {
+    enqueue_all(q, "single", single_n).await;
+    let s0 = snap(q).await;
+    let t0 = Instant::now();
+    let mut done1 = 0;
+    let mut cur = q.claim("solo", 1, 30_000).await.expect("claim").pop();
+    while let Some(c) = cur {
+        let item = [Completion {
+            id: c.id,
+            token: c.token,
+            result: "result".into(),
+            latency_ms: 1,
+        }];
+        let (_, next) = q
+            .complete_and_claim(&item, "solo", 1, 30_000)
+            .await
+            .expect("complete");
+        cur = next.into_iter().next();
+        done1 += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let d = snap(q).await - s0;
+    let single_rate = done1 as f64 / secs;
+    println!(
+        "one at a time (complete+next): {single_rate:>8.0} tasks/s  ({done1} tasks, one slot, sequential)"
+    );
+    println!("  {}", redis_cost(&d, done1));
+    result_line("single", done1, secs, &d);
+
+    (done1, single_rate)
+}
+
+/// Reschedule ("still processing"): `batch` slots in flight together, each going from task to
+/// task with one reschedule_and_claim call per task, as the worker runtime does. Returns the
+/// tasks polled.
+async fn poll_phase(q: &Queue, single_n: usize, batch: usize) -> usize {
+    enqueue_all(q, "resched", single_n).await;
+    let s0 = snap(q).await;
+    let t0 = Instant::now();
+    let first = q.claim("rs", batch, 30_000).await.expect("claim");
+    let slots = first.into_iter().map(|c| {
+        let q = q.clone();
+        async move {
+            let mut done = 0usize;
+            let mut cur = Some(c);
+            while let Some(c) = cur {
+                let item = [Reschedule {
+                    id: c.id,
+                    token: c.token,
+                    delay_ms: 3_600_000,
+                    partial: None,
+                    latency_ms: 1,
+                }];
+                let (_, next) = q
+                    .reschedule_and_claim(&item, "rs", 1, 30_000)
+                    .await
+                    .expect("reschedule");
+                cur = next.into_iter().next();
+                done += 1;
+            }
+            done
+        }
+    });
+    let done2: usize = join_all(slots).await.into_iter().sum();
+    let secs = t0.elapsed().as_secs_f64();
+    let d = snap(q).await - s0;
+    println!(
+        "reschedule+next ({batch} slots):  {:>9.0} tasks/s  ({done2} tasks)",
+        done2 as f64 / secs
+    );
+    println!("  {}", redis_cost(&d, done2));
+    result_line("poll", done2, secs, &d);
+    done2
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<usize> = std::env::args()
@@ -226,127 +362,11 @@ async fn main() {
     );
     result_line("enqueue", n, secs, &d);
 
-    // batched claim + complete
-    let s0 = snap(&q).await;
-    let t0 = Instant::now();
-    let mut hs = Vec::new();
-    for w in 0..workers {
-        let q = q.clone();
-        hs.push(tokio::spawn(async move {
-            let me = format!("w{w}");
-            let mut done = 0usize;
-            let mut batches = 0usize;
-            loop {
-                let got = q.claim(&me, batch, 30_000).await.expect("claim");
-                if got.is_empty() {
-                    break;
-                }
-                batches += 1;
-                let items: Vec<Completion> = got
-                    .iter()
-                    .map(|c| Completion {
-                        id: c.id.clone(),
-                        token: c.token,
-                        result: "result".into(),
-                        latency_ms: 1,
-                    })
-                    .collect();
-                for r in q.complete_many(&items).await.expect("complete_many") {
-                    r.expect("complete");
-                }
-                done += got.len();
-            }
-            (done, batches)
-        }));
-    }
-    let mut done = 0;
-    let mut batches = 0;
-    for h in hs {
-        let (d, b) = h.await.expect("worker");
-        done += d;
-        batches += b;
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    let d = snap(&q).await - s0;
-    let batched_rate = done as f64 / secs;
-    println!(
-        "batched claim+complete:       {batched_rate:>9.0} tasks/s  ({done} tasks in {secs:.2} s, {batches} batches of <= {batch}, {workers} workers)"
-    );
-    println!("  {}", redis_cost(&d, done));
-    result_line("batched", done, secs, &d);
-    let cpu_per = d.cpu * 1e6 / done.max(1) as f64;
-    println!(
-        "  (per batch: peek + claim + complete_many) -> Redis CPU ceiling {:.0} tasks/s on one free core",
-        1e6 / cpu_per.max(0.001)
-    );
+    let (done, batched_rate) = batched_phase(&q, workers, batch).await;
 
-    // unbatched: one slot, one task at a time; each completion brings the next task
-    enqueue_all(&q, "single", single_n).await;
-    let s0 = snap(&q).await;
-    let t0 = Instant::now();
-    let mut done1 = 0;
-    let mut cur = q.claim("solo", 1, 30_000).await.expect("claim").pop();
-    while let Some(c) = cur {
-        let item = [Completion {
-            id: c.id,
-            token: c.token,
-            result: "result".into(),
-            latency_ms: 1,
-        }];
-        let (_, next) = q
-            .complete_and_claim(&item, "solo", 1, 30_000)
-            .await
-            .expect("complete");
-        cur = next.into_iter().next();
-        done1 += 1;
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    let d = snap(&q).await - s0;
-    let single_rate = done1 as f64 / secs;
-    println!(
-        "one at a time (complete+next): {single_rate:>8.0} tasks/s  ({done1} tasks, one slot, sequential)"
-    );
-    println!("  {}", redis_cost(&d, done1));
-    result_line("single", done1, secs, &d);
+    let (done1, single_rate) = single_phase(&q, single_n).await;
 
-    // reschedule ("still processing"): BATCH slots in flight together, each going from task
-    // to task with one reschedule_and_claim call per task, as the worker runtime does
-    enqueue_all(&q, "resched", single_n).await;
-    let s0 = snap(&q).await;
-    let t0 = Instant::now();
-    let first = q.claim("rs", batch, 30_000).await.expect("claim");
-    let slots = first.into_iter().map(|c| {
-        let q = q.clone();
-        async move {
-            let mut done = 0usize;
-            let mut cur = Some(c);
-            while let Some(c) = cur {
-                let item = [Reschedule {
-                    id: c.id,
-                    token: c.token,
-                    delay_ms: 3_600_000,
-                    partial: None,
-                    latency_ms: 1,
-                }];
-                let (_, next) = q
-                    .reschedule_and_claim(&item, "rs", 1, 30_000)
-                    .await
-                    .expect("reschedule");
-                cur = next.into_iter().next();
-                done += 1;
-            }
-            done
-        }
-    });
-    let done2: usize = join_all(slots).await.into_iter().sum();
-    let secs = t0.elapsed().as_secs_f64();
-    let d = snap(&q).await - s0;
-    println!(
-        "reschedule+next ({batch} slots):  {:>9.0} tasks/s  ({done2} tasks)",
-        done2 as f64 / secs
-    );
-    println!("  {}", redis_cost(&d, done2));
-    result_line("poll", done2, secs, &d);
+    let done2 = poll_phase(&q, single_n, batch).await;
     println!();
     println!(
         "batched vs unbatched:         {:>9.1} x  (claim+complete tasks/s, same run)",

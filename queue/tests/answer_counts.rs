@@ -54,6 +54,142 @@ async fn claim_all(q: &Queue, n: usize) -> std::collections::HashMap<String, Cla
     panic!("claimed {} of {n}", out.len());
 }
 
+/// The id of the task of query text `t`.
+fn id_of(q: &Queue, t: &str) -> String {
+    q.task_id(&normalise_query(t).unwrap()).to_string()
+}
+
+/// Six misses (every task created): a..d done, e dead for good (a negative answer next), f
+/// left running.
+async fn six_misses_four_done_one_dead(q: &Queue, p: &EnqueuePolicy, texts: [&str; 6]) {
+    for t in texts {
+        let e = q.enqueue(t, "", p).await.unwrap();
+        assert!(matches!(e, Enqueued::Created(_)), "{e:?}");
+    }
+    let leased = claim_all(q, texts.len()).await;
+    assert!(
+        leased.values().all(|c| !c.refresh),
+        "a first task is no refresh"
+    );
+    for t in &texts[..4] {
+        let c = &leased[&id_of(q, t)];
+        q.complete(c.id.as_str(), c.token, "answer", 1)
+            .await
+            .unwrap();
+    }
+    let e = &leased[&id_of(q, "ask e")];
+    q.fail(e.id.as_str(), e.token, "gone", Retry::Dead, 1)
+        .await
+        .unwrap();
+}
+
+/// Two fresh hits, a join (a miss), a negative answer, a miss of only-if-cached.
+async fn hits_a_join_a_negative_and_a_not_cached(q: &Queue, p: &EnqueuePolicy) {
+    for t in ["ask a", "ask b"] {
+        let e = q.enqueue(t, "", p).await.unwrap();
+        assert!(matches!(e, Enqueued::Stored(_)), "{e:?}");
+    }
+    let e = q.enqueue("ask f", "", p).await.unwrap();
+    assert!(matches!(e, Enqueued::Joined(_)), "{e:?}");
+    let e = q.enqueue("ask e", "", p).await.unwrap();
+    assert!(matches!(e, Enqueued::Negative(_)), "{e:?}");
+    let only_cached = EnqueuePolicy {
+        only_if_cached: true,
+        ..EnqueuePolicy::default()
+    };
+    let e = q.enqueue("never asked", "", &only_cached).await.unwrap();
+    assert!(matches!(e, Enqueued::NotCached), "{e:?}");
+}
+
+/// Two stale answers whose refreshes die: one failed by the upstream, one whose next poll
+/// would pass its deadline.
+async fn two_stale_answers_whose_refreshes_die(q: &Queue) {
+    // A stale answer (no-cache) starts a refresh; its claim says so; it dies.
+    let no_cache = EnqueuePolicy {
+        max_age_ms: Some(0),
+        ..EnqueuePolicy::default()
+    };
+    let e = q.enqueue("ask c", "", &no_cache).await.unwrap();
+    assert!(matches!(e, Enqueued::Stale { created: true, .. }), "{e:?}");
+    let r = claim_one(q, "w", 60_000).await;
+    assert_eq!(r.id.to_string(), id_of(q, "ask c"));
+    assert!(r.refresh, "the refresh's claim carries its flag");
+    q.fail(r.id.as_str(), r.token, "down", Retry::Dead, 1)
+        .await
+        .unwrap();
+    // Another, whose next poll would pass its deadline: that death is a failed refresh too.
+    let short = EnqueuePolicy {
+        max_age_ms: Some(0),
+        deadline_ms: 60_000,
+        ..EnqueuePolicy::default()
+    };
+    let e = q.enqueue("ask d", "", &short).await.unwrap();
+    assert!(matches!(e, Enqueued::Stale { created: true, .. }), "{e:?}");
+    let r = claim_one(q, "w", 60_000).await;
+    assert!(r.refresh && r.id.as_str() == id_of(q, "ask d"), "{r:?}");
+    let due = q
+        .reschedule(r.id.as_str(), r.token, 120_000, None, 1)
+        .await
+        .unwrap();
+    assert_eq!(due, 0, "dead: the next poll is past the deadline");
+}
+
+/// Refreshes ahead need a hot result at the edge of its fresh window: written as the
+/// enqueue script writes them, two in the first partition and two in the last. How many.
+async fn refreshes_ahead_in_the_end_partitions(
+    q: &Queue,
+    c: &mut redis::aio::MultiplexedConnection,
+) -> u64 {
+    let now = q.now_ms().await.unwrap();
+    let minute = now - now % 60_000;
+    let last = q.partitions() - 1;
+    let ends = std::collections::BTreeSet::from([0, last]);
+    for &i in &ends {
+        let tag = q.partition_tag(i);
+        let _: i64 = c
+            .hincr(format!("{tag}:tp"), format!("{minute}:ahead"), 2)
+            .await
+            .unwrap();
+        let _: i64 = c
+            .zadd(format!("{tag}:tpmin"), minute.to_string(), minute)
+            .await
+            .unwrap();
+    }
+    2 * ends.len() as u64
+}
+
+/// Each point is its minute: the partitions' fields of that minute, summed; and on three
+/// partitions the answers really were counted in more than one.
+async fn check_each_point_is_its_minute(
+    q: &Queue,
+    c: &mut redis::aio::MultiplexedConnection,
+    hour: &[ThroughputBucket],
+) {
+    let mut spread = std::collections::BTreeSet::new();
+    for b in hour {
+        let mut want = [0; 6];
+        for i in 0..q.partitions() {
+            let tag = q.partition_tag(i);
+            for (j, name) in NAMES.iter().enumerate() {
+                let v: Option<u64> = c
+                    .hget(format!("{tag}:tp"), format!("{}:{name}", b.minute_ms))
+                    .await
+                    .unwrap();
+                if v.unwrap_or(0) > 0 && *name != "ahead" {
+                    spread.insert(i);
+                }
+                want[j] += v.unwrap_or(0);
+            }
+        }
+        assert_eq!(counts(b), want, "minute {}", b.minute_ms);
+    }
+    assert!(
+        spread.len() == q.partitions().min(3),
+        "answers counted in partitions {spread:?} of {}",
+        q.partitions()
+    );
+}
+
 /// Every way an ask is answered, through the real scripts, on one partition and on three:
 /// the counters come back per minute (each point is the sum of the partitions' fields of its
 /// minute) and summed over the window, by `throughput` and by `stats` alike; a refresh's
@@ -64,121 +200,18 @@ async fn answers_by_freshness_are_read_per_minute_and_summed_over_partitions() {
     on_each_layout("answers_tp", async |conf| {
         let q = queue_with(conf).await;
         let p = EnqueuePolicy::default();
-        let id = |t: &str| q.task_id(&normalise_query(t).unwrap()).to_string();
         let texts = ["ask a", "ask b", "ask c", "ask d", "ask e", "ask f"];
-        // Six misses: every task created.
-        for t in texts {
-            let e = q.enqueue(t, "", &p).await.unwrap();
-            assert!(matches!(e, Enqueued::Created(_)), "{e:?}");
-        }
-        // a..d done, e dead for good (a negative answer next), f left running.
-        let leased = claim_all(&q, texts.len()).await;
-        assert!(
-            leased.values().all(|c| !c.refresh),
-            "a first task is no refresh"
-        );
-        for t in &texts[..4] {
-            let c = &leased[&id(t)];
-            q.complete(c.id.as_str(), c.token, "answer", 1)
-                .await
-                .unwrap();
-        }
-        let e = &leased[&id("ask e")];
-        q.fail(e.id.as_str(), e.token, "gone", Retry::Dead, 1)
-            .await
-            .unwrap();
-        // Two fresh hits, a join (a miss), a negative answer, a miss of only-if-cached.
-        for t in ["ask a", "ask b"] {
-            let e = q.enqueue(t, "", &p).await.unwrap();
-            assert!(matches!(e, Enqueued::Stored(_)), "{e:?}");
-        }
-        let e = q.enqueue("ask f", "", &p).await.unwrap();
-        assert!(matches!(e, Enqueued::Joined(_)), "{e:?}");
-        let e = q.enqueue("ask e", "", &p).await.unwrap();
-        assert!(matches!(e, Enqueued::Negative(_)), "{e:?}");
-        let only_cached = EnqueuePolicy {
-            only_if_cached: true,
-            ..EnqueuePolicy::default()
-        };
-        let e = q.enqueue("never asked", "", &only_cached).await.unwrap();
-        assert!(matches!(e, Enqueued::NotCached), "{e:?}");
-        // A stale answer (no-cache) starts a refresh; its claim says so; it dies.
-        let no_cache = EnqueuePolicy {
-            max_age_ms: Some(0),
-            ..EnqueuePolicy::default()
-        };
-        let e = q.enqueue("ask c", "", &no_cache).await.unwrap();
-        assert!(matches!(e, Enqueued::Stale { created: true, .. }), "{e:?}");
-        let r = claim_one(&q, "w", 60_000).await;
-        assert_eq!(r.id.to_string(), id("ask c"));
-        assert!(r.refresh, "the refresh's claim carries its flag");
-        q.fail(r.id.as_str(), r.token, "down", Retry::Dead, 1)
-            .await
-            .unwrap();
-        // Another, whose next poll would pass its deadline: that death is a failed refresh too.
-        let short = EnqueuePolicy {
-            max_age_ms: Some(0),
-            deadline_ms: 60_000,
-            ..EnqueuePolicy::default()
-        };
-        let e = q.enqueue("ask d", "", &short).await.unwrap();
-        assert!(matches!(e, Enqueued::Stale { created: true, .. }), "{e:?}");
-        let r = claim_one(&q, "w", 60_000).await;
-        assert!(r.refresh && r.id.as_str() == id("ask d"), "{r:?}");
-        let due = q
-            .reschedule(r.id.as_str(), r.token, 120_000, None, 1)
-            .await
-            .unwrap();
-        assert_eq!(due, 0, "dead: the next poll is past the deadline");
-        // Refreshes ahead need a hot result at the edge of its fresh window: written as the
-        // enqueue script writes them, two in the first partition and two in the last.
-        let now = q.now_ms().await.unwrap();
-        let minute = now - now % 60_000;
+        six_misses_four_done_one_dead(&q, &p, texts).await;
+        hits_a_join_a_negative_and_a_not_cached(&q, &p).await;
+        two_stale_answers_whose_refreshes_die(&q).await;
         let mut c = raw().await;
-        let last = q.partitions() - 1;
-        let ends = std::collections::BTreeSet::from([0, last]);
-        for &i in &ends {
-            let tag = q.partition_tag(i);
-            let _: i64 = c
-                .hincr(format!("{tag}:tp"), format!("{minute}:ahead"), 2)
-                .await
-                .unwrap();
-            let _: i64 = c
-                .zadd(format!("{tag}:tpmin"), minute.to_string(), minute)
-                .await
-                .unwrap();
-        }
-        let ahead = 2 * ends.len() as u64;
+        let ahead = refreshes_ahead_in_the_end_partitions(&q, &mut c).await;
 
         let want = [2, 2, 8, 1, ahead, 2];
         let hour = q.throughput(60, 1).await.unwrap();
         assert_eq!(hour.len(), 60);
         assert_eq!(total(&hour), want, "{NAMES:?} over the hour");
-        // Each point is its minute: the partitions' fields of that minute, summed.
-        let mut spread = std::collections::BTreeSet::new();
-        for b in &hour {
-            let mut want = [0; 6];
-            for i in 0..q.partitions() {
-                let tag = q.partition_tag(i);
-                for (j, name) in NAMES.iter().enumerate() {
-                    let v: Option<u64> = c
-                        .hget(format!("{tag}:tp"), format!("{}:{name}", b.minute_ms))
-                        .await
-                        .unwrap();
-                    if v.unwrap_or(0) > 0 && *name != "ahead" {
-                        spread.insert(i);
-                    }
-                    want[j] += v.unwrap_or(0);
-                }
-            }
-            assert_eq!(counts(b), want, "minute {}", b.minute_ms);
-        }
-        // On three partitions the answers really were counted in more than one.
-        assert!(
-            spread.len() == q.partitions().min(3),
-            "answers counted in partitions {spread:?} of {}",
-            q.partitions()
-        );
+        check_each_point_is_its_minute(&q, &mut c, &hour).await;
         // A wider point sums its minutes.
         let quarter = q.throughput(60, 15).await.unwrap();
         assert_eq!(total(&quarter), want);

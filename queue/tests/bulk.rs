@@ -43,6 +43,178 @@ fn by_error(e: &str) -> BulkFilter {
     }
 }
 
+/// Counting: by error text (any case), by query text, and by both together; `hit` are the
+/// `n503` tasks that died of a 503, beside 40 of a 404.
+async fn check_counts_by_error_and_query(q: &Queue, hit: &[TaskId], n503: usize) {
+    let sel = q
+        .bulk_select(&by_error("http 503"), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(sel.matched, n503 as u64);
+    assert_eq!(sel.scanned, (n503 + 40) as u64);
+    assert!(sel.complete);
+    let mut ids = sel.ids.clone();
+    ids.sort();
+    let mut want = hit.to_vec();
+    want.sort();
+    assert_eq!(ids, want);
+    let by_query = BulkFilter {
+        query: Some("REPORT-".into()),
+        ..BulkFilter::default()
+    };
+    assert_eq!(q.bulk_select(&by_query, 0).await.unwrap().matched, 40);
+    let both = BulkFilter {
+        query: Some("report-".into()),
+        ..by_error("503")
+    };
+    assert_eq!(q.bulk_select(&both, 0).await.unwrap().matched, 0);
+}
+
+/// The time window: seven of them changed state ten hours ago (as their records say),
+/// and two of those were also created then.
+async fn check_counts_within_a_window(q: &Queue, hit: &[TaskId], n503: usize) {
+    let now = q.now_ms().await.unwrap();
+    let mut c = raw().await;
+    for (i, id) in hit.iter().take(7).enumerate() {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(task_key(q, id)).arg("u").arg(now - 10 * 3_600_000);
+        if i < 2 {
+            cmd.arg("c").arg(now - 11 * 3_600_000);
+        } else {
+            cmd.arg("c").arg(now - 60_000);
+        }
+        let _: () = cmd.query_async(&mut c).await.unwrap();
+    }
+    let recent = BulkFilter {
+        within_ms: Some(3_600_000),
+        ..by_error("503")
+    };
+    assert_eq!(
+        q.bulk_select(&recent, 0).await.unwrap().matched,
+        n503 as u64 - 7
+    );
+    let created_recently = BulkFilter {
+        time_field: TimeField::Created,
+        ..recent.clone()
+    };
+    assert_eq!(
+        q.bulk_select(&created_recently, 0).await.unwrap().matched,
+        n503 as u64 - 2
+    );
+}
+
+/// Every start that must be refused is, and leaves every task dead: above the limit, more
+/// than confirmed, not applicable, nothing matching.
+async fn check_refused_starts_change_nothing(
+    q: &Queue,
+    hit: &[TaskId],
+    miss: &[TaskId],
+    n503: usize,
+) {
+    // Above the limit: refused with the count, nothing changed.
+    match q
+        .bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 100, None)
+        .await
+        .unwrap()
+    {
+        Err(BulkRefused::OverLimit { matched, limit }) => {
+            assert_eq!((matched, limit), (n503 as u64, 100))
+        }
+        other => panic!("expected OverLimit, got {other:?}"),
+    }
+    // More than confirmed: refused.
+    assert!(matches!(
+        q.bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 10_000, Some(10))
+            .await
+            .unwrap(),
+        Err(BulkRefused::CountGrew { .. })
+    ));
+    // Not applicable, nothing matching.
+    assert!(matches!(
+        q.bulk_begin(
+            BulkAction::Retry,
+            &BulkFilter {
+                state: BulkState::Leased,
+                ..BulkFilter::default()
+            },
+            "ops",
+            10_000,
+            None
+        )
+        .await
+        .unwrap(),
+        Err(BulkRefused::NotApplicable)
+    ));
+    assert!(matches!(
+        q.bulk_begin(
+            BulkAction::Retry,
+            &by_error("HTTP 418"),
+            "ops",
+            10_000,
+            None
+        )
+        .await
+        .unwrap(),
+        Err(BulkRefused::Nothing)
+    ));
+    for id in hit.iter().chain(miss) {
+        assert_eq!(state_of(q, id).await, Some(TaskState::Dead));
+    }
+}
+
+/// The run: chunk by chunk, progress stored after each; a second start meanwhile is refused.
+async fn retry_the_503s_chunk_by_chunk(q: &Queue, n503: usize) {
+    let job = q
+        .bulk_begin(
+            BulkAction::Retry,
+            &by_error("503"),
+            "ops",
+            10_000,
+            Some(n503 as u64),
+        )
+        .await
+        .unwrap()
+        .expect("started");
+    assert_eq!(job.progress().total, n503 as u64);
+    let started = q.bulk_progress().await.unwrap().unwrap();
+    assert!(started.running());
+    assert_eq!(
+        (started.done, started.filter.as_str()),
+        (0, "dead, error contains \"503\"")
+    );
+    // A second run while this one holds the slot is refused.
+    assert!(matches!(
+        q.bulk_begin(BulkAction::Purge, &by_error("404"), "ops", 10_000, None)
+            .await
+            .unwrap(),
+        Err(BulkRefused::Busy(_))
+    ));
+    let mut seen = Vec::new();
+    let qc = q.clone();
+    let end = job
+        .run_with(|p| {
+            let qc = qc.clone();
+            seen.push(p.done);
+            async move {
+                // The stored progress is the one just reported.
+                assert_eq!(qc.bulk_progress().await.unwrap().unwrap().done, p.done);
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        seen,
+        vec![100, 200, 300, n503 as u64],
+        "one progress step per chunk of {BULK_CHUNK}"
+    );
+    assert_eq!(
+        (end.state.as_str(), end.done, end.changed),
+        ("finished", n503 as u64, n503 as u64)
+    );
+    assert_eq!(q.bulk_progress().await.unwrap().unwrap(), end);
+    assert!(!q.bulk_stop().await.unwrap(), "nothing running to stop");
+}
+
 #[tokio::test]
 async fn filters_count_and_retry_in_chunks() {
     on_each_layout("bulk_retry", async |conf: QueueConfig| {
@@ -51,163 +223,15 @@ async fn filters_count_and_retry_in_chunks() {
         let hit = dead_tasks(&q, "order", n503, "HTTP 503 Service Unavailable").await;
         let miss = dead_tasks(&q, "report", 40, "HTTP 404 Not Found").await;
 
-        // Counting: by error text (any case), by query text, by window, together.
-        let sel = q
-            .bulk_select(&by_error("http 503"), usize::MAX)
-            .await
-            .unwrap();
-        assert_eq!(sel.matched, n503 as u64);
-        assert_eq!(sel.scanned, (n503 + 40) as u64);
-        assert!(sel.complete);
-        let mut ids = sel.ids.clone();
-        ids.sort();
-        let mut want = hit.clone();
-        want.sort();
-        assert_eq!(ids, want);
-        let by_query = BulkFilter {
-            query: Some("REPORT-".into()),
-            ..BulkFilter::default()
-        };
-        assert_eq!(q.bulk_select(&by_query, 0).await.unwrap().matched, 40);
-        let both = BulkFilter {
-            query: Some("report-".into()),
-            ..by_error("503")
-        };
-        assert_eq!(q.bulk_select(&both, 0).await.unwrap().matched, 0);
-        // The time window: seven of them changed state ten hours ago (as their records say),
-        // and two of those were also created then.
-        let now = q.now_ms().await.unwrap();
-        let mut c = raw().await;
-        for (i, id) in hit.iter().take(7).enumerate() {
-            let mut cmd = redis::cmd("HSET");
-            cmd.arg(task_key(&q, id)).arg("u").arg(now - 10 * 3_600_000);
-            if i < 2 {
-                cmd.arg("c").arg(now - 11 * 3_600_000);
-            } else {
-                cmd.arg("c").arg(now - 60_000);
-            }
-            let _: () = cmd.query_async(&mut c).await.unwrap();
-        }
-        let recent = BulkFilter {
-            within_ms: Some(3_600_000),
-            ..by_error("503")
-        };
-        assert_eq!(
-            q.bulk_select(&recent, 0).await.unwrap().matched,
-            n503 as u64 - 7
-        );
-        let created_recently = BulkFilter {
-            time_field: TimeField::Created,
-            ..recent.clone()
-        };
-        assert_eq!(
-            q.bulk_select(&created_recently, 0).await.unwrap().matched,
-            n503 as u64 - 2
-        );
+        check_counts_by_error_and_query(&q, &hit, n503).await;
+        check_counts_within_a_window(&q, &hit, n503).await;
         // `keep` bounds the ids, not the count.
         let few = q.bulk_select(&by_error("503"), 5).await.unwrap();
         assert_eq!((few.ids.len(), few.matched), (5, n503 as u64));
 
-        // Above the limit: refused with the count, nothing changed.
-        match q
-            .bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 100, None)
-            .await
-            .unwrap()
-        {
-            Err(BulkRefused::OverLimit { matched, limit }) => {
-                assert_eq!((matched, limit), (n503 as u64, 100))
-            }
-            other => panic!("expected OverLimit, got {other:?}"),
-        }
-        // More than confirmed: refused.
-        assert!(matches!(
-            q.bulk_begin(BulkAction::Retry, &by_error("503"), "ops", 10_000, Some(10))
-                .await
-                .unwrap(),
-            Err(BulkRefused::CountGrew { .. })
-        ));
-        // Not applicable, nothing matching.
-        assert!(matches!(
-            q.bulk_begin(
-                BulkAction::Retry,
-                &BulkFilter {
-                    state: BulkState::Leased,
-                    ..BulkFilter::default()
-                },
-                "ops",
-                10_000,
-                None
-            )
-            .await
-            .unwrap(),
-            Err(BulkRefused::NotApplicable)
-        ));
-        assert!(matches!(
-            q.bulk_begin(
-                BulkAction::Retry,
-                &by_error("HTTP 418"),
-                "ops",
-                10_000,
-                None
-            )
-            .await
-            .unwrap(),
-            Err(BulkRefused::Nothing)
-        ));
-        for id in hit.iter().chain(&miss) {
-            assert_eq!(state_of(&q, id).await, Some(TaskState::Dead));
-        }
+        check_refused_starts_change_nothing(&q, &hit, &miss, n503).await;
 
-        // The run: chunk by chunk, progress stored after each.
-        let job = q
-            .bulk_begin(
-                BulkAction::Retry,
-                &by_error("503"),
-                "ops",
-                10_000,
-                Some(n503 as u64),
-            )
-            .await
-            .unwrap()
-            .expect("started");
-        assert_eq!(job.progress().total, n503 as u64);
-        let started = q.bulk_progress().await.unwrap().unwrap();
-        assert!(started.running());
-        assert_eq!(
-            (started.done, started.filter.as_str()),
-            (0, "dead, error contains \"503\"")
-        );
-        // A second run while this one holds the slot is refused.
-        assert!(matches!(
-            q.bulk_begin(BulkAction::Purge, &by_error("404"), "ops", 10_000, None)
-                .await
-                .unwrap(),
-            Err(BulkRefused::Busy(_))
-        ));
-        let mut seen = Vec::new();
-        let qc = q.clone();
-        let end = job
-            .run_with(|p| {
-                let qc = qc.clone();
-                seen.push(p.done);
-                async move {
-                    // The stored progress is the one just reported.
-                    assert_eq!(qc.bulk_progress().await.unwrap().unwrap().done, p.done);
-                }
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            seen,
-            vec![100, 200, 300, n503 as u64],
-            "one progress step per chunk of {BULK_CHUNK}"
-        );
-        assert_eq!(
-            (end.state.as_str(), end.done, end.changed),
-            ("finished", n503 as u64, n503 as u64)
-        );
-        assert_eq!(q.bulk_progress().await.unwrap().unwrap(), end);
-        assert!(!q.bulk_stop().await.unwrap(), "nothing running to stop");
+        retry_the_503s_chunk_by_chunk(&q, n503).await;
         // Retried means ready again with attempts reset; the 404s were not touched.
         for id in &hit {
             let t = q.get(id).await.unwrap().unwrap().task.unwrap();

@@ -343,6 +343,108 @@ async fn a_task_costs_its_record_and_a_list_entry_then_one_result_string() {
     assert_eq!(r.query, cl.query);
 }
 
+/// A key of queue `name` in the first layout: `{name}:<kind>:<id>`.
+fn first_layout_key(name: &str, kind: &str, id: &str) -> String {
+    format!("{{{name}}}:{kind}:{id}")
+}
+
+/// What the first layout's enqueue, fail and complete wrote (every field, long names).
+fn first_layout_task(name: &str, id: &str, query: &str, state: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HSET");
+    cmd.arg(first_layout_key(name, "t", id)).arg(&[
+        ("id", id),
+        ("query", query),
+        ("payload", ""),
+        ("state", state),
+        ("created", "1000"),
+        ("updated", "2000"),
+        ("attempts", "2"),
+        ("polls", "3"),
+        ("max_attempts", "5"),
+        ("token", "7"),
+        ("worker", ""),
+        ("last_error", "HTTP 503"),
+        ("partial", "{\"progress\":0.5}"),
+        ("has_partial", "1"),
+        ("deadline", "0"),
+        ("due", "2000"),
+        ("lease_deadline", "0"),
+        (
+            "dead_reason",
+            if state == "dead" { "max_attempts" } else { "" },
+        ),
+        ("lease_losses", "0"),
+    ]);
+    cmd
+}
+
+/// A due and a dead task of the first layout, each in its set.
+async fn write_first_layout_tasks(
+    c: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    now: i64,
+    due: &str,
+    dead: &str,
+) {
+    let _: () = first_layout_task(name, due, "old due", "due")
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: () = first_layout_task(name, dead, "old dead", "dead")
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{{{name}}}:due"))
+        .arg(now - 10)
+        .arg(due)
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{{{name}}}:dead"))
+        .arg(now)
+        .arg(dead)
+        .query_async(c)
+        .await
+        .unwrap();
+}
+
+/// A stored result of the first layout, expiring in ten minutes, in the results index.
+async fn write_first_layout_result(
+    c: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    now: i64,
+    done: &str,
+) {
+    let _: () = redis::cmd("HSET")
+        .arg(first_layout_key(name, "r", done))
+        .arg(&[
+            ("id", done),
+            ("query", "old done"),
+            ("data", "{\"rows\":1}"),
+            ("completed", "5000"),
+            ("created", "4000"),
+            ("polls", "2"),
+        ])
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(first_layout_key(name, "r", done))
+        .arg(600_000)
+        .query_async(c)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{{{name}}}:results"))
+        .arg(now)
+        .arg(done)
+        .query_async(c)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_queue_of_the_first_layout_is_migrated_in_place() {
     let name = "lean_migrate";
@@ -352,84 +454,8 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
     let due_id = TaskId::of_query(&normalise_query("old due").unwrap());
     let dead_id = TaskId::of_query(&normalise_query("old dead").unwrap());
     let done_id = TaskId::of_query(&normalise_query("old done").unwrap());
-    let k = |kind: &str, id: &str| format!("{{{name}}}:{kind}:{id}");
-    // What the first layout's enqueue, fail and complete wrote (every field, long names).
-    let old = |id: &str, query: &str, state: &str| {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(k("t", id)).arg(&[
-            ("id", id),
-            ("query", query),
-            ("payload", ""),
-            ("state", state),
-            ("created", "1000"),
-            ("updated", "2000"),
-            ("attempts", "2"),
-            ("polls", "3"),
-            ("max_attempts", "5"),
-            ("token", "7"),
-            ("worker", ""),
-            ("last_error", "HTTP 503"),
-            ("partial", "{\"progress\":0.5}"),
-            ("has_partial", "1"),
-            ("deadline", "0"),
-            ("due", "2000"),
-            ("lease_deadline", "0"),
-            (
-                "dead_reason",
-                if state == "dead" { "max_attempts" } else { "" },
-            ),
-            ("lease_losses", "0"),
-        ]);
-        cmd
-    };
-    let _: () = old(&due_id, "old due", "due")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = old(&dead_id, "old dead", "dead")
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(format!("{{{name}}}:due"))
-        .arg(now - 10)
-        .arg(due_id.as_str())
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(format!("{{{name}}}:dead"))
-        .arg(now)
-        .arg(dead_id.as_str())
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg(k("r", &done_id))
-        .arg(&[
-            ("id", done_id.as_str()),
-            ("query", "old done"),
-            ("data", "{\"rows\":1}"),
-            ("completed", "5000"),
-            ("created", "4000"),
-            ("polls", "2"),
-        ])
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(k("r", &done_id))
-        .arg(600_000)
-        .query_async(&mut c)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("ZADD")
-        .arg(format!("{{{name}}}:results"))
-        .arg(now)
-        .arg(done_id.as_str())
-        .query_async(&mut c)
-        .await
-        .unwrap();
+    write_first_layout_tasks(&mut c, name, now, &due_id, &dead_id).await;
+    write_first_layout_result(&mut c, name, now, &done_id).await;
 
     let m = q.migrate().await.unwrap();
     assert_eq!((m.records, m.results), (2, 1));
@@ -449,7 +475,7 @@ async fn a_queue_of_the_first_layout_is_migrated_in_place() {
         ("{\"rows\":1}", "old done", 2, 5000)
     );
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(k("r", &done_id))
+        .arg(first_layout_key(name, "r", &done_id))
         .query_async(&mut c)
         .await
         .unwrap();

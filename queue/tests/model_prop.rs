@@ -72,37 +72,74 @@ fn query(k: usize) -> String {
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
 
+/// One case's queue (and a raw connection to read its wake-up list) beside the model it must
+/// agree with after every step.
+struct Case {
+    q: Queue,
+    raw: redis::aio::MultiplexedConnection,
+    wake_key: String,
+    ids: Vec<TaskId>,
+    index: HashMap<TaskId, usize>,
+    m: [M; KEYS],
+    paused: bool,
+    last_token: u64,
+    pol: EnqueuePolicy,
+    bg: EnqueuePolicy,
+}
+
 async fn run_case(ops: Vec<Op>) {
-    let name = format!("prop{}", CASE.fetch_add(1, Ordering::Relaxed));
-    let q = queue(&name).await;
-    let ids: Vec<TaskId> = (0..KEYS).map(|k| TaskId::of_query(&query(k))).collect();
-    let index: HashMap<TaskId, usize> = ids
-        .iter()
-        .cloned()
-        .enumerate()
-        .map(|(i, id)| (id, i))
-        .collect();
-    let mut m = [M::Absent; KEYS];
-    let mut paused = false;
-    let mut last_token = 0u64;
-    let pol = EnqueuePolicy {
-        deadline_ms: 0,
-        max_attempts: MAX_ATTEMPTS,
-        ..EnqueuePolicy::default()
-    };
-    let bg = EnqueuePolicy {
-        priority: Priority::Background,
-        ..pol.clone()
-    };
-    let mut raw = raw().await;
-    let wake_key = format!("{{{name}}}:wakeups");
+    let mut c = Case::start().await;
     for op in ops {
+        c.apply(op).await;
+        // the whole observable state agrees with the model after every step
+        c.check_against_the_model().await;
+    }
+}
+
+impl Case {
+    /// A fresh queue (its own name) and an empty model.
+    async fn start() -> Case {
+        let name = format!("prop{}", CASE.fetch_add(1, Ordering::Relaxed));
+        let q = queue(&name).await;
+        let ids: Vec<TaskId> = (0..KEYS).map(|k| TaskId::of_query(&query(k))).collect();
+        let index: HashMap<TaskId, usize> = ids
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, id)| (id, i))
+            .collect();
+        let pol = EnqueuePolicy {
+            deadline_ms: 0,
+            max_attempts: MAX_ATTEMPTS,
+            ..EnqueuePolicy::default()
+        };
+        let bg = EnqueuePolicy {
+            priority: Priority::Background,
+            ..pol.clone()
+        };
+        Case {
+            q,
+            raw: raw().await,
+            wake_key: format!("{{{name}}}:wakeups"),
+            ids,
+            index,
+            m: [M::Absent; KEYS],
+            paused: false,
+            last_token: 0,
+            pol,
+            bg,
+        }
+    }
+
+    /// Runs `op` on the queue, checks its answer against the model and updates the model.
+    async fn apply(&mut self, op: Op) {
+        let (q, m) = (&self.q, &mut self.m);
         match op {
             Op::Enqueue(k) | Op::EnqueueBackground(k) => {
                 let p = if matches!(op, Op::Enqueue(_)) {
-                    &pol
+                    &self.pol
                 } else {
-                    &bg
+                    &self.bg
                 };
                 let r = q.enqueue(&query(k), "p", p).await.unwrap();
                 match (m[k], r) {
@@ -115,77 +152,22 @@ async fn run_case(ops: Vec<Op>) {
             Op::Claim(n) | Op::WokenClaim(n) => {
                 let woken = matches!(op, Op::WokenClaim(_)) && {
                     let took: Option<String> = redis::cmd("LPOP")
-                        .arg(&wake_key)
-                        .query_async(&mut raw)
+                        .arg(&self.wake_key)
+                        .query_async(&mut self.raw)
                         .await
                         .unwrap();
                     took.is_some()
                 };
                 let got = q.claim_woken("w", n, 600_000, woken).await.unwrap();
-                take_claimed(&mut m, &index, &mut last_token, paused, n, got);
+                take_claimed(m, &self.index, &mut self.last_token, self.paused, n, got);
             }
-            Op::CompleteAndClaim(k, stale, n) => {
-                let (tok, ok) = match m[k] {
-                    M::Leased(t, _) if !stale => (t, true),
-                    M::Leased(t, _) => (t + 1_000_000, false),
-                    _ => (last_token, false),
-                };
-                let item = Completion {
-                    id: ids[k].clone(),
-                    token: tok,
-                    result: "r".into(),
-                    latency_ms: 1,
-                };
-                let (r, got) = q
-                    .complete_and_claim(&[item], "w", n, 600_000)
-                    .await
-                    .unwrap();
-                // The next tasks are chosen before this completion is written: the task
-                // completed here is never among them.
-                if ok {
-                    r[0].as_ref().unwrap();
-                } else {
-                    assert!(matches!(r[0], Err(QueueError::StaleToken)), "{r:?}");
-                }
-                take_claimed(&mut m, &index, &mut last_token, paused, n, got);
-                if ok {
-                    m[k] = M::Done;
-                }
-            }
-            Op::Complete(k, stale) => {
-                let (tok, ok) = match m[k] {
-                    M::Leased(t, _) if !stale => (t, true),
-                    M::Leased(t, _) => (t + 1_000_000, false),
-                    _ => (last_token, false),
-                };
-                let r = q.complete(&ids[k], tok, "r", 1).await;
-                if ok {
-                    r.unwrap();
-                    m[k] = M::Done;
-                } else {
-                    assert!(matches!(r, Err(QueueError::StaleToken)), "{r:?}");
-                }
-            }
-            Op::Fail(k) => {
-                let r = q
-                    .fail(&ids[k], leased_token(m[k]), "e", Retry::After(0), 1)
-                    .await;
-                match m[k] {
-                    M::Leased(_, a) if a + 1 >= MAX_ATTEMPTS => {
-                        assert!(matches!(r.unwrap(), Failed::Dead { .. }));
-                        m[k] = M::Dead;
-                    }
-                    M::Leased(_, a) => {
-                        assert!(
-                            matches!(r.unwrap(), Failed::Retrying { attempts, .. } if attempts == a + 1)
-                        );
-                        m[k] = M::Due(a + 1);
-                    }
-                    _ => assert!(matches!(r, Err(QueueError::StaleToken))),
-                }
-            }
+            Op::CompleteAndClaim(k, stale, n) => self.complete_and_claim(k, stale, n).await,
+            Op::Complete(k, stale) => self.complete(k, stale).await,
+            Op::Fail(k) => self.fail(k).await,
             Op::Reschedule(k) => {
-                let r = q.reschedule(&ids[k], leased_token(m[k]), 0, None, 1).await;
+                let r = q
+                    .reschedule(&self.ids[k], leased_token(m[k]), 0, None, 1)
+                    .await;
                 match m[k] {
                     M::Leased(_, a) => {
                         assert!(r.unwrap() > 0);
@@ -194,8 +176,92 @@ async fn run_case(ops: Vec<Op>) {
                     _ => assert!(matches!(r, Err(QueueError::StaleToken))),
                 }
             }
+            op => self.apply_admin(op).await,
+        }
+    }
+
+    /// The token a completion of key `k` sends: its live one (`true`: the completion must
+    /// succeed) or, if `stale` or not leased, one the queue must refuse.
+    fn token_to_complete(&self, k: usize, stale: bool) -> (u64, bool) {
+        match self.m[k] {
+            M::Leased(t, _) if !stale => (t, true),
+            M::Leased(t, _) => (t + 1_000_000, false),
+            _ => (self.last_token, false),
+        }
+    }
+
+    async fn complete_and_claim(&mut self, k: usize, stale: bool, n: usize) {
+        let (tok, ok) = self.token_to_complete(k, stale);
+        let item = Completion {
+            id: self.ids[k].clone(),
+            token: tok,
+            result: "r".into(),
+            latency_ms: 1,
+        };
+        let (r, got) = self
+            .q
+            .complete_and_claim(&[item], "w", n, 600_000)
+            .await
+            .unwrap();
+        // The next tasks are chosen before this completion is written: the task
+        // completed here is never among them.
+        if ok {
+            r[0].as_ref().unwrap();
+        } else {
+            assert!(matches!(r[0], Err(QueueError::StaleToken)), "{r:?}");
+        }
+        take_claimed(
+            &mut self.m,
+            &self.index,
+            &mut self.last_token,
+            self.paused,
+            n,
+            got,
+        );
+        if ok {
+            self.m[k] = M::Done;
+        }
+    }
+
+    async fn complete(&mut self, k: usize, stale: bool) {
+        let (tok, ok) = self.token_to_complete(k, stale);
+        let r = self.q.complete(&self.ids[k], tok, "r", 1).await;
+        if ok {
+            r.unwrap();
+            self.m[k] = M::Done;
+        } else {
+            assert!(matches!(r, Err(QueueError::StaleToken)), "{r:?}");
+        }
+    }
+
+    async fn fail(&mut self, k: usize) {
+        let m = &mut self.m;
+        let r = self
+            .q
+            .fail(&self.ids[k], leased_token(m[k]), "e", Retry::After(0), 1)
+            .await;
+        match m[k] {
+            M::Leased(_, a) if a + 1 >= MAX_ATTEMPTS => {
+                assert!(matches!(r.unwrap(), Failed::Dead { .. }));
+                m[k] = M::Dead;
+            }
+            M::Leased(_, a) => {
+                assert!(
+                    matches!(r.unwrap(), Failed::Retrying { attempts, .. } if attempts == a + 1)
+                );
+                m[k] = M::Due(a + 1);
+            }
+            _ => assert!(matches!(r, Err(QueueError::StaleToken))),
+        }
+    }
+
+    /// The operations of an admin rather than a worker: release, cancel, retry, pause,
+    /// resume, purge the dead, retry all dead.
+    async fn apply_admin(&mut self, op: Op) {
+        let (q, m) = (&self.q, &mut self.m);
+        match op {
             Op::Release(k) => {
-                let r = q.release(&ids[k], None, "admin").await.unwrap();
+                let r = q.release(&self.ids[k], None, "admin").await.unwrap();
                 match m[k] {
                     M::Leased(_, a) => {
                         assert!(r);
@@ -205,7 +271,7 @@ async fn run_case(ops: Vec<Op>) {
                 }
             }
             Op::Cancel(k) => {
-                let r = q.cancel(&ids[k], "admin").await.unwrap();
+                let r = q.cancel(&self.ids[k], "admin").await.unwrap();
                 match m[k] {
                     M::Due(_) | M::Leased(..) | M::Dead => {
                         assert!(r);
@@ -215,7 +281,7 @@ async fn run_case(ops: Vec<Op>) {
                 }
             }
             Op::Retry(k) => {
-                let r = q.retry(&ids[k], "admin").await.unwrap();
+                let r = q.retry(&self.ids[k], "admin").await.unwrap();
                 if m[k] == M::Dead {
                     assert!(r);
                     m[k] = M::Due(0);
@@ -225,11 +291,11 @@ async fn run_case(ops: Vec<Op>) {
             }
             Op::Pause => {
                 q.pause("admin").await.unwrap();
-                paused = true;
+                self.paused = true;
             }
             Op::Resume => {
                 q.resume("admin").await.unwrap();
-                paused = false;
+                self.paused = false;
             }
             Op::PurgeDead => {
                 let n = q.purge(PurgeTarget::Dead, "admin").await.unwrap();
@@ -247,8 +313,13 @@ async fn run_case(ops: Vec<Op>) {
                     *s = M::Due(0);
                 }
             }
+            op => unreachable!("{op:?} is a worker's operation"),
         }
-        // the whole observable state agrees with the model after every step
+    }
+
+    /// The queue's counts, wake-up list and every task agree with the model.
+    async fn check_against_the_model(&mut self) {
+        let (q, ids, m, paused) = (&self.q, &self.ids, &self.m, self.paused);
         let s = q.stats().await.unwrap();
         let count = |f: fn(&M) -> bool| m.iter().filter(|x| f(x)).count() as u64;
         assert_eq!(s.ready, count(|x| matches!(x, M::Due(_))), "{m:?}");
@@ -257,8 +328,8 @@ async fn run_case(ops: Vec<Op>) {
         assert_eq!(s.results, count(|x| *x == M::Done));
         assert_eq!(s.paused, paused);
         let entries: u64 = redis::cmd("LLEN")
-            .arg(&wake_key)
-            .query_async(&mut raw)
+            .arg(&self.wake_key)
+            .query_async(&mut self.raw)
             .await
             .unwrap();
         // While paused, workers may take entries and claim nothing; resume pushes one entry

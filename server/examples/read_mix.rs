@@ -180,67 +180,26 @@ async fn run(args: &[String]) {
     let peer: String = arg(args, 7, "PEER");
     let phase: String = arg(args, 8, "PHASE");
     let seed: u64 = args.get(9).and_then(|s| s.parse().ok()).unwrap_or(26);
-    let fresh = std::sync::Arc::new(lines(&dir, "fresh.txt"));
-    let stale = std::sync::Arc::new(lines(&dir, "stale.txt"));
     // Misses must be new on every run of either peer.
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let length = Duration::from_secs_f64(seconds);
-    let interval = (rate > 0.0).then(|| Duration::from_secs_f64(conns as f64 / rate));
     let start = Instant::now() + Duration::from_millis(500);
-    let end = start + length;
-    let mut tasks = Vec::new();
-    for w in 0..conns {
-        let (fresh, stale, url) = (fresh.clone(), stale.clone(), url.clone());
-        tasks.push(tokio::spawn(async move {
-            let c = client();
-            let mut rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(w as u64));
-            let mut t = Tally::default();
-            // Each connection's schedule is offset so the total is spread evenly.
-            let mut due =
-                start + interval.map_or(Duration::ZERO, |i| i.mul_f64(w as f64 / conns as f64));
-            // The connection is opened before the clock starts.
-            let _ = send(&c, &url, fresh[w % fresh.len()].clone()).await;
-            tokio::time::sleep_until(start.into()).await;
-            let mut n = 0u64;
-            loop {
-                if interval.is_some() {
-                    tokio::time::sleep_until(due.into()).await;
-                } else {
-                    due = Instant::now();
-                }
-                if due >= end {
-                    break;
-                }
-                let r = rng.next() % 100;
-                let (kind, body) = if r < 90 {
-                    (0, fresh[(rng.next() % fresh.len() as u64) as usize].clone())
-                } else if r < 99 {
-                    (1, stale[(rng.next() % stale.len() as u64) as usize].clone())
-                } else {
-                    n += 1;
-                    (
-                        2,
-                        format!(r#"{{"query":"bench read miss {nonce} {w} {n}"}}"#),
-                    )
-                };
-                match send(&c, &url, body).await {
-                    Ok((true, seen, bytes)) => {
-                        t.lat[kind].push(due.elapsed());
-                        t.bytes[kind] += bytes;
-                        t.seen[kind][seen] += 1;
-                    }
-                    _ => t.errors += 1,
-                }
-                if let Some(i) = interval {
-                    due += i;
-                }
-            }
-            t
-        }));
-    }
+    let plan = Plan {
+        url,
+        fresh: std::sync::Arc::new(lines(&dir, "fresh.txt")),
+        stale: std::sync::Arc::new(lines(&dir, "stale.txt")),
+        start,
+        end: start + Duration::from_secs_f64(seconds),
+        interval: (rate > 0.0).then(|| Duration::from_secs_f64(conns as f64 / rate)),
+        conns,
+        seed,
+        nonce,
+    };
+    let tasks: Vec<_> = (0..conns)
+        .map(|w| tokio::spawn(connection(plan.clone(), w)))
+        .collect();
     let mut all = Tally::default();
     for task in tasks {
         let t = task.await.expect("load task");
@@ -253,6 +212,84 @@ async fn run(args: &[String]) {
         }
         all.errors += t.errors;
     }
+    report(&mut all, seconds, &peer, &phase);
+}
+
+/// What every connection of one run shares: where to send, what to ask, when.
+#[derive(Clone)]
+struct Plan {
+    url: String,
+    fresh: std::sync::Arc<Vec<String>>,
+    stale: std::sync::Arc<Vec<String>>,
+    start: Instant,
+    end: Instant,
+    /// Between one connection's requests at a fixed offered rate (None: as fast as it can).
+    interval: Option<Duration>,
+    conns: usize,
+    seed: u64,
+    nonce: u128,
+}
+
+/// Connection `w`'s requests, 90 % fresh, 9 % stale and 1 % new queries, on its schedule.
+async fn connection(plan: Plan, w: usize) -> Tally {
+    let Plan {
+        url,
+        fresh,
+        stale,
+        start,
+        end,
+        interval,
+        conns,
+        seed,
+        nonce,
+    } = plan;
+    let c = client();
+    let mut rng = Rng(seed.wrapping_mul(1_000_003).wrapping_add(w as u64));
+    let mut t = Tally::default();
+    // Each connection's schedule is offset so the total is spread evenly.
+    let mut due = start + interval.map_or(Duration::ZERO, |i| i.mul_f64(w as f64 / conns as f64));
+    // The connection is opened before the clock starts.
+    let _ = send(&c, &url, fresh[w % fresh.len()].clone()).await;
+    tokio::time::sleep_until(start.into()).await;
+    let mut n = 0u64;
+    loop {
+        if interval.is_some() {
+            tokio::time::sleep_until(due.into()).await;
+        } else {
+            due = Instant::now();
+        }
+        if due >= end {
+            break;
+        }
+        let r = rng.next() % 100;
+        let (kind, body) = if r < 90 {
+            (0, fresh[(rng.next() % fresh.len() as u64) as usize].clone())
+        } else if r < 99 {
+            (1, stale[(rng.next() % stale.len() as u64) as usize].clone())
+        } else {
+            n += 1;
+            (
+                2,
+                format!(r#"{{"query":"bench read miss {nonce} {w} {n}"}}"#),
+            )
+        };
+        match send(&c, &url, body).await {
+            Ok((true, seen, bytes)) => {
+                t.lat[kind].push(due.elapsed());
+                t.bytes[kind] += bytes;
+                t.seen[kind][seen] += 1;
+            }
+            _ => t.errors += 1,
+        }
+        if let Some(i) = interval {
+            due += i;
+        }
+    }
+    t
+}
+
+/// The RESULT and OBSERVED lines scripts/bench-reads reads.
+fn report(all: &mut Tally, seconds: f64, peer: &str, phase: &str) {
     let pct = |lat: &[Duration], p: f64| {
         lat.get(((lat.len() as f64 * p) as usize).min(lat.len().saturating_sub(1)))
             .map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)

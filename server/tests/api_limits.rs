@@ -392,19 +392,9 @@ impl Drop for Serve {
     }
 }
 
-/// `REPOLL_REDIS_REQUEST_TIMEOUT_MS` through the real `repoll serve`: while its Redis is
-/// stopped (SIGSTOP, not resumed until the answers are in), a read and a submit each answer
-/// a JSON 503 `unavailable` with `Retry-After`, and do so while Redis is still stopped.
-///
-/// Which timeout cut them is proved by order, not by speed. The setting is twice its default,
-/// and no answer comes before it has passed (a timer never fires early): the default, or a
-/// setting not wired, fails. The request timeout (`REPOLL_REQUEST_TIMEOUT_MS`, whose 503 is
-/// the layer's "try again shortly" without `Retry-After`) is set between this setting and the
-/// workers' longer Redis timeout (`queue::RESPONSE_TIMEOUT`): had the web side used the
-/// workers' connection, or no Redis timeout at all, the request timeout would have answered
-/// first.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
+/// The web side's Redis timeout (twice serve's default) and a request timeout between it and
+/// the workers' longer Redis timeout, checked to be in that order.
+fn redis_and_request_timeouts_in_the_order_relied_on() -> (Duration, Duration) {
     use clap::Parser;
     let server::cli::Command::Serve(defaults) =
         server::cli::Cli::try_parse_from(["repoll", "serve"])
@@ -420,18 +410,22 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
         "the order this test relies on: {redis_timeout:?} < {request_timeout:?} < {:?}",
         queue::RESPONSE_TIMEOUT
     );
+    (redis_timeout, request_timeout)
+}
 
-    let (redis, _dir) = start_redis().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+/// Spawns `repoll serve` (web only, no rate limit) on `port` against `redis_url` with these
+/// Redis and request timeouts.
+fn spawn_serve_with_timeouts(
+    redis_url: &str,
+    port: u16,
+    redis_timeout: Duration,
+    request_timeout: Duration,
+) -> Serve {
     let mut cmd = crate::common::process::repoll();
     cmd.args(["serve", "--workers", "0"])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("REDIS_URL", redis.url())
+        .env("REDIS_URL", redis_url)
         .env("REPOLL_ADDR", format!("127.0.0.1:{port}"))
         .env("REPOLL_RATE_PER_MIN", "0")
         .env("REPOLL_FIRST_ANSWER_MS", "0")
@@ -447,9 +441,11 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
         .env("RUST_LOG", "error")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit());
-    let _serve = Serve(cmd.spawn().expect("repoll serve"));
-    let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
+    Serve(cmd.spawn().expect("repoll serve"))
+}
+
+/// Waits (60 s hang guard) until `{base}/readyz` answers 200.
+async fn wait_until_serve_is_ready(http: &reqwest::Client, base: &str) {
     let ready = async {
         loop {
             let r = http.get(format!("{base}/readyz")).send().await;
@@ -462,6 +458,10 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
     tokio::time::timeout(Duration::from_secs(60), ready)
         .await
         .expect("repoll serve ready (60 s hang guard)");
+}
+
+/// Submits a query while Redis runs (202); the URL that reads it.
+async fn submit_before_the_stall(http: &reqwest::Client, base: &str) -> String {
     let submitted = http
         .post(format!("{base}/api/v1/queries"))
         .json(&json!({ "query": "asked before the stall" }))
@@ -473,7 +473,78 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
         .as_str()
         .unwrap()
         .to_string();
-    let read_url = format!("{base}/api/v1/queries/{id}");
+    format!("{base}/api/v1/queries/{id}")
+}
+
+/// Checks the read's and the submit's answers are each the handler's JSON 503 `unavailable`
+/// with `Retry-After: 1` (not the request timeout's).
+async fn check_both_are_the_handlers_503_with_retry_after(
+    read: reqwest::Result<reqwest::Response>,
+    submit: reqwest::Result<reqwest::Response>,
+) {
+    for (what, res) in [("read", read), ("submit", submit)] {
+        let res = res.unwrap();
+        let status = res.status().as_u16();
+        let retry_after = res.headers().get("retry-after").cloned();
+        let text = res.text().await.unwrap();
+        assert_eq!(status, 503, "{what}: {text}");
+        let body: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{what}: not the API's JSON error ({e}): {text:?}"));
+        assert_eq!(body["error"]["code"], "unavailable", "{what}: {text}");
+        assert_eq!(
+            body["error"]["message"], "the queue is unavailable; try again shortly",
+            "{what}: the handler's answer to a Redis error, not the request timeout's: {text}"
+        );
+        assert_eq!(
+            retry_after.as_ref().and_then(|v| v.to_str().ok()),
+            Some("1"),
+            "{what}"
+        );
+    }
+}
+
+/// Reads `read_url` until it answers 200 (60 s hang guard); the view.
+async fn wait_until_the_read_answers_again(http: &reqwest::Client, read_url: &str) -> Value {
+    let back = async {
+        loop {
+            let r = http.get(read_url).send().await.unwrap();
+            if r.status() == 200 {
+                return r.json::<Value>().await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), back)
+        .await
+        .expect("reads answer again once Redis is back (60 s hang guard)")
+}
+
+/// `REPOLL_REDIS_REQUEST_TIMEOUT_MS` through the real `repoll serve`: while its Redis is
+/// stopped (SIGSTOP, not resumed until the answers are in), a read and a submit each answer
+/// a JSON 503 `unavailable` with `Retry-After`, and do so while Redis is still stopped.
+///
+/// Which timeout cut them is proved by order, not by speed. The setting is twice its default,
+/// and no answer comes before it has passed (a timer never fires early): the default, or a
+/// setting not wired, fails. The request timeout (`REPOLL_REQUEST_TIMEOUT_MS`, whose 503 is
+/// the layer's "try again shortly" without `Retry-After`) is set between this setting and the
+/// workers' longer Redis timeout (`queue::RESPONSE_TIMEOUT`): had the web side used the
+/// workers' connection, or no Redis timeout at all, the request timeout would have answered
+/// first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
+    let (redis_timeout, request_timeout) = redis_and_request_timeouts_in_the_order_relied_on();
+
+    let (redis, _dir) = start_redis().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _serve = spawn_serve_with_timeouts(redis.url(), port, redis_timeout, request_timeout);
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    wait_until_serve_is_ready(&http, &base).await;
+    let read_url = submit_before_the_stall(&http, &base).await;
 
     let stopped = StoppedRedis::stop(redis.pid().expect("redis-server runs"));
     let asked = std::time::Instant::now();
@@ -494,25 +565,7 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
         stopped.still_stopped(),
         "the answers came while Redis was stopped"
     );
-    for (what, res) in [("read", read), ("submit", submit)] {
-        let res = res.unwrap();
-        let status = res.status().as_u16();
-        let retry_after = res.headers().get("retry-after").cloned();
-        let text = res.text().await.unwrap();
-        assert_eq!(status, 503, "{what}: {text}");
-        let body: Value = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{what}: not the API's JSON error ({e}): {text:?}"));
-        assert_eq!(body["error"]["code"], "unavailable", "{what}: {text}");
-        assert_eq!(
-            body["error"]["message"], "the queue is unavailable; try again shortly",
-            "{what}: the handler's answer to a Redis error, not the request timeout's: {text}"
-        );
-        assert_eq!(
-            retry_after.as_ref().and_then(|v| v.to_str().ok()),
-            Some("1"),
-            "{what}"
-        );
-    }
+    check_both_are_the_handlers_503_with_retry_after(read, submit).await;
     assert!(
         waited >= redis_timeout,
         "answered after {waited:?}, before the configured {redis_timeout:?} had passed: \
@@ -521,18 +574,7 @@ async fn a_redis_stall_is_a_503_after_the_web_sides_redis_timeout() {
 
     // Redis back: the same read answers again on the same connection.
     drop(stopped);
-    let back = async {
-        loop {
-            let r = http.get(&read_url).send().await.unwrap();
-            if r.status() == 200 {
-                return r.json::<Value>().await.unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    let view = tokio::time::timeout(Duration::from_secs(60), back)
-        .await
-        .expect("reads answer again once Redis is back (60 s hang guard)");
+    let view = wait_until_the_read_answers_again(&http, &read_url).await;
     assert_eq!(view["query"], "asked before the stall", "{view}");
     redis.stop().await;
 }

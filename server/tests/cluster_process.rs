@@ -115,15 +115,28 @@ async fn cluster_for() -> (Procs, Vec<u16>, String) {
     (procs, ports, seeds)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
-    let (mut procs, ports, seeds) = cluster_for().await;
+/// Waits (30 s hang guard) until `GET {base}/readyz` succeeds.
+async fn wait_readyz(http: &reqwest::Client, base: &str) {
+    wait_for("readyz", Duration::from_secs(30), async || {
+        http.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+    })
+    .await;
+}
 
-    // repoll serve (web only) with the simulator, and one repoll worker.
-    let web_port = free_port();
-    let sim_port = free_port();
+/// Starts `repoll serve` (web only, with the simulator on `sim_port` and the admin password)
+/// on `web_port` and one `repoll worker` whose idle safety net is a minute, both with the full
+/// history.
+fn spawn_web_only_serve_and_one_slow_idle_worker(
+    procs: &mut Procs,
+    seeds: &str,
+    web_port: u16,
+    sim_port: u16,
+) {
     let common = |cmd: &mut Command| {
-        cluster_env(cmd, &seeds, QUEUE, sim_port);
+        cluster_env(cmd, seeds, QUEUE, sim_port);
         // Every claim and poll written to the history: the claims write those entries
         // through keys derived from the queue's prefix, which must land in its slot too.
         cmd.env("REPOLL_HISTORY", "full");
@@ -146,20 +159,10 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         .env("REPOLL_MAX_IDLE_MS", "60000")
         .env("REPOLL_POLL_INTERVAL_MS", "100");
     procs.spawn(worker, "repoll worker");
+}
 
-    let base = format!("http://127.0.0.1:{web_port}");
-    let http = reqwest::Client::new();
-    wait_for("readyz", Duration::from_secs(30), async || {
-        http.get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-    })
-    .await;
-    // Submit only once the worker is idle, blocked in BLPOP on the wake-up list: then only a
-    // wake-up can start the task in time (a worker still starting would claim it directly).
-    let blocked_on = wait_blocked_in_blpop(&ports).await;
-
+/// Submits one query over HTTP and waits (40 s) until it is done.
+async fn submit_a_query_and_wait_until_done(http: &reqwest::Client, base: &str) {
     // A query, answered through the cluster.
     let submitted: serde_json::Value = http
         .post(format!("{base}/api/v1/queries"))
@@ -188,11 +191,15 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         },
     )
     .await;
+}
 
+/// An admin signs in and pauses the queue, then a wrong password is tried: the session, the
+/// audit log and the sign-in counter are written.
+async fn sign_in_pause_and_fail_a_sign_in(http: &reqwest::Client, base: &str) {
     // An admin signs in (session, sign-in counter) and acts (audit log).
     let sign_in_url = format!("{base}{}", app::pages::admin::login::SignIn::PATH);
     let password = format!("password={}", PASSWORD.replace(' ', "+"));
-    let signed = post_form(&http, &sign_in_url, password, None).await;
+    let signed = post_form(http, &sign_in_url, password, None).await;
     assert!(signed.status().is_success(), "{}", signed.status());
     let cookie = signed
         .headers()
@@ -204,14 +211,18 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
         .expect("session cookie")
         .to_string();
     let act_url = format!("{base}{}", app::pages::admin::actions::Act::PATH);
-    let acted = post_form(&http, &act_url, "op=pause".into(), Some(&cookie)).await;
+    let acted = post_form(http, &act_url, "op=pause".into(), Some(&cookie)).await;
     assert!(acted.status().is_success(), "{}", acted.status());
     // A wrong password too, so the sign-in counter exists.
-    post_form(&http, &sign_in_url, "password=wrong".into(), None).await;
+    post_form(http, &sign_in_url, "password=wrong".into(), None).await;
+}
 
+/// Checks every kind of key was written, all of them in the queue's slot on one node (the one
+/// the worker waited on in BLPOP, `blocked_on`), and no other node holds any.
+async fn check_every_key_is_in_the_slot_on_its_owner(ports: &[u16], blocked_on: u16) {
     // Every key on the slot's owner, in the queue's slot; nothing anywhere else.
     let mut all_keys = Vec::new();
-    for port in &ports {
+    for port in ports {
         let mut c = node_conn(*port).await;
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
@@ -245,22 +256,41 @@ async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     }
 }
 
-/// The issue's scale-out run with real processes: a queue of 12 partitions on a three-master
-/// cluster, two `repoll serve` web processes (one with the simulator) and three
-/// `repoll worker` processes, all with `REPOLL_PARTITIONS=12`. 5,000 queries plus 500 asked
-/// twice are submitted over HTTP, alternating the two web processes: every one ends done with
-/// exactly three upstream calls (the simulator's "processing, processing, done": one chain, no
-/// call more), the keys of the partitions sit on all three masters (in even shares) and no key
-/// is outside the queue's tags.
 #[tokio::test(flavor = "multi_thread")]
-async fn twelve_partitions_through_two_web_and_three_worker_processes() {
-    const PQUEUE: &str = "clpp";
-    const QUERIES: usize = 5_000;
+async fn serve_and_worker_on_a_three_node_cluster_keep_every_key_in_the_slot() {
     let (mut procs, ports, seeds) = cluster_for().await;
-    let webs = [free_port(), free_port()];
+
+    // repoll serve (web only) with the simulator, and one repoll worker.
+    let web_port = free_port();
     let sim_port = free_port();
+    spawn_web_only_serve_and_one_slow_idle_worker(&mut procs, &seeds, web_port, sim_port);
+
+    let base = format!("http://127.0.0.1:{web_port}");
+    let http = reqwest::Client::new();
+    wait_readyz(&http, &base).await;
+    // Submit only once the worker is idle, blocked in BLPOP on the wake-up list: then only a
+    // wake-up can start the task in time (a worker still starting would claim it directly).
+    let blocked_on = wait_blocked_in_blpop(&ports).await;
+
+    submit_a_query_and_wait_until_done(&http, &base).await;
+    sign_in_pause_and_fail_a_sign_in(&http, &base).await;
+    check_every_key_is_in_the_slot_on_its_owner(&ports, blocked_on).await;
+}
+
+/// The partitioned queue of the scale-out run, and how many distinct queries it gets.
+const PQUEUE: &str = "clpp";
+const QUERIES: usize = 5_000;
+
+/// Starts the scale-out run's processes, all with 12 partitions: a `repoll serve` (web only)
+/// on each of `webs` (the first with the simulator on `sim_port`) and three `repoll worker`s.
+fn spawn_two_webs_and_three_workers_with_twelve_partitions(
+    procs: &mut Procs,
+    seeds: &str,
+    webs: &[u16; 2],
+    sim_port: u16,
+) {
     let common = |cmd: &mut Command| {
-        cluster_env(cmd, &seeds, PQUEUE, sim_port);
+        cluster_env(cmd, seeds, PQUEUE, sim_port);
         cmd.env("REPOLL_PARTITIONS", "12")
             .env("REPOLL_RATE_PER_MIN", "1000000")
             .env("REPOLL_RATE_BURST", "100000")
@@ -289,31 +319,15 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         worker.env("REPOLL_CONCURRENCY", "32");
         procs.spawn(worker, "repoll worker");
     }
-    // Idle connections are dropped by the client before the server's 10 s header-read timeout
-    // closes them: a POST sent on a connection the server is closing fails with no answer
-    // (reqwest's default keeps them 90 s; seen as status 0 on a loaded CI machine).
-    let http = reqwest::Client::builder()
-        .pool_idle_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let bases: Vec<String> = webs
-        .iter()
-        .map(|p| format!("http://127.0.0.1:{p}"))
-        .collect();
-    for base in &bases {
-        wait_for("readyz", Duration::from_secs(30), async || {
-            http.get(format!("{base}/readyz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        })
-        .await;
-    }
+}
 
-    let mut texts: Vec<String> = (0..QUERIES).map(|i| format!("pp {i} polls=3")).collect();
-    let dups: Vec<String> = texts.iter().step_by(10).cloned().collect();
-    texts.extend(dups);
-    let t0 = Instant::now();
+/// Submits every text over HTTP, 32 at a time, alternating the web processes of `bases`, and
+/// checks each submit was accepted.
+async fn submit_all_alternating_the_webs(
+    http: &reqwest::Client,
+    bases: &[String],
+    texts: &[String],
+) {
     let statuses: Vec<u16> = futures::stream::iter(texts.iter().enumerate())
         .map(|(i, t)| {
             let (http, base) = (http.clone(), bases[i % 2].clone());
@@ -337,8 +351,11 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
             .take(5)
             .collect::<Vec<_>>()
     );
-    let submitted = t0.elapsed();
+}
 
+/// Waits (240 s after `t0`) until every query has a result and nothing is ready, waiting,
+/// leased or dead; fails at once on a dead one, printing progress every 10 s.
+async fn wait_until_every_query_is_done(ports: &[u16], t0: Instant) {
     let q = queue::Queue::connect_cluster(
         &ports
             .iter()
@@ -375,7 +392,15 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let took = t0.elapsed();
+}
+
+/// Checks the simulator got exactly three calls per query, and a sample of answers through
+/// the web process other than the one asked.
+async fn check_three_calls_per_query_and_sample_answers(
+    http: &reqwest::Client,
+    sim_port: u16,
+    bases: &[String],
+) {
     let sim: serde_json::Value = http
         .get(format!("http://127.0.0.1:{sim_port}/_sim/stats"))
         .send()
@@ -403,10 +428,14 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         assert_eq!(view["status"], "done", "{view}");
         assert_eq!(view["query"], format!("pp {i} polls=3"));
     }
+}
 
+/// Checks every key on every master is under the queue's tags; the number of result keys on
+/// each master.
+async fn check_keys_under_the_tags_and_count_results_per_master(ports: &[u16]) -> Vec<usize> {
     // Every key under the queue's tags, the partitions' on all three masters.
     let mut per_master = Vec::new();
-    for port in &ports {
+    for port in ports {
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
             .query_async(&mut node_conn(*port).await)
@@ -420,6 +449,49 @@ async fn twelve_partitions_through_two_web_and_three_worker_processes() {
         }
         per_master.push(keys.iter().filter(|k| k.contains(":r:")).count());
     }
+    per_master
+}
+
+/// The issue's scale-out run with real processes: a queue of 12 partitions on a three-master
+/// cluster, two `repoll serve` web processes (one with the simulator) and three
+/// `repoll worker` processes, all with `REPOLL_PARTITIONS=12`. 5,000 queries plus 500 asked
+/// twice are submitted over HTTP, alternating the two web processes: every one ends done with
+/// exactly three upstream calls (the simulator's "processing, processing, done": one chain, no
+/// call more), the keys of the partitions sit on all three masters (in even shares) and no key
+/// is outside the queue's tags.
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_partitions_through_two_web_and_three_worker_processes() {
+    let (mut procs, ports, seeds) = cluster_for().await;
+    let webs = [free_port(), free_port()];
+    let sim_port = free_port();
+    spawn_two_webs_and_three_workers_with_twelve_partitions(&mut procs, &seeds, &webs, sim_port);
+    // Idle connections are dropped by the client before the server's 10 s header-read timeout
+    // closes them: a POST sent on a connection the server is closing fails with no answer
+    // (reqwest's default keeps them 90 s; seen as status 0 on a loaded CI machine).
+    let http = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let bases: Vec<String> = webs
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    for base in &bases {
+        wait_readyz(&http, base).await;
+    }
+
+    let mut texts: Vec<String> = (0..QUERIES).map(|i| format!("pp {i} polls=3")).collect();
+    let dups: Vec<String> = texts.iter().step_by(10).cloned().collect();
+    texts.extend(dups);
+    let t0 = Instant::now();
+    submit_all_alternating_the_webs(&http, &bases, &texts).await;
+    let submitted = t0.elapsed();
+
+    wait_until_every_query_is_done(&ports, t0).await;
+    let took = t0.elapsed();
+    check_three_calls_per_query_and_sample_answers(&http, sim_port, &bases).await;
+
+    let per_master = check_keys_under_the_tags_and_count_results_per_master(&ports).await;
     eprintln!(
         "cluster_process: {} submits in {submitted:?}, all {QUERIES} done after {took:?}; \
          results per master {per_master:?}",

@@ -243,20 +243,16 @@ fn serve_with_sim_and_callbacks(
     cmd
 }
 
-/// Callbacks end the wait early: the simulator is done 1 s after the first call and calls
-/// back then, while the poll interval is 60 s. The task must be done after exactly one poll
-/// (the simulator counts its calls: a second poll would be a second call) and one callback.
-/// Then every refused token — forged, replayed, another task's life, expired — is a 404 and
-/// leaves Redis as it was. The time from submit to done is printed (the closing note's
-/// figure); the 30 s deadlines are hang guards under the 60 s poll, not speed assertions.
-#[test]
-fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothing() {
-    const SECRET: &str = "callback-secret-of-this-test-0123456789";
-    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
-    let _redis = spawn_redis(redis_port, &[]);
-    let mut children = Reaped::default();
-    let url = format!("redis://127.0.0.1:{redis_port}");
-    let mut cmd = serve_with_sim_and_callbacks(&url, "cbq", web_port, sim_port, SECRET);
+/// Spawns `repoll serve` (queue `cbq`) whose simulator is done 1 s after the first call and
+/// calls back, with a 60 s poll interval, into `children`; waits until it is ready.
+fn spawn_serve_whose_sim_calls_back(
+    children: &mut Reaped,
+    url: &str,
+    web_port: u16,
+    sim_port: u16,
+    secret: &str,
+) {
+    let mut cmd = serve_with_sim_and_callbacks(url, "cbq", web_port, sim_port, secret);
     cmd.env("REPOLL_SIM_MS", "1000")
         .env(
             "REPOLL_UPSTREAM_URL",
@@ -270,7 +266,11 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
         wait_ready(web_port, Duration::from_secs(30)),
         "serve not ready"
     );
+}
 
+/// Submits `callback-one` and waits (30 s hang guard) until it is done, printing the time
+/// from submit to done; its id.
+fn submit_and_time_until_done_by_the_callback(web_port: u16) -> String {
     let t0 = Instant::now();
     let id = submit_query(web_port, "callback-one");
     let done = loop {
@@ -290,6 +290,67 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
         "callback: submit to done in {} ms (upstream done after 1000 ms, poll interval 60 s)",
         done.as_millis()
     );
+    id
+}
+
+/// What a refused callback must leave as it was: the live task's hash, the first task's
+/// result and the number of keys.
+fn redis_state(redis_port: u16, task_key: &str, result_key: &str) -> (String, String, String) {
+    (
+        redis_cli(redis_port, &["HGETALL", task_key]),
+        redis_cli(redis_port, &["GET", result_key]),
+        redis_cli(redis_port, &["DBSIZE"]),
+    )
+}
+
+/// The tokens that must be refused, each with what is wrong with it: the live task `other`
+/// (created at `other_created`) forged, signed with another key, of another life or expired;
+/// the used token of the done task `id` (created at `created`) replayed; garbage.
+fn tokens_to_refuse(
+    signer: &worker::Callbacks,
+    (id, created): (&str, i64),
+    (other, other_created): (&str, i64),
+) -> [(&'static str, String); 6] {
+    [
+        (
+            "forged",
+            format!("{other}.{other_created}.0.{}", "ab".repeat(32)),
+        ),
+        ("wrong key", {
+            let other_signer = worker::Callbacks::new(&worker::CallbackArgs {
+                base_url: None,
+                secret: Some(worker::Secret::from("x".repeat(40).as_str())),
+            })
+            .unwrap()
+            .unwrap();
+            other_signer.token(other, other_created, 0)
+        }),
+        ("replayed", signer.token(id, created, 0)),
+        ("another life", signer.token(other, other_created - 1, 0)),
+        (
+            "expired",
+            signer.token(other, other_created, other_created + 1),
+        ),
+        ("garbage", "not-a-token".to_string()),
+    ]
+}
+
+/// Callbacks end the wait early: the simulator is done 1 s after the first call and calls
+/// back then, while the poll interval is 60 s. The task must be done after exactly one poll
+/// (the simulator counts its calls: a second poll would be a second call) and one callback.
+/// Then every refused token — forged, replayed, another task's life, expired — is a 404 and
+/// leaves Redis as it was. The time from submit to done is printed (the closing note's
+/// figure); the 30 s deadlines are hang guards under the 60 s poll, not speed assertions.
+#[test]
+fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothing() {
+    const SECRET: &str = "callback-secret-of-this-test-0123456789";
+    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
+    let url = format!("redis://127.0.0.1:{redis_port}");
+    spawn_serve_whose_sim_calls_back(&mut children, &url, web_port, sim_port, SECRET);
+
+    let id = submit_and_time_until_done_by_the_callback(web_port);
     let sim = http_get(sim_port, "/_sim/key?q=callback-one").unwrap().body;
     assert!(sim.contains(r#""calls":1,"#), "one poll only: {sim}");
     assert!(sim.contains(r#""callbacks":1"#), "one callback: {sim}");
@@ -327,42 +388,13 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     let other_created: i64 = redis_cli(redis_port, &["HGET", &other_key, "c"])
         .parse()
         .unwrap();
-    let before = (
-        redis_cli(redis_port, &["HGETALL", &other_key]),
-        redis_cli(redis_port, &["GET", &result_key]),
-        redis_cli(redis_port, &["DBSIZE"]),
-    );
-    let refused = [
-        (
-            "forged",
-            format!("{other}.{other_created}.0.{}", "ab".repeat(32)),
-        ),
-        ("wrong key", {
-            let other_signer = worker::Callbacks::new(&worker::CallbackArgs {
-                base_url: None,
-                secret: Some(worker::Secret::from("x".repeat(40).as_str())),
-            })
-            .unwrap()
-            .unwrap();
-            other_signer.token(&other, other_created, 0)
-        }),
-        ("replayed", signer.token(&id, created, 0)),
-        ("another life", signer.token(&other, other_created - 1, 0)),
-        (
-            "expired",
-            signer.token(&other, other_created, other_created + 1),
-        ),
-        ("garbage", "not-a-token".to_string()),
-    ];
+    let before = redis_state(redis_port, &other_key, &result_key);
+    let refused = tokens_to_refuse(&signer, (&id, created), (&other, other_created));
     for (what, token) in &refused {
         let answer = post(token);
         assert_eq!(answer.status, 404, "{what}: {answer:?}");
     }
-    let after = (
-        redis_cli(redis_port, &["HGETALL", &other_key]),
-        redis_cli(redis_port, &["GET", &result_key]),
-        redis_cli(redis_port, &["DBSIZE"]),
-    );
+    let after = redis_state(redis_port, &other_key, &result_key);
     assert_eq!(before, after, "a refused callback changed Redis");
     assert_eq!(
         metric_value(web_port, "repoll_callbacks_total"),
@@ -381,6 +413,81 @@ fn a_callback_ends_the_wait_and_a_forged_replayed_or_expired_token_changes_nothi
     assert!(stored.ends_with(r#"{"forged":true}"#), "{stored}");
 }
 
+/// Writes, in `dir` (created), a config file naming the upstream `search` (the simulator's
+/// second, calling back after one poll, polled every 10 s); its path.
+fn write_the_search_upstream_config(dir: &std::path::Path, sim_port: u16) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let config = dir.join("upstreams.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[upstreams.search]\n\
+             url = \"http://127.0.0.1:{sim_port}/search/api/query?q={{key}}&polls=1&callback={{callback_url}}\"\n\
+             poll_interval_ms = 10000\n\
+             concurrency = 2\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Checks each result is stored under its own queue's hash tag (`a` the default upstream's,
+/// `b` the search one's), and each simulated upstream saw only its own keys, `find-x` by one
+/// poll and one callback.
+fn check_each_result_under_its_own_tag_and_each_upstreams_calls(
+    redis_port: u16,
+    sim_port: u16,
+    a: &str,
+    b: &str,
+) {
+    // Each result under its own queue's hash tag; the sim saw each upstream's own key.
+    assert_eq!(
+        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{a}")]),
+        "1"
+    );
+    assert_eq!(
+        redis_cli(redis_port, &["EXISTS", &format!("{{nq.search}}:r:{b}")]),
+        "1"
+    );
+    assert_eq!(
+        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{b}")]),
+        "0"
+    );
+    let sim = http_get(sim_port, "/_sim/stats").unwrap().body;
+    assert!(sim.contains(r#""same text":{"calls":"#), "{sim}");
+    assert!(!sim.contains("find-x"), "{sim}");
+    let search = http_get(sim_port, "/search/_sim/stats").unwrap().body;
+    assert!(
+        search.contains(r#""same text":{"calls":1,"done":1}"#),
+        "{search}"
+    );
+    let cb = http_get(sim_port, "/search/_sim/key?q=find-x%20ms%3D800")
+        .unwrap()
+        .body;
+    assert!(cb.contains(r#""callbacks":1"#), "{cb}");
+    assert!(
+        cb.contains(r#""calls":1,"#),
+        "one poll, then the callback: {cb}"
+    );
+}
+
+/// Checks `repoll worker --upstream nope` does not start, naming the known upstreams.
+fn check_a_worker_for_an_unknown_upstream_does_not_start(config: &std::path::Path, url: &str) {
+    // A worker process for an upstream that does not exist does not start.
+    let mut w = repoll();
+    w.args(["worker", "--upstream", "nope", "--config"])
+        .arg(config)
+        .env("REDIS_URL", url)
+        .env("REPOLL_QUEUE", "nq");
+    let out = output_within(w, Duration::from_secs(20));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no such upstream") && stderr.contains("default, search"),
+        "{stderr}"
+    );
+}
+
 /// Named upstreams (`[upstreams.<name>]` in the config file): one `repoll serve` runs a worker
 /// per upstream; the same text sent to two upstreams is two tasks with two ids, each finished
 /// by its own upstream and stored under its own queue's hash tag; an unknown upstream is a 422
@@ -395,18 +502,7 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     let mut children = Reaped::default();
     let url = format!("redis://127.0.0.1:{redis_port}");
     let dir = std::env::temp_dir().join(format!("repoll-upstreams-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("upstreams.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[upstreams.search]\n\
-             url = \"http://127.0.0.1:{sim_port}/search/api/query?q={{key}}&polls=1&callback={{callback_url}}\"\n\
-             poll_interval_ms = 10000\n\
-             concurrency = 2\n"
-        ),
-    )
-    .unwrap();
+    let config = write_the_search_upstream_config(&dir, sim_port);
     let mut cmd = serve_with_sim_and_callbacks(&url, "nq", web_port, sim_port, SECRET);
     cmd.arg("--config")
         .arg(&config)
@@ -468,53 +564,13 @@ fn named_upstreams_have_their_own_queue_ids_workers_and_callbacks() {
     );
     assert!(body_c.contains(r#""upstream":"search""#), "{body_c}");
 
-    // Each result under its own queue's hash tag; the sim saw each upstream's own key.
-    assert_eq!(
-        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{a}")]),
-        "1"
-    );
-    assert_eq!(
-        redis_cli(redis_port, &["EXISTS", &format!("{{nq.search}}:r:{b}")]),
-        "1"
-    );
-    assert_eq!(
-        redis_cli(redis_port, &["EXISTS", &format!("{{nq}}:r:{b}")]),
-        "0"
-    );
-    let sim = http_get(sim_port, "/_sim/stats").unwrap().body;
-    assert!(sim.contains(r#""same text":{"calls":"#), "{sim}");
-    assert!(!sim.contains("find-x"), "{sim}");
-    let search = http_get(sim_port, "/search/_sim/stats").unwrap().body;
-    assert!(
-        search.contains(r#""same text":{"calls":1,"done":1}"#),
-        "{search}"
-    );
-    let cb = http_get(sim_port, "/search/_sim/key?q=find-x%20ms%3D800")
-        .unwrap()
-        .body;
-    assert!(cb.contains(r#""callbacks":1"#), "{cb}");
-    assert!(
-        cb.contains(r#""calls":1,"#),
-        "one poll, then the callback: {cb}"
-    );
+    check_each_result_under_its_own_tag_and_each_upstreams_calls(redis_port, sim_port, &a, &b);
 
     // The query page offers both upstreams.
     let page = http_get(web_port, "/").unwrap().body;
     assert!(page.contains(r#"data-testid="query-upstream""#), "{page}");
     assert!(page.contains(r#"<option value="search""#), "{page}");
 
-    // A worker process for an upstream that does not exist does not start.
-    let mut w = repoll();
-    w.args(["worker", "--upstream", "nope", "--config"])
-        .arg(&config)
-        .env("REDIS_URL", &url)
-        .env("REPOLL_QUEUE", "nq");
-    let out = output_within(w, Duration::from_secs(20));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("no such upstream") && stderr.contains("default, search"),
-        "{stderr}"
-    );
+    check_a_worker_for_an_unknown_upstream_does_not_start(&config, &url);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -73,14 +73,17 @@ fn until<T>(
     }
 }
 
-#[test]
-fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
-    require("prometheus");
-    require("promtool");
-    let rules =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/rules.yml");
-    let rules = rules.canonicalize().expect("deploy/prometheus/rules.yml");
+/// A ready `repoll serve` with the metrics token set; stopped before its data directory goes.
+struct ServeUnderTest {
+    web_port: u16,
+    sim_port: u16,
+    _serve: Stopped,
+    _data: TempDir,
+}
 
+/// Starts `repoll serve` (managed redis-server, embedded worker, simulated upstream) and checks
+/// its `/metrics` guard refuses a client without the token.
+fn start_serve_with_a_quick_breaker_and_the_token() -> ServeUnderTest {
     // repoll serve: a breaker quick to open (3 errors) that then stays open for the test.
     let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
     let data = TempDir::new("prom-alerts");
@@ -105,7 +108,29 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
     // that succeeds below is one that sent it.
     let refused = http_get(web_port, "/metrics").expect("GET /metrics");
     assert_eq!(refused.status, 401, "{refused:?}");
+    ServeUnderTest {
+        web_port,
+        sim_port,
+        _serve,
+        _data: data,
+    }
+}
 
+/// A running Prometheus, its HTTP API and its log file; killed before its directory goes.
+struct Prometheus {
+    child: ChildGuard,
+    api: BlockingHttp,
+    log_path: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+/// What Prometheus has logged so far (empty if nothing yet).
+fn prometheus_log(log_path: &std::path::Path) -> String {
+    std::fs::read_to_string(log_path).unwrap_or_default()
+}
+
+/// Starts Prometheus on a free port scraping `web_port` with the token, with `rules` loaded.
+fn start_prometheus_scraping(rules: &std::path::Path, web_port: u16) -> Prometheus {
     // Prometheus: 1 s scrapes and evaluations, the shipped rules file as it is.
     let prom_dir = TempDir::new("prometheus");
     let token_file = prom_dir.path().join("token");
@@ -135,10 +160,20 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
         .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
         .stdout(log.try_clone().unwrap())
         .stderr(log);
-    let mut prometheus = ChildGuard::spawn(prom).expect("spawn prometheus");
-    let prom_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let api = BlockingHttp::local(prom_port);
+    let prometheus = ChildGuard::spawn(prom).expect("spawn prometheus");
+    Prometheus {
+        child: prometheus,
+        api: BlockingHttp::local(prom_port),
+        log_path,
+        _dir: prom_dir,
+    }
+}
 
+/// Waits until Prometheus has scraped the target with the token and checks the rules loaded.
+fn wait_for_the_target_up_and_the_shipped_rules(prom: &mut Prometheus) {
+    let prom_log = || prometheus_log(&prom.log_path);
+    let api = &prom.api;
+    let prometheus = &mut prom.child;
     // The rules loaded and the target scraped with the token: health "up".
     until(
         "Prometheus scrapes repoll (target up)",
@@ -158,16 +193,25 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
     let groups = api.get_json("/api/v1/rules");
     let loaded = groups["data"]["groups"].as_array().map_or(0, Vec::len);
     assert_eq!(loaded, 3, "the shipped rule groups: {groups}");
+}
 
+/// Submits `query` to repoll's API; its task id.
+fn ask(http: &BlockingHttp, query: &str) -> String {
+    id_in(&http.post_json("/api/v1/queries", &serde_json::json!({ "query": query })))
+}
+
+/// Queues a done, a dead and a still-polling task, waits until both finals are counted, and
+/// checks the breaker is closed and not alerting yet.
+fn queue_tasks_and_check_the_breaker_closed_before_the_outage(
+    http: &BlockingHttp,
+    web_port: u16,
+    api: &BlockingHttp,
+) {
     // Tasks in the states a page can show: one done, one dead (the upstream's own "failed"),
     // one still polling.
-    let http = BlockingHttp::local(web_port);
-    let ask = |query: &str| {
-        id_in(&http.post_json("/api/v1/queries", &serde_json::json!({ "query": query })))
-    };
-    ask("done-1 polls=1");
-    ask("dead-1 status=failed");
-    ask("slow-1 ms=600000");
+    ask(http, "done-1 polls=1");
+    ask(http, "dead-1 status=failed");
+    ask(http, "slow-1 ms=600000");
     until(
         "a completion and a dead task counted",
         Duration::from_secs(30),
@@ -192,13 +236,22 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
         !alerts.to_string().contains("RepollBreakerOpen"),
         "no breaker alert before the outage: {alerts}"
     );
+}
 
+/// Makes the simulator fail everything, queues tasks into the outage, and waits until
+/// `RepollBreakerOpen` fires; checks the firing alert's labels and annotations.
+fn start_the_outage_and_wait_for_the_breaker_alert(
+    http: &BlockingHttp,
+    sim_port: u16,
+    prom: &Prometheus,
+) {
+    let api = &prom.api;
     // The upstream fails everything: calls error (retrying), the breaker opens, new tasks wait.
     let sim = BlockingHttp::local(sim_port);
     let outage = sim.send(sim.client.post(sim.url("/_sim/outage?ms=600000")));
     assert_eq!(outage.status, 200, "{outage:?}");
     for i in 0..4 {
-        ask(&format!("outage-{i}"));
+        ask(http, &format!("outage-{i}"));
     }
     let t0 = Instant::now();
     let firing = until(
@@ -211,7 +264,13 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
                     .then(|| a.clone())
             })
         },
-        || format!("{}\n{}", api.get_json("/api/v1/alerts"), prom_log()),
+        || {
+            format!(
+                "{}\n{}",
+                api.get_json("/api/v1/alerts"),
+                prometheus_log(&prom.log_path)
+            )
+        },
     );
     eprintln!(
         "RepollBreakerOpen firing {:?} after the outage began",
@@ -227,8 +286,11 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
         "{firing}"
     );
     assert!(firing["annotations"]["runbook"].is_string(), "{firing}");
-    ask("ready-while-open");
+}
 
+/// Checks the `/metrics` page with the breaker open shows the outage's series and passes
+/// `promtool check metrics` without a word.
+fn check_the_open_breaker_page_passes_promtool(web_port: u16) {
     // The page as Prometheus reads it now, through promtool's parser and linter: no error and
     // no complaint (promtool prints nothing but a complaint).
     let page = metrics_page(web_port);
@@ -270,7 +332,31 @@ fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
         out.status,
         page.body
     );
-    prometheus.kill();
+}
+
+#[test]
+fn prometheus_fires_the_breaker_alert_and_promtool_accepts_the_metrics_page() {
+    require("prometheus");
+    require("promtool");
+    let rules =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/rules.yml");
+    let rules = rules.canonicalize().expect("deploy/prometheus/rules.yml");
+
+    let serve = start_serve_with_a_quick_breaker_and_the_token();
+    let mut prometheus = start_prometheus_scraping(&rules, serve.web_port);
+    wait_for_the_target_up_and_the_shipped_rules(&mut prometheus);
+
+    let http = BlockingHttp::local(serve.web_port);
+    queue_tasks_and_check_the_breaker_closed_before_the_outage(
+        &http,
+        serve.web_port,
+        &prometheus.api,
+    );
+    start_the_outage_and_wait_for_the_breaker_alert(&http, serve.sim_port, &prometheus);
+    ask(&http, "ready-while-open");
+
+    check_the_open_breaker_page_passes_promtool(serve.web_port);
+    prometheus.child.kill();
 }
 
 /// What the web process tells the alerts from its heartbeats, with no worker anywhere:

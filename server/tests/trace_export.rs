@@ -355,35 +355,36 @@ fn process_span_with_event<'a>(
     span
 }
 
-/// Issue 27: a log line written inside a traced span carries that span's `trace_id` and
-/// `span_id` — in text lines and in `REPOLL_LOG_FORMAT=json` objects — and is an event of the
-/// exported span with those ids: where a task was dead-lettered, where an upstream error
-/// opened the breaker (`repoll.tenant` on the span too), a lease the reaper took back (a
-/// `reap <queue>` span linked to the task's maker), a callback received (its server span).
-#[test]
-fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
-    let rt = runtime();
-    let received: Received = Arc::default();
-    let endpoint = rt.block_on(receiver(received.clone()));
-    let sim_port = rt.block_on(simulator());
-    let redis = spawn_redis(free_port(), &[]);
-    let url = redis.url();
-    let dir = testkit::TempDir::new("trace-logs");
-
-    // JSON: a task the upstream says failed is dead-lettered; then an outage's 503 opens the
-    // breaker (one error is enough here).
-    let web = free_port();
-    let log = dir.path().join("serve.json.log");
-    let serve = serve_logging(&url, web, sim_port, &endpoint, "json", &log, "repoll");
-    let id = ask(web, "logged status=failed", CALLER);
-    wait_for_line(&log, "dead-lettered");
+/// Starts (`ms` > 0) or ends (`ms` 0) an outage of the simulator on `sim_port`.
+fn set_sim_outage(rt: &tokio::runtime::Runtime, sim_port: u16, ms: u64) {
     rt.block_on(async {
         reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{sim_port}/_sim/outage?ms=60000"))
+            .post(format!("http://127.0.0.1:{sim_port}/_sim/outage?ms={ms}"))
             .send()
             .await
             .unwrap()
     });
+}
+
+/// The JSON half: a traced `repoll serve` logging JSON dead-letters a task the upstream says
+/// failed, then an outage opens its breaker; each of the two lines carries the ids of a
+/// `process` span that has it as an event (the dead-letter's with the task's id, no tenant).
+fn check_json_lines_of_a_dead_letter_and_an_opened_breaker(
+    rt: &tokio::runtime::Runtime,
+    received: &Received,
+    url: &str,
+    sim_port: u16,
+    endpoint: &str,
+    dir: &testkit::TempDir,
+) {
+    // JSON: a task the upstream says failed is dead-lettered; then an outage's 503 opens the
+    // breaker (one error is enough here).
+    let web = free_port();
+    let log = dir.path().join("serve.json.log");
+    let serve = serve_logging(url, web, sim_port, endpoint, "json", &log, "repoll");
+    let id = ask(web, "logged status=failed", CALLER);
+    wait_for_line(&log, "dead-lettered");
+    set_sim_outage(rt, sim_port, 60000);
     ask(web, "logged outage", CALLER);
     wait_for_line(&log, "circuit breaker opened");
     stop(serve);
@@ -416,62 +417,48 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
             assert_eq!(attr(span, "repoll.tenant").as_deref(), Some(""));
         }
     }
+}
 
-    // Text: the ids at the end of the line. First a lease left to expire by a worker that is
-    // gone (this test, tracing as the caller): the reaper's `reap <queue>` span tells it.
-    received.lock().unwrap().clear();
-    let web = free_port();
-    let log = dir.path().join("serve.text.log");
+/// Enqueues a long task on the queue `logs` and claims it for a worker that is gone (50 ms
+/// lease, never renewed); its id.
+fn leave_a_leased_task_to_expire(rt: &tokio::runtime::Runtime, url: &str) -> queue::TaskId {
     rt.block_on(async {
-        reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{sim_port}/_sim/outage?ms=0"))
-            .send()
-            .await
-            .unwrap()
-    });
-    // Its own queue: the first one's breaker stays open for its cool-down.
-    queue::trace_context::install(|| Some(CALLER.to_string()));
-    let left = rt.block_on(async {
         let config = queue::QueueConfig {
             name: "logs".into(),
             ..queue::QueueConfig::default()
         };
-        let q = queue::Queue::connect(&url, config).await.unwrap();
+        let q = queue::Queue::connect(url, config).await.unwrap();
         q.enqueue("leased and left polls=10000", "", &Default::default())
             .await
             .unwrap();
         q.claim("gone-worker", 1, 50).await.unwrap().remove(0).id
-    });
-    let serve = serve_logging(&url, web, sim_port, &endpoint, "text", &log, "logs");
-    ask(web, "logged as text status=failed", CALLER);
-    wait_for_line(&log, "lease expired");
-    // The upstream calls back (not final yet): an event of the callback's server span.
-    assert_eq!(
-        post_processing_callback(&rt, &url, "logs", web, &left, JOINER),
-        202
-    );
-    wait_for_line(&log, "callback received");
-    let text = wait_for_line(&log, "dead-lettered");
-    stop(serve);
-    let ids_of = |words: &str| -> (String, String) {
-        let line = text.lines().find(|l| l.contains(words)).unwrap();
-        let field = |name: &str| -> String {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("no {name} in {line}"))
-                .to_string()
-        };
-        let (trace_id, span_id) = (field("trace_id"), field("span_id"));
-        assert!(
-            line.ends_with(&format!("trace_id={trace_id} span_id={span_id}")),
-            "{line}"
-        );
-        (trace_id, span_id)
+    })
+}
+
+/// The `trace_id` and `span_id` of the text log line containing `words`, checked to end it.
+fn ids_at_the_end_of_the_line(text: &str, words: &str) -> (String, String) {
+    let line = text.lines().find(|l| l.contains(words)).unwrap();
+    let field = |name: &str| -> String {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+            .to_string()
     };
-    let spans = received.lock().unwrap().clone();
-    let (trace_id, span_id) = ids_of("dead-lettered");
-    process_span_with_event(&spans, (&trace_id, &span_id), "dead-lettered");
-    let (trace_id, span_id) = ids_of("lease expired");
+    let (trace_id, span_id) = (field("trace_id"), field("span_id"));
+    assert!(
+        line.ends_with(&format!("trace_id={trace_id} span_id={span_id}")),
+        "{line}"
+    );
+    (trace_id, span_id)
+}
+
+/// Checks the span with these ids is the reaper's `reap logs` span for task `left`, with the
+/// `lease expired` event and a link to the trace of the task's maker.
+fn check_the_reap_span_of_the_expired_lease(
+    spans: &[(String, Span)],
+    (trace_id, span_id): (String, String),
+    left: &queue::TaskId,
+) {
     let reap = spans
         .iter()
         .map(|(_, s)| s)
@@ -488,8 +475,11 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
     );
     let linked: Vec<String> = reap.links.iter().map(|l| hex(&l.trace_id)).collect();
     assert_eq!(linked, [CALLER[3..35].to_string()], "linked to its maker");
-    let (trace_id, span_id) = ids_of("callback received");
-    assert_eq!(trace_id, JOINER[3..35], "the caller's trace");
+}
+
+/// Checks the span `span_id` is a server span whose `callback received` event names task
+/// `left` and the outcome `processing`.
+fn check_the_callback_server_span(spans: &[(String, Span)], span_id: &str, left: &queue::TaskId) {
     let server = spans
         .iter()
         .map(|(_, s)| s)
@@ -516,4 +506,53 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
             .any(|a| a.starts_with("outcome=") && a.contains("processing")),
         "{said:?}"
     );
+}
+
+/// Issue 27: a log line written inside a traced span carries that span's `trace_id` and
+/// `span_id` — in text lines and in `REPOLL_LOG_FORMAT=json` objects — and is an event of the
+/// exported span with those ids: where a task was dead-lettered, where an upstream error
+/// opened the breaker (`repoll.tenant` on the span too), a lease the reaper took back (a
+/// `reap <queue>` span linked to the task's maker), a callback received (its server span).
+#[test]
+fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
+    let rt = runtime();
+    let received: Received = Arc::default();
+    let endpoint = rt.block_on(receiver(received.clone()));
+    let sim_port = rt.block_on(simulator());
+    let redis = spawn_redis(free_port(), &[]);
+    let url = redis.url();
+    let dir = testkit::TempDir::new("trace-logs");
+
+    check_json_lines_of_a_dead_letter_and_an_opened_breaker(
+        &rt, &received, &url, sim_port, &endpoint, &dir,
+    );
+
+    // Text: the ids at the end of the line. First a lease left to expire by a worker that is
+    // gone (this test, tracing as the caller): the reaper's `reap <queue>` span tells it.
+    received.lock().unwrap().clear();
+    let web = free_port();
+    let log = dir.path().join("serve.text.log");
+    set_sim_outage(&rt, sim_port, 0);
+    // Its own queue: the first one's breaker stays open for its cool-down.
+    queue::trace_context::install(|| Some(CALLER.to_string()));
+    let left = leave_a_leased_task_to_expire(&rt, &url);
+    let serve = serve_logging(&url, web, sim_port, &endpoint, "text", &log, "logs");
+    ask(web, "logged as text status=failed", CALLER);
+    wait_for_line(&log, "lease expired");
+    // The upstream calls back (not final yet): an event of the callback's server span.
+    assert_eq!(
+        post_processing_callback(&rt, &url, "logs", web, &left, JOINER),
+        202
+    );
+    wait_for_line(&log, "callback received");
+    let text = wait_for_line(&log, "dead-lettered");
+    stop(serve);
+    let spans = received.lock().unwrap().clone();
+    let (trace_id, span_id) = ids_at_the_end_of_the_line(&text, "dead-lettered");
+    process_span_with_event(&spans, (&trace_id, &span_id), "dead-lettered");
+    let lease_expired = ids_at_the_end_of_the_line(&text, "lease expired");
+    check_the_reap_span_of_the_expired_lease(&spans, lease_expired, &left);
+    let (trace_id, span_id) = ids_at_the_end_of_the_line(&text, "callback received");
+    assert_eq!(trace_id, JOINER[3..35], "the caller's trace");
+    check_the_callback_server_span(&spans, &span_id, &left);
 }

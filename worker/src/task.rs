@@ -93,64 +93,11 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
     };
     let latency = started.elapsed();
     let latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
-    let outcome = match &result {
-        Ok(Answer::Processing { .. }) => "processing",
-        Ok(Answer::Done { .. }) => "done",
-        Ok(Answer::Failed { .. }) => "failed",
-        Err(_) => "error",
-    };
-    let span = tracing::Span::current();
-    span.record("repoll.outcome", outcome);
-    if outcome == "error" || outcome == "failed" {
-        trace_spans::mark_error(&span);
-    }
-    metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome, "upstream" => ctx.label.clone())
-        .record(latency.as_secs_f64());
+    record_outcome(ctx, &result, latency);
 
     let now = ctx.now_ms();
     match result {
-        Ok(Answer::Done { data }) => {
-            let result = data.to_string();
-            let max = ctx.upstream.max_result();
-            if result.len() > max {
-                // Kept, it would cost Redis its size for the result TTL and every reader its
-                // size per read: the task ends dead with the sizes instead (the history says
-                // which answer it was).
-                let why = model::failure::result_too_large(result.len(), max);
-                return fail(
-                    ctx,
-                    c,
-                    &why,
-                    "too_large",
-                    Retry::Dead,
-                    &call(latency_ms, None),
-                )
-                .await;
-            }
-            let item = [queue::Completion {
-                id: c.id.clone(),
-                token: c.token,
-                result,
-                latency_ms,
-            }];
-            let item = &item;
-            let (r, next) = write(ctx, c, "complete", |n| async move {
-                let (mut flags, next) = ctx
-                    .queue
-                    .complete_and_claim(item, &ctx.id, n, ctx.lease_ms)
-                    .await?;
-                Ok((flags.pop().unwrap_or(Err(QueueError::StaleToken)), next))
-            })
-            .await;
-            if r.is_some() {
-                metrics::counter!(telemetry::COMPLETIONS, "upstream" => ctx.label.clone())
-                    .increment(1);
-                telemetry::record_final(&ctx.label, "done", c.created_ms, ctx.now_ms());
-                telemetry::count_refresh(&ctx.label, c.refresh, "done");
-                ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
-            }
-            next
-        }
+        Ok(Answer::Done { data }) => complete(ctx, c, data.to_string(), latency_ms).await,
         Ok(Answer::Processing { data, retry_after }) => {
             match ctx.policy.after_processing(
                 c.polls,
@@ -210,6 +157,66 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
             .await
         }
     }
+}
+
+/// The span's outcome and the upstream latency histogram of one call.
+fn record_outcome(ctx: &Ctx, result: &Result<Answer, UpstreamError>, latency: Duration) {
+    let outcome = match result {
+        Ok(Answer::Processing { .. }) => "processing",
+        Ok(Answer::Done { .. }) => "done",
+        Ok(Answer::Failed { .. }) => "failed",
+        Err(_) => "error",
+    };
+    let span = tracing::Span::current();
+    span.record("repoll.outcome", outcome);
+    if outcome == "error" || outcome == "failed" {
+        trace_spans::mark_error(&span);
+    }
+    metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome, "upstream" => ctx.label.clone())
+        .record(latency.as_secs_f64());
+}
+
+/// A final answer: stored (with the next tasks claimed in the same call), unless it is larger
+/// than the upstream's result limit, which ends the task dead instead.
+async fn complete(ctx: &Ctx, c: &Claimed, result: String, latency_ms: u64) -> Vec<Claimed> {
+    let max = ctx.upstream.max_result();
+    if result.len() > max {
+        // Kept, it would cost Redis its size for the result TTL and every reader its
+        // size per read: the task ends dead with the sizes instead (the history says
+        // which answer it was).
+        let why = model::failure::result_too_large(result.len(), max);
+        return fail(
+            ctx,
+            c,
+            &why,
+            "too_large",
+            Retry::Dead,
+            &call(latency_ms, None),
+        )
+        .await;
+    }
+    let item = [queue::Completion {
+        id: c.id.clone(),
+        token: c.token,
+        result,
+        latency_ms,
+    }];
+    let item = &item;
+    let (r, next) = write(ctx, c, "complete", |n| async move {
+        let (mut flags, next) = ctx
+            .queue
+            .complete_and_claim(item, &ctx.id, n, ctx.lease_ms)
+            .await?;
+        Ok((flags.pop().unwrap_or(Err(QueueError::StaleToken)), next))
+    })
+    .await;
+    if r.is_some() {
+        metrics::counter!(telemetry::COMPLETIONS, "upstream" => ctx.label.clone()).increment(1);
+        telemetry::record_final(&ctx.label, "done", c.created_ms, ctx.now_ms());
+        telemetry::count_refresh(&ctx.label, c.refresh, "done");
+        ctx.counters.completed.fetch_add(1, Ordering::Relaxed);
+    }
+    next
 }
 
 /// The call behind a task's error, as the task keeps it beside the message: its duration,

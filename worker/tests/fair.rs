@@ -89,57 +89,46 @@ fn p95(sorted: &[i64]) -> i64 {
     sorted[rank - 1]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_small_tenant_keeps_its_pace_beside_a_flood() {
-    init_tracing();
-    let sim = start_sim(SimArgs {
+/// The simulator at 20 ms a call.
+async fn sim_of_20_ms() -> SimServer {
+    start_sim(SimArgs {
         latency_ms: 20,
         ..SimArgs::default()
     })
-    .await;
-    let up = sim.upstream_args(10_000);
-    let policy = fast_policy();
-    let url = redis_url();
-    let connect = |name: &str| {
-        Queue::connect(
-            &url,
-            QueueConfig {
-                name: name.to_string(),
-                ..QueueConfig::default()
-            },
-        )
-    };
+    .await
+}
 
-    // B alone (after one warm-up query, so the worker's start is not counted): the printed
-    // reference for B's time to final.
-    let alone = connect("fair-alone").await.expect("queue");
-    let w = spawn(worker(&alone, &up, policy.clone(), fast_worker_args(SLOTS)));
-    let warm = flood(&alone, "warm", "b", 1, &policy).await;
+async fn connect(name: &str) -> Queue {
+    Queue::connect(
+        &redis_url(),
+        QueueConfig {
+            name: name.to_string(),
+            ..QueueConfig::default()
+        },
+    )
+    .await
+    .expect("queue")
+}
+
+/// B alone (after one warm-up query, so the worker's start is not counted): the printed
+/// reference for B's time to final. B's times to final, sorted.
+async fn b_times_to_final_alone(
+    up: &worker::UpstreamArgs,
+    policy: &worker::PolicyArgs,
+) -> Vec<i64> {
+    let alone = connect("fair-alone").await;
+    let w = spawn(worker(&alone, up, policy.clone(), fast_worker_args(SLOTS)));
+    let warm = flood(&alone, "warm", "b", 1, policy).await;
     finals(&alone, &warm, Duration::from_secs(30)).await;
-    let ids = flood(&alone, "b", "b", B_TASKS, &policy).await;
+    let ids = flood(&alone, "b", "b", B_TASKS, policy).await;
     let t_alone = times_to_final(&finals(&alone, &ids, Duration::from_secs(30)).await);
     w.stop().await;
+    t_alone
+}
 
-    // A floods first, then B asks.
-    let loaded = connect("fair-loaded").await.expect("queue");
-    let w = spawn(worker(
-        &loaded,
-        &up,
-        policy.clone(),
-        fast_worker_args(SLOTS),
-    ));
-    let warm = flood(&loaded, "warm", "b", 1, &policy).await;
-    finals(&loaded, &warm, Duration::from_secs(30)).await;
-    flood(&loaded, "a", "a", A_TASKS, &policy).await;
-    let ids = flood(&loaded, "b", "b", B_TASKS, &policy).await;
-    // First come, first served, B would wait behind A's 15,000 calls: over 35 s at this pace.
-    let b_results = finals(&loaded, &ids, Duration::from_secs(90)).await;
-    w.stop().await;
-    let b_asked = b_results.iter().map(|r| r.created_ms).min().expect("B");
-    let b_last = b_results.iter().map(|r| r.completed_ms).max().expect("B");
-    // The upstream's calls for A while B had work (from B's first ask to B's last result),
-    // from the simulator's record of each call's time (ms since the epoch, the clock Redis
-    // time is read from on this machine).
+/// The upstream's calls for A from `from` to `to` (ms since the epoch), and in all, from the
+/// simulator's record of each call's time (the clock Redis time is read from on this machine).
+async fn a_calls_within(sim: &SimServer, from: i64, to: i64) -> (usize, usize) {
     let mut a_calls_in_b_life = 0;
     let mut a_calls = 0;
     for (key, k) in sim.stats().await.keys {
@@ -148,40 +137,20 @@ async fn a_small_tenant_keeps_its_pace_beside_a_flood() {
         }
         let times = sim.key(&key).await.call_ms;
         a_calls += times.len();
-        a_calls_in_b_life += times
-            .iter()
-            .filter(|t| **t >= b_asked && **t <= b_last)
-            .count();
+        a_calls_in_b_life += times.iter().filter(|t| **t >= from && **t <= to).count();
     }
-    let t_loaded = times_to_final(&b_results);
-    let (alone_p95, loaded_p95) = (p95(&t_alone), p95(&t_loaded));
-    eprintln!(
-        "fairness: B's p95 time to final alone {alone_p95} ms, beside A's {A_TASKS} {loaded_p95} ms \
-         ({:.2}x); {a_calls_in_b_life} calls for A while B's {B_TASKS} were in the queue \
-         ({a_calls} by the time the worker stopped)",
-        loaded_p95 as f64 / alone_p95.max(1) as f64,
-    );
-    // B overtook A's backlog: while B's 20 went through (3 calls each, claims alternating
-    // between the tenants), A's calls were of the same order, nowhere near the 5,000 first
-    // calls of A's backlog that first come, first served would make before B's first.
-    assert!(
-        a_calls_in_b_life <= A_TASKS / 10,
-        "{a_calls_in_b_life} calls for A while B's {B_TASKS} were in the queue: B waited behind \
-         A's backlog"
-    );
+    (a_calls_in_b_life, a_calls)
+}
 
-    // The control: the same flood without tenants is first come, first served. Both are
-    // asked before the worker starts, so A's 5,000 are all ahead of B; B is not called once
-    // while A's first hundreds of calls go out (with fair shares B would have half of them).
-    let fifo_sim = start_sim(SimArgs {
-        latency_ms: 20,
-        ..SimArgs::default()
-    })
-    .await;
+/// The control: the same flood without tenants is first come, first served. Both are
+/// asked before the worker starts, so A's 5,000 are all ahead of B; B is not called once
+/// while A's first hundreds of calls go out (with fair shares B would have half of them).
+async fn without_tenants_b_waits_behind_the_flood(policy: &worker::PolicyArgs) {
+    let fifo_sim = sim_of_20_ms().await;
     let fifo_up = fifo_sim.upstream_args(10_000);
-    let fifo = connect("fair-fifo").await.expect("queue");
-    flood(&fifo, "a", "", A_TASKS, &policy).await;
-    flood(&fifo, "b", "", B_TASKS, &policy).await;
+    let fifo = connect("fair-fifo").await;
+    flood(&fifo, "a", "", A_TASKS, policy).await;
+    flood(&fifo, "b", "", B_TASKS, policy).await;
     let w = spawn(worker(
         &fifo,
         &fifo_up,
@@ -218,4 +187,52 @@ async fn a_small_tenant_keeps_its_pace_beside_a_flood() {
          unfairness",
         seen.calls
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_tenant_keeps_its_pace_beside_a_flood() {
+    init_tracing();
+    let sim = sim_of_20_ms().await;
+    let up = sim.upstream_args(10_000);
+    let policy = fast_policy();
+
+    let t_alone = b_times_to_final_alone(&up, &policy).await;
+
+    // A floods first, then B asks.
+    let loaded = connect("fair-loaded").await;
+    let w = spawn(worker(
+        &loaded,
+        &up,
+        policy.clone(),
+        fast_worker_args(SLOTS),
+    ));
+    let warm = flood(&loaded, "warm", "b", 1, &policy).await;
+    finals(&loaded, &warm, Duration::from_secs(30)).await;
+    flood(&loaded, "a", "a", A_TASKS, &policy).await;
+    let ids = flood(&loaded, "b", "b", B_TASKS, &policy).await;
+    // First come, first served, B would wait behind A's 15,000 calls: over 35 s at this pace.
+    let b_results = finals(&loaded, &ids, Duration::from_secs(90)).await;
+    w.stop().await;
+    let b_asked = b_results.iter().map(|r| r.created_ms).min().expect("B");
+    let b_last = b_results.iter().map(|r| r.completed_ms).max().expect("B");
+    // The upstream's calls for A while B had work (from B's first ask to B's last result).
+    let (a_calls_in_b_life, a_calls) = a_calls_within(&sim, b_asked, b_last).await;
+    let t_loaded = times_to_final(&b_results);
+    let (alone_p95, loaded_p95) = (p95(&t_alone), p95(&t_loaded));
+    eprintln!(
+        "fairness: B's p95 time to final alone {alone_p95} ms, beside A's {A_TASKS} {loaded_p95} ms \
+         ({:.2}x); {a_calls_in_b_life} calls for A while B's {B_TASKS} were in the queue \
+         ({a_calls} by the time the worker stopped)",
+        loaded_p95 as f64 / alone_p95.max(1) as f64,
+    );
+    // B overtook A's backlog: while B's 20 went through (3 calls each, claims alternating
+    // between the tenants), A's calls were of the same order, nowhere near the 5,000 first
+    // calls of A's backlog that first come, first served would make before B's first.
+    assert!(
+        a_calls_in_b_life <= A_TASKS / 10,
+        "{a_calls_in_b_life} calls for A while B's {B_TASKS} were in the queue: B waited behind \
+         A's backlog"
+    );
+
+    without_tenants_b_waits_behind_the_flood(&policy).await;
 }

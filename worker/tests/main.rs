@@ -9,6 +9,7 @@ mod common;
 mod bounds;
 mod breaker;
 mod failover;
+mod failover_partitions;
 mod fair;
 mod faults;
 mod lifecycle;

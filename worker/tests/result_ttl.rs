@@ -25,12 +25,11 @@ const STALE_IF_ERROR_MS: u64 = 900_000;
 /// The stored result's whole life.
 const LIFE_MS: u64 = TTL_MS + STALE_MS + STALE_IF_ERROR_MS;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stored_result_is_served_until_its_ttl_then_asked_again() {
-    init_tracing();
-    let sim = start_sim(SimArgs::default()).await;
-    let name = "result-ttl";
-    let q = Queue::connect(
+type Conn = redis::aio::MultiplexedConnection;
+
+/// A queue with the test's fresh, stale and stale-if-error windows, listing every claim.
+async fn queue_with_the_windows(name: &str) -> Queue {
+    Queue::connect(
         &redis_url(),
         QueueConfig {
             name: name.into(),
@@ -46,7 +45,116 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
         },
     )
     .await
-    .expect("queue");
+    .expect("queue")
+}
+
+/// Asks `key`, which must create a new task.
+async fn enqueue_creating_a_task(q: &Queue, key: &str, policy: &worker::PolicyArgs) {
+    assert!(matches!(
+        q.enqueue(key, "", &policy.enqueue_policy())
+            .await
+            .expect("enqueue"),
+        Enqueued::Created(_)
+    ));
+}
+
+/// The completion time the results index holds for `id`, if it is there.
+async fn indexed_at(redis: &mut Conn, index: &str, id: &queue::TaskId) -> Option<i64> {
+    redis::cmd("ZSCORE")
+        .arg(index)
+        .arg(id.as_str())
+        .query_async(redis)
+        .await
+        .expect("zscore")
+}
+
+/// The result and the task's history expire a life after the completion, on the Redis
+/// clock: the settings (not the defaults) are what was set on the keys. (Redis
+/// counts a script's relative expiry from its own clock reading, which may be a
+/// millisecond either side of the completion time the script read with TIME (a second of
+/// slack above it); it cannot be before the task was created.)
+async fn assert_expire_a_life_after_completion(
+    redis: &mut Conn,
+    keys: [&String; 2],
+    first: &queue::StoredResult,
+) {
+    for key in keys {
+        let expires: i64 = redis::cmd("PEXPIRETIME")
+            .arg(key)
+            .query_async(redis)
+            .await
+            .expect("pexpiretime");
+        let ttl = LIFE_MS as i64;
+        assert!(
+            (first.created_ms + ttl..=first.completed_ms + ttl + 1_000).contains(&expires),
+            "{key} expires at {expires}, not a life ({ttl} ms) after its completion at {} \
+             (created at {})",
+            first.completed_ms,
+            first.created_ms
+        );
+    }
+}
+
+/// The life runs out, without waiting for it: the two keys are made to expire now (Redis
+/// removes them as it would at their deadline), and the results index entry is moved a life
+/// into the past, which is what the reaper's trim (members older than now - life) sees once
+/// the clock has moved on by a life.
+async fn run_out_the_life_now(
+    redis: &mut Conn,
+    keys: [&String; 2],
+    index: &str,
+    id: &queue::TaskId,
+    first: &queue::StoredResult,
+) {
+    for key in keys {
+        let set: i64 = redis::cmd("PEXPIRE")
+            .arg(key)
+            .arg(1)
+            .query_async(redis)
+            .await
+            .expect("pexpire");
+        assert_eq!(set, 1, "{key} was there to expire");
+    }
+    let moved: i64 = redis::cmd("ZADD")
+        .arg(index)
+        .arg("XX")
+        .arg("CH")
+        .arg(first.completed_ms - LIFE_MS as i64)
+        .arg(id.as_str())
+        .query_async(redis)
+        .await
+        .expect("zadd");
+    assert_eq!(moved, 1, "the index entry was there to move");
+}
+
+/// Waits until the result is gone and the reaper (every 200 ms) has trimmed the index.
+async fn wait_result_gone_and_unindexed(
+    q: &Queue,
+    redis: &mut Conn,
+    index: &str,
+    id: &queue::TaskId,
+) {
+    let t0 = Instant::now();
+    loop {
+        let gone = q.result_by_id(id).await.expect("read").is_none();
+        let indexed = indexed_at(redis, index, id).await;
+        if gone && indexed.is_none() {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "result gone: {gone}, still indexed: {indexed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_result_is_served_until_its_ttl_then_asked_again() {
+    init_tracing();
+    let sim = start_sim(SimArgs::default()).await;
+    let name = "result-ttl";
+    let q = queue_with_the_windows(name).await;
     let mut redis = redis::Client::open(redis_url())
         .expect("client")
         .get_multiplexed_async_connection()
@@ -60,44 +168,15 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
     let id = id_of(key);
     let w = spawn(worker(&q, &up, policy.clone(), fast_worker_args(2)));
 
-    assert!(matches!(
-        q.enqueue(key, "", &policy.enqueue_policy())
-            .await
-            .expect("enqueue"),
-        Enqueued::Created(_)
-    ));
+    enqueue_creating_a_task(&q, key, &policy).await;
     wait_settled(&q, 1, Duration::from_secs(20)).await;
     let first = q.result_by_id(&id).await.expect("read").expect("stored");
-    let indexed: Option<i64> = redis::cmd("ZSCORE")
-        .arg(&index)
-        .arg(id.as_str())
-        .query_async(&mut redis)
-        .await
-        .expect("zscore");
+    let indexed = indexed_at(&mut redis, &index, &id).await;
     assert_eq!(indexed, Some(first.completed_ms), "indexed when completed");
 
-    // The result and the task's history expire a life after the completion, on the Redis
-    // clock: the settings (not the defaults) are what was set on the keys. (Redis
-    // counts a script's relative expiry from its own clock reading, which may be a
-    // millisecond either side of the completion time the script read with TIME (a second of
-    // slack above it); it cannot be before the task was created.)
     let rkey = format!("{{{name}}}:r:{id}");
     let hkey = format!("{{{name}}}:h:{id}");
-    for key in [&rkey, &hkey] {
-        let expires: i64 = redis::cmd("PEXPIRETIME")
-            .arg(key)
-            .query_async(&mut redis)
-            .await
-            .expect("pexpiretime");
-        let ttl = LIFE_MS as i64;
-        assert!(
-            (first.created_ms + ttl..=first.completed_ms + ttl + 1_000).contains(&expires),
-            "{key} expires at {expires}, not a life ({ttl} ms) after its completion at {} \
-             (created at {})",
-            first.completed_ms,
-            first.created_ms
-        );
-    }
+    assert_expire_a_life_after_completion(&mut redis, [&rkey, &hkey], &first).await;
 
     // Within the fresh window (by construction: an hour): the stored result, no task, no call.
     match q
@@ -113,58 +192,14 @@ async fn stored_result_is_served_until_its_ttl_then_asked_again() {
     let s = q.stats().await.expect("stats");
     assert_eq!((s.ready, s.waiting, s.leased, s.results), (0, 0, 0, 1));
 
-    // The life runs out, without waiting for it: the two keys are made to expire now (Redis
-    // removes them as it would at their deadline), and the results index entry is moved a life
-    // into the past, which is what the reaper's trim (members older than now - life) sees once
-    // the clock has moved on by a life.
-    for key in [&rkey, &hkey] {
-        let set: i64 = redis::cmd("PEXPIRE")
-            .arg(key)
-            .arg(1)
-            .query_async(&mut redis)
-            .await
-            .expect("pexpire");
-        assert_eq!(set, 1, "{key} was there to expire");
-    }
-    let moved: i64 = redis::cmd("ZADD")
-        .arg(&index)
-        .arg("XX")
-        .arg("CH")
-        .arg(first.completed_ms - LIFE_MS as i64)
-        .arg(id.as_str())
-        .query_async(&mut redis)
-        .await
-        .expect("zadd");
-    assert_eq!(moved, 1, "the index entry was there to move");
+    run_out_the_life_now(&mut redis, [&rkey, &hkey], &index, &id, &first).await;
     // Then the result is gone and the reaper (every 200 ms) trims the index.
-    let t0 = Instant::now();
-    loop {
-        let gone = q.result_by_id(&id).await.expect("read").is_none();
-        let indexed: Option<i64> = redis::cmd("ZSCORE")
-            .arg(&index)
-            .arg(id.as_str())
-            .query_async(&mut redis)
-            .await
-            .expect("zscore");
-        if gone && indexed.is_none() {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "result gone: {gone}, still indexed: {indexed:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_result_gone_and_unindexed(&q, &mut redis, &index, &id).await;
     assert_eq!(q.stats().await.expect("stats").results, 0);
     assert_eq!(sim.key(key).await.calls, 1, "no upstream call while stored");
 
     // Asked again: a new task, polled again, a new result.
-    assert!(matches!(
-        q.enqueue(key, "", &policy.enqueue_policy())
-            .await
-            .expect("enqueue"),
-        Enqueued::Created(_)
-    ));
+    enqueue_creating_a_task(&q, key, &policy).await;
     wait_settled(&q, 1, Duration::from_secs(20)).await;
     let second = q.result_by_id(&id).await.expect("read").expect("stored");
     assert!(second.completed_ms > first.completed_ms);

@@ -169,8 +169,28 @@ pub async fn exercise_every_operation(q: &Queue) {
         max_attempts: 2,
         ..EnqueuePolicy::default()
     };
+    let c = exercise_every_path_of_a_task(q, &p).await;
+    exercise_pause_and_the_registries(q).await;
+    exercise_the_reads(q, &c[0].id).await;
+    exercise_the_dashboard_keys(q, &c[0].id).await;
+    q.enqueue("acl 0", "p", &p).await.unwrap();
+    exercise_fair_shares(q, &p).await;
+    for t in [
+        PurgeTarget::History,
+        PurgeTarget::Dead,
+        PurgeTarget::Results,
+        PurgeTarget::Queued,
+    ] {
+        q.purge(t, "a").await.unwrap();
+    }
+}
+
+/// Six tasks claimed, then each taken down another path of a task's life (complete,
+/// reschedule, fail, die, release, lost lease), then retried, cancelled and called back. The
+/// claims.
+async fn exercise_every_path_of_a_task(q: &Queue, p: &EnqueuePolicy) -> Vec<queue::Claimed> {
     for i in 0..6 {
-        q.enqueue(&format!("acl {i}"), "p", &p).await.unwrap();
+        q.enqueue(&format!("acl {i}"), "p", p).await.unwrap();
     }
     // Long leases: no call below may find its lease run out on a slow machine; the one the
     // reaper must take (c[5]) is expired by construction.
@@ -204,6 +224,11 @@ pub async fn exercise_every_operation(q: &Queue) {
         .fail_by_callback(&c[3].id, c[3].created_ms, 0, "cb failed")
         .await
         .unwrap());
+    c
+}
+
+/// Pause and resume, the upstream permit, and a worker's and a web process's registrations.
+async fn exercise_pause_and_the_registries(q: &Queue) {
     q.pause("a").await.unwrap();
     q.resume("a").await.unwrap();
     q.is_paused().await.unwrap();
@@ -237,6 +262,10 @@ pub async fn exercise_every_operation(q: &Queue) {
     q.heartbeat_web(&web, 1000).await.unwrap();
     q.web_processes().await.unwrap();
     q.remove_web_process("web").await.unwrap();
+}
+
+/// The counts, every list in both orders, a task, its result, and the other reads.
+async fn exercise_the_reads(q: &Queue, done: &str) {
     q.stats().await.unwrap();
     for s in [
         ListState::Ready,
@@ -250,14 +279,17 @@ pub async fn exercise_every_operation(q: &Queue) {
             q.list(s, o, Some("0:x"), 10).await.unwrap();
         }
     }
-    q.get(&c[0].id).await.unwrap().unwrap();
-    q.result_by_id(&c[0].id).await.unwrap().unwrap();
+    q.get(done).await.unwrap().unwrap();
+    q.result_by_id(done).await.unwrap().unwrap();
     q.stuck_leases(1000, 10).await.unwrap();
     q.events(10).await.unwrap();
     q.next_due_ms().await.unwrap();
     q.now_ms().await.unwrap();
-    // What the dashboard keeps next to the queue: the audit log, the pause flag, sessions,
-    // the sign-in limit and the id-prefix search stay in the queue's keys too.
+}
+
+/// What the dashboard keeps next to the queue: the audit log, the pause flag, sessions,
+/// the sign-in limit and the id-prefix search stay in the queue's keys too.
+async fn exercise_the_dashboard_keys(q: &Queue, id: &str) {
     q.audit("a", "retry", "t", 1).await.unwrap();
     q.audit_log(5).await.unwrap();
     q.pause_info().await.unwrap();
@@ -270,10 +302,12 @@ pub async fn exercise_every_operation(q: &Queue) {
     let limiter = q.sign_in_attempts("10.0.0.1", 5);
     limiter.take().await.unwrap();
     limiter.give_back().await.unwrap();
-    q.ids_with_prefix(&c[0].id[..4], 10, 10).await.unwrap();
-    q.enqueue("acl 0", "p", &p).await.unwrap();
-    // Fair shares: tenants' tasks in the fair zset, their claims, polls, lease counts, list
-    // and count reads, a cancel and a purge of what waits there.
+    q.ids_with_prefix(&id[..4], 10, 10).await.unwrap();
+}
+
+/// Fair shares: tenants' tasks in the fair zset, their claims, polls, lease counts, list
+/// and count reads, a cancel and a purge of what waits there.
+async fn exercise_fair_shares(q: &Queue, p: &EnqueuePolicy) {
     let t = EnqueuePolicy {
         tenant: "acme".into(),
         ..p.clone()
@@ -311,12 +345,4 @@ pub async fn exercise_every_operation(q: &Queue) {
         q.cancel(unclaimed, "a").await.unwrap(),
         "a waiting tenant task is cancelled"
     );
-    for t in [
-        PurgeTarget::History,
-        PurgeTarget::Dead,
-        PurgeTarget::Results,
-        PurgeTarget::Queued,
-    ] {
-        q.purge(t, "a").await.unwrap();
-    }
 }

@@ -87,46 +87,68 @@ pub async fn bulk_act(
         .map_err(failed)?
     {
         Ok(job) => job,
-        Err(refused) => {
-            use queue::BulkRefused as R;
-            let (status, msg) = match refused {
-                R::NotApplicable => (
-                    StatusCode::BAD_REQUEST,
-                    format!("{op} does not apply to {} tasks", f.state.as_str()),
-                ),
-                R::Nothing => (
-                    StatusCode::CONFLICT,
-                    "nothing done: no task matches the filter now".to_string(),
-                ),
-                R::OverLimit { matched, limit } => (
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "nothing done: {matched} tasks match, more than the {limit} one bulk action may touch \
-                         (REPOLL_BULK_LIMIT); narrow the filter"
-                    ),
-                ),
-                R::CountGrew { confirmed, matched } => (
-                    StatusCode::CONFLICT,
-                    format!(
-                        "nothing done: {matched} tasks match now, more than the {confirmed} shown; look at the count again"
-                    ),
-                ),
-                R::Busy(run) => (
-                    StatusCode::CONFLICT,
-                    format!(
-                        "nothing done: another bulk {} is running ({} of {})",
-                        run.action, run.done, run.total
-                    ),
-                ),
-            };
-            return Err(refuse(status, &msg));
-        }
+        Err(refused) => return Err(refused_answer(&op, f.state.as_str(), refused)),
     };
     let total = job.progress().total;
+    run_in_background(job, format!("bulk {op}"), upstream_note, who, audit_q);
+    let message = format!("started: {op} {}", plural(total, "task", "tasks"));
+    // Ticked rows are posted from the task list, which shows the flash of a no-JS post.
+    if f.ids.is_some() {
+        super::flash::set(&message);
+    }
+    Ok(message)
+}
+
+/// Why a bulk run was not started, as the operator reads it (with the status to answer).
+#[cfg(feature = "ssr")]
+fn refused_answer(op: &str, state: &str, refused: queue::BulkRefused) -> ServerFnError {
+    use crate::auth::refuse;
+    use http::StatusCode;
+    use queue::BulkRefused as R;
+    let (status, msg) = match refused {
+        R::NotApplicable => (
+            StatusCode::BAD_REQUEST,
+            format!("{op} does not apply to {state} tasks"),
+        ),
+        R::Nothing => (
+            StatusCode::CONFLICT,
+            "nothing done: no task matches the filter now".to_string(),
+        ),
+        R::OverLimit { matched, limit } => (
+            StatusCode::BAD_REQUEST,
+            format!(
+                "nothing done: {matched} tasks match, more than the {limit} one bulk action may touch \
+                 (REPOLL_BULK_LIMIT); narrow the filter"
+            ),
+        ),
+        R::CountGrew { confirmed, matched } => (
+            StatusCode::CONFLICT,
+            format!(
+                "nothing done: {matched} tasks match now, more than the {confirmed} shown; look at the count again"
+            ),
+        ),
+        R::Busy(run) => (
+            StatusCode::CONFLICT,
+            format!(
+                "nothing done: another bulk {} is running ({} of {})",
+                run.action, run.done, run.total
+            ),
+        ),
+    };
+    refuse(status, &msg)
+}
+
+/// Runs a started bulk job to its end on the server, not in this request (it goes on when the
+/// page is closed), then writes its one audit entry: the filter and what it changed.
+#[cfg(feature = "ssr")]
+fn run_in_background(
+    job: queue::BulkJob,
+    audit_action: String,
+    upstream_note: String,
+    who: String,
+    audit_q: queue::Queue,
+) {
     let filter_text = job.progress().filter.clone();
-    // The run belongs to the server, not to this request: it goes on when the page is
-    // closed. One audit entry when it ends, with its filter and what it changed.
-    let audit_action = format!("bulk {op}");
     tokio::spawn(async move {
         let end = job.run().await;
         let (target, count) = match &end {
@@ -140,12 +162,6 @@ pub async fn bulk_act(
         let target = format!("{upstream_note}{target}");
         super::actions::record_audit(&audit_q, &who, &audit_action, &target, count).await;
     });
-    let message = format!("started: {op} {}", plural(total, "task", "tasks"));
-    // Ticked rows are posted from the task list, which shows the flash of a no-JS post.
-    if f.ids.is_some() {
-        super::flash::set(&message);
-    }
-    Ok(message)
 }
 
 /// The ticked rows' ids: each a task id, duplicates once, at least one and at most `limit`.
