@@ -100,6 +100,7 @@ pub const FAILURE_SERIES: &[(&str, &str)] = &[
     ("bad_body", "retry"),
     ("bad_body", "dead"),
     ("bad_key", "dead"),
+    ("redirect", "dead"),
     ("failed", "dead"),
     ("max_polls", "dead"),
     ("deadline", "dead"),
@@ -289,6 +290,7 @@ mod tests {
             },
             UpstreamError::BadBody("not JSON".into()),
             UpstreamError::BadKey("bad".into()),
+            UpstreamError::Redirect("to another origin".into()),
         ];
         for e in errors {
             let outcomes: &[&str] = if e.is_permanent() {

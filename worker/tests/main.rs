@@ -13,5 +13,6 @@ mod failover_partitions;
 mod fair;
 mod faults;
 mod lifecycle;
+mod redirects;
 mod result_ttl;
 mod wakeups;

@@ -45,6 +45,10 @@ pub enum UpstreamError {
     /// segment): permanent, the task goes dead with this message.
     #[error("{0}")]
     BadKey(String),
+    /// A redirect the client does not follow (to another origin, with user info, or too many
+    /// hops): permanent, the task goes dead with the reason, and the target is never called.
+    #[error("{0}")]
+    Redirect(String),
 }
 
 impl UpstreamError {
@@ -64,7 +68,7 @@ impl UpstreamError {
             UpstreamError::Status { code, .. } => {
                 (400..500).contains(code) && !matches!(code, 408 | 425 | 429)
             }
-            UpstreamError::BadKey(_) => true,
+            UpstreamError::BadKey(_) | UpstreamError::Redirect(_) => true,
             _ => false,
         }
     }
@@ -77,6 +81,7 @@ impl UpstreamError {
             UpstreamError::Status { .. } => "status",
             UpstreamError::BadBody(_) => "bad_body",
             UpstreamError::BadKey(_) => "bad_key",
+            UpstreamError::Redirect(_) => "redirect",
         }
     }
 }

@@ -97,6 +97,7 @@ impl Upstream {
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
             .pool_idle_timeout(Duration::from_secs(30))
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| ConfigError(format!("HTTP client: {e}")))?;
         Ok(Upstream {
@@ -280,6 +281,16 @@ impl Upstream {
                 after_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
             };
         }
+        if e.is_redirect() {
+            // The policy's own reason (same_origin_redirects); the URL stays out of it.
+            let mut reason = e.to_string();
+            let mut cur = std::error::Error::source(&e);
+            while let Some(inner) = cur {
+                reason = inner.to_string();
+                cur = inner.source();
+            }
+            return UpstreamError::Redirect(truncate(&reason, 300));
+        }
         if e.is_decode() {
             return UpstreamError::BadBody(error_chain(&e.without_url()));
         }
@@ -287,6 +298,39 @@ impl Upstream {
         // of the message since a template may carry a credential in its query string.
         UpstreamError::Connect(error_chain(&e.without_url()))
     }
+}
+
+/// Redirects followed for one call, at most (each on the upstream's own origin).
+const MAX_REDIRECTS: usize = 5;
+
+/// The client follows a redirect only on the origin of the call it made (scheme, host and
+/// port; a relative `Location` is resolved first) and without user info in the target: the
+/// configured API key and headers go to the upstream and nowhere else, and an answer cannot
+/// turn a worker into a client of another host (an internal address, say). reqwest's default
+/// would follow ten hops anywhere, stripping only `Authorization` and `Cookie` on the way.
+/// Any other redirect fails the call with the reason (UpstreamError::Redirect).
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else {
+            return attempt.error("redirect without a first request");
+        };
+        let (from, to) = (first.origin(), attempt.url().origin());
+        if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!(
+                "the upstream redirected more than {MAX_REDIRECTS} times; not followed"
+            ))
+        } else if to != from {
+            let shown = to.ascii_serialization();
+            attempt.error(format!(
+                "the upstream redirected to another origin ({}); not followed",
+                truncate(&shown, 120)
+            ))
+        } else if !attempt.url().username().is_empty() || attempt.url().password().is_some() {
+            attempt.error("the upstream redirected to a URL with user info; not followed")
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// Longest call shown in a history entry (a long query in the path is cut).
