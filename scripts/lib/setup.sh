@@ -68,7 +68,11 @@ ensure_wasm_bindgen() {
   fi
   say "installing wasm-bindgen-cli $want (to match Cargo.lock)"
   # Without --locked: its own lockfile names a crate version the registry no longer serves.
-  cargo install wasm-bindgen-cli --version "$want" --force >&2
+  # Built to be built fast, not to run fast: it runs once per wasm build for seconds, while its
+  # optimised build took 5 min 33 s of a core on a fresh machine (the first page waits for it).
+  CARGO_PROFILE_RELEASE_OPT_LEVEL=1 CARGO_PROFILE_RELEASE_LTO=false \
+    CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=false \
+    cargo install wasm-bindgen-cli --version "$want" --force >&2
 }
 
 ensure_npm_packages() {
