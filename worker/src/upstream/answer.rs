@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{truncate, Secret, UpstreamArgs, MESSAGE_MAX};
+use super::{truncate, Secret, StatusFallback, UpstreamArgs, MESSAGE_MAX};
 
 /// What the upstream said about a key.
 #[derive(Clone, Debug, PartialEq)]
@@ -100,6 +100,8 @@ pub struct AnswerReader {
     processing: Vec<String>,
     done: Vec<String>,
     failed: Vec<String>,
+    missing_status: StatusFallback,
+    unknown_status: StatusFallback,
     /// The configured header values and API key (4 chars or more), masked in messages.
     secrets: Vec<Secret>,
 }
@@ -124,6 +126,8 @@ impl AnswerReader {
             processing: clean(&args.processing_values),
             done: clean(&args.done_values),
             failed: clean(&args.failed_values),
+            missing_status: args.missing_status,
+            unknown_status: args.unknown_status,
             secrets: headers
                 .chain(key)
                 .filter(|s| s.len() >= 4)
@@ -188,46 +192,89 @@ impl AnswerReader {
     }
 
     /// Reads a parsed body. A missing or unknown status is a bad body (the API changed or the
-    /// pointers are wrong — retrying may help if it was a glitch, the error policy decides).
+    /// pointers are wrong: retrying may help if it was a glitch, the error policy decides),
+    /// unless the settings say it means "processing". A status that is not a string (a boolean
+    /// `done`, a number) is matched by its JSON text (`true`, `false`, `3`). An error present
+    /// beats "done": a Google operation says `"done": true` beside its `error`.
     pub fn read(
         &self,
         body: &Value,
         retry_after: Option<Duration>,
     ) -> Result<Answer, UpstreamError> {
+        let data = || {
+            body.pointer(&self.data_pointer)
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let processing = || Answer::Processing {
+            data: data(),
+            retry_after,
+        };
         let status = match body.pointer(&self.status_pointer) {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Null) | None => {
-                return Err(UpstreamError::BadBody(format!(
-                    "no status at {}",
-                    self.status_pointer
-                )))
+                return match self.missing_status {
+                    StatusFallback::Processing => Ok(processing()),
+                    StatusFallback::Error => Err(UpstreamError::BadBody(format!(
+                        "no status at {}",
+                        self.status_pointer
+                    ))),
+                }
             }
             Some(other) => other.to_string(),
         };
-        let data = body
-            .pointer(&self.data_pointer)
-            .cloned()
-            .unwrap_or(Value::Null);
         let is = |set: &[String]| set.iter().any(|v| v.eq_ignore_ascii_case(&status));
         if is(&self.done) {
-            Ok(Answer::Done { data })
+            match self
+                .error_message(body)
+                .filter(|_| error_present(body, &self.error_pointer))
+            {
+                Some(message) => Ok(Answer::Failed {
+                    message,
+                    data: data(),
+                }),
+                None => Ok(Answer::Done { data: data() }),
+            }
         } else if is(&self.processing) {
-            Ok(Answer::Processing { data, retry_after })
+            Ok(processing())
         } else if is(&self.failed) {
-            // The upstream's message, bounded here whatever its size (it is stored).
-            let message = match body.pointer(&self.error_pointer) {
-                Some(Value::String(s)) => self.message(s),
-                Some(Value::Null) | None => None,
-                Some(other) => self.message(&other.to_string()),
-            };
-            let message = message.unwrap_or_else(|| format!("status {}", truncate(&status, 80)));
-            Ok(Answer::Failed { message, data })
+            let message = self
+                .error_message(body)
+                .unwrap_or_else(|| format!("status {}", truncate(&status, 80)));
+            Ok(Answer::Failed {
+                message,
+                data: data(),
+            })
+        } else if self.unknown_status == StatusFallback::Processing {
+            Ok(processing())
         } else {
             Err(UpstreamError::BadBody(format!(
                 "unknown status {}",
                 truncate(&status, 80)
             )))
         }
+    }
+
+    /// The message at the error pointer, bounded here whatever its size (it is stored); None
+    /// when there is none (absent, null, or nothing left once cleaned).
+    fn error_message(&self, body: &Value) -> Option<String> {
+        match body.pointer(&self.error_pointer) {
+            Some(Value::String(s)) => self.message(s),
+            Some(Value::Null) | None => None,
+            Some(other) => self.message(&other.to_string()),
+        }
+    }
+}
+
+/// Whether `body` carries an error beside a "done": anything at the error pointer but null,
+/// false, an empty string, object or array (the empty shapes an API sends for "no error").
+fn error_present(body: &Value, pointer: &str) -> bool {
+    match body.pointer(pointer) {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(s)) => !s.trim().is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
     }
 }
 
@@ -299,6 +346,80 @@ mod tests {
         assert_eq!(failed(json!(null)), "status failed");
         assert_eq!(failed(json!(" \n ")), "status failed");
         assert!(!format!("{r:?}").contains("s3cret"), "{r:?}");
+    }
+
+    /// Issue 41's shapes: a boolean status matched by its text, an error beside "done" (a
+    /// Google operation), a missing or unknown status read as "processing" when set so, and
+    /// `canceled` failed by default (Replicate, Azure).
+    #[test]
+    fn boolean_missing_unknown_and_errors_beside_done() {
+        let google = AnswerReader::new(&UpstreamArgs {
+            status_pointer: "/done".into(),
+            data_pointer: "/response".into(),
+            processing_values: list("false"),
+            done_values: list("true"),
+            missing_status: StatusFallback::Processing,
+            ..UpstreamArgs::default()
+        });
+        let op = json!({"name": "operations/1", "done": true, "response": {"k": 1}});
+        assert_eq!(
+            google.read(&op, None),
+            Ok(Answer::Done {
+                data: json!({"k": 1})
+            })
+        );
+        let running = json!({"name": "operations/1", "metadata": {}});
+        assert!(matches!(
+            google.read(&running, None),
+            Ok(Answer::Processing { .. })
+        ));
+        assert!(matches!(
+            google.read(&json!({"done": false}), None),
+            Ok(Answer::Processing { .. })
+        ));
+        let failed = json!({"done": true, "error": {"code": 3, "message": "bad input"}});
+        assert_eq!(
+            google.read(&failed, None),
+            Ok(Answer::Failed {
+                message: r#"{"code":3,"message":"bad input"}"#.into(),
+                data: Value::Null
+            })
+        );
+        // "No error" shapes beside done stay done.
+        for none in [json!(null), json!(false), json!(""), json!({}), json!([])] {
+            let body = json!({"done": true, "error": none, "response": 1});
+            assert_eq!(
+                google.read(&body, None),
+                Ok(Answer::Done { data: json!(1) }),
+                "{body}"
+            );
+        }
+
+        let defaults = reader();
+        assert!(matches!(
+            defaults.read(&json!({"data": 1}), None),
+            Err(UpstreamError::BadBody(_))
+        ));
+        assert!(matches!(
+            defaults.read(&json!({"status": "Accepted"}), None),
+            Err(UpstreamError::BadBody(_))
+        ));
+        assert!(matches!(
+            defaults.read(&json!({"status": "canceled"}), None),
+            Ok(Answer::Failed { .. })
+        ));
+        let azure = AnswerReader::new(&UpstreamArgs {
+            unknown_status: StatusFallback::Processing,
+            ..UpstreamArgs::default()
+        });
+        assert!(matches!(
+            azure.read(&json!({"status": "Accepted"}), None),
+            Ok(Answer::Processing { .. })
+        ));
+        assert!(matches!(
+            azure.read(&json!({"status": "Canceled"}), None),
+            Ok(Answer::Failed { .. })
+        ));
     }
 
     #[test]

@@ -128,9 +128,29 @@ pub struct UpstreamArgs {
         long = "upstream-failed",
         env = "REPOLL_UPSTREAM_FAILED",
         value_delimiter = ',',
-        default_value = "failed,error,cancelled"
+        default_value = "failed,error,cancelled,canceled"
     )]
     pub failed_values: Vec<String>,
+    /// What an answer without a status means: `error` (a bad body: the API or the pointer
+    /// changed) or `processing` (an API that leaves the status out until it is done, as a
+    /// Google long-running operation leaves out `"done": false`).
+    #[arg(
+        long = "upstream-missing-status",
+        env = "REPOLL_UPSTREAM_MISSING_STATUS",
+        value_enum,
+        default_value_t = StatusFallback::Error
+    )]
+    pub missing_status: StatusFallback,
+    /// What a status in none of the three lists means: `error` (a bad body) or `processing`
+    /// (an API whose intermediate states are open-ended, as Azure Resource Manager's
+    /// provisioning states are).
+    #[arg(
+        long = "upstream-unknown-status",
+        env = "REPOLL_UPSTREAM_UNKNOWN_STATUS",
+        value_enum,
+        default_value_t = StatusFallback::Error
+    )]
+    pub unknown_status: StatusFallback,
     /// Upstream calls per second for the whole queue, across every worker process on every
     /// host (a limiter in Redis); 0 = no limit.
     #[arg(
@@ -146,6 +166,16 @@ pub struct UpstreamArgs {
         default_value_t = 1
     )]
     pub upstream_rate_burst: u32,
+}
+
+/// How an answer whose status cannot be matched is read ([`UpstreamArgs::missing_status`],
+/// [`UpstreamArgs::unknown_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusFallback {
+    /// A bad body (an upstream error, retried as the error policy says).
+    Error,
+    /// Still processing: poll again.
+    Processing,
 }
 
 /// A queue-wide limit on upstream calls (see [`UpstreamArgs::upstream_rate_per_sec`]).
@@ -187,6 +217,8 @@ impl fmt::Debug for UpstreamArgs {
             processing_values,
             done_values,
             failed_values,
+            missing_status,
+            unknown_status,
             upstream_rate_per_sec,
             upstream_rate_burst,
         } = self;
@@ -213,6 +245,8 @@ impl fmt::Debug for UpstreamArgs {
             .field("processing_values", processing_values)
             .field("done_values", done_values)
             .field("failed_values", failed_values)
+            .field("missing_status", missing_status)
+            .field("unknown_status", unknown_status)
             .field("upstream_rate_per_sec", upstream_rate_per_sec)
             .field("upstream_rate_burst", upstream_rate_burst)
             .finish()
