@@ -305,6 +305,10 @@ fn web_state(
     let admin = crate::admin::AdminState::new(&admin_args, args.worker.heartbeat_ms)
         .map_err(ServeError::Config)?;
     let mut api = crate::api::ApiState::new(&args.api, trust_forwarded);
+    api.max_wait = crate::api::wait_cap(
+        args.api.max_wait_ms,
+        Duration::from_millis(args.request_timeout_ms),
+    );
     api.metrics_token = args.metrics_token.clone().map(Into::into);
     api.callbacks = callbacks.map(|callbacks| crate::api::CallbackReceiver {
         callbacks,

@@ -24,6 +24,7 @@ mod api_freshness;
 mod api_freshness_directives;
 mod api_identity;
 mod api_limits;
+mod api_wait;
 mod cache_status_forwarded;
 mod cluster_process;
 mod docs_links;

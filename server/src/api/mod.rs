@@ -29,7 +29,7 @@ use axum::{
 pub use error::{too_large_message, ApiError, ApiJson, ErrorBody, ErrorCode, BODY_LIMIT_BYTES};
 pub use queries::ANSWERS_METRIC;
 pub use rate::Limiter;
-pub use state::{ApiArgs, ApiState, CallbackReceiver, CallbackUpstream};
+pub use state::{wait_cap, ApiArgs, ApiState, CallbackReceiver, CallbackUpstream};
 
 use crate::state::WebState;
 

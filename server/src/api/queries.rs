@@ -14,7 +14,8 @@ use serde::Deserialize;
 use axum::{extract::FromRequestParts, http::request::Parts};
 
 use super::error::{ApiError, ApiJson, ErrorBody};
-use crate::state::WebState;
+use super::query_feed::Feed;
+use crate::state::{ClientIp, WebState};
 
 /// Body of `POST /api/v1/queries`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -108,12 +109,14 @@ fn count_answer(view: &QueryView) {
     summary = "Submit a query (or join the identical one already running)",
     request_body = SubmitBody,
     params(
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): answer once the query is final, or after N seconds (at most REPOLL_MAX_WAIT_MS), whichever comes first; the answer says `Preference-Applied: wait=N`. Without it the answer is immediate."),
         ("Cache-Control" = Option<String>, Header, description = "What the caller accepts of a stored result (RFC 9111 request directives): `max-age=N` (nothing older is taken: the refresh's progress is answered), `max-stale[=N]` (stale taken up to N s past fresh), `no-cache` (a refresh starts now or the running one is joined), `only-if-cached` (never start a task). The body's `cache_control` adds to it."),
     ),
     responses(
         (status = 200, body = QueryView, description = "From the store or final already: a stored result, fresh or stale (`freshness`, `age_ms`, `stale_reason`; a stale one is being refreshed or cannot be: see docs/freshness.md), a cached failure (status failed, freshness fresh), or a task that finished within the first-answer budget.",
             headers(
                 ("Location" = String, description = "The query's resource, /api/v1/queries/{id}."),
+                ("Preference-Applied" = String, description = "`wait=N`: the wait honoured (only when `Prefer: wait` was sent)."),
                 ("Age" = u64, description = "Seconds since the stored answer was stored (stored answers only)."),
                 ("Cache-Control" = String, description = "`max-age=<seconds fresh left>` on a stored answer (0 when stale); `no-store` on a task's progress."),
                 ("Cache-Status" = String, description = "RFC 9211: `repoll; hit; ttl=N` (fresh), `repoll; fwd=stale; fwd-status=202|503; ttl=-N[; collapsed]; detail=<stale_reason>` (stale, a refresh started or joined), `repoll; hit; ttl=-N[; detail=upstream_failed]` (stale, nothing sent on), `repoll; fwd=miss; stored` (new task), `repoll; fwd=miss; collapsed` (joined), `repoll; fwd=request; ttl=N; stored|collapsed` (a fresh result refused by `no-cache` or `max-age`, its refresh back within the first-answer wait), `detail=negative` on a cached failure."),
@@ -121,6 +124,7 @@ fn count_answer(view: &QueryView) {
         (status = 202, body = QueryView, description = "Processing: a task was created or joined (or the stored result is older than the caller accepts and its refresh runs); partial data included when the upstream has some. Follow `Location` or the events stream.",
             headers(
                 ("Location" = String, description = "The query's resource, /api/v1/queries/{id}."),
+                ("Preference-Applied" = String, description = "`wait=N`: the wait honoured (only when `Prefer: wait` was sent)."),
                 ("Cache-Control" = String, description = "`no-store`."),
                 ("Cache-Status" = String, description = "As for 200."),
             )),
@@ -169,6 +173,11 @@ pub async fn submit(
     let (view, answered) = app::query_view::submit_with(&state.app, &ask).await?;
     tracing::debug!(id = %view.id, ?answered, status = view.status.as_str(), "api: query submitted");
     count_answer(&view);
+    let wait = preferred_wait(&headers, state.api.max_wait);
+    let view = match wait {
+        Some(wait) => waited(&state, client, view, wait).await?,
+        None => view,
+    };
     let status = if view.status.is_final() {
         StatusCode::OK
     } else {
@@ -179,7 +188,67 @@ pub async fn submit(
         res.headers_mut().insert(header::LOCATION, v);
     }
     super::cache_status::insert(res.headers_mut(), &view, Some(answered));
+    if let Some(wait) = wait {
+        preference_applied(&mut res, wait);
+    }
     Ok(res)
+}
+
+/// `Prefer: wait=N` (RFC 7240, as Replicate's API takes it): how long the caller will wait for
+/// the final state, capped by `REPOLL_MAX_WAIT_MS`. None when no wait is asked or waits are
+/// off. A preference that does not parse is ignored, as RFC 7240 says of any it does not
+/// understand: the answer is then immediate, never an error.
+fn preferred_wait(headers: &HeaderMap, max: std::time::Duration) -> Option<std::time::Duration> {
+    if max.is_zero() {
+        return None;
+    }
+    let secs = headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|pref| {
+            let (name, value) = pref.split_once('=')?;
+            let value = value.split(';').next()?.trim().trim_matches('"');
+            name.trim()
+                .eq_ignore_ascii_case("wait")
+                .then(|| value.parse::<u64>().ok())
+                .flatten()
+        })?;
+    Some(std::time::Duration::from_secs(secs).min(max))
+}
+
+/// `view` if it is final; otherwise the query's state once it is final or `wait` has passed
+/// (a waiting request holds a place under the live-stream caps, as a stream that sends once;
+/// it is woken by the query's shared feed, not by polling Redis).
+async fn waited(
+    state: &WebState,
+    client: Option<std::net::IpAddr>,
+    view: QueryView,
+    wait: std::time::Duration,
+) -> Result<QueryView, ApiError> {
+    if view.status.is_final() {
+        return Ok(view);
+    }
+    let _permit = state.live.admit(client)?;
+    let mut feed = state.api.feeds.follow(&state.app, &state.live, &view.id);
+    let settled = |f: &Feed| match f {
+        Feed::Known(shared) => shared.is_final,
+        Feed::Loading => false,
+        Feed::Unknown | Feed::Failed { .. } => true,
+    };
+    // Timing out is the answer "not yet": the state as it is then.
+    let _ = tokio::time::timeout(wait, async { feed.wait_for(settled).await.map(drop) }).await;
+    Ok(app::query_view::read(&state.app, &view.id)
+        .await?
+        .unwrap_or(view))
+}
+
+/// `Preference-Applied: wait=N`, the wait this answer honoured (N capped by the server's).
+fn preference_applied(res: &mut Response, wait: std::time::Duration) {
+    if let Ok(v) = HeaderValue::from_str(&format!("wait={}", wait.as_secs())) {
+        res.headers_mut().insert("preference-applied", v);
+    }
 }
 
 /// The tenant named by the operator's header `name`: the only source when configured (a
@@ -211,10 +280,14 @@ fn tenant_of(headers: &HeaderMap, name: &axum::http::HeaderName) -> Result<Strin
     path = "/api/v1/queries/{id}",
     operation_id = "getQuery",
     summary = "Current state of a query",
-    params(("id" = TaskId, Path, description = "Query id (from the submit answer).")),
+    params(
+        ("id" = TaskId, Path, description = "Query id (from the submit answer)."),
+        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): answer once the query is final, or after N seconds (at most REPOLL_MAX_WAIT_MS), whichever comes first."),
+    ),
     responses(
-        (status = 200, body = QueryView, description = "The current state; a stored result with its freshness (a read never starts a refresh).",
+        (status = 200, body = QueryView, description = "The current state; a stored result with its freshness (a read never starts a refresh). With `Prefer: wait=N`, the state once final or when the wait ran out.",
             headers(
+                ("Preference-Applied" = String, description = "`wait=N`: the wait honoured (only when `Prefer: wait` was sent)."),
                 ("Age" = u64, description = "Seconds since the stored answer was stored (stored answers only)."),
                 ("Cache-Control" = String, description = "`max-age=<seconds fresh left>` on a stored answer (0 when stale); `no-store` on a task's progress."),
                 ("Cache-Status" = String, description = "RFC 9211, as for the submit (`repoll; hit; ttl=N`, `repoll; fwd=stale; …`, `repoll; fwd=miss`)."),
@@ -225,14 +298,24 @@ fn tenant_of(headers: &HeaderMap, name: &axum::http::HeaderName) -> Result<Strin
 )]
 pub async fn get(
     State(state): State<WebState>,
+    ClientIp(client): ClientIp,
+    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id: TaskId = id.parse().map_err(|_| ApiError::not_found())?;
     let view = app::query_view::read(&state.app, &id)
         .await?
         .ok_or_else(ApiError::not_found)?;
+    let wait = preferred_wait(&headers, state.api.max_wait);
+    let view = match wait {
+        Some(wait) => waited(&state, client, view, wait).await?,
+        None => view,
+    };
     let mut res = Json(&view).into_response();
     super::cache_status::insert(res.headers_mut(), &view, None);
+    if let Some(wait) = wait {
+        preference_applied(&mut res, wait);
+    }
     Ok(res)
 }
 

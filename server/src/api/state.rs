@@ -40,6 +40,11 @@ pub struct ApiArgs {
     /// one was published is closed (its unsent bytes discarded), in ms.
     #[arg(long, env = "REPOLL_SSE_SLOW_READER_MS", default_value_t = 30_000)]
     pub sse_slow_reader_ms: u64,
+    /// The longest a read or submit waits for the final answer when the caller asks with
+    /// `Prefer: wait=N` (RFC 7240), in ms (0 = never wait); kept a second below
+    /// REPOLL_REQUEST_TIMEOUT_MS, which would cut the wait into a 408.
+    #[arg(long, env = "REPOLL_MAX_WAIT_MS", default_value_t = 10_000)]
+    pub max_wait_ms: u64,
     /// A request header that names the caller's tenant (e.g. `X-Api-Key-Id`, set by your API
     /// gateway): when set, a submit's tenant is that header's value (none when absent) and the
     /// body's `tenant` is ignored, so callers cannot pick another's share. Unset: the body's.
@@ -79,6 +84,15 @@ pub struct ApiState {
     pub callbacks: Option<CallbackReceiver>,
     /// `REPOLL_TENANT_HEADER`: the header that names a submit's tenant.
     pub tenant_header: Option<axum::http::HeaderName>,
+    /// `REPOLL_MAX_WAIT_MS`: the longest `Prefer: wait` honoured (zero: none).
+    pub max_wait: Duration,
+}
+
+/// The `Prefer: wait` honoured at most: `max_wait_ms`, but a second short of the request
+/// timeout (the timeout layer would answer 408 to a request still waiting), and none when that
+/// leaves nothing.
+pub fn wait_cap(max_wait_ms: u64, request_timeout: Duration) -> Duration {
+    Duration::from_millis(max_wait_ms).min(request_timeout.saturating_sub(Duration::from_secs(1)))
 }
 
 impl Default for ApiState {
@@ -101,6 +115,7 @@ impl ApiState {
             trust_forwarded,
             callbacks: None,
             tenant_header: args.tenant_header.clone(),
+            max_wait: Duration::from_millis(args.max_wait_ms),
         }
     }
 }
@@ -127,4 +142,19 @@ pub struct CallbackUpstream {
     /// Largest final result kept (`REPOLL_UPSTREAM_MAX_RESULT`): a larger one ends the task
     /// dead, as it does from a poll.
     pub max_result: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_stays_a_second_short_of_the_request_timeout() {
+        let s = Duration::from_secs;
+        assert_eq!(wait_cap(10_000, s(15)), s(10));
+        assert_eq!(wait_cap(30_000, s(15)), s(14));
+        assert_eq!(wait_cap(10_000, s(3)), s(2));
+        assert_eq!(wait_cap(10_000, Duration::from_millis(800)), Duration::ZERO);
+        assert_eq!(wait_cap(0, s(15)), Duration::ZERO);
+    }
 }
