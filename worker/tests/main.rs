@@ -12,6 +12,7 @@ mod failover;
 mod failover_partitions;
 mod fair;
 mod faults;
+mod http_status;
 mod lifecycle;
 mod redirects;
 mod result_ttl;

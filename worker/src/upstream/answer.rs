@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{truncate, Secret, StatusFallback, UpstreamArgs, MESSAGE_MAX};
+use super::{truncate, Secret, StatusFallback, StatusFrom, UpstreamArgs, MESSAGE_MAX};
 
 /// What the upstream said about a key.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +102,7 @@ pub struct AnswerReader {
     failed: Vec<String>,
     missing_status: StatusFallback,
     unknown_status: StatusFallback,
+    status_from: StatusFrom,
     /// The configured header values and API key (4 chars or more), masked in messages.
     secrets: Vec<Secret>,
 }
@@ -128,6 +129,7 @@ impl AnswerReader {
             failed: clean(&args.failed_values),
             missing_status: args.missing_status,
             unknown_status: args.unknown_status,
+            status_from: args.status_from,
             secrets: headers
                 .chain(key)
                 .filter(|s| s.len() >= 4)
@@ -252,6 +254,47 @@ impl AnswerReader {
                 "unknown status {}",
                 truncate(&status, 80)
             )))
+        }
+    }
+
+    /// Reads a 2xx answer: its body by [`AnswerReader::read`], or, when the status comes from
+    /// the HTTP code (`REPOLL_UPSTREAM_STATUS_FROM=http`), by that code: 202 still processing
+    /// (its body, if any, the partial data), 200 / 201 / 204 done (an empty body is `null`),
+    /// an error beside done failed as for a body's status, any other 2xx a bad body.
+    pub fn read_answer(
+        &self,
+        code: u16,
+        body: &[u8],
+        retry_after: Option<Duration>,
+    ) -> Result<Answer, UpstreamError> {
+        let parse = |body: &[u8]| -> Result<Value, UpstreamError> {
+            serde_json::from_slice(body)
+                .map_err(|e| UpstreamError::BadBody(format!("not JSON: {e}")))
+        };
+        if self.status_from == StatusFrom::Body {
+            return self.read(&parse(body)?, retry_after);
+        }
+        let value = if body.iter().all(u8::is_ascii_whitespace) {
+            Value::Null
+        } else {
+            parse(body)?
+        };
+        let data = value
+            .pointer(&self.data_pointer)
+            .cloned()
+            .unwrap_or(Value::Null);
+        match code {
+            202 => Ok(Answer::Processing { data, retry_after }),
+            200 | 201 | 204 => match self
+                .error_message(&value)
+                .filter(|_| error_present(&value, &self.error_pointer))
+            {
+                Some(message) => Ok(Answer::Failed { message, data }),
+                None => Ok(Answer::Done { data }),
+            },
+            other => Err(UpstreamError::BadBody(format!(
+                "HTTP {other} says nothing of the status"
+            ))),
         }
     }
 
@@ -420,6 +463,57 @@ mod tests {
             azure.read(&json!({"status": "Canceled"}), None),
             Ok(Answer::Failed { .. })
         ));
+    }
+
+    /// `REPOLL_UPSTREAM_STATUS_FROM=http`: 202 processing, 200/201/204 done, an error beside
+    /// done failed, other 2xx a bad body; the body's status is not read at all.
+    #[test]
+    fn the_status_can_come_from_the_http_code() {
+        let r = AnswerReader::new(&UpstreamArgs {
+            status_from: StatusFrom::Http,
+            ..UpstreamArgs::default()
+        });
+        assert_eq!(
+            r.read_answer(202, b"", None),
+            Ok(Answer::Processing {
+                data: Value::Null,
+                retry_after: None
+            })
+        );
+        assert_eq!(
+            r.read_answer(202, br#"{"status": "done", "data": {"p": 1}}"#, None),
+            Ok(Answer::Processing {
+                data: json!({"p": 1}),
+                retry_after: None
+            })
+        );
+        assert_eq!(
+            r.read_answer(200, br#"{"data": [1, 2]}"#, None),
+            Ok(Answer::Done {
+                data: json!([1, 2])
+            })
+        );
+        assert_eq!(
+            r.read_answer(204, b"", None),
+            Ok(Answer::Done { data: Value::Null })
+        );
+        assert!(matches!(
+            r.read_answer(200, br#"{"error": "quota"}"#, None),
+            Ok(Answer::Failed { .. })
+        ));
+        assert!(matches!(
+            r.read_answer(206, b"{}", None),
+            Err(UpstreamError::BadBody(_))
+        ));
+        assert!(matches!(
+            r.read_answer(200, b"<html>", None),
+            Err(UpstreamError::BadBody(_))
+        ));
+        // By default the body's status decides, whatever the code.
+        assert_eq!(
+            reader().read_answer(202, br#"{"status": "done", "data": 3}"#, None),
+            Ok(Answer::Done { data: json!(3) })
+        );
     }
 
     #[test]

@@ -151,6 +151,16 @@ pub struct UpstreamArgs {
         default_value_t = StatusFallback::Error
     )]
     pub unknown_status: StatusFallback,
+    /// Where the status is read: `body` (the status pointer) or `http` (the answer's HTTP
+    /// code: 202 = still processing, 200, 201 and 204 = done; for APIs that answer 202 until
+    /// the result is ready, as RFC 9110's asynchronous pattern and Stability's API do).
+    #[arg(
+        long = "upstream-status-from",
+        env = "REPOLL_UPSTREAM_STATUS_FROM",
+        value_enum,
+        default_value_t = StatusFrom::Body
+    )]
+    pub status_from: StatusFrom,
     /// Upstream calls per second for the whole queue, across every worker process on every
     /// host (a limiter in Redis); 0 = no limit.
     #[arg(
@@ -176,6 +186,15 @@ pub enum StatusFallback {
     Error,
     /// Still processing: poll again.
     Processing,
+}
+
+/// Where an answer's status is read ([`UpstreamArgs::status_from`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusFrom {
+    /// The status pointer in the JSON body.
+    Body,
+    /// The HTTP status code: 202 processing; 200, 201, 204 done.
+    Http,
 }
 
 /// A queue-wide limit on upstream calls (see [`UpstreamArgs::upstream_rate_per_sec`]).
@@ -219,6 +238,7 @@ impl fmt::Debug for UpstreamArgs {
             failed_values,
             missing_status,
             unknown_status,
+            status_from,
             upstream_rate_per_sec,
             upstream_rate_burst,
         } = self;
@@ -247,6 +267,7 @@ impl fmt::Debug for UpstreamArgs {
             .field("failed_values", failed_values)
             .field("missing_status", missing_status)
             .field("unknown_status", unknown_status)
+            .field("status_from", status_from)
             .field("upstream_rate_per_sec", upstream_rate_per_sec)
             .field("upstream_rate_burst", upstream_rate_burst)
             .finish()

@@ -220,9 +220,7 @@ impl Upstream {
             });
         }
         let body = self.read_body(resp).await?;
-        let value: Value = serde_json::from_slice(&body)
-            .map_err(|e| UpstreamError::BadBody(format!("not JSON: {e}")))?;
-        self.reader.read(&value, retry_after)
+        self.reader.read_answer(status.as_u16(), &body, retry_after)
     }
 
     async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {

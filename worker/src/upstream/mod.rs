@@ -27,7 +27,7 @@ mod secret;
 mod template;
 
 pub use answer::{Answer, AnswerReader, ConfigError, UpstreamError};
-pub use args::{simulator_url, RateLimit, StatusFallback, UpstreamArgs, DEFAULT_URL};
+pub use args::{simulator_url, RateLimit, StatusFallback, StatusFrom, UpstreamArgs, DEFAULT_URL};
 pub use client::Upstream;
 pub use retry_after::{parse_retry_after, parse_retry_after_at};
 pub use secret::Secret;
