@@ -547,6 +547,12 @@ fn log_lines_carry_the_ids_of_their_span_as_text_and_json() {
     wait_for_line(&log, "callback received");
     let text = wait_for_line(&log, "dead-lettered");
     stop(serve);
+    let whole = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !whole.contains('\u{1b}'),
+        "a log written to a file holds no terminal colour codes: {}",
+        whole.lines().next().unwrap_or_default()
+    );
     let spans = received.lock().unwrap().clone();
     let (trace_id, span_id) = ids_at_the_end_of_the_line(&text, "dead-lettered");
     process_span_with_event(&spans, (&trace_id, &span_id), "dead-lettered");

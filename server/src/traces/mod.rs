@@ -14,6 +14,7 @@ pub mod http_client;
 pub mod settings;
 pub mod span_size;
 
+use std::io::IsTerminal;
 use std::sync::Arc;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -107,7 +108,9 @@ pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
             .with_filter(LevelFilter::INFO)
     });
     let tracing_on = provider.is_some();
-    let fmt = tracing_subscriber::fmt::layer();
+    // Colour codes only for a terminal: in a log file (scripts/run's, a service manager's)
+    // they are bytes of noise around every field.
+    let fmt = tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal());
     let registry = tracing_subscriber::registry().with(otel);
     let installed = match format {
         LogFormat::Text => registry
