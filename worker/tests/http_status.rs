@@ -13,7 +13,7 @@ use axum::response::IntoResponse;
 use axum::routing::any;
 use axum::{Json, Router};
 use common::*;
-use queue::{Queue, QueueConfig};
+use queue::Queue;
 use worker::upstream::StatusFrom;
 
 /// Answers 202 with an empty body to the first two calls for each key, then 200 with data.
@@ -37,15 +37,7 @@ async fn accepted_then_done() -> String {
 
 async fn run(name: &str, status_from: StatusFrom) -> (Queue, queue::Stats) {
     let base = accepted_then_done().await;
-    let q = Queue::connect(
-        &redis_url(),
-        QueueConfig {
-            name: name.into(),
-            ..QueueConfig::default()
-        },
-    )
-    .await
-    .expect("queue");
+    let q = queue(name).await;
     q.enqueue("ready soon", "", &fast_policy().enqueue_policy())
         .await
         .expect("enqueue");

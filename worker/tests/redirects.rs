@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::routing::any;
 use axum::{Json, Router};
 use common::*;
-use queue::{Queue, QueueConfig};
+use queue::Queue;
 
 const KEY: &str = "k-redirect-secret";
 
@@ -31,16 +31,9 @@ async fn settle(q: &Queue, url: String, n: u64) -> queue::Stats {
     s
 }
 
+/// The test kit's queue `name` with `queries` enqueued.
 async fn queue_named(name: &str, queries: &[&str]) -> Queue {
-    let q = Queue::connect(
-        &redis_url(),
-        QueueConfig {
-            name: name.into(),
-            ..QueueConfig::default()
-        },
-    )
-    .await
-    .expect("queue");
+    let q = queue(name).await;
     for query in queries {
         q.enqueue(query, "", &fast_policy().enqueue_policy())
             .await
