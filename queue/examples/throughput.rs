@@ -294,6 +294,7 @@ async fn poll_phase(q: &Queue, single_n: usize, batch: usize) -> usize {
                     delay_ms: 3_600_000,
                     partial: None,
                     latency_ms: 1,
+                    job: None,
                 }];
                 let (_, next) = q
                     .reschedule_and_claim(&item, "rs", 1, 30_000)

@@ -13,10 +13,13 @@
 -- KEYS per item: task hist partial (the task's record, history and partial data)
 -- A poll of the breaker's probe is a success: it closes the
 -- breaker (prelude/breaker.lua). A tenant's polled task gives back its lease (fair_release).
+-- A job API's submit stores its job (`j`, at most 2048 bytes) in the HSET the poll makes anyway,
+-- under the same token check, unless the record has one (one job per life of a task), and
+-- says so in the history ('submitted').
 -- ARGV[1..6] common   ARGV[7] worker   ARGV[8] next_n   ARGV[9] lease_ms
--- ARGV[4+6i] id i   ARGV[5+6i] token i   ARGV[6+6i] delay_ms i   ARGV[7+6i] has_partial (0/1) i
--- ARGV[8+6i] partial i   ARGV[9+6i] latency_ms i
--- ARGV[10+6n .. 12+6n] the per-tenant limits (claim.lua)
+-- ARGV[3+7i] id i   ARGV[4+7i] token i   ARGV[5+7i] delay_ms i   ARGV[6+7i] has_partial (0/1) i
+-- ARGV[7+7i] partial i   ARGV[8+7i] latency_ms i   ARGV[9+7i] job i ('' = none)
+-- ARGV[10+7n .. 12+7n] the per-tenant limits (claim.lua)
 -- Returns {{tag_1, value_1, ..., tag_n, value_n}, {claimed rows as claim.lua}} where tag/value
 -- is 'ok'/due_at | 'dead'/'deadline' | 'stale'/0.
 local FP = claim_limits(ARGV)
@@ -27,7 +30,7 @@ local tpmin = K.tpmin
 local worker = ARGV[7]
 local next_n = tonumber(ARGV[8])
 local lease_ms = tonumber(ARGV[9])
-local n = (#ARGV - 12) / 6
+local n = (#ARGV - 12) / 7
 if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms < 1
   or (next_n > 0 and worker == '') or n < 0 or n ~= math.floor(n)
   or item_count(KEYS, ITEM_KEYS) ~= n
@@ -35,10 +38,11 @@ if worker == nil or next_n == nil or next_n < 0 or lease_ms == nil or lease_ms <
   return redis.error_reply('ERR repoll reschedule: bad arguments')
 end
 for i = 1, n do
-  local delay = tonumber(ARGV[6 + 6 * i])
-  local hp = ARGV[7 + 6 * i]
-  if ARGV[4 + 6 * i] == '' or tonumber(ARGV[5 + 6 * i]) == nil or delay == nil or delay < 0
-    or (hp ~= '0' and hp ~= '1') or tonumber(ARGV[9 + 6 * i]) == nil then
+  local delay = tonumber(ARGV[5 + 7 * i])
+  local hp = ARGV[6 + 7 * i]
+  if ARGV[3 + 7 * i] == '' or tonumber(ARGV[4 + 7 * i]) == nil or delay == nil or delay < 0
+    or (hp ~= '0' and hp ~= '1') or tonumber(ARGV[8 + 7 * i]) == nil
+    or #ARGV[9 + 7 * i] > 2048 then
     return redis.error_reply('ERR repoll reschedule: bad item')
   end
 end
@@ -47,7 +51,7 @@ local recs = {}
 for i = 1, n do
   local tkey = item_keys(KEYS, ITEM_KEYS, i)
   recs[i] = redis.call('HMGET', tkey, 's', 'tk', 'p', 'a', 'dl', 'pr', 'w', 'tn',
-    'rf', 'u', 'fp')
+    'rf', 'u', 'fp', 'j')
 end
 local plan, br = claim_next_read(K, FP, next_n, now)
 
@@ -60,13 +64,13 @@ local lat = {}
 local refreshes_failed = 0
 for i = 1, n do
   local f = recs[i]
-  local id, token = ARGV[4 + 6 * i], ARGV[5 + 6 * i]
+  local id, token = ARGV[3 + 7 * i], ARGV[4 + 7 * i]
   if f[1] ~= 'leased' or f[2] ~= token then
     out[#out + 1] = 'stale'
     out[#out + 1] = 0
   else
     local tkey, hkey, pkey = item_keys(KEYS, ITEM_KEYS, i)
-    local delay = tonumber(ARGV[6 + 6 * i])
+    local delay = tonumber(ARGV[5 + 7 * i])
     local polls = num(f[3], 0) + 1
     local attempts = num(f[4], 0)
     local deadline = num(f[5], 0)
@@ -79,11 +83,17 @@ for i = 1, n do
       story[#story + 1] = 'fp'
       story[#story + 1] = fmt(now)
     end
-    tally(lat, 'l', ARGV[9 + 6 * i])
+    local job = ARGV[9 + 7 * i]
+    if job ~= '' and not f[12] then
+      story[#story + 1] = 'j'
+      story[#story + 1] = job
+      hist(hkey, now, 'submitted', 'upstream job ' .. job)
+    end
+    tally(lat, 'l', ARGV[8 + 7 * i])
     seen[#seen + 1] = id
     redis.call('ZREM', K.lease, id)
     fair_release(K.fairc, f[8])
-    if ARGV[7 + 6 * i] == '1' then redis.call('SET', pkey, ARGV[8 + 6 * i]) end
+    if ARGV[6 + 7 * i] == '1' then redis.call('SET', pkey, ARGV[7 + 7 * i]) end
     if deadline > 0 and due_at > deadline then
       redis.call('HSET', tkey, unpack(story))
       to_dead(tkey, hkey, K.events, deadz, id, now, 'deadline', 'next poll after the deadline')
@@ -95,7 +105,7 @@ for i = 1, n do
     else
       to_due(tkey, K.ready, K.ready_bg, K.due, K.retry, id, f[6], due_at, attempts, now, story)
       hist_routine(hkey, now, 'polled', 'still processing (poll ' .. fmt(polls) .. ', '
-        .. ARGV[9 + 6 * i] .. ' ms), next poll at ' .. fmt(due_at))
+        .. ARGV[8 + 7 * i] .. ' ms), next poll at ' .. fmt(due_at))
       moved[#moved + 1] = id
       if delay == 0 then woke = woke + 1 end
       out[#out + 1] = 'ok'

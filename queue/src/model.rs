@@ -335,6 +335,11 @@ pub struct Claimed {
     /// The tenant that made the task ("" = none): its `process` span says it.
     #[serde(default)]
     pub tenant: String,
+    /// A job API's job for this life of the task (record field `j`): its id or the URL to
+    /// follow, stored by the reschedule after the submit. `None`: not submitted yet (or the
+    /// repeating kind).
+    #[serde(default)]
+    pub job: Option<String>,
 }
 
 /// One item of [`crate::Queue::complete_many`] (an addition to the contract: a worker that
@@ -365,7 +370,13 @@ pub struct Reschedule {
     pub partial: Option<String>,
     /// How long the upstream call took (for the latency charts).
     pub latency_ms: u64,
+    /// The job a job API's submit made, stored with this reschedule (under the same fencing
+    /// token) unless the task has one already; at most [`MAX_JOB_BYTES`].
+    pub job: Option<String>,
 }
+
+/// Longest job reference a task stores (a job API's id or URL).
+pub const MAX_JOB_BYTES: usize = 2048;
 
 /// What to do after an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

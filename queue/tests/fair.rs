@@ -258,6 +258,7 @@ async fn polls_and_lost_leases_take_a_fair_place_again() {
             delay_ms: 0,
             partial: None,
             latency_ms: 1,
+            job: None,
         })
         .collect();
     for r in q.reschedule_many(&items).await.unwrap() {

@@ -86,6 +86,7 @@ async fn a_busy_worker_needs_one_call_per_task() {
                     delay_ms: 3_600_000,
                     partial: Some("{\"progress\":0.5}".into()),
                     latency_ms: 1,
+                    job: None,
                 };
                 let (res, next) = q.reschedule_and_claim(&[r], "w", 1, 10_000).await.unwrap();
                 assert!(res[0].as_ref().unwrap() > &0);

@@ -79,6 +79,7 @@ async fn fill_every_state(q: &Queue, k: usize) {
                 delay_ms: 3_600_000,
                 partial: None,
                 latency_ms: 1,
+                job: None,
             })
             .collect();
         for r in q.reschedule_many(&items).await.unwrap() {

@@ -131,6 +131,7 @@ async fn tasks_spread_over_the_partitions_and_reads_merge_exactly() {
             delay_ms: 60_000 + i as u64 * 100,
             partial: None,
             latency_ms: 1,
+            job: None,
         })
         .collect();
     let (r, next) = q.reschedule_and_claim(&polls, "w", 0, 1000).await.unwrap();

@@ -212,6 +212,7 @@ async fn retry_release_and_immediate_reschedule_wake_too() {
                 delay_ms: 0,
                 partial: None,
                 latency_ms: 1,
+                job: None,
             }],
             "w",
             0,

@@ -196,10 +196,12 @@ async fn serve_with(
 }
 
 /// The default upstream's settings as served: with `--sim` running on `sim` and no URL given
-/// (flag, variable or config file), its URL is the simulator's, wherever it listens.
+/// (flag, variable or config file), its URL is the simulator's, wherever it listens — unless
+/// it is a job API (a submit URL says where it is).
 fn default_upstream(args: &ServeArgs, sim: Option<std::net::SocketAddr>) -> worker::UpstreamArgs {
     let mut upstream = args.upstream.clone();
-    if let (Some(addr), false) = (sim, args.upstream_url_given) {
+    let job_api = upstream.job.submit_url.is_some();
+    if let (Some(addr), false, false) = (sim, args.upstream_url_given, job_api) {
         upstream.url = worker::simulator_url(addr);
     }
     upstream

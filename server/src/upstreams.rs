@@ -158,11 +158,21 @@ fn parse_section(
             })?;
         settings.push((env, values));
     }
-    if !settings.iter().any(|(e, _)| e == "REPOLL_UPSTREAM_URL") {
+    let given = |env: &str| settings.iter().any(|(e, _)| e == env);
+    let problem = match (given("REPOLL_UPSTREAM_URL"), given("REPOLL_UPSTREAM_SUBMIT_URL")) {
+        (false, false) => Some(
+            "needs a `url` (the URL template, with {key}) or, for a job API, a `submit_url`",
+        ),
+        (true, true) => Some(
+            "has both `url` and `submit_url`: an upstream is polled at one URL or submitted to, not both",
+        ),
+        _ => None,
+    };
+    if let Some(problem) = problem {
         return Err(ConfigError::Value {
             path: path.to_owned(),
             key: format!("upstreams.{name}"),
-            problem: "needs a `url` (the URL template, with {key})".into(),
+            problem: problem.into(),
         });
     }
     let cmd = config_file::apply(cmd, &settings).mut_args(|a| a.env(None::<&str>));

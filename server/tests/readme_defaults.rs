@@ -162,6 +162,7 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
     let not_flags: Vec<&str> = [
         "RUST_LOG",
         "REPOLL_UPSTREAM_API_KEY",
+        "REPOLL_UPSTREAM_IDEMPOTENCY_SECRET",
         "REPOLL_CALLBACK_SECRET",
     ]
     .into_iter()

@@ -136,7 +136,7 @@ async fn send_callback(sim: Arc<SimState>, key: String, cb: CallbackPlan) {
     }
 }
 
-async fn fault_response(fault: Fault, retry_after_s: u64, hang_ms: u64) -> Response {
+pub(crate) async fn fault_response(fault: Fault, retry_after_s: u64, hang_ms: u64) -> Response {
     let error = |code: StatusCode, msg: &str| (code, Json(json!({"error": msg}))).into_response();
     match fault {
         Fault::Internal => error(

@@ -23,6 +23,7 @@
 
 pub mod faults;
 pub mod handlers;
+pub mod jobs;
 pub mod limits;
 pub mod overrides;
 pub mod state;
@@ -275,6 +276,23 @@ fn one_router(args: SimArgs) -> axum::Router {
     let state = Arc::new(state::SimState::new(args));
     axum::Router::new()
         .route("/api/query", get(handlers::query))
+        .route("/v1/predictions", post(jobs::predictions_submit))
+        .route("/v1/predictions/{id}", get(jobs::predictions_get))
+        .route(
+            "/v1/predictions/{id}/cancel",
+            post(jobs::predictions_cancel),
+        )
+        .route("/v1/operations", post(jobs::operations_submit))
+        .route(
+            "/v1/operations/{id}",
+            get(jobs::operations_get).post(jobs::operations_post),
+        )
+        .route("/v1/results/{id}", get(jobs::results_get))
+        .route(
+            "/v1/models/sim:predictLongRunning",
+            post(jobs::long_running_submit),
+        )
+        .route("/_sim/jobs", get(jobs::stats))
         .route("/_sim/stats", get(handlers::stats))
         .route("/_sim/key", get(handlers::key_detail))
         .route("/_sim/reset", post(handlers::reset))

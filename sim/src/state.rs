@@ -78,6 +78,8 @@ pub struct SimState {
     /// Sends callbacks (loopback only, 5 s per try).
     pub client: reqwest::Client,
     inner: Mutex<Inner>,
+    /// The jobs of the job-shaped APIs ([`crate::jobs`]).
+    pub jobs: crate::jobs::JobBook,
 }
 
 /// One key's line in `/_sim/stats`.
@@ -122,6 +124,7 @@ impl SimState {
                 .timeout(Duration::from_secs(5))
                 .build()
                 .unwrap_or_default(),
+            jobs: crate::jobs::JobBook::default(),
             inner: Mutex::new(Inner {
                 rng,
                 calls: 0,
@@ -307,6 +310,7 @@ impl SimState {
 
     /// Forgets every key and zeroes the counters (the dice keep rolling from where they are).
     pub fn reset(&self) {
+        self.jobs.reset();
         let mut inner = self.lock();
         inner.calls = 0;
         inner.keys.clear();

@@ -35,7 +35,8 @@ pub use policy::{Next, PolicyArgs};
 pub use runtime::{default_worker_id, host_name, Worker, WorkerArgs, WorkerError, WorkerReport};
 pub use telemetry::install_prometheus;
 pub use upstream::{
-    simulator_url, Answer, ConfigError, RateLimit, Secret, Upstream, UpstreamArgs, UpstreamError,
+    simulator_url, Answer, ConfigError, JobApi, JobArgs, RateLimit, Secret, StatusFallback,
+    Upstream, UpstreamArgs, UpstreamError,
 };
 
 /// A settings struct with every field at its flag's default, the environment ignored: what

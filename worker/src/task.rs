@@ -106,7 +106,34 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
                 retry_after,
                 random_fraction(),
             ) {
-                Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms).await,
+                Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms, None).await,
+                Next::Dead(reason) => {
+                    fail(
+                        ctx,
+                        c,
+                        &reason,
+                        "max_polls",
+                        Retry::Dead,
+                        &call(latency_ms, None),
+                    )
+                    .await
+                }
+            }
+        }
+        Ok(Answer::Submitted { job, retry_after }) => {
+            // The job is stored with the reschedule, under this lease's token: its first poll
+            // comes after the poll interval (or the upstream's Retry-After), as a poll's would.
+            match ctx.policy.after_processing(
+                c.polls,
+                now,
+                c.deadline_ms,
+                retry_after,
+                random_fraction(),
+            ) {
+                Next::Again(delay) => {
+                    let data = serde_json::Value::Null;
+                    reschedule(ctx, c, delay, &data, latency_ms, Some(job)).await
+                }
                 Next::Dead(reason) => {
                     fail(
                         ctx,
@@ -145,7 +172,8 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
                 Next::Dead(_) => Retry::After(0),
                 Next::Again(d) => Retry::After(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             };
-            let reason = stored_error(ctx.upstream.shown_call(&c.query).as_deref(), &e);
+            let shown = ctx.upstream.shown_task_call(&c.query, c.job.as_deref());
+            let reason = stored_error(shown.as_deref(), &e);
             fail(
                 ctx,
                 c,
@@ -163,6 +191,7 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
 fn record_outcome(ctx: &Ctx, result: &Result<Answer, UpstreamError>, latency: Duration) {
     let outcome = match result {
         Ok(Answer::Processing { .. }) => "processing",
+        Ok(Answer::Submitted { .. }) => "submitted",
         Ok(Answer::Done { .. }) => "done",
         Ok(Answer::Failed { .. }) => "failed",
         Err(_) => "error",
@@ -244,14 +273,16 @@ fn stored_error(call: Option<&str>, e: &UpstreamError) -> String {
     }
 }
 
-/// "Still processing": store the partial data and come back after `delay`. A due time past
-/// the whole-life deadline makes the queue end the task as "deadline" (returned as 0).
+/// "Still processing": store the partial data (and a job API's new `job`) and come back after
+/// `delay`. A due time past the whole-life deadline makes the queue end the task as
+/// "deadline" (returned as 0).
 async fn reschedule(
     ctx: &Ctx,
     c: &Claimed,
     delay: Duration,
     data: &serde_json::Value,
     latency_ms: u64,
+    job: Option<String>,
 ) -> Vec<Claimed> {
     let mut partial = (!data.is_null()).then(|| data.to_string());
     if let Some(p) = partial.take_if(|p| p.len() > ctx.upstream.max_result()) {
@@ -266,6 +297,7 @@ async fn reschedule(
         delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
         partial,
         latency_ms,
+        job,
     }];
     let item = &item;
     let (r, next) = write(ctx, c, "reschedule", |n| async move {
@@ -305,9 +337,18 @@ async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, Upst
     };
     let call = async {
         rate_permit(ctx).await;
-        ctx.upstream
-            .query_with_callback(&c.query, callback.as_deref())
-            .await
+        let up = &ctx.upstream;
+        match (up.job_api(), &c.job) {
+            (None, _) => up.query_with_callback(&c.query, callback.as_deref()).await,
+            (Some(api), None) => {
+                // One key per life of the task (its creation time): every submit of this job,
+                // by whichever worker, carries it.
+                let idem =
+                    api.idempotency_key(&ctx.queue.config().name, c.id.as_str(), c.created_ms);
+                up.submit(&c.query, callback.as_deref(), &idem).await
+            }
+            (Some(_), Some(job)) => up.poll_job(job).await,
+        }
     };
     tokio::pin!(call);
     let every = Duration::from_millis((ctx.lease_ms / 3).max(1));

@@ -13,6 +13,7 @@ mod failover_partitions;
 mod fair;
 mod faults;
 mod http_status;
+mod jobs;
 mod lifecycle;
 mod redirects;
 mod result_ttl;

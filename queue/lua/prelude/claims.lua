@@ -16,7 +16,7 @@
 -- fills the slots. At most `max_n` members of each source are read. Interactive work of
 -- tenants takes its turn with the untenanted work by fair shares (below).
 local SHARE = 10
-local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl', 'tn', 'rf', 'tc', 'tl' }
+local CLAIM_FIELDS = { 's', 'q', 'a', 'p', 'm', 'c', 'dl', 'pr', 'pl', 'tn', 'rf', 'tc', 'tl', 'j' }
 
 -- K: the function's keys by name, the [claim] group among them; FP: claim_limits().
 -- Returns the plan (nil: nothing to claim) and the breaker as read (nil: closed).
@@ -378,10 +378,10 @@ local function claim_apply(K, plan, worker, lease_ms, now, woken)
     -- Then 1 for a refresh (`rf`), so the worker can count refreshes by outcome; last the
     -- trace contexts (`tc`, `tl`; '' while tracing is off) its process span links to; then the
     -- tenant its process span names (read for fair shares anyway: no read more, 6 bytes of
-    -- reply for none).
+    -- reply for none); last a job API's job (`j`, '' before the submit).
     out[i] = { id, f[2] or '', f[9] or '', token, num(f[3], 0), num(f[4], 0), num(f[5], 0),
       num(f[6], 0), num(f[7], 0), deadline, f[11] and 1 or 0, f[12] or '', f[13] or '',
-      f[10] or '' }
+      f[10] or '', f[14] or '' }
   end
   redis.call('ZADD', K.lease, unpack(lease_args))
   if plan.probe then

@@ -163,6 +163,7 @@ impl Queue {
             delay_ms,
             partial: partial.map(str::to_string),
             latency_ms,
+            job: None,
         };
         let (mut r, _) = self.reschedule_and_claim(&[item], "", 0, 1).await?;
         r.pop().unwrap_or(Err(QueueError::StaleToken))

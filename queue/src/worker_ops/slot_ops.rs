@@ -160,7 +160,8 @@ impl Slot {
                     .arg(clamp_ms(r.delay_ms))
                     .arg(if r.partial.is_some() { "1" } else { "0" })
                     .arg(r.partial.as_deref().unwrap_or(""))
-                    .arg(clamp_ms(r.latency_ms));
+                    .arg(clamp_ms(r.latency_ms))
+                    .arg(r.job.as_deref().unwrap_or(""));
             }
             claim_limits(&mut inv, &self.config().tenants);
             let mut parts = array(self.run(&inv).await?)?.into_iter();
@@ -351,7 +352,7 @@ impl Slot {
 
 fn claimed_row(v: Value) -> Result<Claimed> {
     let a = array(v)?;
-    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh, tc, tl, tenant] =
+    let [id, query, payload, token, attempts, polls, max_attempts, created, deadline, lease, refresh, tc, tl, tenant, job] =
         a.as_slice()
     else {
         return Err(corrupt("claim: bad row"));
@@ -373,5 +374,6 @@ fn claimed_row(v: Value) -> Result<Claimed> {
         refresh: int(refresh)? == 1,
         trace: model::TaskTrace::from_fields(Some(&string(tc)?), Some(&string(tl)?)),
         tenant: string(tenant)?,
+        job: Some(string(job)?).filter(|j| !j.is_empty()),
     })
 }

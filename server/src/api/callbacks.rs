@@ -141,7 +141,7 @@ pub async fn receive(
             CallbackOutcome::Failed,
             model::failure::upstream_failed(&message),
         ),
-        Ok(Answer::Processing { .. }) => {
+        Ok(Answer::Processing { .. } | Answer::Submitted { .. }) => {
             received(&claim.id, "processing");
             return Ok(CallbackAck::not_final());
         }

@@ -20,6 +20,13 @@ pub enum Answer {
     Done { data: Value },
     /// The upstream gave up on this key: no point polling again.
     Failed { message: String, data: Value },
+    /// A job API took the submit: `job` is the job's reference (its id, or the URL to
+    /// follow), to be stored with the task; `retry_after` the upstream's hint for the first
+    /// poll. Never read from a poll's answer.
+    Submitted {
+        job: String,
+        retry_after: Option<Duration>,
+    },
 }
 
 /// Why a poll got no answer.
@@ -60,13 +67,14 @@ impl UpstreamError {
         }
     }
 
-    /// A 4xx other than 408 (timeout), 425 (too early) and 429 (rate limit) says the request
-    /// itself is wrong: asking again the same way cannot succeed, so the task goes dead at once.
-    /// A query that cannot be placed in the URL is permanent too.
+    /// A 4xx other than 408 (timeout), 409 (conflict: a job API still working on an earlier
+    /// submit with the same idempotency key), 425 (too early) and 429 (rate limit) says the
+    /// request itself is wrong: asking again the same way cannot succeed, so the task goes dead
+    /// at once. A query that cannot be placed in the URL is permanent too.
     pub fn is_permanent(&self) -> bool {
         match self {
             UpstreamError::Status { code, .. } => {
-                (400..500).contains(code) && !matches!(code, 408 | 425 | 429)
+                (400..500).contains(code) && !matches!(code, 408 | 409 | 425 | 429)
             }
             UpstreamError::BadKey(_) | UpstreamError::Redirect(_) => true,
             _ => false,

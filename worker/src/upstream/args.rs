@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::Secret;
+use super::{JobArgs, Secret};
 
 /// Default URL template: the simulator on its default address ([`simulator_url`] of
 /// 127.0.0.1:9001).
@@ -112,7 +112,7 @@ pub struct UpstreamArgs {
         long = "upstream-processing",
         env = "REPOLL_UPSTREAM_PROCESSING",
         value_delimiter = ',',
-        default_value = "processing,pending,queued,running"
+        default_value = "processing,pending,queued,running,starting"
     )]
     pub processing_values: Vec<String>,
     /// Status values meaning "done, the data is final".
@@ -176,6 +176,9 @@ pub struct UpstreamArgs {
         default_value_t = 1
     )]
     pub upstream_rate_burst: u32,
+    /// A job API's settings (submit, job reference, poll URL): unset, the repeating kind.
+    #[command(flatten)]
+    pub job: JobArgs,
 }
 
 /// How an answer whose status cannot be matched is read ([`UpstreamArgs::missing_status`],
@@ -241,6 +244,7 @@ impl fmt::Debug for UpstreamArgs {
             status_from,
             upstream_rate_per_sec,
             upstream_rate_burst,
+            job,
         } = self;
         // Only the names; a line without ':' is all value as far as we know.
         let header_names: Vec<&str> = headers
@@ -270,6 +274,7 @@ impl fmt::Debug for UpstreamArgs {
             .field("status_from", status_from)
             .field("upstream_rate_per_sec", upstream_rate_per_sec)
             .field("upstream_rate_burst", upstream_rate_burst)
+            .field("job", job)
             .finish()
     }
 }

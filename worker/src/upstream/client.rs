@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use tracing::Instrument;
 
+use super::job::JobApi;
 use super::template::Template;
 use super::truncate;
 use super::{
@@ -32,6 +33,8 @@ pub struct Upstream {
     max_result: usize,
     reader: AnswerReader,
     rate: Option<RateLimit>,
+    /// A job API's settings; `None` for the repeating kind.
+    job: Option<JobApi>,
 }
 
 impl fmt::Debug for Upstream {
@@ -49,6 +52,14 @@ impl Upstream {
     /// Builds the client, checking every setting once so a poll never fails on configuration.
     pub fn new(args: &UpstreamArgs) -> Result<Upstream, ConfigError> {
         let template = Template::parse(&args.url)?;
+        let job = JobApi::new(&args.job)?;
+        if job.is_some() && args.url != super::DEFAULT_URL {
+            return Err(ConfigError(
+                "REPOLL_UPSTREAM_URL and REPOLL_UPSTREAM_SUBMIT_URL are both set: an upstream is \
+                 polled at one URL (the repeating kind) or submitted to (a job API), not both"
+                    .into(),
+            ));
+        }
         let method = Method::from_bytes(args.method.trim().to_ascii_uppercase().as_bytes())
             .map_err(|_| ConfigError(format!("bad method {:?}", args.method)))?;
         let mut headers = HeaderMap::new();
@@ -113,6 +124,7 @@ impl Upstream {
                 per_sec: args.upstream_rate_per_sec,
                 burst: args.upstream_rate_burst.max(1),
             }),
+            job,
         })
     }
 
@@ -146,7 +158,10 @@ impl Upstream {
 
     /// Whether the URL template asks for a callback URL (`{callback_url}`).
     pub fn wants_callback(&self) -> bool {
-        self.template.callback
+        match &self.job {
+            Some(job) => job.wants_callback(),
+            None => self.template.callback,
+        }
     }
 
     /// The call for `key` as an operator may see it in a task's history: the method and the
@@ -154,18 +169,20 @@ impl Upstream {
     /// with configured header secrets masked, e.g. `GET http://api.example/v1/jobs/abc`. None
     /// when no URL can be built for the key (the error then says why).
     pub fn shown_call(&self, key: &str) -> Option<String> {
-        let mut url = self.url_for(key).ok()?;
-        url.set_query(None);
-        url.set_fragment(None);
-        let _ = url.set_username("");
-        let _ = url.set_password(None);
-        let mut shown = format!("{} {url}", self.method);
-        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
-            if secret.len() >= 4 {
-                shown = shown.replace(secret, "***");
+        self.shown_task_call(key, None)
+    }
+
+    /// [`Upstream::shown_call`] of a task's next call: for a job API, its submit (no `job`
+    /// yet) or the poll of its `job`.
+    pub fn shown_task_call(&self, key: &str, job: Option<&str>) -> Option<String> {
+        match (&self.job, job) {
+            (None, _) => Some(self.shown_url(&self.method, &self.url_for(key).ok()?)),
+            (Some(api), None) => {
+                let url = api.submit_url(key, "", "").ok()?;
+                Some(self.shown_url(&api.submit_method, &url))
             }
+            (Some(api), Some(job)) => Some(self.shown_url(&Method::GET, &api.poll_url(job).ok()?)),
         }
-        Some(truncate(&shown, SHOWN_CALL_MAX))
     }
 
     /// Polls the upstream once for `key`.
@@ -180,19 +197,128 @@ impl Upstream {
         callback: Option<&str>,
     ) -> Result<Answer, UpstreamError> {
         let url = self.template.url_for(key, callback)?;
+        let shown = self.shown_call(key).unwrap_or_default();
+        let (status, _, retry_after, body) = self
+            .send(self.method.clone(), url, None, &shown, true)
+            .await?;
+        self.reader.read_answer(status, &body, retry_after)
+    }
+
+    /// Whether this upstream is a job API (it has a submit URL).
+    pub fn is_job_api(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// The job API's settings, if this upstream is one.
+    pub fn job_api(&self) -> Option<&JobApi> {
+        self.job.as_ref()
+    }
+
+    /// Submits `key`'s job: the submit URL and body, the idempotency key `idem` in its header
+    /// when one is configured. Answers [`Answer::Submitted`] with the job's reference.
+    pub async fn submit(
+        &self,
+        key: &str,
+        callback: Option<&str>,
+        idem: &str,
+    ) -> Result<Answer, UpstreamError> {
+        let Some(job) = &self.job else {
+            return Err(UpstreamError::BadKey(
+                "this upstream takes no submit".into(),
+            ));
+        };
+        let callback = callback.unwrap_or("");
+        let url = job.submit_url(key, callback, idem)?;
+        let shown = self.shown_url(&job.submit_method, &url);
+        let mut extra = HeaderMap::new();
+        if let Some(name) = &job.idempotency_header {
+            if let Ok(v) = HeaderValue::from_str(idem) {
+                extra.insert(name.clone(), v);
+            }
+        }
+        let body = job.submit_body(key, callback, idem);
+        let (_, headers, retry_after, answer) = self
+            .send(
+                job.submit_method.clone(),
+                url.clone(),
+                Some((body, extra)),
+                &shown,
+                true,
+            )
+            .await?;
+        let reference = job.job_from_answer(&url, &headers, &answer)?;
+        Ok(Answer::Submitted {
+            job: reference,
+            retry_after,
+        })
+    }
+
+    /// Polls a job (a reference [`Upstream::submit`] returned): a `GET` of its poll URL,
+    /// checked by the origin guard, with credentials only on the upstream's own origin.
+    pub async fn poll_job(&self, reference: &str) -> Result<Answer, UpstreamError> {
+        let Some(job) = &self.job else {
+            return Err(UpstreamError::BadKey("this upstream has no jobs".into()));
+        };
+        let url = job.poll_url(reference)?;
+        let shown = self.shown_url(&Method::GET, &url);
+        let credentials = job.sends_credentials(&url);
+        let (status, _, retry_after, body) = self
+            .send(Method::GET, url, None, &shown, credentials)
+            .await?;
+        self.reader.read_answer(status, &body, retry_after)
+    }
+
+    /// A call shown as a task's history shows it: no query string, fragment or user info,
+    /// configured secrets masked.
+    fn shown_url(&self, method: &Method, url: &Url) -> String {
+        let mut url = url.clone();
+        url.set_query(None);
+        url.set_fragment(None);
+        let _ = url.set_username("");
+        let _ = url.set_password(None);
+        self.masked(format!("{method} {url}"))
+    }
+
+    fn masked(&self, mut shown: String) -> String {
+        for secret in self.headers.values().filter_map(|v| v.to_str().ok()) {
+            if secret.len() >= 4 {
+                shown = shown.replace(secret, "***");
+            }
+        }
+        truncate(&shown, SHOWN_CALL_MAX)
+    }
+
+    /// One HTTP call: the configured headers (with `credentials`) and the extra ones, a CLIENT
+    /// span named by `shown`, a non-2xx answer as [`UpstreamError::Status`], the body capped.
+    /// Returns the status code, the headers, the `Retry-After` and the body.
+    async fn send(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<(Option<Vec<u8>>, HeaderMap)>,
+        shown: &str,
+        credentials: bool,
+    ) -> Result<(u16, HeaderMap, Option<Duration>, Vec<u8>), UpstreamError> {
         // The CLIENT span names the call as the task's history shows it (no query string, no
         // credentials), and the upstream gets its context so its own traces join ours.
         let span = if trace_spans::enabled() {
-            let shown = self.shown_call(key).unwrap_or_default();
             let url = shown.split_once(' ').map_or("", |(_, url)| url);
-            trace_spans::client_span(self.method.as_str(), url)
+            trace_spans::client_span(method.as_str(), url)
         } else {
             tracing::Span::none()
         };
-        let mut request = self
-            .client
-            .request(self.method.clone(), url)
-            .headers(self.headers.clone());
+        let mut request = self.client.request(method, url);
+        if credentials {
+            request = request.headers(self.headers.clone());
+        }
+        if let Some((payload, extra)) = body {
+            request = request.headers(extra);
+            if let Some(payload) = payload {
+                request = request
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(payload);
+            }
+        }
         if let Some(tp) = trace_spans::traceparent_of(&span) {
             request = request.header("traceparent", tp);
         }
@@ -219,8 +345,9 @@ impl Upstream {
                 body: self.reader.body_start(&body),
             });
         }
+        let headers = resp.headers().clone();
         let body = self.read_body(resp).await?;
-        self.reader.read_answer(status.as_u16(), &body, retry_after)
+        Ok((status.as_u16(), headers, retry_after, body))
     }
 
     async fn read_body(&self, mut resp: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {

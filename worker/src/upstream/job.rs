@@ -1,0 +1,653 @@
+//! Job APIs: an upstream that is asked once ("submit") and then followed by the job it made —
+//! Replicate's predictions, Azure's and RFC 9110's `202` + `Operation-Location`, Google's
+//! long-running operations. The repeating shape (the same call again until it says done)
+//! stays the default; an upstream is of the job kind when it has a submit URL.
+//!
+//! What this file decides, without HTTP (the client makes the calls, the worker stores the job
+//! under the lease's fencing token):
+//! - the submit: its URL (a template: `{key}`, `{callback_url}`, `{idempotency_key}`), method
+//!   and JSON body (a template whose string values are placeholders, so the body is parsed once
+//!   at start and every submit of one job is byte-identical);
+//! - the idempotency key: derived from the task, its life (creation time) and a per-deployment
+//!   secret, never random, so every submit of one task's one job carries the same key and an
+//!   upstream that honours it makes one job however often a killed worker's successor re-sends;
+//! - the job's reference, read from the submit's answer: an id at `JOB_POINTER` (for a `{job}`
+//!   poll template), or the URL to follow, from a header (`header:Operation-Location`) or the
+//!   body (`body:/urls/get`);
+//! - the origin guard: a URL taken from an answer is used only on the upstream's own origin
+//!   (the submit URL's scheme, host and port) or one listed in `ALLOWED_ORIGINS`; credentials
+//!   (the API key, the configured headers) go to the upstream's own origin only.
+
+use std::fmt;
+
+use hmac::{Hmac, Mac};
+use reqwest::header::{HeaderMap, HeaderName};
+use reqwest::{Method, Url};
+use serde_json::Value;
+use sha2::Sha256;
+
+use super::{truncate, ConfigError, Secret, UpstreamError};
+
+/// The submit's placeholders.
+pub const KEY: &str = "{key}";
+pub const CALLBACK_URL: &str = "{callback_url}";
+pub const IDEMPOTENCY_KEY: &str = "{idempotency_key}";
+/// The poll template's placeholder.
+pub const JOB: &str = "{job}";
+
+/// Longest job reference kept (an id, or the URL of the job): it is stored in the task record.
+pub const MAX_JOB_BYTES: usize = 2048;
+
+/// Settings of a job API (part of [`super::UpstreamArgs`]). Without a submit URL the upstream
+/// is of the repeating kind and none of these is read.
+#[derive(clap::Args, Clone)]
+pub struct JobArgs {
+    /// Where a task's job is submitted: a URL template that may hold `{key}` (the query,
+    /// percent-encoded), `{callback_url}` and `{idempotency_key}`. Setting it makes the
+    /// upstream of the job kind (then REPOLL_UPSTREAM_URL is not set).
+    #[arg(
+        long = "upstream-submit-url",
+        env = "REPOLL_UPSTREAM_SUBMIT_URL",
+        hide_env_values = true
+    )]
+    pub submit_url: Option<String>,
+    /// HTTP method of the submit.
+    #[arg(
+        long = "upstream-submit-method",
+        env = "REPOLL_UPSTREAM_SUBMIT_METHOD",
+        default_value = "POST"
+    )]
+    pub submit_method: String,
+    /// The submit's JSON body, as a template: a string value `"{key}"` becomes the query,
+    /// `"{callback_url}"` the task's callback URL, `"{idempotency_key}"` its idempotency key (a
+    /// placeholder inside a longer string is inserted as text). Parsed at start. Unset: no body.
+    #[arg(
+        long = "upstream-submit-body",
+        env = "REPOLL_UPSTREAM_SUBMIT_BODY",
+        hide_env_values = true
+    )]
+    pub submit_body: Option<String>,
+    /// JSON pointer to the job's id in the submit's answer (used by a `{job}` poll URL).
+    #[arg(
+        long = "upstream-job-pointer",
+        env = "REPOLL_UPSTREAM_JOB_POINTER",
+        default_value = "/id"
+    )]
+    pub job_pointer: String,
+    /// Where the job is followed: a URL template with `{job}` (the id, inserted as it is, `/`
+    /// kept), `header:<Name>` (a header of the submit's answer, e.g.
+    /// `header:Operation-Location`) or `body:<pointer>` (a URL in its body, e.g.
+    /// `body:/urls/get`). Needed with a submit URL.
+    #[arg(
+        long = "upstream-poll-url",
+        env = "REPOLL_UPSTREAM_POLL_URL",
+        hide_env_values = true
+    )]
+    pub poll_url: Option<String>,
+    /// Header that carries the submit's idempotency key (e.g. `Idempotency-Key`): every submit
+    /// of one task's one job carries the same key, so an upstream that honours it makes one job
+    /// even when a worker dies between the submit and storing the job. Unset: none is sent.
+    #[arg(
+        long = "upstream-idempotency-header",
+        env = "REPOLL_UPSTREAM_IDEMPOTENCY_HEADER"
+    )]
+    pub idempotency_header: Option<String>,
+    /// Other origins (`https://host[:port]`, comma-separated) whose URLs may be followed when an
+    /// answer gives one (e.g. presigned storage). They get no API key and no configured header.
+    #[arg(
+        long = "upstream-allowed-origins",
+        env = "REPOLL_UPSTREAM_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+    /// Mixed into every idempotency key, from `REPOLL_UPSTREAM_IDEMPOTENCY_SECRET` only (the
+    /// same on every process of a deployment); unset, keys derive from the queue, task and life
+    /// alone.
+    #[arg(skip = std::env::var("REPOLL_UPSTREAM_IDEMPOTENCY_SECRET").ok().filter(|k| !k.is_empty()).map(Secret::from))]
+    pub idempotency_secret: Option<Secret>,
+}
+
+impl fmt::Debug for JobArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let JobArgs {
+            submit_url,
+            submit_method,
+            submit_body,
+            job_pointer,
+            poll_url,
+            idempotency_header,
+            allowed_origins,
+            idempotency_secret,
+        } = self;
+        f.debug_struct("JobArgs")
+            .field("submit_url", submit_url)
+            .field("submit_method", submit_method)
+            .field("submit_body", submit_body)
+            .field("job_pointer", job_pointer)
+            .field("poll_url", poll_url)
+            .field("idempotency_header", idempotency_header)
+            .field("allowed_origins", allowed_origins)
+            .field("idempotency_secret", idempotency_secret)
+            .finish()
+    }
+}
+
+/// Where the job is followed.
+#[derive(Clone, Debug, PartialEq)]
+enum PollUrl {
+    /// A template with `{job}`; the job reference is the id.
+    Template(String),
+    /// A header of the submit's answer; the job reference is that URL.
+    Header(HeaderName),
+    /// A URL at a JSON pointer in the submit's body; the job reference is that URL.
+    Body(String),
+}
+
+/// A job API, checked at start: every call built from it is one that passed these checks.
+#[derive(Clone)]
+pub struct JobApi {
+    submit_url: String,
+    pub(super) submit_method: Method,
+    submit_body: Option<Value>,
+    job_pointer: String,
+    poll: PollUrl,
+    pub(super) idempotency_header: Option<HeaderName>,
+    /// The upstream's own origin (the submit URL's): credentials go there and nowhere else.
+    own_origin: String,
+    allowed_origins: Vec<String>,
+    secret: Vec<u8>,
+}
+
+impl fmt::Debug for JobApi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobApi")
+            .field("submit_method", &self.submit_method)
+            .field("poll", &self.poll)
+            .field("own_origin", &self.own_origin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A sample idempotency key: what templates are checked with at start.
+const SAMPLE_KEY: &str = "00000000-0000-8000-8000-000000000000";
+
+impl JobApi {
+    /// The job API these settings describe; `None` without a submit URL.
+    pub fn new(args: &JobArgs) -> Result<Option<JobApi>, ConfigError> {
+        let Some(submit_url) = args.submit_url.as_deref().map(str::trim) else {
+            return Ok(None);
+        };
+        let bad = |what: &str| ConfigError(format!("REPOLL_UPSTREAM_SUBMIT_URL: {what}"));
+        let sample = fill_url(submit_url, "k", "", SAMPLE_KEY)
+            .map_err(|_| bad("not a URL (with its placeholders filled in)"))?;
+        if !matches!(sample.scheme(), "http" | "https") {
+            return Err(bad("http or https only"));
+        }
+        let own_origin = sample.origin().ascii_serialization();
+        let submit_method = Method::from_bytes(
+            args.submit_method.trim().to_ascii_uppercase().as_bytes(),
+        )
+        .map_err(|_| {
+            ConfigError(format!(
+                "REPOLL_UPSTREAM_SUBMIT_METHOD: bad method {:?}",
+                args.submit_method
+            ))
+        })?;
+        let submit_body =
+            match args.submit_body.as_deref().map(str::trim) {
+                None | Some("") => None,
+                Some(text) => Some(serde_json::from_str::<Value>(text).map_err(|e| {
+                    ConfigError(format!("REPOLL_UPSTREAM_SUBMIT_BODY: not JSON: {e}"))
+                })?),
+            };
+        let job_pointer = args.job_pointer.trim().to_string();
+        if !job_pointer.starts_with('/') {
+            return Err(ConfigError(format!(
+                "REPOLL_UPSTREAM_JOB_POINTER: a JSON pointer starts with '/': {job_pointer:?}"
+            )));
+        }
+        let poll = parse_poll_url(args.poll_url.as_deref())?;
+        let idempotency_header = match args.idempotency_header.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(name) => Some(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                ConfigError(format!(
+                    "REPOLL_UPSTREAM_IDEMPOTENCY_HEADER: bad header name {name:?}"
+                ))
+            })?),
+        };
+        let mut allowed_origins = Vec::new();
+        for o in args
+            .allowed_origins
+            .iter()
+            .map(|o| o.trim())
+            .filter(|o| !o.is_empty())
+        {
+            let url = Url::parse(o).ok().filter(|u| {
+                matches!(u.scheme(), "http" | "https") && u.path() == "/" && u.query().is_none()
+            });
+            let url = url.ok_or_else(|| {
+                ConfigError(format!(
+                    "REPOLL_UPSTREAM_ALLOWED_ORIGINS: {:?} is not an origin (scheme://host[:port])",
+                    truncate(o, 100)
+                ))
+            })?;
+            allowed_origins.push(url.origin().ascii_serialization());
+        }
+        let api = JobApi {
+            submit_url: submit_url.to_string(),
+            submit_method,
+            submit_body,
+            job_pointer,
+            poll,
+            idempotency_header,
+            own_origin,
+            allowed_origins,
+            secret: args
+                .idempotency_secret
+                .as_ref()
+                .map(|s| s.expose().as_bytes().to_vec())
+                .unwrap_or_default(),
+        };
+        if let PollUrl::Template(t) = &api.poll {
+            let url = fill_job(t, "sample-job")
+                .map_err(|_| ConfigError("REPOLL_UPSTREAM_POLL_URL: not a URL".into()))?;
+            if !api.origin_allowed(&url) {
+                return Err(ConfigError(
+                    "REPOLL_UPSTREAM_POLL_URL: on an origin that is neither the submit URL's nor allowed"
+                        .into(),
+                ));
+            }
+        }
+        Ok(Some(api))
+    }
+
+    /// Whether the submit URL or body asks for the task's callback URL.
+    pub fn wants_callback(&self) -> bool {
+        self.submit_url.contains(CALLBACK_URL)
+            || self
+                .submit_body
+                .as_ref()
+                .is_some_and(|b| b.to_string().contains(CALLBACK_URL))
+    }
+
+    /// The idempotency key of one task's one job: a UUID (version 8, RFC 9562) made from an
+    /// HMAC-SHA256 of the queue, the task and its life's creation time. Never random: a
+    /// re-sent submit carries the same key; a new life (a refresh, a re-run after a purge) has
+    /// another creation time, so another key and another job.
+    pub fn idempotency_key(&self, queue: &str, id: &str, created_ms: i64) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.secret)
+            .expect("HMAC takes a key of any length");
+        mac.update(format!("repoll-idempotency\n{queue}\n{id}\n{created_ms}").as_bytes());
+        let d = mac.finalize().into_bytes();
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&d[..16]);
+        b[6] = (b[6] & 0x0f) | 0x80; // version 8
+        b[8] = (b[8] & 0x3f) | 0x80; // variant RFC 9562
+        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+    }
+
+    /// The submit's URL for `key`.
+    pub fn submit_url(&self, key: &str, callback: &str, idem: &str) -> Result<Url, UpstreamError> {
+        let url = fill_url(&self.submit_url, key, callback, idem)?;
+        // `{key}` is percent-encoded: it cannot move the call elsewhere; checked anyway.
+        if url.origin().ascii_serialization() != self.own_origin {
+            return Err(UpstreamError::BadKey(format!(
+                "query '{}' changes the submit URL's origin",
+                truncate(key, 80)
+            )));
+        }
+        Ok(url)
+    }
+
+    /// The submit's body for `key` (None: the submit has no body).
+    pub fn submit_body(&self, key: &str, callback: &str, idem: &str) -> Option<Vec<u8>> {
+        let mut body = self.submit_body.clone()?;
+        fill_value(
+            &mut body,
+            &[
+                (KEY, key),
+                (CALLBACK_URL, callback),
+                (IDEMPOTENCY_KEY, idem),
+            ],
+        );
+        Some(body.to_string().into_bytes())
+    }
+
+    /// The job's reference in the submit's answer: the id at the job pointer (`{job}` poll
+    /// template), or the URL to follow (header or body), resolved against the submit URL and
+    /// checked by the origin guard.
+    pub fn job_from_answer(
+        &self,
+        submit: &Url,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<String, UpstreamError> {
+        let json = || -> Result<Value, UpstreamError> {
+            serde_json::from_slice(body)
+                .map_err(|e| UpstreamError::BadBody(format!("submit answer not JSON: {e}")))
+        };
+        let (job, is_url) = match &self.poll {
+            PollUrl::Template(_) => (scalar_at(&json()?, &self.job_pointer)?, false),
+            PollUrl::Body(pointer) => (scalar_at(&json()?, pointer)?, true),
+            PollUrl::Header(name) => {
+                let v = headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(|| {
+                        UpstreamError::BadBody(format!("the submit answer has no {name} header"))
+                    })?;
+                (v.trim().to_string(), true)
+            }
+        };
+        if job.is_empty() || job.len() > MAX_JOB_BYTES {
+            return Err(UpstreamError::BadBody(format!(
+                "the submit answer's job reference is empty or longer than {MAX_JOB_BYTES} bytes"
+            )));
+        }
+        if !is_url {
+            return Ok(job);
+        }
+        let url = submit.join(&job).map_err(|_| {
+            UpstreamError::BadBody(format!("the job URL is not a URL: {}", truncate(&job, 80)))
+        })?;
+        self.guard(&url)?;
+        Ok(url.to_string())
+    }
+
+    /// The URL that follows `job` (a reference [`JobApi::job_from_answer`] made).
+    pub fn poll_url(&self, job: &str) -> Result<Url, UpstreamError> {
+        let url = match &self.poll {
+            PollUrl::Template(t) => fill_job(t, job)?,
+            PollUrl::Header(_) | PollUrl::Body(_) => Url::parse(job)
+                .map_err(|_| UpstreamError::BadBody("the stored job URL is not a URL".into()))?,
+        };
+        self.guard(&url)?;
+        Ok(url)
+    }
+
+    /// The origin guard: `url` is on the upstream's own origin or an allowed one, over http(s),
+    /// without user info. Otherwise the call is never made (a permanent error: the task dies
+    /// `fatal` with the reason).
+    pub fn guard(&self, url: &Url) -> Result<(), UpstreamError> {
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(UpstreamError::Redirect(
+                "a URL from the upstream's answer carries user info; not followed".into(),
+            ));
+        }
+        if !self.origin_allowed(url) {
+            return Err(UpstreamError::Redirect(format!(
+                "a URL from the upstream's answer is on another origin ({}); not followed",
+                truncate(&url.origin().ascii_serialization(), 120)
+            )));
+        }
+        Ok(())
+    }
+
+    fn origin_allowed(&self, url: &Url) -> bool {
+        matches!(url.scheme(), "http" | "https") && {
+            let o = url.origin().ascii_serialization();
+            o == self.own_origin || self.allowed_origins.contains(&o)
+        }
+    }
+
+    /// Whether a call to `url` carries the API key and configured headers: on the upstream's
+    /// own origin only (an allowed origin is someone else's, e.g. storage).
+    pub fn sends_credentials(&self, url: &Url) -> bool {
+        url.origin().ascii_serialization() == self.own_origin
+    }
+}
+
+fn parse_poll_url(raw: Option<&str>) -> Result<PollUrl, ConfigError> {
+    let raw = raw.map(str::trim).unwrap_or("");
+    let bad = |what: String| ConfigError(format!("REPOLL_UPSTREAM_POLL_URL: {what}"));
+    if raw.is_empty() {
+        return Err(bad(
+            "needed with a submit URL: a template with {job}, header:<Name> or body:<pointer>"
+                .into(),
+        ));
+    }
+    if let Some(name) = raw.strip_prefix("header:") {
+        return HeaderName::from_bytes(name.trim().as_bytes())
+            .map(PollUrl::Header)
+            .map_err(|_| bad(format!("bad header name {:?}", name.trim())));
+    }
+    if let Some(pointer) = raw.strip_prefix("body:") {
+        let pointer = pointer.trim();
+        if !pointer.starts_with('/') {
+            return Err(bad(format!("a JSON pointer starts with '/': {pointer:?}")));
+        }
+        return Ok(PollUrl::Body(pointer.to_string()));
+    }
+    if !raw.contains(JOB) {
+        return Err(bad(
+            "a template needs {job} (or use header:<Name> / body:<pointer>)".into(),
+        ));
+    }
+    Ok(PollUrl::Template(raw.to_string()))
+}
+
+/// The submit URL template filled in: `{key}` and `{callback_url}` percent-encoded, the
+/// idempotency key (a UUID) as it is.
+fn fill_url(template: &str, key: &str, callback: &str, idem: &str) -> Result<Url, UpstreamError> {
+    let raw = template
+        .replace(CALLBACK_URL, &urlencoding::encode(callback))
+        .replace(IDEMPOTENCY_KEY, &urlencoding::encode(idem))
+        .replace(KEY, &urlencoding::encode(key));
+    Url::parse(&raw).map_err(|e| {
+        UpstreamError::BadKey(format!(
+            "query '{}' does not make a valid submit URL: {e}",
+            truncate(key, 80)
+        ))
+    })
+}
+
+/// The poll template with `job` put in: percent-encoded but for `/` (a Google operation's
+/// name is `operations/…`); a dot segment is refused (URL parsing would resolve it).
+fn fill_job(template: &str, job: &str) -> Result<Url, UpstreamError> {
+    let encoded: Vec<String> = job
+        .split('/')
+        .map(|s| urlencoding::encode(s).into_owned())
+        .collect();
+    if encoded
+        .iter()
+        .any(|s| s == "." || s == ".." || s.is_empty())
+    {
+        return Err(UpstreamError::BadBody(format!(
+            "job reference '{}' cannot be placed in the poll URL",
+            truncate(job, 80)
+        )));
+    }
+    Url::parse(&template.replace(JOB, &encoded.join("/")))
+        .map_err(|e| UpstreamError::BadBody(format!("the poll URL is not a URL: {e}")))
+}
+
+/// Every string in `v` with a placeholder filled: a string that is exactly a placeholder
+/// becomes its value; one inside a longer string is inserted as text.
+fn fill_value(v: &mut Value, fills: &[(&str, &str)]) {
+    match v {
+        Value::String(s) => {
+            for (mark, value) in fills {
+                if s.contains(mark) {
+                    *s = s.replace(mark, value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| fill_value(i, fills)),
+        Value::Object(map) => map.values_mut().for_each(|i| fill_value(i, fills)),
+        _ => {}
+    }
+}
+
+/// A string or number at `pointer`, as text.
+fn scalar_at(v: &Value, pointer: &str) -> Result<String, UpstreamError> {
+    match v.pointer(pointer) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Number(n)) => Ok(n.to_string()),
+        _ => Err(UpstreamError::BadBody(format!(
+            "the submit answer has no job reference at {pointer}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(submit: &str, poll: &str) -> JobArgs {
+        JobArgs {
+            submit_url: Some(submit.into()),
+            poll_url: Some(poll.into()),
+            ..crate::upstream::UpstreamArgs::default().job
+        }
+    }
+
+    #[test]
+    fn no_submit_url_is_the_repeating_kind() {
+        let a = crate::upstream::UpstreamArgs::default().job;
+        assert!(JobApi::new(&a).expect("valid").is_none());
+    }
+
+    #[test]
+    fn settings_that_cannot_work_stop_the_start_naming_the_setting() {
+        for (a, names) in [
+            (args("not a url", "body:/urls/get"), "SUBMIT_URL"),
+            (args("ftp://h/jobs", "body:/urls/get"), "SUBMIT_URL"),
+            (args("http://h/jobs", ""), "POLL_URL"),
+            (args("http://h/jobs", "http://h/jobs/x"), "POLL_URL"),
+            (args("http://h/jobs", "body:urls"), "POLL_URL"),
+            (args("http://h/jobs", "http://other/jobs/{job}"), "POLL_URL"),
+            (
+                JobArgs {
+                    submit_body: Some("{\"a\": {key}}".into()),
+                    ..args("http://h/j", "body:/u")
+                },
+                "SUBMIT_BODY",
+            ),
+            (
+                JobArgs {
+                    allowed_origins: vec!["https://s3.example/bucket".into()],
+                    ..args("http://h/j", "body:/u")
+                },
+                "ALLOWED_ORIGINS",
+            ),
+        ] {
+            let e = JobApi::new(&a).expect_err("refused");
+            assert!(e.0.contains(names), "{e} should name {names}");
+        }
+    }
+
+    #[test]
+    fn one_job_one_idempotency_key_a_new_life_another() {
+        let api = JobApi::new(&args("http://h/jobs", "body:/urls/get"))
+            .unwrap()
+            .unwrap();
+        let k = api.idempotency_key("q", "t1", 1000);
+        assert_eq!(k, api.idempotency_key("q", "t1", 1000), "stable");
+        assert_ne!(k, api.idempotency_key("q", "t1", 1001), "a new life");
+        assert_ne!(k, api.idempotency_key("q", "t2", 1000), "another task");
+        assert_eq!(k.len(), 36);
+        assert_eq!(&k[14..15], "8", "version 8: {k}");
+        let with_secret = JobApi::new(&JobArgs {
+            idempotency_secret: Some("deployment secret".into()),
+            ..args("http://h/jobs", "body:/urls/get")
+        })
+        .unwrap()
+        .unwrap();
+        assert_ne!(
+            k,
+            with_secret.idempotency_key("q", "t1", 1000),
+            "the secret is mixed in"
+        );
+    }
+
+    #[test]
+    fn the_body_template_fills_whole_values_and_stays_json() {
+        let api = JobApi::new(&JobArgs {
+            submit_body: Some(
+                r#"{"input": {"q": "{key}", "note": "asked: {key}"}, "webhook": "{callback_url}", "n": 1}"#.into(),
+            ),
+            ..args("http://h/jobs", "body:/urls/get")
+        })
+        .unwrap()
+        .unwrap();
+        let body = api
+            .submit_body("say \"hi\" {x}", "http://cb/1", "k")
+            .unwrap();
+        let v: Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(v["input"]["q"], "say \"hi\" {x}");
+        assert_eq!(v["input"]["note"], "asked: say \"hi\" {x}");
+        assert_eq!(v["webhook"], "http://cb/1");
+        assert_eq!(v["n"], 1);
+        assert_eq!(
+            body,
+            api.submit_body("say \"hi\" {x}", "http://cb/1", "k")
+                .unwrap(),
+            "byte-identical"
+        );
+    }
+
+    #[test]
+    fn job_urls_from_answers_pass_the_origin_guard() {
+        let api = JobApi::new(&JobArgs {
+            allowed_origins: vec!["https://store.example".into()],
+            ..args(
+                "http://api.example:8080/v1/jobs",
+                "header:Operation-Location",
+            )
+        })
+        .unwrap()
+        .unwrap();
+        let submit = api.submit_url("k", "", "i").unwrap();
+        let mut h = HeaderMap::new();
+        for (loc, ok) in [
+            ("/v1/ops/1", true),
+            ("http://api.example:8080/v1/ops/2", true),
+            ("https://store.example/x?sig=1", true),
+            ("http://api.example:9090/v1/ops/3", false),
+            ("http://169.254.169.254/latest", false),
+            ("http://user:pw@api.example:8080/v1/ops/4", false),
+            ("file:///etc/passwd", false),
+        ] {
+            h.insert("operation-location", loc.parse().unwrap());
+            let r = api.job_from_answer(&submit, &h, b"");
+            assert_eq!(r.is_ok(), ok, "{loc}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.is_permanent(), "{e}");
+            }
+        }
+        let own = Url::parse("http://api.example:8080/v1/ops/1").unwrap();
+        let storage = Url::parse("https://store.example/x").unwrap();
+        assert!(api.sends_credentials(&own) && !api.sends_credentials(&storage));
+    }
+
+    #[test]
+    fn a_job_id_goes_into_the_poll_template_slashes_kept_dots_refused() {
+        let api = JobApi::new(&args("http://h/v1/models/m:run", "http://h/v1/{job}"))
+            .unwrap()
+            .unwrap();
+        let submit = api.submit_url("k", "", "i").unwrap();
+        let job = api
+            .job_from_answer(&submit, &HeaderMap::new(), br#"{"id": "operations/ab c"}"#)
+            .unwrap();
+        assert_eq!(
+            api.poll_url(&job).unwrap().as_str(),
+            "http://h/v1/operations/ab%20c"
+        );
+        assert!(api.poll_url("../admin").is_err());
+        let numeric = api
+            .job_from_answer(&submit, &HeaderMap::new(), br#"{"id": 42}"#)
+            .unwrap();
+        assert_eq!(numeric, "42");
+        assert!(api
+            .job_from_answer(&submit, &HeaderMap::new(), br#"{"other": 1}"#)
+            .is_err());
+    }
+}
