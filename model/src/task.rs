@@ -152,6 +152,10 @@ pub struct Task {
     /// tracing is off.
     #[serde(default)]
     pub trace: crate::TaskTrace,
+    /// A job API's job for this life of the task (record field `j`): its id or the URL it is
+    /// followed at; None before the submit (and for the repeating kind).
+    #[serde(default)]
+    pub job: Option<String>,
 }
 
 impl Task {

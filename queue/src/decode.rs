@@ -199,6 +199,7 @@ pub(crate) fn task(
             None
         },
         tenant: f.get("tn").cloned().unwrap_or_default(),
+        job: f.get("j").cloned(),
     })
 }
 

@@ -21,6 +21,16 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
                     .into(),
             )),
         };
+    let callbacks = worker::Callbacks::new(&args.callback)?;
+    let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
+    let plans =
+        crate::upstreams::select(plans, &args.only_upstreams).map_err(ServeError::Config)?;
+    // Every upstream's settings are checked before Redis is reached: a start that cannot work
+    // stops at once, naming the setting, even with Redis down.
+    let upstreams = plans
+        .iter()
+        .map(|plan| worker::Upstream::new(&plan.upstream))
+        .collect::<Result<Vec<_>, _>>()?;
     let queue = open_queue(&args.redis, &url).await?;
     if let Some(addr) = args.metrics_addr {
         worker::install_prometheus();
@@ -30,17 +40,12 @@ pub async fn run(args: WorkerCmdArgs) -> Result<(), ServeError> {
             }
         });
     }
-    let callbacks = worker::Callbacks::new(&args.callback)?;
-    let plans = crate::upstreams::plans(&args.redis, &args.upstream, &args.policy, &args.upstreams);
-    let plans =
-        crate::upstreams::select(plans, &args.only_upstreams).map_err(ServeError::Config)?;
     // One worker per upstream served, each with its own slots, sharing the stop signal and
     // the admin's quiet / stop switch (a stop read by any of them ends the process, exit 0).
     // Every setting is checked before the first one starts.
     let control = worker::Control::new();
     let mut workers = Vec::with_capacity(plans.len());
-    for plan in &plans {
-        let upstream = worker::Upstream::new(&plan.upstream)?;
+    for (plan, upstream) in plans.iter().zip(upstreams) {
         let q = upstream_queue(&queue, plan, &url).await?;
         let mut wargs = args.worker.clone();
         wargs.concurrency = plan.concurrency.unwrap_or(wargs.concurrency);

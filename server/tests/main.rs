@@ -39,6 +39,7 @@ mod page_nonce;
 mod process;
 mod process_features;
 mod process_freshness;
+mod process_jobs;
 mod process_repartition;
 mod process_settings;
 mod process_startup;

@@ -219,9 +219,9 @@ impl Worker {
         let label = telemetry::upstream_label(self.queue.config());
         telemetry::register_upstream(&label);
         let ctx = Arc::new(Ctx {
+            upstream: self.upstream.labelled(&label),
             label,
             queue: self.queue.clone(),
-            upstream: self.upstream,
             callbacks: self.callbacks,
             policy: self.policy,
             id: self.id.clone(),

@@ -34,6 +34,9 @@ pub const RELEASES: &str = "repoll_releases_total";
 pub const RATE_LIMITED: &str = "repoll_upstream_rate_limited_total";
 /// Upstream call latency in seconds; label `outcome` (processing, done, failed, error).
 pub const UPSTREAM_LATENCY: &str = "repoll_upstream_latency_seconds";
+/// Calls made to an upstream, by `call` (`submit`, `poll`, `result`) and `outcome` (`ok`, or
+/// the error's kind: `timeout`, `connect`, `status`, `bad_body`, `redirect`).
+pub const UPSTREAM_CALLS: &str = "repoll_upstream_calls_total";
 /// Calls in flight in this process.
 pub const IN_FLIGHT: &str = "repoll_in_flight";
 /// Queue depth by `state` (ready, waiting, retrying, leased, stuck, dead, results), refreshed
@@ -130,6 +133,10 @@ pub fn register_upstream(upstream: &str) {
         metrics::counter!(REFRESHES, "outcome" => *outcome, "upstream" => upstream.to_string())
             .increment(0);
     }
+    for call in ["submit", "poll", "result"] {
+        metrics::counter!(UPSTREAM_CALLS, "call" => call, "outcome" => "ok", "upstream" => upstream.to_string())
+            .increment(0);
+    }
     metrics::gauge!(IN_FLIGHT, "upstream" => upstream.to_string()).increment(0.0);
 }
 
@@ -160,6 +167,10 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(CLAIMS, "Tasks claimed.");
+    describe_counter!(
+        UPSTREAM_CALLS,
+        "Calls made to the upstream, by call (submit, poll, result) and outcome."
+    );
     describe_counter!(COMPLETIONS, "Tasks completed (final result stored).");
     describe_counter!(POLLS, "Calls answered processing and rescheduled.");
     describe_counter!(

@@ -64,6 +64,23 @@ fn long_running(base: &str) -> UpstreamArgs {
     }
 }
 
+/// An Azure-style operation: `202` + `Operation-Location`, the result at `resourceLocation`.
+fn operation(base: &str) -> UpstreamArgs {
+    UpstreamArgs {
+        processing_values: vec!["notStarted".into(), "running".into()],
+        timeout_ms: 5_000,
+        job: JobArgs {
+            submit_url: Some(format!("{base}/v1/operations")),
+            submit_body: Some(r#"{"q": "{key}"}"#.into()),
+            poll_url: Some("header:Operation-Location".into()),
+            result_url: Some("body:/resourceLocation".into()),
+            result_data_pointer: Some("/result".into()),
+            ..UpstreamArgs::default().job
+        },
+        ..UpstreamArgs::default()
+    }
+}
+
 /// `n` queries asked twice each (the second ask joins), worked by two workers until settled.
 async fn ask_twice_and_settle(q: &Queue, up: &UpstreamArgs, prefix: &str, n: usize) {
     for round in 0..2 {
@@ -99,6 +116,7 @@ async fn each_job_form_makes_exactly_one_job_per_query() {
     for (name, up) in [
         ("jobs-predictions", predictions(&sim.base, false)),
         ("jobs-long-running", long_running(&sim.base)),
+        ("jobs-operation", operation(&sim.base)),
     ] {
         let before = jobs_of(&sim.base).await.created;
         let q = queue(name).await;

@@ -35,6 +35,29 @@ pub struct Upstream {
     rate: Option<RateLimit>,
     /// A job API's settings; `None` for the repeating kind.
     job: Option<JobApi>,
+    /// The `upstream` label of its call metrics ([`Upstream::labelled`]).
+    label: String,
+}
+
+/// What a call to the upstream is for (the `call` label of `repoll_upstream_calls_total`).
+#[derive(Clone, Copy, Debug)]
+enum Call {
+    /// A job API's submit.
+    Submit,
+    /// A poll: the repeating call, or a job's.
+    Poll,
+    /// A done job's result, fetched from its own URL.
+    Result,
+}
+
+impl Call {
+    fn as_str(self) -> &'static str {
+        match self {
+            Call::Submit => "submit",
+            Call::Poll => "poll",
+            Call::Result => "result",
+        }
+    }
 }
 
 impl fmt::Debug for Upstream {
@@ -125,7 +148,14 @@ impl Upstream {
                 burst: args.upstream_rate_burst.max(1),
             }),
             job,
+            label: "default".into(),
         })
+    }
+
+    /// This client with its call metrics labelled `upstream="<label>"` (the worker's label).
+    pub fn labelled(mut self, label: &str) -> Upstream {
+        self.label = label.to_string();
+        self
     }
 
     /// The queue-wide limit on calls, if one is configured.
@@ -199,7 +229,7 @@ impl Upstream {
         let url = self.template.url_for(key, callback)?;
         let shown = self.shown_call(key).unwrap_or_default();
         let (status, _, retry_after, body) = self
-            .send(self.method.clone(), url, None, &shown, true)
+            .send(Call::Poll, self.method.clone(), url, None, &shown, true)
             .await?;
         self.reader.read_answer(status, &body, retry_after)
     }
@@ -239,6 +269,7 @@ impl Upstream {
         let body = job.submit_body(key, callback, idem);
         let (_, headers, retry_after, answer) = self
             .send(
+                Call::Submit,
                 job.submit_method.clone(),
                 url.clone(),
                 Some((body, extra)),
@@ -262,10 +293,33 @@ impl Upstream {
         let url = job.poll_url(reference)?;
         let shown = self.shown_url(&Method::GET, &url);
         let credentials = job.sends_credentials(&url);
-        let (status, _, retry_after, body) = self
-            .send(Method::GET, url, None, &shown, credentials)
+        let (status, headers, retry_after, body) = self
+            .send(
+                Call::Poll,
+                Method::GET,
+                url.clone(),
+                None,
+                &shown,
+                credentials,
+            )
             .await?;
-        self.reader.read_answer(status, &body, retry_after)
+        let answer = self.reader.read_answer(status, &body, retry_after)?;
+        if !matches!(answer, Answer::Done { .. }) || !job.has_result_url() {
+            return Ok(answer);
+        }
+        // Done, and the result lives elsewhere: one GET there is the final data. A failed
+        // fetch is an error of this poll (retried: the next poll finds the job done again).
+        let Some(result) = job.result_url(reference, &url, &headers, &body)? else {
+            return Ok(answer);
+        };
+        let shown = self.shown_url(&Method::GET, &result);
+        let credentials = job.sends_credentials(&result);
+        let (_, _, _, body) = self
+            .send(Call::Result, Method::GET, result, None, &shown, credentials)
+            .await?;
+        Ok(Answer::Done {
+            data: job.result_data(&body)?,
+        })
     }
 
     /// A call shown as a task's history shows it: no query string, fragment or user info,
@@ -289,9 +343,32 @@ impl Upstream {
     }
 
     /// One HTTP call: the configured headers (with `credentials`) and the extra ones, a CLIENT
-    /// span named by `shown`, a non-2xx answer as [`UpstreamError::Status`], the body capped.
-    /// Returns the status code, the headers, the `Retry-After` and the body.
+    /// span named by `shown`, a non-2xx answer as [`UpstreamError::Status`], the body capped,
+    /// counted in `repoll_upstream_calls_total{call, outcome}`. Returns the status code, the
+    /// headers, the `Retry-After` and the body.
     async fn send(
+        &self,
+        call: Call,
+        method: Method,
+        url: Url,
+        body: Option<(Option<Vec<u8>>, HeaderMap)>,
+        shown: &str,
+        credentials: bool,
+    ) -> Result<(u16, HeaderMap, Option<Duration>, Vec<u8>), UpstreamError> {
+        let r = self
+            .send_uncounted(method, url, body, shown, credentials)
+            .await;
+        let outcome = match &r {
+            Ok(_) => "ok",
+            Err(e) => e.kind(),
+        };
+        metrics::counter!(crate::telemetry::UPSTREAM_CALLS, "upstream" => self.label.clone(),
+            "call" => call.as_str(), "outcome" => outcome)
+        .increment(1);
+        r
+    }
+
+    async fn send_uncounted(
         &self,
         method: Method,
         url: Url,

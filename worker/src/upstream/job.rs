@@ -26,7 +26,7 @@ use reqwest::{Method, Url};
 use serde_json::Value;
 use sha2::Sha256;
 
-use super::{truncate, ConfigError, Secret, UpstreamError};
+use super::{truncate, ConfigError, JobArgs, UpstreamError};
 
 /// The submit's placeholders.
 pub const KEY: &str = "{key}";
@@ -38,108 +38,15 @@ pub const JOB: &str = "{job}";
 /// Longest job reference kept (an id, or the URL of the job): it is stored in the task record.
 pub const MAX_JOB_BYTES: usize = 2048;
 
-/// Settings of a job API (part of [`super::UpstreamArgs`]). Without a submit URL the upstream
-/// is of the repeating kind and none of these is read.
-#[derive(clap::Args, Clone)]
-pub struct JobArgs {
-    /// Where a task's job is submitted: a URL template that may hold `{key}` (the query,
-    /// percent-encoded), `{callback_url}` and `{idempotency_key}`. Setting it makes the
-    /// upstream of the job kind (then REPOLL_UPSTREAM_URL is not set).
-    #[arg(
-        long = "upstream-submit-url",
-        env = "REPOLL_UPSTREAM_SUBMIT_URL",
-        hide_env_values = true
-    )]
-    pub submit_url: Option<String>,
-    /// HTTP method of the submit.
-    #[arg(
-        long = "upstream-submit-method",
-        env = "REPOLL_UPSTREAM_SUBMIT_METHOD",
-        default_value = "POST"
-    )]
-    pub submit_method: String,
-    /// The submit's JSON body, as a template: a string value `"{key}"` becomes the query,
-    /// `"{callback_url}"` the task's callback URL, `"{idempotency_key}"` its idempotency key (a
-    /// placeholder inside a longer string is inserted as text). Parsed at start. Unset: no body.
-    #[arg(
-        long = "upstream-submit-body",
-        env = "REPOLL_UPSTREAM_SUBMIT_BODY",
-        hide_env_values = true
-    )]
-    pub submit_body: Option<String>,
-    /// JSON pointer to the job's id in the submit's answer (used by a `{job}` poll URL).
-    #[arg(
-        long = "upstream-job-pointer",
-        env = "REPOLL_UPSTREAM_JOB_POINTER",
-        default_value = "/id"
-    )]
-    pub job_pointer: String,
-    /// Where the job is followed: a URL template with `{job}` (the id, inserted as it is, `/`
-    /// kept), `header:<Name>` (a header of the submit's answer, e.g.
-    /// `header:Operation-Location`) or `body:<pointer>` (a URL in its body, e.g.
-    /// `body:/urls/get`). Needed with a submit URL.
-    #[arg(
-        long = "upstream-poll-url",
-        env = "REPOLL_UPSTREAM_POLL_URL",
-        hide_env_values = true
-    )]
-    pub poll_url: Option<String>,
-    /// Header that carries the submit's idempotency key (e.g. `Idempotency-Key`): every submit
-    /// of one task's one job carries the same key, so an upstream that honours it makes one job
-    /// even when a worker dies between the submit and storing the job. Unset: none is sent.
-    #[arg(
-        long = "upstream-idempotency-header",
-        env = "REPOLL_UPSTREAM_IDEMPOTENCY_HEADER"
-    )]
-    pub idempotency_header: Option<String>,
-    /// Other origins (`https://host[:port]`, comma-separated) whose URLs may be followed when an
-    /// answer gives one (e.g. presigned storage). They get no API key and no configured header.
-    #[arg(
-        long = "upstream-allowed-origins",
-        env = "REPOLL_UPSTREAM_ALLOWED_ORIGINS",
-        value_delimiter = ','
-    )]
-    pub allowed_origins: Vec<String>,
-    /// Mixed into every idempotency key, from `REPOLL_UPSTREAM_IDEMPOTENCY_SECRET` only (the
-    /// same on every process of a deployment); unset, keys derive from the queue, task and life
-    /// alone.
-    #[arg(skip = std::env::var("REPOLL_UPSTREAM_IDEMPOTENCY_SECRET").ok().filter(|k| !k.is_empty()).map(Secret::from))]
-    pub idempotency_secret: Option<Secret>,
-}
-
-impl fmt::Debug for JobArgs {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let JobArgs {
-            submit_url,
-            submit_method,
-            submit_body,
-            job_pointer,
-            poll_url,
-            idempotency_header,
-            allowed_origins,
-            idempotency_secret,
-        } = self;
-        f.debug_struct("JobArgs")
-            .field("submit_url", submit_url)
-            .field("submit_method", submit_method)
-            .field("submit_body", submit_body)
-            .field("job_pointer", job_pointer)
-            .field("poll_url", poll_url)
-            .field("idempotency_header", idempotency_header)
-            .field("allowed_origins", allowed_origins)
-            .field("idempotency_secret", idempotency_secret)
-            .finish()
-    }
-}
-
-/// Where the job is followed.
+/// Where a URL comes from: the poll URL (from the submit's answer) or the result URL (from
+/// the final poll's answer).
 #[derive(Clone, Debug, PartialEq)]
-enum PollUrl {
-    /// A template with `{job}`; the job reference is the id.
+enum UrlSource {
+    /// A template with `{job}` (for the poll URL, the job reference is then the id).
     Template(String),
-    /// A header of the submit's answer; the job reference is that URL.
+    /// A header of the answer (for the poll URL, the job reference is then that URL).
     Header(HeaderName),
-    /// A URL at a JSON pointer in the submit's body; the job reference is that URL.
+    /// A URL at a JSON pointer in the answer's body (likewise).
     Body(String),
 }
 
@@ -150,7 +57,9 @@ pub struct JobApi {
     pub(super) submit_method: Method,
     submit_body: Option<Value>,
     job_pointer: String,
-    poll: PollUrl,
+    poll: UrlSource,
+    result: Option<UrlSource>,
+    result_pointer: String,
     pub(super) idempotency_header: Option<HeaderName>,
     /// The upstream's own origin (the submit URL's): credentials go there and nowhere else.
     own_origin: String,
@@ -206,7 +115,22 @@ impl JobApi {
                 "REPOLL_UPSTREAM_JOB_POINTER: a JSON pointer starts with '/': {job_pointer:?}"
             )));
         }
-        let poll = parse_poll_url(args.poll_url.as_deref())?;
+        let poll = parse_url_source(args.poll_url.as_deref(), "REPOLL_UPSTREAM_POLL_URL")?;
+        let result = match args.result_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            raw => Some(parse_url_source(raw, "REPOLL_UPSTREAM_RESULT_URL")?),
+        };
+        let result_pointer = args
+            .result_data_pointer
+            .as_deref()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        if !result_pointer.is_empty() && !result_pointer.starts_with('/') {
+            return Err(ConfigError(format!(
+                "REPOLL_UPSTREAM_RESULT_DATA_POINTER: a JSON pointer starts with '/': {result_pointer:?}"
+            )));
+        }
         let idempotency_header = match args.idempotency_header.as_deref().map(str::trim) {
             None | Some("") => None,
             Some(name) => Some(HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
@@ -239,6 +163,8 @@ impl JobApi {
             submit_body,
             job_pointer,
             poll,
+            result,
+            result_pointer,
             idempotency_header,
             own_origin,
             allowed_origins,
@@ -248,14 +174,18 @@ impl JobApi {
                 .map(|s| s.expose().as_bytes().to_vec())
                 .unwrap_or_default(),
         };
-        if let PollUrl::Template(t) = &api.poll {
-            let url = fill_job(t, "sample-job")
-                .map_err(|_| ConfigError("REPOLL_UPSTREAM_POLL_URL: not a URL".into()))?;
-            if !api.origin_allowed(&url) {
-                return Err(ConfigError(
-                    "REPOLL_UPSTREAM_POLL_URL: on an origin that is neither the submit URL's nor allowed"
-                        .into(),
-                ));
+        for (source, setting) in [
+            (Some(&api.poll), "REPOLL_UPSTREAM_POLL_URL"),
+            (api.result.as_ref(), "REPOLL_UPSTREAM_RESULT_URL"),
+        ] {
+            if let Some(UrlSource::Template(t)) = source {
+                let url = fill_job(t, "sample-job")
+                    .map_err(|_| ConfigError(format!("{setting}: not a URL")))?;
+                if !api.origin_allowed(&url) {
+                    return Err(ConfigError(format!(
+                        "{setting}: on an origin that is neither the submit URL's nor allowed"
+                    )));
+                }
             }
         }
         Ok(Some(api))
@@ -330,21 +260,15 @@ impl JobApi {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Result<String, UpstreamError> {
-        let json = || -> Result<Value, UpstreamError> {
-            serde_json::from_slice(body)
-                .map_err(|e| UpstreamError::BadBody(format!("submit answer not JSON: {e}")))
-        };
-        let (job, is_url) = match &self.poll {
-            PollUrl::Template(_) => (scalar_at(&json()?, &self.job_pointer)?, false),
-            PollUrl::Body(pointer) => (scalar_at(&json()?, pointer)?, true),
-            PollUrl::Header(name) => {
-                let v = headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .ok_or_else(|| {
-                        UpstreamError::BadBody(format!("the submit answer has no {name} header"))
-                    })?;
-                (v.trim().to_string(), true)
+        let job = match &self.poll {
+            UrlSource::Template(_) => {
+                let json = parse_answer(body, "submit")?;
+                scalar_at(&json, &self.job_pointer, "submit")?
+            }
+            source => {
+                let url = url_from(source, "", submit, headers, body, "submit")?;
+                self.guard(&url)?;
+                url.to_string()
             }
         };
         if job.is_empty() || job.len() > MAX_JOB_BYTES {
@@ -352,21 +276,50 @@ impl JobApi {
                 "the submit answer's job reference is empty or longer than {MAX_JOB_BYTES} bytes"
             )));
         }
-        if !is_url {
-            return Ok(job);
-        }
-        let url = submit.join(&job).map_err(|_| {
-            UpstreamError::BadBody(format!("the job URL is not a URL: {}", truncate(&job, 80)))
-        })?;
+        Ok(job)
+    }
+
+    /// Whether a done job's result is fetched from a URL of its own.
+    pub fn has_result_url(&self) -> bool {
+        self.result.is_some()
+    }
+
+    /// The URL of a done job's result, from the final poll's answer (`poll` was its URL) or the
+    /// `{job}` template; checked by the origin guard. None without a result URL.
+    pub fn result_url(
+        &self,
+        job: &str,
+        poll: &Url,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Option<Url>, UpstreamError> {
+        let Some(source) = &self.result else {
+            return Ok(None);
+        };
+        let url = url_from(source, job, poll, headers, body, "final poll")?;
         self.guard(&url)?;
-        Ok(url.to_string())
+        Ok(Some(url))
+    }
+
+    /// The final data in the result URL's answer (at the result data pointer).
+    pub fn result_data(&self, body: &[u8]) -> Result<Value, UpstreamError> {
+        let json = parse_answer(body, "result")?;
+        if self.result_pointer.is_empty() {
+            return Ok(json);
+        }
+        json.pointer(&self.result_pointer).cloned().ok_or_else(|| {
+            UpstreamError::BadBody(format!(
+                "the result answer has nothing at {}",
+                self.result_pointer
+            ))
+        })
     }
 
     /// The URL that follows `job` (a reference [`JobApi::job_from_answer`] made).
     pub fn poll_url(&self, job: &str) -> Result<Url, UpstreamError> {
         let url = match &self.poll {
-            PollUrl::Template(t) => fill_job(t, job)?,
-            PollUrl::Header(_) | PollUrl::Body(_) => Url::parse(job)
+            UrlSource::Template(t) => fill_job(t, job)?,
+            UrlSource::Header(_) | UrlSource::Body(_) => Url::parse(job)
                 .map_err(|_| UpstreamError::BadBody("the stored job URL is not a URL".into()))?,
         };
         self.guard(&url)?;
@@ -405,9 +358,43 @@ impl JobApi {
     }
 }
 
-fn parse_poll_url(raw: Option<&str>) -> Result<PollUrl, ConfigError> {
+/// A URL taken from an answer (`what` names it in errors): a header's or a body pointer's
+/// value resolved against `base`, or the template with `job` put in.
+fn url_from(
+    source: &UrlSource,
+    job: &str,
+    base: &Url,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<Url, UpstreamError> {
+    let raw = match source {
+        UrlSource::Template(t) => return fill_job(t, job),
+        UrlSource::Body(pointer) => scalar_at(&parse_answer(body, what)?, pointer, what)?,
+        UrlSource::Header(name) => headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_string())
+            .ok_or_else(|| {
+                UpstreamError::BadBody(format!("the {what} answer has no {name} header"))
+            })?,
+    };
+    base.join(&raw).map_err(|_| {
+        UpstreamError::BadBody(format!(
+            "the {what} answer's URL is not a URL: {}",
+            truncate(&raw, 80)
+        ))
+    })
+}
+
+fn parse_answer(body: &[u8], what: &str) -> Result<Value, UpstreamError> {
+    serde_json::from_slice(body)
+        .map_err(|e| UpstreamError::BadBody(format!("the {what} answer is not JSON: {e}")))
+}
+
+fn parse_url_source(raw: Option<&str>, setting: &str) -> Result<UrlSource, ConfigError> {
     let raw = raw.map(str::trim).unwrap_or("");
-    let bad = |what: String| ConfigError(format!("REPOLL_UPSTREAM_POLL_URL: {what}"));
+    let bad = |what: String| ConfigError(format!("{setting}: {what}"));
     if raw.is_empty() {
         return Err(bad(
             "needed with a submit URL: a template with {job}, header:<Name> or body:<pointer>"
@@ -416,7 +403,7 @@ fn parse_poll_url(raw: Option<&str>) -> Result<PollUrl, ConfigError> {
     }
     if let Some(name) = raw.strip_prefix("header:") {
         return HeaderName::from_bytes(name.trim().as_bytes())
-            .map(PollUrl::Header)
+            .map(UrlSource::Header)
             .map_err(|_| bad(format!("bad header name {:?}", name.trim())));
     }
     if let Some(pointer) = raw.strip_prefix("body:") {
@@ -424,14 +411,14 @@ fn parse_poll_url(raw: Option<&str>) -> Result<PollUrl, ConfigError> {
         if !pointer.starts_with('/') {
             return Err(bad(format!("a JSON pointer starts with '/': {pointer:?}")));
         }
-        return Ok(PollUrl::Body(pointer.to_string()));
+        return Ok(UrlSource::Body(pointer.to_string()));
     }
     if !raw.contains(JOB) {
         return Err(bad(
             "a template needs {job} (or use header:<Name> / body:<pointer>)".into(),
         ));
     }
-    Ok(PollUrl::Template(raw.to_string()))
+    Ok(UrlSource::Template(raw.to_string()))
 }
 
 /// The submit URL template filled in: `{key}` and `{callback_url}` percent-encoded, the
@@ -486,13 +473,13 @@ fn fill_value(v: &mut Value, fills: &[(&str, &str)]) {
     }
 }
 
-/// A string or number at `pointer`, as text.
-fn scalar_at(v: &Value, pointer: &str) -> Result<String, UpstreamError> {
+/// A string or number at `pointer` of the `what` answer, as text.
+fn scalar_at(v: &Value, pointer: &str, what: &str) -> Result<String, UpstreamError> {
     match v.pointer(pointer) {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Number(n)) => Ok(n.to_string()),
         _ => Err(UpstreamError::BadBody(format!(
-            "the submit answer has no job reference at {pointer}"
+            "the {what} answer has nothing at {pointer}"
         ))),
     }
 }

@@ -17,13 +17,14 @@
 //!
 //! One file per job: `secret` (the key), `args` (the settings), `answer` (what an
 //! answer means, read without HTTP), `template` (the URL and its shape check), `job` (a job
-//! API's submit, job reference, poll URL and origin guard), `client` (the HTTP calls),
-//! `retry_after` (the header).
+//! API's submit, job reference, poll and result URLs, origin guard), `job_args` (its
+//! settings), `client` (the HTTP calls), `retry_after` (the header).
 
 mod answer;
 mod args;
 mod client;
 mod job;
+mod job_args;
 mod retry_after;
 mod secret;
 mod template;
@@ -31,7 +32,8 @@ mod template;
 pub use answer::{Answer, AnswerReader, ConfigError, UpstreamError};
 pub use args::{simulator_url, RateLimit, StatusFallback, StatusFrom, UpstreamArgs, DEFAULT_URL};
 pub use client::Upstream;
-pub use job::{JobApi, JobArgs};
+pub use job::JobApi;
+pub use job_args::JobArgs;
 pub use retry_after::{parse_retry_after, parse_retry_after_at};
 pub use secret::Secret;
 pub use template::CALLBACK_PLACEHOLDER;

@@ -1,0 +1,121 @@
+//! A job API's settings ([`JobArgs`], part of [`super::UpstreamArgs`]): flags, each with a
+//! `REPOLL_UPSTREAM_*` variable and a key of an `[upstreams.NAME]` section. What they mean and
+//! how they are checked: [`super::JobApi`].
+
+use std::fmt;
+
+use super::Secret;
+
+/// Settings of a job API (part of [`super::UpstreamArgs`]). Without a submit URL the upstream
+/// is of the repeating kind and none of these is read.
+#[derive(clap::Args, Clone)]
+pub struct JobArgs {
+    /// Where a task's job is submitted: a URL template that may hold `{key}` (the query,
+    /// percent-encoded), `{callback_url}` and `{idempotency_key}`. Setting it makes the
+    /// upstream of the job kind (then REPOLL_UPSTREAM_URL is not set).
+    #[arg(
+        long = "upstream-submit-url",
+        env = "REPOLL_UPSTREAM_SUBMIT_URL",
+        hide_env_values = true
+    )]
+    pub submit_url: Option<String>,
+    /// HTTP method of the submit.
+    #[arg(
+        long = "upstream-submit-method",
+        env = "REPOLL_UPSTREAM_SUBMIT_METHOD",
+        default_value = "POST"
+    )]
+    pub submit_method: String,
+    /// The submit's JSON body, as a template: a string value `"{key}"` becomes the query,
+    /// `"{callback_url}"` the task's callback URL, `"{idempotency_key}"` its idempotency key (a
+    /// placeholder inside a longer string is inserted as text). Parsed at start. Unset: no body.
+    #[arg(
+        long = "upstream-submit-body",
+        env = "REPOLL_UPSTREAM_SUBMIT_BODY",
+        hide_env_values = true
+    )]
+    pub submit_body: Option<String>,
+    /// JSON pointer to the job's id in the submit's answer (used by a `{job}` poll URL).
+    #[arg(
+        long = "upstream-job-pointer",
+        env = "REPOLL_UPSTREAM_JOB_POINTER",
+        default_value = "/id"
+    )]
+    pub job_pointer: String,
+    /// Where the job is followed: a URL template with `{job}` (the id, inserted as it is, `/`
+    /// kept), `header:<Name>` (a header of the submit's answer, e.g.
+    /// `header:Operation-Location`) or `body:<pointer>` (a URL in its body, e.g.
+    /// `body:/urls/get`). Needed with a submit URL.
+    #[arg(
+        long = "upstream-poll-url",
+        env = "REPOLL_UPSTREAM_POLL_URL",
+        hide_env_values = true
+    )]
+    pub poll_url: Option<String>,
+    /// Where a done job's result is fetched, if not in the poll's answer: `body:<pointer>` or
+    /// `header:<Name>` of the final poll answer (e.g. `body:/resourceLocation`), or a URL
+    /// template with `{job}`. One `GET` there gives the final data. Unset: the poll's answer
+    /// holds it.
+    #[arg(
+        long = "upstream-result-url",
+        env = "REPOLL_UPSTREAM_RESULT_URL",
+        hide_env_values = true
+    )]
+    pub result_url: Option<String>,
+    /// JSON pointer to the final data in the result URL's answer (unset: the whole body).
+    #[arg(
+        long = "upstream-result-data-pointer",
+        env = "REPOLL_UPSTREAM_RESULT_DATA_POINTER"
+    )]
+    pub result_data_pointer: Option<String>,
+    /// Header that carries the submit's idempotency key (e.g. `Idempotency-Key`): every submit
+    /// of one task's one job carries the same key, so an upstream that honours it makes one job
+    /// even when a worker dies between the submit and storing the job. Unset: none is sent.
+    #[arg(
+        long = "upstream-idempotency-header",
+        env = "REPOLL_UPSTREAM_IDEMPOTENCY_HEADER"
+    )]
+    pub idempotency_header: Option<String>,
+    /// Other origins (`https://host[:port]`, comma-separated) whose URLs may be followed when an
+    /// answer gives one (e.g. presigned storage). They get no API key and no configured header.
+    #[arg(
+        long = "upstream-allowed-origins",
+        env = "REPOLL_UPSTREAM_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+    /// Mixed into every idempotency key, from `REPOLL_UPSTREAM_IDEMPOTENCY_SECRET` only (the
+    /// same on every process of a deployment); unset, keys derive from the queue, task and life
+    /// alone.
+    #[arg(skip = std::env::var("REPOLL_UPSTREAM_IDEMPOTENCY_SECRET").ok().filter(|k| !k.is_empty()).map(Secret::from))]
+    pub idempotency_secret: Option<Secret>,
+}
+
+impl fmt::Debug for JobArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let JobArgs {
+            submit_url,
+            submit_method,
+            submit_body,
+            job_pointer,
+            poll_url,
+            result_url,
+            result_data_pointer,
+            idempotency_header,
+            allowed_origins,
+            idempotency_secret,
+        } = self;
+        f.debug_struct("JobArgs")
+            .field("submit_url", submit_url)
+            .field("submit_method", submit_method)
+            .field("submit_body", submit_body)
+            .field("job_pointer", job_pointer)
+            .field("poll_url", poll_url)
+            .field("result_url", result_url)
+            .field("result_data_pointer", result_data_pointer)
+            .field("idempotency_header", idempotency_header)
+            .field("allowed_origins", allowed_origins)
+            .field("idempotency_secret", idempotency_secret)
+            .finish()
+    }
+}
