@@ -1,6 +1,6 @@
 //! Job-shaped APIs: the caller submits once, gets a job, and follows the job until it ends —
-//! the shape of most real asynchronous APIs (issue 41). Three of their forms, each on its own
-//! paths, all three backed by one book of jobs:
+//! the shape of most real asynchronous APIs (issue 41). Four of their forms, each on its own
+//! paths, all backed by one book of jobs:
 //!
 //! - **predictions** (Replicate's form): `POST /v1/predictions` with a JSON body answers `201
 //!   {"id", "status": "starting", "urls": {"get", "cancel"}}`; `GET /v1/predictions/{id}`
@@ -14,6 +14,14 @@
 //!   `{"name": "operations/{id}"}` (no `done` until it is done, as Google leaves it out); `GET
 //!   /v1/operations/{id}` answers `{"name", "done": true, "response"}` (or `"error"`) at the end;
 //!   `POST /v1/operations/{id}:cancel` cancels it.
+//! - **transcripts** (AssemblyAI's): `POST /v2/transcript` answers `{"id", "status": "queued"}`;
+//!   `GET /v2/transcript/{id}` answers `"processing"`, then `"completed"` with `"text"` (or
+//!   `"error"` with the message).
+//!
+//! The operations and long-running forms also take their submits at the real APIs' paths
+//! (Azure Document Intelligence's `…/documentModels/<model>:analyze`, Vertex AI's
+//! `…/models/<model>:predictLongRunning`), so the recipes of docs/recipes.md run unchanged but
+//! for the host.
 //!
 //! A job's **key** — what its data is made from and where its overrides are read
 //! ([`crate::overrides`]) — is the string at `/input/q` of the submit body, else at `/q`,
@@ -55,6 +63,7 @@ pub enum Form {
     Prediction,
     Operation,
     LongRunning,
+    Transcript,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -201,13 +210,23 @@ impl JobBook {
     }
 }
 
-/// The job's key: `/input/q`, else `/q`, else the body's text.
+/// Where a submit body holds the question, in the forms the real APIs use (the first found
+/// is the job's key).
+const KEY_POINTERS: [&str; 6] = [
+    "/input/q",
+    "/input/prompt",
+    "/q",
+    "/audio_url",
+    "/urlSource",
+    "/instances/0/prompt",
+];
+
+/// The job's key: the first string at [`KEY_POINTERS`], else the body's text.
 fn key_of(body: &[u8]) -> String {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     parsed
         .as_ref()
-        .and_then(|v| v.pointer("/input/q").or_else(|| v.pointer("/q")))
-        .and_then(Value::as_str)
+        .and_then(|v| KEY_POINTERS.iter().find_map(|p| v.pointer(p)?.as_str()))
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
 }
@@ -430,6 +449,8 @@ pub async fn operations_get(
             let status = status_word(&common, ["running", "succeeded", "failed", "canceled"]);
             let mut body = json!({"id": job.id, "status": status});
             if status == "succeeded" {
+                // Both places the Azure guidelines name: the result inline, and its own URL.
+                body["result"] = common["data"].clone();
                 body["resourceLocation"] =
                     json!(format!("{}/v1/results/{}", origin(&headers), job.id));
             }
@@ -500,6 +521,35 @@ pub async fn operations_post(State(sim): Shared, Path(segment): Path<String>) ->
     match sim.jobs.cancel(id) {
         Some(_) => Json(json!({})).into_response(),
         None => problem(StatusCode::NOT_FOUND, "no such operation"),
+    }
+}
+
+// ---- transcripts (AssemblyAI) ---------------------------------------------------------------
+
+fn transcript(job: &Job, status: &str, text: &Value, error: &Value) -> Value {
+    let mut body = json!({"id": job.id, "status": status, "text": text});
+    if !error.is_null() {
+        body["error"] = error.clone();
+    }
+    body
+}
+
+/// `POST /v2/transcript`: `{"id", "status": "queued"}`.
+pub async fn transcripts_submit(State(sim): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    match submit(&sim, Form::Transcript, &headers, body).await {
+        Ok(job) => Json(transcript(&job, "queued", &Value::Null, &Value::Null)).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// `GET /v2/transcript/{id}`: `queued` / `processing` / `completed` / `error`.
+pub async fn transcripts_get(State(sim): Shared, Path(id): Path<String>) -> Response {
+    match poll(&sim, Form::Transcript, &id).await {
+        Ok((job, common)) => {
+            let status = status_word(&common, ["processing", "completed", "error", "error"]);
+            Json(transcript(&job, status, &common["data"], &common["error"])).into_response()
+        }
+        Err(r) => r,
     }
 }
 

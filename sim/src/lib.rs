@@ -292,6 +292,19 @@ fn one_router(args: SimArgs) -> axum::Router {
             "/v1/models/sim:predictLongRunning",
             post(jobs::long_running_submit),
         )
+        .route("/v2/transcript", post(jobs::transcripts_submit))
+        .route("/v2/transcript/{id}", get(jobs::transcripts_get))
+        // The real APIs' own submit paths, for the recipes (docs/recipes.md): Azure Document
+        // Intelligence's `…/documentModels/<model>:analyze`, Vertex AI's
+        // `…/models/<model>:predictLongRunning`.
+        .route(
+            "/documentintelligence/documentModels/{model_action}",
+            post(jobs::operations_submit),
+        )
+        .route(
+            "/v1/projects/{project}/locations/{location}/publishers/google/models/{model_action}",
+            post(jobs::long_running_submit),
+        )
         .route("/_sim/jobs", get(jobs::stats))
         .route("/_sim/stats", get(handlers::stats))
         .route("/_sim/key", get(handlers::key_detail))

@@ -15,6 +15,7 @@ mod faults;
 mod http_status;
 mod jobs;
 mod lifecycle;
+mod recipes;
 mod redirects;
 mod result_ttl;
 mod wakeups;
