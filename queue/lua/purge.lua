@@ -1,7 +1,8 @@
 -- purge.lua: one bounded chunk of a purge. The Rust side reads a chunk of ids (<= 500) from
 -- the target's zset and loops, so Redis is never blocked for long. Each id is re-checked here
 -- (still a member) before anything is deleted. Ready lists are purged by purge_ready.lua.
--- KEYS: due retry dead results events
+-- A purged task with a job API's job (`j`) leaves the job in `cancels` (cancel.lua says how).
+-- KEYS: due retry dead results events cancels
 -- KEYS per item: task hist result partial
 -- ARGV[1..6] common   ARGV[7] target ('dead'|'results'|'history'|'queued')   ARGV[8] who
 -- ARGV[8+i] id i
@@ -26,7 +27,9 @@ for i = 1, n do
   if target == 'dead' then
     if redis.call('ZSCORE', deadz, id) then
       redis.call('ZREM', deadz, id)
-      if redis.call('HGET', tkey, 's') == 'dead' then
+      local f = redis.call('HMGET', tkey, 's', 'j')
+      if f[1] == 'dead' then
+        queue_upstream_cancel(K.cancels, id, f[2], now)
         redis.call('DEL', tkey, hkey, pkey)
       end
       count = count + 1
@@ -35,7 +38,9 @@ for i = 1, n do
     if redis.call('ZSCORE', duez, id) then
       redis.call('ZREM', duez, id)
       redis.call('ZREM', retryz, id)
-      if redis.call('HGET', tkey, 's') == 'due' then
+      local f = redis.call('HMGET', tkey, 's', 'j')
+      if f[1] == 'due' then
+        queue_upstream_cancel(K.cancels, id, f[2], now)
         redis.call('DEL', tkey, hkey, pkey)
       end
       count = count + 1

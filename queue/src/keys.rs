@@ -55,6 +55,9 @@ pub(crate) struct Keys {
     pub fairc: String,
     /// Tenant -> GCRA arrival time of its next claim (per-tenant rate).
     pub fairr: String,
+    /// A job API's jobs to cancel upstream, `<tries>|<id>|<job>` scored by when (cancel.lua,
+    /// purge.lua; cancel_take.lua, cancel_settle.lua).
+    pub cancels: String,
 }
 
 impl Keys {
@@ -124,6 +127,7 @@ impl Keys {
             fairv: k("fairv"),
             fairc: k("fairc"),
             fairr: k("fairr"),
+            cancels: k("cancels"),
             tag,
         }
     }
@@ -159,6 +163,7 @@ impl Keys {
             "fairv" => &self.fairv,
             "fairc" => &self.fairc,
             "fairr" => &self.fairr,
+            "cancels" => &self.cancels,
             "meta" => return Some(self.meta()),
             _ => {
                 let id = id?;

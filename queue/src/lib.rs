@@ -37,6 +37,8 @@
 //!   `registry` (every running process's heartbeat), `callback`, `operator_ops` (retry, cancel, pause, breaker, purge,
 //!   migrate), [`bulk`] (actions by filter, in the background), `read` (stats, cursor pages,
 //!   details, throughput, tenants, events; `read::merge` merges the slots' answers).
+//! - `upstream_cancels`: a job API's jobs of cancelled or purged tasks, waiting for a worker
+//!   to cancel them upstream ([`UpstreamCancel`]).
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per task).
 //! - `repartition`: moving a drained queue to another partition count.
 //! - `decode`: Redis replies to model types, never panicking (`Corrupt` instead).
@@ -70,6 +72,7 @@ mod sessions;
 mod signin;
 mod slot;
 pub mod trace_context;
+mod upstream_cancels;
 mod wake;
 mod worker_ops;
 
@@ -96,5 +99,6 @@ pub use registry::{registry_ttl_ms, CommandSent, WebProcess, REGISTRY_TTL_PERIOD
 pub use repartition::Repartitioned;
 pub use sessions::{Sessions, MIN_SESSION_TTL_S};
 pub use signin::{SignInLimiter, SIGN_IN_WINDOW_MS};
+pub use upstream_cancels::{CancelOutcome, UpstreamCancel};
 pub use wake::{Wakeups, WAKE_CAP};
 pub use worker_ops::{MAX_BATCH, THROUGHPUT_HOURLY_RETENTION_MS, THROUGHPUT_RETENTION_MS};

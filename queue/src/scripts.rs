@@ -102,6 +102,8 @@ functions! {
     reap: read_only = false, common_argv = true;
     retry: read_only = false, common_argv = true;
     cancel: read_only = false, common_argv = true;
+    cancel_take: read_only = false, common_argv = true;
+    cancel_settle: read_only = false, common_argv = true;
     pause: read_only = false, common_argv = true;
     purge: read_only = false, common_argv = true;
     purge_ready: read_only = false, common_argv = true;

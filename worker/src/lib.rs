@@ -18,6 +18,7 @@
 //! ```
 
 pub mod callback;
+mod cancels;
 pub mod control;
 mod ctx;
 pub mod policy;

@@ -290,6 +290,13 @@ fn start_background(
     if args.stats_interval_ms > 0 {
         background.spawn(upkeep::queue_depth(ctx.clone(), args.stats_interval_ms));
     }
+    if ctx.upstream.is_job_api() {
+        // Jobs of cancelled or purged tasks, cancelled upstream at the reaper's pace.
+        background.spawn(crate::cancels::upstream_cancels(
+            ctx.clone(),
+            args.reap_interval_ms,
+        ));
+    }
     background
 }
 

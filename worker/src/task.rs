@@ -376,7 +376,7 @@ async fn call_with_renewal(ctx: &Ctx, c: &Claimed) -> Option<Result<Answer, Upst
 /// refusal says how long to wait; a little jitter spreads the waiters of many workers so they
 /// do not all ask again in the same millisecond. If Redis cannot be asked, the call goes
 /// ahead: the limit protects the upstream from floods, and without Redis nothing is flowing.
-async fn rate_permit(ctx: &Ctx) {
+pub(crate) async fn rate_permit(ctx: &Ctx) {
     let Some(limit) = ctx.upstream.rate_limit() else {
         return;
     };

@@ -34,7 +34,7 @@ pub const RELEASES: &str = "repoll_releases_total";
 pub const RATE_LIMITED: &str = "repoll_upstream_rate_limited_total";
 /// Upstream call latency in seconds; label `outcome` (processing, done, failed, error).
 pub const UPSTREAM_LATENCY: &str = "repoll_upstream_latency_seconds";
-/// Calls made to an upstream, by `call` (`submit`, `poll`, `result`) and `outcome` (`ok`, or
+/// Calls made to an upstream, by `call` (`submit`, `poll`, `result`, `cancel`) and `outcome` (`ok`, or
 /// the error's kind: `timeout`, `connect`, `status`, `bad_body`, `redirect`).
 pub const UPSTREAM_CALLS: &str = "repoll_upstream_calls_total";
 /// Calls in flight in this process.
@@ -133,7 +133,7 @@ pub fn register_upstream(upstream: &str) {
         metrics::counter!(REFRESHES, "outcome" => *outcome, "upstream" => upstream.to_string())
             .increment(0);
     }
-    for call in ["submit", "poll", "result"] {
+    for call in ["submit", "poll", "result", "cancel"] {
         metrics::counter!(UPSTREAM_CALLS, "call" => call, "outcome" => "ok", "upstream" => upstream.to_string())
             .increment(0);
     }
@@ -169,7 +169,7 @@ fn describe() {
     describe_counter!(CLAIMS, "Tasks claimed.");
     describe_counter!(
         UPSTREAM_CALLS,
-        "Calls made to the upstream, by call (submit, poll, result) and outcome."
+        "Calls made to the upstream, by call (submit, poll, result, cancel) and outcome."
     );
     describe_counter!(COMPLETIONS, "Tasks completed (final result stored).");
     describe_counter!(POLLS, "Calls answered processing and rescheduled.");

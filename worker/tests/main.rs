@@ -14,6 +14,7 @@ mod fair;
 mod faults;
 mod http_status;
 mod jobs;
+mod jobs_cancel;
 mod lifecycle;
 mod recipes;
 mod redirects;

@@ -98,3 +98,12 @@ local function count_ask(rkey, packed, cap)
   end
   return asks
 end
+
+-- A job API's job to cancel upstream: `job` (the record's `j`, nil for none) goes into the
+-- `cancels` zset due now, as `<tries>|<id>|<job>`, where cancel_take.lua hands it to a worker.
+-- Returns whether one was queued.
+local function queue_upstream_cancel(cancels, id, job, now)
+  if not job or job == '' then return false end
+  redis.call('ZADD', cancels, now, '0|' .. id .. '|' .. job)
+  return true
+end

@@ -48,6 +48,8 @@ enum Call {
     Poll,
     /// A done job's result, fetched from its own URL.
     Result,
+    /// A job's cancel.
+    Cancel,
 }
 
 impl Call {
@@ -56,6 +58,7 @@ impl Call {
             Call::Submit => "submit",
             Call::Poll => "poll",
             Call::Result => "result",
+            Call::Cancel => "cancel",
         }
     }
 }
@@ -320,6 +323,30 @@ impl Upstream {
         Ok(Answer::Done {
             data: job.result_data(&body)?,
         })
+    }
+
+    /// Cancels a job (a reference [`Upstream::submit`] returned) at the cancel URL; the answer's
+    /// HTTP status. `Ok(None)`: no cancel URL is configured.
+    pub async fn cancel_job(&self, reference: &str) -> Result<Option<u16>, UpstreamError> {
+        let Some(job) = &self.job else {
+            return Ok(None);
+        };
+        let Some((method, url)) = job.cancel_call(reference)? else {
+            return Ok(None);
+        };
+        let shown = self.shown_url(&method, &url);
+        let credentials = job.sends_credentials(&url);
+        let (status, ..) = self
+            .send(
+                Call::Cancel,
+                method,
+                url,
+                Some((None, HeaderMap::new())),
+                &shown,
+                credentials,
+            )
+            .await?;
+        Ok(Some(status))
     }
 
     /// A call shown as a task's history shows it: no query string, fragment or user info,

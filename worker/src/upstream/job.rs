@@ -60,6 +60,8 @@ pub struct JobApi {
     poll: UrlSource,
     result: Option<UrlSource>,
     result_pointer: String,
+    /// The cancel URL template (with `{job}`) and method.
+    cancel: Option<(String, Method)>,
     pub(super) idempotency_header: Option<HeaderName>,
     /// The upstream's own origin (the submit URL's): credentials go there and nowhere else.
     own_origin: String,
@@ -120,6 +122,25 @@ impl JobApi {
             None | Some("") => None,
             raw => Some(parse_url_source(raw, "REPOLL_UPSTREAM_RESULT_URL")?),
         };
+        let cancel = match args.cancel_url.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(t) if !t.contains(JOB) => {
+                return Err(ConfigError(
+                    "REPOLL_UPSTREAM_CANCEL_URL: a template needs {job}".into(),
+                ))
+            }
+            Some(t) => {
+                let method =
+                    Method::from_bytes(args.cancel_method.trim().to_ascii_uppercase().as_bytes())
+                        .map_err(|_| {
+                        ConfigError(format!(
+                            "REPOLL_UPSTREAM_CANCEL_METHOD: bad method {:?}",
+                            args.cancel_method
+                        ))
+                    })?;
+                Some((t.to_string(), method))
+            }
+        };
         let result_pointer = args
             .result_data_pointer
             .as_deref()
@@ -165,6 +186,7 @@ impl JobApi {
             poll,
             result,
             result_pointer,
+            cancel,
             idempotency_header,
             own_origin,
             allowed_origins,
@@ -277,6 +299,25 @@ impl JobApi {
             )));
         }
         Ok(job)
+    }
+
+    /// The cancel call of `job` (method and URL, through the origin guard); None without a
+    /// cancel URL. When the job is a URL (a `header:` / `body:` poll URL), `{job}` is that
+    /// URL as it is; otherwise the id goes in as into the poll template.
+    pub fn cancel_call(&self, job: &str) -> Result<Option<(Method, Url)>, UpstreamError> {
+        let Some((template, method)) = &self.cancel else {
+            return Ok(None);
+        };
+        let url = match (&self.poll, template.strip_prefix(JOB)) {
+            (UrlSource::Header(_) | UrlSource::Body(_), Some(rest)) => {
+                Url::parse(&format!("{job}{rest}")).map_err(|_| {
+                    UpstreamError::BadBody("the job's cancel URL is not a URL".into())
+                })?
+            }
+            _ => fill_job(template, job)?,
+        };
+        self.guard(&url)?;
+        Ok(Some((method.clone(), url)))
     }
 
     /// Whether a done job's result is fetched from a URL of its own.

@@ -68,6 +68,22 @@ pub struct JobArgs {
         env = "REPOLL_UPSTREAM_RESULT_DATA_POINTER"
     )]
     pub result_data_pointer: Option<String>,
+    /// Where a job is cancelled when its task is cancelled or purged by an operator: a URL
+    /// template with `{job}` (the job's id; when the job was followed at a URL taken from an
+    /// answer, `{job}` is that URL, e.g. `{job}/cancel`). Unset: jobs are left to run.
+    #[arg(
+        long = "upstream-cancel-url",
+        env = "REPOLL_UPSTREAM_CANCEL_URL",
+        hide_env_values = true
+    )]
+    pub cancel_url: Option<String>,
+    /// HTTP method of the cancel call.
+    #[arg(
+        long = "upstream-cancel-method",
+        env = "REPOLL_UPSTREAM_CANCEL_METHOD",
+        default_value = "POST"
+    )]
+    pub cancel_method: String,
     /// Header that carries the submit's idempotency key (e.g. `Idempotency-Key`): every submit
     /// of one task's one job carries the same key, so an upstream that honours it makes one job
     /// even when a worker dies between the submit and storing the job. Unset: none is sent.
@@ -101,6 +117,8 @@ impl fmt::Debug for JobArgs {
             poll_url,
             result_url,
             result_data_pointer,
+            cancel_url,
+            cancel_method,
             idempotency_header,
             allowed_origins,
             idempotency_secret,
@@ -113,6 +131,8 @@ impl fmt::Debug for JobArgs {
             .field("poll_url", poll_url)
             .field("result_url", result_url)
             .field("result_data_pointer", result_data_pointer)
+            .field("cancel_url", cancel_url)
+            .field("cancel_method", cancel_method)
             .field("idempotency_header", idempotency_header)
             .field("allowed_origins", allowed_origins)
             .field("idempotency_secret", idempotency_secret)
