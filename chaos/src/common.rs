@@ -21,7 +21,12 @@ pub fn repoll_cmd(bin: &Path, args: &[&str], env: &[(String, String)]) -> Comman
             cmd.env_remove(k);
         }
     }
-    cmd.env("RUST_LOG", "warn").env("NO_COLOR", "1");
+    // The processes log warnings only, unless CHAOS_CHILD_LOG asks for more (a run to study).
+    cmd.env(
+        "RUST_LOG",
+        std::env::var("CHAOS_CHILD_LOG").unwrap_or_else(|_| "warn".into()),
+    )
+    .env("NO_COLOR", "1");
     for (k, v) in env {
         cmd.env(k, v);
     }

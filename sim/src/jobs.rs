@@ -28,6 +28,9 @@
 //! else the body's JSON text. Each job moves towards done with its own polls (the simulator's
 //! per-key state, under the job's id), so `/_sim/stats` shows one chain of polls per job.
 //!
+//! The fault knobs (rates and outage) apply to submits as to polls, rolled after the job is
+//! made: an error answer to a submit that worked.
+//!
 //! **Idempotency**: a submit with an `Idempotency-Key` header seen before gets the job that key
 //! made (the same answer, no new job), or `422` if its body differs (the key was reused for
 //! another request), as Stripe-style APIs do. `GET /_sim/jobs` is the witness: jobs created,
@@ -283,13 +286,25 @@ async fn submit(
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    match sim.jobs.submit(form, body, idem, sim.args.max_keys) {
-        Submitted::New(job) | Submitted::Again(job) => Ok(job),
-        Submitted::Conflict => Err(problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Idempotency-Key was used with another body",
-        )),
+    let job = match sim.jobs.submit(form, body, idem, sim.args.max_keys) {
+        Submitted::New(job) | Submitted::Again(job) => job,
+        Submitted::Conflict => {
+            return Err(problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Idempotency-Key was used with another body",
+            ))
+        }
+    };
+    // The fault knobs apply to submits too, after the job is made: the caller sees an error
+    // (or a hang, a reset) for a job that exists — what a re-sent submit must not pay twice.
+    if let Some(Plan::Fault {
+        fault,
+        retry_after_s,
+    }) = sim.submit_fault()
+    {
+        return Err(crate::handlers::fault_response(fault, retry_after_s, sim.args.hang_ms).await);
     }
+    Ok(job)
 }
 
 /// One poll of `id` through `form`: the simulator's plan for the job (its own state), as the

@@ -231,6 +231,25 @@ impl SimState {
         Plan::Answer(json!({"status": status, "data": data}))
     }
 
+    /// The fault a job API's submit shows, if any: the outage, else the fault rates rolled
+    /// (the caller has made the job already: a faulty answer to a submit that worked, the
+    /// case an idempotency key is for).
+    pub fn submit_fault(&self) -> Option<Plan> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        inner.calls += 1;
+        if inner.outage_until.is_some_and(|t| Instant::now() < t) {
+            return Some(Plan::Fault {
+                fault: Fault::Unavailable,
+                retry_after_s: 0,
+            });
+        }
+        Fault::roll(&self.args, &mut inner.rng).map(|fault| Plan::Fault {
+            fault,
+            retry_after_s: self.args.retry_after_s,
+        })
+    }
+
     pub fn stats(&self) -> Stats {
         let inner = self.lock();
         Stats {

@@ -34,9 +34,94 @@ pub(super) struct SimStats {
     pub(super) keys: BTreeMap<String, KeyStats>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub(super) struct KeyStats {
     pub(super) done: u64,
+}
+
+/// The simulator's jobs (`/_sim/jobs`): how many it made, and each one's query.
+#[derive(Deserialize)]
+pub(super) struct SimJobs {
+    pub(super) created: u64,
+    pub(super) submits: u64,
+    pub(super) jobs: Vec<SimJob>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct SimJob {
+    pub(super) id: String,
+    pub(super) key: String,
+}
+
+impl SimStats {
+    /// These counts with each job's line (keyed by its id) counted under its query instead.
+    pub(super) fn by_query_of(self, jobs: &SimJobs) -> SimStats {
+        let query_of: HashMap<&str, &str> = jobs
+            .jobs
+            .iter()
+            .map(|j| (j.id.as_str(), j.key.as_str()))
+            .collect();
+        let mut keys: BTreeMap<String, KeyStats> = BTreeMap::new();
+        for (key, ks) in self.keys {
+            let key = query_of.get(key.as_str()).map_or(key, |q| q.to_string());
+            keys.entry(key).or_default().done += ks.done;
+        }
+        SimStats {
+            calls: self.calls,
+            keys,
+        }
+    }
+}
+
+/// Jobs paid for twice: a query with more jobs than its task had lives (a new life — a re-run
+/// after death — submits a new job; a worker killed between the submit and the store must
+/// not, with the idempotency key).
+#[derive(Debug, Default)]
+pub(super) struct JobsPaid {
+    pub(super) created: u64,
+    pub(super) submits: u64,
+    pub(super) queries: usize,
+    /// Jobs beyond the first of a query, each within its task's lives.
+    pub(super) new_lives: u64,
+    pub(super) unexcused: Vec<String>,
+}
+
+pub(super) async fn sim_jobs(http: &reqwest::Client, sim_url: &str) -> Result<SimJobs, String> {
+    http.get(format!("{sim_url}/_sim/jobs"))
+        .send()
+        .await
+        .map_err(|e| format!("sim jobs: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("sim jobs: {e}"))
+}
+
+pub(super) fn jobs_paid(
+    jobs: &SimJobs,
+    histories: &Histories,
+    by_query: &HashMap<String, String>,
+) -> JobsPaid {
+    let mut per_query: BTreeMap<&str, u64> = BTreeMap::new();
+    for j in &jobs.jobs {
+        *per_query.entry(j.key.as_str()).or_default() += 1;
+    }
+    let mut paid = JobsPaid {
+        created: jobs.created,
+        submits: jobs.submits,
+        queries: per_query.len(),
+        ..JobsPaid::default()
+    };
+    for (query, n) in per_query {
+        let lives = by_query.get(query).map_or(1, |id| histories.lives(id));
+        if n <= lives {
+            paid.new_lives += n - 1;
+        } else {
+            paid.unexcused.push(format!(
+                "{query}: {n} jobs for {lives} life/lives of its task"
+            ));
+        }
+    }
+    paid
 }
 
 /// What the task histories say about one kill (see [`Histories::recovery`]).
@@ -283,6 +368,15 @@ impl Histories {
             }
         }
         Ok(Histories(all))
+    }
+
+    /// How many lives the task had: its first, and one per re-run after death.
+    pub(super) fn lives(&self, id: &str) -> u64 {
+        1 + self.0.get(id).map_or(0, |h| {
+            h.iter()
+                .filter(|e| e.kind == "enqueued" && e.detail.starts_with("re-enqueued"))
+                .count() as u64
+        })
     }
 
     pub(super) fn lease_losses(&self, id: &str) -> u64 {

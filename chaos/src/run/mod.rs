@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// --short, else 300).
     #[arg(long)]
     pub drain_secs: Option<u64>,
+    /// The upstream as a job API: the simulator's predictions (submit once, follow the job),
+    /// with an idempotency key. One more gate: no query's job paid for twice (jobs per query
+    /// within its task's lives).
+    #[arg(long)]
+    pub job_api: bool,
     /// Where logs go (default target/chaos/run-<time>).
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
@@ -180,8 +185,17 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
     supervisor.abort();
     // The verdict comes from the public API, for every accepted id.
     let finals = checks::read_finals(&stack.http, &stack.base, &mut stack.con, &ids).await;
-    let sim = checks::sim_stats(&stack.http, &stack.sim_url).await?;
+    let mut sim = checks::sim_stats(&stack.http, &stack.sim_url).await?;
     let histories = Histories::read(&mut stack.con, &ids).await?;
+    let jobs = match args.job_api {
+        true => {
+            let jobs = checks::sim_jobs(&stack.http, &stack.sim_url).await?;
+            // The simulator counts a job's polls under the job's id: counted per query here.
+            sim = sim.by_query_of(&jobs);
+            Some(checks::jobs_paid(&jobs, &histories, &by_query))
+        }
+        false => None,
+    };
     let twice = checks::completed_twice(&sim, &histories, &by_query);
     let total_losses: u64 = ids.iter().map(|id| histories.lease_losses(id)).sum();
 
@@ -200,6 +214,7 @@ pub async fn run(args: RunArgs) -> Result<bool, String> {
         finals: &finals,
         drain_took,
         twice: &twice,
+        jobs: jobs.as_ref(),
         sim: &sim,
         total_losses,
         restart_report: &restart_report,

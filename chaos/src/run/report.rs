@@ -4,7 +4,7 @@
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use super::{
-    checks::{Finals, Histories, Recovery, SimStats, Twice},
+    checks::{Finals, Histories, JobsPaid, Recovery, SimStats, Twice},
     schedule::{Kill, SubmitStats},
     KILL_EVERY, LEASE_MS,
 };
@@ -21,6 +21,8 @@ pub(super) struct Report<'a> {
     pub(super) finals: &'a Finals,
     pub(super) drain_took: Duration,
     pub(super) twice: &'a Twice,
+    /// A job-API run's jobs (`--job-api`).
+    pub(super) jobs: Option<&'a JobsPaid>,
     pub(super) sim: &'a SimStats,
     pub(super) total_losses: u64,
     pub(super) restart_report: &'a str,
@@ -48,8 +50,22 @@ pub(super) fn print(r: &Report<'_>) -> bool {
             r.twice.unknown_keys
         );
     }
+    if let Some(j) = r.jobs {
+        println!(
+            "jobs                 {} made for {} queries ({} submits; {} for new lives of a task; {} paid twice)",
+            j.created,
+            j.queries,
+            j.submits,
+            j.new_lives,
+            j.unexcused.len()
+        );
+        for u in j.unexcused.iter().take(20) {
+            println!("job paid twice: {u}");
+        }
+    }
     println!("logs: {}", r.logs.display());
-    let pass = r.finals.lost.is_empty() && r.twice.unexcused.is_empty();
+    let jobs_ok = r.jobs.is_none_or(|j| j.unexcused.is_empty());
+    let pass = r.finals.lost.is_empty() && r.twice.unexcused.is_empty() && jobs_ok;
     println!("{}", if pass { "PASS" } else { "FAIL" });
     pass
 }

@@ -46,7 +46,13 @@ impl Stack {
         let partitions = args.partitions.to_string();
         let _ = PARTITIONS.set(usize::from(args.partitions));
         let (web, base) = start_web(bin, &url, &partitions, logs, &http).await?;
-        let workers = start_workers(bin, &url, &sim_url, &partitions, logs)?;
+        let workers = start_workers(
+            bin,
+            &url,
+            &upstream_env(&sim_url, args.job_api),
+            &partitions,
+            logs,
+        )?;
         let con = redis_server::connect(&url).await?;
         Ok(Stack {
             redis,
@@ -216,38 +222,65 @@ async fn start_web(
     Ok((web, base))
 }
 
+/// How the workers reach the simulator: its repeating API, or (`--job-api`) its predictions
+/// as a job API with an idempotency key.
+fn upstream_env(sim_url: &str, job_api: bool) -> Vec<(String, String)> {
+    let pairs: Vec<(&str, String)> = if job_api {
+        vec![
+            (
+                "REPOLL_UPSTREAM_SUBMIT_URL",
+                format!("{sim_url}/v1/predictions"),
+            ),
+            (
+                "REPOLL_UPSTREAM_SUBMIT_BODY",
+                r#"{"input": {"q": "{key}"}}"#.into(),
+            ),
+            ("REPOLL_UPSTREAM_POLL_URL", "body:/urls/get".into()),
+            ("REPOLL_UPSTREAM_DATA_POINTER", "/output".into()),
+            (
+                "REPOLL_UPSTREAM_IDEMPOTENCY_HEADER",
+                "Idempotency-Key".into(),
+            ),
+        ]
+    } else {
+        vec![(
+            "REPOLL_UPSTREAM_URL",
+            format!("{sim_url}/api/query?q={{key}}"),
+        )]
+    };
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
 /// The worker processes: a short lease and quick polls and reaps, so a killed worker's tasks
 /// come back within seconds.
 fn start_workers(
     bin: &Path,
     url: &str,
-    sim_url: &str,
+    upstream: &[(String, String)],
     partitions: &str,
     logs: &Path,
 ) -> Result<Arc<Mutex<Workers>>, String> {
-    let worker_env: Vec<(String, String)> = [
-        ("REDIS_URL", url.to_string()),
-        (
-            "REPOLL_UPSTREAM_URL",
-            format!("{sim_url}/api/query?q={{key}}"),
-        ),
-        ("REPOLL_LEASE_MS", LEASE_MS.to_string()),
-        ("REPOLL_HISTORY", "full".into()),
-        ("REPOLL_CONCURRENCY", "32".into()),
-        ("REPOLL_UPSTREAM_TIMEOUT_MS", "2000".into()),
-        ("REPOLL_POLL_INTERVAL_MS", "100".into()),
-        ("REPOLL_POLL_MAX_INTERVAL_MS", "1000".into()),
-        ("REPOLL_BACKOFF_BASE_MS", "100".into()),
-        ("REPOLL_BACKOFF_MAX_MS", "2000".into()),
-        ("REPOLL_REAP_INTERVAL_MS", "250".into()),
-        ("REPOLL_MAX_IDLE_MS", "250".into()),
-        ("REPOLL_HEARTBEAT_MS", "1000".into()),
-        ("REPOLL_GRACE_MS", "500".into()),
-        ("REPOLL_PARTITIONS", partitions.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut worker_env: Vec<(String, String)> = upstream.to_vec();
+    worker_env.extend(
+        [
+            ("REDIS_URL", url.to_string()),
+            ("REPOLL_LEASE_MS", LEASE_MS.to_string()),
+            ("REPOLL_HISTORY", "full".into()),
+            ("REPOLL_CONCURRENCY", "32".into()),
+            ("REPOLL_UPSTREAM_TIMEOUT_MS", "2000".into()),
+            ("REPOLL_POLL_INTERVAL_MS", "100".into()),
+            ("REPOLL_POLL_MAX_INTERVAL_MS", "1000".into()),
+            ("REPOLL_BACKOFF_BASE_MS", "100".into()),
+            ("REPOLL_BACKOFF_MAX_MS", "2000".into()),
+            ("REPOLL_REAP_INTERVAL_MS", "250".into()),
+            ("REPOLL_MAX_IDLE_MS", "250".into()),
+            ("REPOLL_HEARTBEAT_MS", "1000".into()),
+            ("REPOLL_GRACE_MS", "500".into()),
+            ("REPOLL_PARTITIONS", partitions.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v)),
+    );
     let mut workers = Workers {
         bin: bin.to_path_buf(),
         env: worker_env,
