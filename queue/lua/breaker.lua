@@ -4,7 +4,7 @@
 -- Mode 'mirror' (partitioned queues, partition.rs): another partition's breaker opened by
 -- itself; this partition's opens for the rest of that cool-down, as by an automatic opening
 -- (by 'auto'), unless it is open or half-open already.
--- KEYS: breaker events ready ready_bg due wakeups
+-- KEYS: breaker events ready ready_bg due wakeups tp
 -- ARGV[1..6] common   ARGV[7] mode ('open' | 'close' | 'mirror')   ARGV[8] who (mirror: the
 -- partition that opened)   ARGV[9] open for ms
 -- Returns 1 if the state changed, 0 if it already was so (closing a closed breaker, mirroring

@@ -104,7 +104,19 @@ async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
         q.breaker().await.unwrap().is_none(),
         "closed by the probe's success"
     );
-    assert_eq!(q.claim("w", 10, 30_000).await.unwrap().len(), 5);
+    let rest = q.claim("w", 10, 30_000).await.unwrap();
+    assert_eq!(rest.len(), 5);
+    // The errors that opened it are forgotten with the close: three errors now (3 of the
+    // minute's 12 calls) leave it closed, where with the old ones (6 of 12) it would reopen.
+    for t in &rest[..3] {
+        q.fail(&t.id, t.token, "HTTP 503", Retry::After(0), 5)
+            .await
+            .unwrap();
+        assert!(
+            q.breaker().await.unwrap().is_none(),
+            "reopened by the errors before the probe's success"
+        );
+    }
     // No task died for the upstream's outage.
     assert_eq!(q.stats().await.unwrap().dead, 0);
 }

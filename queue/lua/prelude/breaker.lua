@@ -19,9 +19,14 @@ local function breaker_notice(kind, at)
   redis.call('PUBLISH', CH_DASH, '{"kind":"' .. kind .. '","id":"","at_ms":' .. fmt(at) .. '}')
 end
 
--- Closes the breaker and wakes a worker per task ready now (they waited for it).
+-- Closes the breaker and wakes a worker per task ready now (they waited for it). The errors
+-- of the upstream counted this minute and the last ('uerr', read by fail.lua only) are
+-- forgotten: kept, they would reopen it at the first error after a successful probe, since
+-- no call is made while it is open to outweigh them.
 local function breaker_close(K, now, why)
   redis.call('DEL', K.breaker)
+  local minute = now - (now % 60000)
+  redis.call('HDEL', K.tp, fmt(minute) .. ':uerr', fmt(minute - 60000) .. ':uerr')
   event(K.events, now, 'breaker', '', 'closed: ' .. why)
   breaker_notice('breaker_closed', now)
   wake_workers(K.wakeups, redis.call('LLEN', K.ready) + redis.call('LLEN', K.ready_bg)
