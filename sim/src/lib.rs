@@ -21,8 +21,10 @@
 //! keys, handles at most `--sim-max-concurrency` requests at once (503 beyond), answers 504
 //! after [`limits::REQUEST_TIMEOUT`], and a panicking handler becomes a 500 for its request.
 
+pub mod fault_answer;
 pub mod faults;
 pub mod handlers;
+pub mod job_book;
 pub mod jobs;
 pub mod limits;
 pub mod overrides;

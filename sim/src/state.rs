@@ -78,8 +78,8 @@ pub struct SimState {
     /// Sends callbacks (loopback only, 5 s per try).
     pub client: reqwest::Client,
     inner: Mutex<Inner>,
-    /// The jobs of the job-shaped APIs ([`crate::jobs`]).
-    pub jobs: crate::jobs::JobBook,
+    /// The jobs of the job-shaped APIs ([`crate::jobs`] (kept in [`crate::job_book`])).
+    pub jobs: crate::job_book::JobBook,
 }
 
 /// One key's line in `/_sim/stats`.
@@ -124,7 +124,7 @@ impl SimState {
                 .timeout(Duration::from_secs(5))
                 .build()
                 .unwrap_or_default(),
-            jobs: crate::jobs::JobBook::default(),
+            jobs: crate::job_book::JobBook::default(),
             inner: Mutex::new(Inner {
                 rng,
                 calls: 0,

@@ -322,6 +322,15 @@ mod tests {
         );
         assert!(shown.contains("Authorization"), "{shown}");
         assert!(shown.contains("api_key: Some(***)"), "{shown}");
+        let with_body = UpstreamArgs {
+            job: super::JobArgs {
+                submit_body: Some(r#"{"api_key": "b0dy-secret", "q": "{key}"}"#.into()),
+                ..UpstreamArgs::default().job
+            },
+            ..UpstreamArgs::default()
+        };
+        let shown = format!("{with_body:?}");
+        assert!(!shown.contains("b0dy-secret"), "{shown}");
         let args = UpstreamArgs {
             headers: vec!["Authorization: Bearer t0ken".into()],
             ..args

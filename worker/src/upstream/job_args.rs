@@ -126,7 +126,11 @@ impl fmt::Debug for JobArgs {
         f.debug_struct("JobArgs")
             .field("submit_url", submit_url)
             .field("submit_method", submit_method)
-            .field("submit_body", submit_body)
+            // A body may carry a credential (some APIs take the key in it): its size only.
+            .field(
+                "submit_body",
+                &submit_body.as_ref().map(|b| format!("{} bytes", b.len())),
+            )
             .field("job_pointer", job_pointer)
             .field("poll_url", poll_url)
             .field("result_url", result_url)
