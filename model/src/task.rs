@@ -153,8 +153,9 @@ pub struct Task {
     #[serde(default)]
     pub trace: crate::TaskTrace,
     /// A job API's job for this life of the task (record field `j`): its id or the URL it is
-    /// followed at; None before the submit (and for the repeating kind).
-    #[serde(default)]
+    /// followed at; None before the submit (and for the repeating kind). Left out of the JSON
+    /// when None: every task of every page carries it, most never have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
 }
 
