@@ -152,8 +152,9 @@ pub struct Task {
     /// tracing is off.
     #[serde(default)]
     pub trace: crate::TaskTrace,
-    /// A job API's job for this life of the task (record field `j`): its id or the URL it is
-    /// followed at; None before the submit (and for the repeating kind). Left out of the JSON
+    /// A job API's job for this life of the task (record field `j`) as shown: its id, or the
+    /// URL it is followed at without query string or fragment; None before the submit (and
+    /// for the repeating kind). Left out of the JSON
     /// when None: every task of every page carries it, most never have one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,

@@ -87,7 +87,8 @@ for i = 1, n do
     if job ~= '' and not f[12] then
       story[#story + 1] = 'j'
       story[#story + 1] = job
-      hist(hkey, now, 'submitted', 'upstream job ' .. job)
+      -- Shown without a URL's query string or fragment: a presigned URL's credential.
+      hist(hkey, now, 'submitted', 'upstream job ' .. string.match(job, '^[^?#]*'))
     end
     tally(lat, 'l', ARGV[8 + 7 * i])
     seen[#seen + 1] = id

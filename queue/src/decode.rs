@@ -199,7 +199,11 @@ pub(crate) fn task(
             None
         },
         tenant: f.get("tn").cloned().unwrap_or_default(),
-        job: f.get("j").cloned(),
+        // As shown: a job URL's query string or fragment may carry a credential (a presigned
+        // URL); the worker reads the whole of it from the claim, never from here.
+        job: f
+            .get("j")
+            .map(|j| j.split(['?', '#']).next().unwrap_or_default().to_string()),
     })
 }
 

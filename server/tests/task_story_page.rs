@@ -303,3 +303,49 @@ fn without_tags(html: &str) -> String {
     }
     out
 }
+
+#[tokio::test]
+async fn a_job_apis_job_shows_on_the_task_page_without_its_query_string() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    let cookie = sign_in(r, ADMIN_PW, IP).await.expect("admin signs in");
+    q.enqueue("story job query", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    let c = q.claim("w-job", 1, 60_000).await.unwrap().remove(0);
+    // The job as a worker stores it after a submit: a URL taken from the answer, here a
+    // presigned one whose query string carries a credential.
+    let stored = q
+        .reschedule_many(&[queue::Reschedule {
+            id: c.id.clone(),
+            token: c.token,
+            delay_ms: 60_000,
+            partial: None,
+            latency_ms: 3,
+            job: Some("https://api.example/v1/jobs/j-1?sig=s3cret-sig".into()),
+        }])
+        .await
+        .unwrap();
+    assert!(stored[0].is_ok(), "{stored:?}");
+    let page = get_page(r, &format!("/admin/tasks/{}", c.id), Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        field(&page.body, "upstream job"),
+        "https://api.example/v1/jobs/j-1"
+    );
+    assert!(
+        !page.body.contains("s3cret-sig"),
+        "the query string is never shown"
+    );
+    let submitted = timeline_entries(&page.body, "submitted");
+    assert_eq!(submitted.len(), 1, "the history's submit entry");
+    assert!(submitted[0].contains("upstream job https://api.example/v1/jobs/j-1"));
+    // A task of the repeating kind has no such field.
+    q.enqueue("story plain query", "", &EnqueuePolicy::default())
+        .await
+        .unwrap();
+    let plain = queue::TaskId::of_query(&queue::normalise_query("story plain query").unwrap());
+    let page = get_page(r, &format!("/admin/tasks/{plain}"), Some(&cookie), IP).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("field-upstream job"));
+}

@@ -352,10 +352,9 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
         }
         fields.push(field("tenant", text(tenant_words(&t.tenant))));
         if let Some(job) = &t.job {
-            // The upstream's own text, shown as text; a URL without its query string (a
-            // presigned or keyed URL carries its credential there).
-            let shown = job.split(['?', '#']).next().unwrap_or_default().to_string();
-            fields.push(field("upstream job", text(shown)));
+            // The upstream's own text, shown as text (the queue gives a URL without its query
+            // string, where a presigned or keyed URL carries its credential).
+            fields.push(field("upstream job", text(job.clone())));
         }
         fields.push(field("priority", text(t.priority.as_str().to_string())));
         fields.push(field("created", past(t.created_ms)));
