@@ -2,19 +2,28 @@
 -- whatever it was doing (waiting due, waiting in a ready list, or leased to a worker whose
 -- call is still out). The answer is 'done' (store the result, as complete.lua) or 'failed'
 -- (the upstream gave up: dead at once, the verdict fail.lua gives a poll that read "failed":
--- reason 'fatal', the upstream's message as the last error, counted 'failed' and 'dead'). The callback
+-- reason 'fatal', the upstream's message as the last error, counted 'failed' and 'dead'), or,
+-- for a provider's webhook that only says "look now", 'look': a task waiting for a later poll
+-- is made due now (and a worker woken); a leased one is being polled already. The callback
 -- names one life of the task (its creation time), so a token of an earlier life, or one
 -- replayed after this end, finds nothing; a token past its expiry (Redis time) changes
--- nothing either. A worker still holding the lease loses it here: its own write later finds
--- no record or a dead one (NotFound / stale) and writes nothing, the same fence as for a
--- cancel. A result has complete.lua's format; its worker is "callback" and its token the lease
--- token the task had (0 if it was not leased). A failure is no attempt of ours: attempts stay.
--- Validates every argument and reads the record before any write.
+-- nothing either. A webhook also names its job: a task holding another job (a refresh made
+-- a new one) is left alone; and its webhook id, remembered here once the change is made, so a
+-- replay changes nothing. A worker still holding the lease loses it here: its own write later
+-- finds no record or a dead one (NotFound / stale) and writes nothing, the same fence as for
+-- a cancel. A result has complete.lua's format; its worker is "callback" and its token the
+-- lease token the task had (0 if it was not leased). A failure is no attempt of ours:
+-- attempts stay. Validates every argument and reads the record before any write.
 -- KEYS: task hist result partial ready ready_bg due lease retry results tp tpmin events fair fairc dead
+-- KEYS: wakeups <seen> (the webhook id's memory; unused without one)
 -- ARGV[1..6] common   ARGV[7] id   ARGV[8] created ms (the task's life)   ARGV[9] expires ms
--- (0 = never)   ARGV[10] outcome ('done' | 'failed')   ARGV[11] the result data (done) or the
--- upstream's message (failed)   ARGV[12] result life ms
--- Returns 1 if the task was ended, 0 if no live task of that life exists (or it expired).
+-- (0 = never)   ARGV[10] outcome ('done' | 'failed' | 'look')   ARGV[11] the result data
+-- (done) or the upstream's message (failed) or '' (look)   ARGV[12] result life ms
+-- ARGV[13] the job the task must hold ('' = not checked)   ARGV[14] webhook id ('' = none)
+-- ARGV[15] how long a webhook id is remembered, ms
+-- Returns 1 if the task was ended (or, 'look', made due now), 0 if no live task of that life
+-- exists (or it expired), 2 if the webhook id was seen before, 3 if the task holds another
+-- job. Nothing is written but for 1.
 local tkey = K.task
 local hkey = K.hist
 local rkey = K.result
@@ -37,19 +46,43 @@ local expires = tonumber(ARGV[9])
 local outcome = ARGV[10]
 local text = ARGV[11]
 local ttl = tonumber(ARGV[12])
-if #ARGV ~= 12 or id == nil or id == '' or created == nil or expires == nil
-  or (outcome ~= 'done' and outcome ~= 'failed') or text == nil or ttl == nil or ttl < 1 then
+local job = ARGV[13]
+local hook = ARGV[14]
+local memory = tonumber(ARGV[15])
+if #ARGV ~= 15 or id == nil or id == '' or created == nil or expires == nil
+  or (outcome ~= 'done' and outcome ~= 'failed' and outcome ~= 'look') or text == nil
+  or ttl == nil or ttl < 1 or memory == nil or memory < 1 then
   return redis.error_reply('ERR repoll callback: bad arguments')
 end
 local now = now_ms()
 if expires > 0 and now > expires then
   return 0
 end
+if hook ~= '' and redis.call('EXISTS', K.seen) == 1 then
+  return 2
+end
 local f = redis.call('HMGET', tkey, 's', 'c', 'pr', 'tk', 'q', 'p', 'tn', 'u', 'w', 'rf', 'fp',
-  'lp')
+  'lp', 'j')
 local state = f[1]
 if (state ~= 'due' and state ~= 'leased') or num(f[2], -1) ~= created then
   return 0
+end
+if job ~= '' and f[13] ~= job then
+  return 3
+end
+-- The webhook id, kept once its change is made (a replay then changes nothing).
+if hook ~= '' then
+  redis.call('SET', K.seen, '1', 'PX', memory)
+end
+if outcome == 'look' then
+  local at = tonumber(redis.call('ZSCORE', duez, id))
+  if state == 'due' and at and at > now then
+    redis.call('ZADD', duez, now, id)
+    if redis.call('ZSCORE', retryz, id) then redis.call('ZADD', retryz, now, id) end
+    wake_workers(K.wakeups, 1)
+  end
+  hist(hkey, now, 'webhook', 'look now (was ' .. state .. ')')
+  return 1
 end
 local token = f[4] or '0'
 if state == 'due' then

@@ -196,6 +196,17 @@ impl Keys {
         format!("{}:r:{id}", self.tag)
     }
 
+    /// A job API's job → task index entry (callback.rs `index_job`): `"<created> <id>"`, with
+    /// a life of its own. The job reference is at most 2048 bytes (worker's MAX_JOB_BYTES).
+    pub fn job_index(&self, job: &str) -> String {
+        format!("{}:jx:{job}", self.tag)
+    }
+
+    /// A provider's webhook id, remembered for a while once its change is made (callback.lua).
+    pub fn webhook_seen(&self, webhook_id: &str) -> String {
+        format!("{}:wh:{webhook_id}", self.tag)
+    }
+
     /// Latest partial data of a live task (a string of its own: a long value inside the record
     /// would turn the whole hash from listpack into hashtable encoding).
     pub fn partial(&self, id: &str) -> String {

@@ -76,6 +76,7 @@ mod upstream_cancels;
 mod wake;
 mod worker_ops;
 
+pub use callback::{CallbackEffect, WebhookApplied};
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
 pub use id::{

@@ -30,3 +30,4 @@ mod partitions;
 mod scripts_keys;
 mod task_story;
 mod wakeups;
+mod webhooks;

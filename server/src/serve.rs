@@ -329,6 +329,21 @@ fn web_state(
             })
             .collect(),
     });
+    // Each upstream with a webhook secret takes its provider's webhooks at
+    // /api/v1/webhooks/<name>, whether or not per-task callbacks are on.
+    api.webhooks = served
+        .iter()
+        .filter_map(|s| {
+            Some(crate::api::WebhookUpstream {
+                name: s.plan.name.clone(),
+                queue: s.web_queue.clone(),
+                reader: s.upstream.reader().clone(),
+                webhooks: s.upstream.webhooks()?.clone(),
+                max_body: s.upstream.max_body(),
+                max_result: s.upstream.max_result(),
+            })
+        })
+        .collect();
     Ok(WebState {
         live,
         api,

@@ -57,6 +57,13 @@ pub struct UpstreamSettings {
     /// The environment variable holding this upstream's API key (sent in `api_key_header`).
     #[arg(long = "api-key-env", env = "REPOLL_UPSTREAM_API_KEY_ENV")]
     pub api_key_env: Option<String>,
+    /// The environment variable holding this upstream's webhook secret (a job API provider's
+    /// `whsec_…`, or a header's value with `webhook_header`).
+    #[arg(
+        long = "webhook-secret-env",
+        env = "REPOLL_UPSTREAM_WEBHOOK_SECRET_ENV"
+    )]
+    pub webhook_secret_env: Option<String>,
 }
 
 /// A `[upstreams.<name>]` section, parsed and checked.
@@ -188,21 +195,22 @@ fn parse_section(
         key: format!("upstreams.{name}"),
         problem: first_line(&e.to_string()),
     })?;
-    // `UpstreamArgs::api_key` is read from REPOLL_UPSTREAM_API_KEY, the default upstream's:
-    // a named one takes its key only from the variable its section names.
-    s.upstream.api_key = None;
-    if let Some(var) = s.api_key_env.as_deref() {
-        match std::env::var(var) {
-            Ok(k) if !k.is_empty() => s.upstream.api_key = Some(worker::Secret::from(k)),
-            _ => {
-                return Err(ConfigError::Value {
-                    path: path.to_owned(),
-                    key: format!("upstreams.{name}.api_key_env"),
-                    problem: format!("names {var}, which is not set"),
-                })
-            }
-        }
-    }
+    // `UpstreamArgs::api_key` is read from REPOLL_UPSTREAM_API_KEY, the default upstream's, and
+    // the webhook secret from REPOLL_UPSTREAM_WEBHOOK_SECRET: a named one takes each only from
+    // the variable its section names.
+    let secret = |env_key: &str, var: Option<&str>| match var {
+        None => Ok(None),
+        Some(var) => match std::env::var(var) {
+            Ok(k) if !k.is_empty() => Ok(Some(worker::Secret::from(k))),
+            _ => Err(ConfigError::Value {
+                path: path.to_owned(),
+                key: format!("upstreams.{name}.{env_key}"),
+                problem: format!("names {var}, which is not set"),
+            }),
+        },
+    };
+    s.upstream.api_key = secret("api_key_env", s.api_key_env.as_deref())?;
+    s.upstream.job.webhook_secret = secret("webhook_secret_env", s.webhook_secret_env.as_deref())?;
     Ok(s)
 }
 

@@ -43,6 +43,7 @@ mod process_jobs;
 mod process_repartition;
 mod process_settings;
 mod process_startup;
+mod process_webhooks;
 mod prometheus_alerts;
 mod promises_refs;
 mod readme_defaults;

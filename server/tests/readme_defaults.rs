@@ -163,6 +163,7 @@ fn every_table_heading_names_the_commands_that_take_its_settings() {
         "RUST_LOG",
         "REPOLL_UPSTREAM_API_KEY",
         "REPOLL_UPSTREAM_IDEMPOTENCY_SECRET",
+        "REPOLL_UPSTREAM_WEBHOOK_SECRET",
         "REPOLL_CALLBACK_SECRET",
     ]
     .into_iter()

@@ -34,6 +34,9 @@ pub struct Job {
     pub cancels: u64,
     #[serde(skip)]
     pub(crate) body: Bytes,
+    /// Its webhook as first sent (what `POST /_sim/jobs/{id}/webhook` sends again).
+    #[serde(skip)]
+    pub(crate) webhook: Option<Delivery>,
 }
 
 #[derive(Debug, Default)]
@@ -42,6 +45,7 @@ struct Book {
     submits: u64,
     created: u64,
     cancels: u64,
+    webhooks: u64,
     jobs: HashMap<String, Job>,
     order: VecDeque<String>,
     by_idempotency_key: HashMap<String, String>,
@@ -62,6 +66,9 @@ pub struct JobStats {
     pub created: u64,
     /// Cancel calls received.
     pub cancels: u64,
+    /// Webhooks that reached their URL (any HTTP answer), re-sends included.
+    #[serde(default)]
+    pub webhooks: u64,
     pub jobs: Vec<JobLine>,
 }
 
@@ -72,6 +79,14 @@ pub struct JobLine {
     pub idempotency_key: String,
     pub canceled: bool,
     pub cancels: u64,
+}
+
+/// A webhook to send: where, what, and the headers that prove it ([`crate::webhooks`]).
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub url: String,
+    pub body: Vec<u8>,
+    pub headers: Vec<(String, String)>,
 }
 
 /// What a submit did.
@@ -118,6 +133,7 @@ impl JobBook {
             canceled: false,
             cancels: 0,
             body,
+            webhook: None,
         };
         if !idem.is_empty() {
             b.by_idempotency_key.insert(idem.to_string(), id.clone());
@@ -140,12 +156,25 @@ impl JobBook {
         Some(job.clone())
     }
 
+    /// Keeps `id`'s webhook as first sent.
+    pub(crate) fn keep_webhook(&self, id: &str, delivery: Delivery) {
+        if let Some(job) = self.lock().jobs.get_mut(id) {
+            job.webhook.get_or_insert(delivery);
+        }
+    }
+
+    /// Counts a webhook that reached its URL.
+    pub(crate) fn webhook_sent(&self) {
+        self.lock().webhooks += 1;
+    }
+
     pub fn stats(&self) -> JobStats {
         let b = self.lock();
         JobStats {
             submits: b.submits,
             created: b.created,
             cancels: b.cancels,
+            webhooks: b.webhooks,
             jobs: b
                 .order
                 .iter()

@@ -79,7 +79,7 @@ fn origin(headers: &HeaderMap) -> String {
 
 /// A submit through `form`: the job made (or found by its idempotency key).
 async fn submit(
-    sim: &SimState,
+    sim: &Arc<SimState>,
     form: Form,
     headers: &HeaderMap,
     body: Bytes,
@@ -110,7 +110,11 @@ async fn submit(
         tokio::time::sleep(latency).await;
     }
     let job = match sim.jobs.submit(form, body, idem, sim.args.max_keys) {
-        Submitted::New(job) | Submitted::Again(job) => job,
+        Submitted::New(job) => {
+            plan_webhook(sim, &job, headers);
+            job
+        }
+        Submitted::Again(job) => job,
         Submitted::Conflict => {
             return Err(problem(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -130,6 +134,32 @@ async fn submit(
         );
     }
     Ok(job)
+}
+
+/// The new job's webhook, if its submit asked for one and it is done by time: its clock starts
+/// now, and the webhook goes out when it is done ([`crate::webhooks`]).
+fn plan_webhook(sim: &Arc<SimState>, job: &Job, headers: &HeaderMap) {
+    let Ok(submit) = serde_json::from_slice::<Value>(&job.body) else {
+        return;
+    };
+    let Ok(o) = Overrides::parse(&job.key, &HashMap::new()) else {
+        return;
+    };
+    let items = o.items.unwrap_or(sim.args.items);
+    let data = crate::state::data_for(&job.key, items, 1.0, o.payload.as_deref());
+    let finished = prediction(&origin(headers), job, "succeeded", &data, &Value::Null);
+    let Some(delivery) = crate::webhooks::plan(job, &submit, &finished) else {
+        return;
+    };
+    let Some(after) = sim.start_clock(&job.id, &o) else {
+        return;
+    };
+    tokio::spawn(crate::webhooks::send(
+        sim.clone(),
+        job.id.clone(),
+        after,
+        delivery,
+    ));
 }
 
 /// One poll of `id` through `form`: the simulator's plan for the job (its own state), as the
@@ -390,6 +420,18 @@ pub async fn transcripts_get(State(sim): Shared, Path(id): Path<String>) -> Resp
             Json(transcript(&job, status, &common["data"], &common["error"])).into_response()
         }
         Err(r) => r,
+    }
+}
+
+/// `POST /_sim/jobs/{id}/webhook`: the job's webhook sent again, byte for byte and with its
+/// first signature (a provider's retry, or a replay), answering the status it got.
+pub async fn resend_webhook(State(sim): Shared, Path(id): Path<String>) -> Response {
+    let Some(delivery) = sim.jobs.get(&id).and_then(|j| j.webhook) else {
+        return problem(StatusCode::NOT_FOUND, "no webhook was sent for that job");
+    };
+    match crate::webhooks::deliver(&sim, &delivery).await {
+        Some(status) => Json(json!({ "status": status })).into_response(),
+        None => problem(StatusCode::BAD_GATEWAY, "the webhook's URL did not answer"),
     }
 }
 

@@ -11,6 +11,9 @@
 //! its final answer `POST`ed to that URL when it is done: once per key, loopback URLs only,
 //! one try of at most 5 s. `/_sim/key` counts the callbacks that reached their URL.
 //!
+//! Job-shaped APIs (predictions, operations, long-running operations, transcripts: [`jobs`])
+//! send webhooks as their providers do ([`webhooks`]), signed with `--sim-webhook-secret`.
+//!
 //! `GET /_sim/stats` is the witness the tests read: `{"calls": n, "keys": {"<key>": {"calls": n,
 //! "done": d}}}` — how often each key was called and how often it answered `done`.
 //! `GET /_sim/key?q=<key>` adds the call times of one key (to measure gaps between polls) and
@@ -29,6 +32,7 @@ pub mod jobs;
 pub mod limits;
 pub mod overrides;
 pub mod state;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -165,6 +169,14 @@ pub struct SimArgs {
         value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=MAX_MAX_CONCURRENCY as u64)
     )]
     pub max_concurrency: usize,
+    /// Signs the job APIs' webhooks the Standard Webhooks way with this secret
+    /// (`whsec_<base64>`); unset, they go unsigned.
+    #[arg(
+        long = "sim-webhook-secret",
+        env = "REPOLL_SIM_WEBHOOK_SECRET",
+        hide_env_values = true
+    )]
+    pub webhook_secret: Option<String>,
     /// More simulated upstreams in the same process, each under its own path prefix with its
     /// own state and the same settings: `search` serves `/search/api/query`,
     /// `/search/_sim/stats`, ... (comma-separated; at most 16; names of `a-z 0-9 _ -`).
@@ -233,6 +245,7 @@ impl SimArgs {
             seed: self.seed,
             max_keys: self.max_keys.clamp(1, MAX_MAX_KEYS),
             max_concurrency: self.max_concurrency.clamp(1, MAX_MAX_CONCURRENCY),
+            webhook_secret: self.webhook_secret,
             upstreams: self
                 .upstreams
                 .into_iter()
@@ -308,6 +321,7 @@ fn one_router(args: SimArgs) -> axum::Router {
             post(jobs::long_running_submit),
         )
         .route("/_sim/jobs", get(jobs::stats))
+        .route("/_sim/jobs/{id}/webhook", post(jobs::resend_webhook))
         .route("/_sim/stats", get(handlers::stats))
         .route("/_sim/key", get(handlers::key_detail))
         .route("/_sim/reset", post(handlers::reset))

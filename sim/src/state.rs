@@ -71,6 +71,26 @@ struct Inner {
     outage_until: Option<Instant>,
 }
 
+/// `key`'s state in `keys`, made (forgetting the oldest key of `order` when `max_keys` are
+/// known) if new. Of the two fields rather than `Inner`, so the caller may read the others.
+fn key_state<'a>(
+    keys: &'a mut HashMap<String, KeyState>,
+    order: &mut VecDeque<String>,
+    key: &str,
+    max_keys: usize,
+) -> &'a mut KeyState {
+    if !keys.contains_key(key) {
+        while keys.len() >= max_keys.max(1) {
+            match order.pop_front() {
+                Some(oldest) => keys.remove(&oldest),
+                None => break,
+            };
+        }
+        order.push_back(key.to_string());
+    }
+    keys.entry(key.to_string()).or_default()
+}
+
 /// Shared state of one simulator instance.
 #[derive(Debug)]
 pub struct SimState {
@@ -164,16 +184,7 @@ impl SimState {
         let mut guard = self.lock();
         let inner = &mut *guard;
         inner.calls += 1;
-        if !inner.keys.contains_key(key) {
-            while inner.keys.len() >= args.max_keys.max(1) {
-                match inner.order.pop_front() {
-                    Some(oldest) => inner.keys.remove(&oldest),
-                    None => break,
-                };
-            }
-            inner.order.push_back(key.to_string());
-        }
-        let ks = inner.keys.entry(key.to_string()).or_default();
+        let ks = key_state(&mut inner.keys, &mut inner.order, key, args.max_keys);
         ks.calls += 1;
         let now = Instant::now();
         let first = *ks.first_call.get_or_insert(now);
@@ -320,6 +331,21 @@ impl SimState {
         })
     }
 
+    /// Starts `key`'s clock now without counting a call (a job's, at its submit): a key done by
+    /// time is done that long after this. Answers how long that is (None: done by polls, or
+    /// failing, so there is no time to send a webhook at).
+    pub fn start_clock(&self, key: &str, o: &Overrides) -> Option<Duration> {
+        let ms = o.ms.unwrap_or(self.args.ms);
+        if ms == 0 || o.failed {
+            return None;
+        }
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let ks = key_state(&mut inner.keys, &mut inner.order, key, self.args.max_keys);
+        ks.first_call.get_or_insert(Instant::now());
+        Some(Duration::from_millis(ms))
+    }
+
     /// Counts a callback that reached its URL.
     pub fn callback_sent(&self, key: &str) {
         if let Some(ks) = self.lock().keys.get_mut(key) {
@@ -354,7 +380,7 @@ impl SimState {
 }
 
 /// An `http` URL whose host is `localhost` or a loopback address.
-fn is_loopback_http(url: &str) -> bool {
+pub(crate) fn is_loopback_http(url: &str) -> bool {
     let Ok(u) = reqwest::Url::parse(url) else {
         return false;
     };

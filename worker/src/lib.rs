@@ -37,7 +37,7 @@ pub use runtime::{default_worker_id, host_name, Worker, WorkerArgs, WorkerError,
 pub use telemetry::install_prometheus;
 pub use upstream::{
     simulator_url, Answer, ConfigError, JobApi, JobArgs, RateLimit, Secret, StatusFallback,
-    Upstream, UpstreamArgs, UpstreamError,
+    Upstream, UpstreamArgs, UpstreamError, WebhookMode, Webhooks, WEBHOOK_REPLAY_MEMORY_MS,
 };
 
 /// A settings struct with every field at its flag's default, the environment ignored: what

@@ -99,53 +99,13 @@ async fn process(ctx: &Ctx, c: &Claimed) -> Vec<Claimed> {
     match result {
         Ok(Answer::Done { data }) => complete(ctx, c, data.to_string(), latency_ms).await,
         Ok(Answer::Processing { data, retry_after }) => {
-            match ctx.policy.after_processing(
-                c.polls,
-                now,
-                c.deadline_ms,
-                retry_after,
-                random_fraction(),
-            ) {
-                Next::Again(delay) => reschedule(ctx, c, delay, &data, latency_ms, None).await,
-                Next::Dead(reason) => {
-                    fail(
-                        ctx,
-                        c,
-                        &reason,
-                        "max_polls",
-                        Retry::Dead,
-                        &call(latency_ms, None),
-                    )
-                    .await
-                }
-            }
+            still_processing(ctx, c, now, retry_after, &data, latency_ms, None).await
         }
+        // The job is stored with the reschedule, under this lease's token: its first poll
+        // comes after the poll interval (or the upstream's Retry-After), as a poll's would.
         Ok(Answer::Submitted { job, retry_after }) => {
-            // The job is stored with the reschedule, under this lease's token: its first poll
-            // comes after the poll interval (or the upstream's Retry-After), as a poll's would.
-            match ctx.policy.after_processing(
-                c.polls,
-                now,
-                c.deadline_ms,
-                retry_after,
-                random_fraction(),
-            ) {
-                Next::Again(delay) => {
-                    let data = serde_json::Value::Null;
-                    reschedule(ctx, c, delay, &data, latency_ms, Some(job)).await
-                }
-                Next::Dead(reason) => {
-                    fail(
-                        ctx,
-                        c,
-                        &reason,
-                        "max_polls",
-                        Retry::Dead,
-                        &call(latency_ms, None),
-                    )
-                    .await
-                }
-            }
+            let data = serde_json::Value::Null;
+            still_processing(ctx, c, now, retry_after, &data, latency_ms, Some(job)).await
         }
         Ok(Answer::Failed { message, .. }) => {
             // Marked as the upstream's own verdict: the public may read its message
@@ -203,6 +163,30 @@ fn record_outcome(ctx: &Ctx, result: &Result<Answer, UpstreamError>, latency: Du
     }
     metrics::histogram!(telemetry::UPSTREAM_LATENCY, "outcome" => outcome, "upstream" => ctx.label.clone())
         .record(latency.as_secs_f64());
+}
+
+/// Not done yet (a poll's "processing", or a submit's new `job`): polled again after the
+/// policy's delay, or dead when the policy says there is no next poll (max polls, deadline).
+async fn still_processing(
+    ctx: &Ctx,
+    c: &Claimed,
+    now: i64,
+    retry_after: Option<Duration>,
+    data: &serde_json::Value,
+    latency_ms: u64,
+    job: Option<String>,
+) -> Vec<Claimed> {
+    let jitter = random_fraction();
+    match ctx
+        .policy
+        .after_processing(c.polls, now, c.deadline_ms, retry_after, jitter)
+    {
+        Next::Again(delay) => reschedule(ctx, c, delay, data, latency_ms, job).await,
+        Next::Dead(reason) => {
+            let call = call(latency_ms, None);
+            fail(ctx, c, &reason, "max_polls", Retry::Dead, &call).await
+        }
+    }
 }
 
 /// A final answer: stored (with the next tasks claimed in the same call), unless it is larger
@@ -291,6 +275,12 @@ async fn reschedule(
         tracing::warn!(id = %c.id, bytes = p.len(), max = ctx.upstream.max_result(),
             "partial data larger than the largest result stored (REPOLL_UPSTREAM_MAX_RESULT): not stored");
     }
+    // A job API's webhooks find their task through the queue's job index, written once the job
+    // is stored: a webhook that comes before (or after a crash between the two) finds no task
+    // and changes nothing, and the polls go on as the safety net.
+    let index = job
+        .clone()
+        .zip(ctx.upstream.webhooks().map(|w| w.index_life_ms));
     let item = [queue::Reschedule {
         id: c.id.clone(),
         token: c.token,
@@ -319,6 +309,15 @@ async fn reschedule(
         Some(_) => {
             metrics::counter!(telemetry::POLLS, "upstream" => ctx.label.clone()).increment(1);
             ctx.counters.rescheduled.fetch_add(1, Ordering::Relaxed);
+            if let Some((job, life_ms)) = index {
+                if let Err(e) = ctx
+                    .queue
+                    .index_job(&job, &c.id, c.created_ms, life_ms)
+                    .await
+                {
+                    tracing::warn!(id = %c.id, error = %e, "the job index could not be written: this job's webhooks will find no task (polls go on)");
+                }
+            }
         }
         None => {}
     }

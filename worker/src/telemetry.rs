@@ -28,6 +28,10 @@ pub const STALE_TOKENS: &str = "repoll_stale_tokens_total";
 /// Tasks ended by an upstream's callback, done or failed (counted by the web process that
 /// took it).
 pub const CALLBACKS: &str = "repoll_callbacks_total";
+/// Webhooks from job API providers, by `upstream` and `outcome` (done, failed, looked,
+/// not_final, unknown_job, other_job, not_live, replay; refused: forged, stale, malformed),
+/// counted by the web process that took them.
+pub const WEBHOOKS: &str = "repoll_webhooks_total";
 /// Leases released on shutdown.
 pub const RELEASES: &str = "repoll_releases_total";
 /// Times a call waited for the queue-wide upstream rate limit (one per refusal).
@@ -189,6 +193,10 @@ fn describe() {
     describe_counter!(
         CALLBACKS,
         "Tasks ended by an upstream's callback (done or failed)."
+    );
+    describe_counter!(
+        WEBHOOKS,
+        "Webhooks from job API providers, by upstream and outcome (refused ones included)."
     );
     describe_counter!(RELEASES, "Leases released on shutdown.");
     describe_counter!(

@@ -110,48 +110,10 @@ pub async fn receive(
     let Some(rx) = rx.upstreams.iter().find(|u| u.name == claim.upstream) else {
         return Err(no_such_callback());
     };
-    let bytes = axum::body::to_bytes(body, rx.max_body).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorCode::PayloadTooLarge,
-            super::error::too_large_message(rx.max_body, "REPOLL_UPSTREAM_MAX_BODY"),
-        )
-    })?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::MalformedJson,
-            "the body is not JSON",
-        )
-    })?;
-    let (outcome, text) = match rx.reader.read(&value, None) {
-        // Stored in the very forms a poll's answer is (model::failure), so the dashboard and
-        // the public wording read the same whichever way the answer came: a final result over
-        // the upstream's REPOLL_UPSTREAM_MAX_RESULT ends the task dead, unstored, as a poll's.
-        Ok(Answer::Done { data }) => match data.to_string() {
-            text if text.len() > rx.max_result => (
-                CallbackOutcome::Failed,
-                model::failure::result_too_large(text.len(), rx.max_result),
-            ),
-            text => (CallbackOutcome::Done, text),
-        },
-        // The upstream's data beside a failure is dropped, as a poll drops it: a dead task
-        // keeps its last partial and the message.
-        Ok(Answer::Failed { message, .. }) => (
-            CallbackOutcome::Failed,
-            model::failure::upstream_failed(&message),
-        ),
-        Ok(Answer::Processing { .. } | Answer::Submitted { .. }) => {
-            received(&claim.id, "processing");
-            return Ok(CallbackAck::not_final());
-        }
-        Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                ErrorCode::InvalidBody,
-                e.to_string(),
-            ))
-        }
+    let value = parse_json(&read_body(body, rx.max_body).await?)?;
+    let Some((outcome, text)) = read_final(&rx.reader, rx.max_result, &value)? else {
+        received(&claim.id, "processing");
+        return Ok(CallbackAck::not_final());
     };
     let (id, created, expires) = (&claim.id, claim.created_ms, claim.expires_ms);
     let written = match outcome {
@@ -164,14 +126,7 @@ pub async fn receive(
     };
     let ended = written.map_err(|e| {
         tracing::warn!(error = %e, "a callback could not be written");
-        ApiError {
-            retry_after: Some(1),
-            ..ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::Unavailable,
-                "the queue is unavailable; try again shortly",
-            )
-        }
+        ApiError::unavailable()
     })?;
     if !ended {
         received(id, "not live");
@@ -187,4 +142,62 @@ pub async fn receive(
     );
     metrics::counter!(worker::telemetry::CALLBACKS).increment(1);
     Ok(CallbackAck::ended(outcome))
+}
+
+/// A callback's or webhook's body: at most `max_body` bytes (413).
+pub(super) async fn read_body(body: Body, max_body: usize) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, max_body).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::PayloadTooLarge,
+            super::error::too_large_message(max_body, "REPOLL_UPSTREAM_MAX_BODY"),
+        )
+    })
+}
+
+/// A callback's or webhook's body as JSON (400 when it is not).
+pub(super) fn parse_json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(bytes).map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::MalformedJson,
+            "the body is not JSON",
+        )
+    })
+}
+
+/// A final answer read through the upstream's pointers, as the task would store it: done
+/// with its data as text, or failed with the upstream's message; None when it is not final;
+/// 422 when the upstream's settings know no status in it.
+pub(super) fn read_final(
+    reader: &worker::upstream::AnswerReader,
+    max_result: usize,
+    value: &serde_json::Value,
+) -> Result<Option<(CallbackOutcome, String)>, ApiError> {
+    Ok(Some(match reader.read(value, None) {
+        // Stored in the very forms a poll's answer is (model::failure), so the dashboard and
+        // the public wording read the same whichever way the answer came: a final result over
+        // the upstream's REPOLL_UPSTREAM_MAX_RESULT ends the task dead, unstored, as a poll's.
+        Ok(Answer::Done { data }) => match data.to_string() {
+            text if text.len() > max_result => (
+                CallbackOutcome::Failed,
+                model::failure::result_too_large(text.len(), max_result),
+            ),
+            text => (CallbackOutcome::Done, text),
+        },
+        // The upstream's data beside a failure is dropped, as a poll drops it: a dead task
+        // keeps its last partial and the message.
+        Ok(Answer::Failed { message, .. }) => (
+            CallbackOutcome::Failed,
+            model::failure::upstream_failed(&message),
+        ),
+        Ok(Answer::Processing { .. } | Answer::Submitted { .. }) => return Ok(None),
+        Err(e) => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidBody,
+                e.to_string(),
+            ))
+        }
+    }))
 }

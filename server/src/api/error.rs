@@ -39,6 +39,9 @@ pub enum ErrorCode {
     InvalidCacheControl,
     /// `only-if-cached`, and nothing is stored for the query (504).
     NotCached,
+    /// A provider's webhook without a valid signature or secret, or with a stale timestamp
+    /// (401).
+    Unauthorized,
     /// Unknown endpoint, or unknown, malformed or expired query id (404).
     NotFound,
     /// The method is not allowed on this endpoint (405).
@@ -74,6 +77,7 @@ impl ErrorCode {
         ErrorCode::BadRequest,
         ErrorCode::InvalidCacheControl,
         ErrorCode::NotCached,
+        ErrorCode::Unauthorized,
         ErrorCode::NotFound,
         ErrorCode::MethodNotAllowed,
         ErrorCode::Timeout,
@@ -98,6 +102,7 @@ impl ErrorCode {
             ErrorCode::BadRequest => "bad_request",
             ErrorCode::InvalidCacheControl => "invalid_cache_control",
             ErrorCode::NotCached => "not_cached",
+            ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::Timeout => "timeout",
@@ -174,6 +179,18 @@ impl ApiError {
         )
     }
 
+    /// The queue (Redis) could not be reached: 503 with a second's `Retry-After`.
+    pub fn unavailable() -> Self {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Unavailable,
+                "the queue is unavailable; try again shortly",
+            )
+        }
+    }
+
     pub fn rate_limited(retry_after: u64) -> Self {
         ApiError {
             retry_after: Some(retry_after),
@@ -229,14 +246,7 @@ impl From<QueryError> for ApiError {
                 ErrorCode::InvalidTenant,
                 e.to_string(),
             ),
-            QueryError::Unavailable => ApiError {
-                retry_after: Some(1),
-                ..ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::Unavailable,
-                    "the queue is unavailable; try again shortly",
-                )
-            },
+            QueryError::Unavailable => ApiError::unavailable(),
             // Not for the client to fix, and not over by retrying here: the process must be
             // restarted (its /readyz says so); another instance may already serve.
             e @ QueryError::LayoutChanged => ApiError::new(

@@ -6,6 +6,7 @@
 //! - `rate`: the per-client rate limit of submits.
 //! - `error`: the one error shape and the JSON extractor that uses it.
 //! - `callbacks`: an upstream's answer posted to a task's callback URL.
+//! - `webhooks`: a job API provider's signed webhooks, at one URL per upstream.
 //! - `openapi`: the OpenAPI document describing all of it.
 //! - `state`: the API's settings and state (below the handlers: `crate::state` holds it).
 //!
@@ -20,6 +21,7 @@ mod queries;
 pub mod query_feed;
 mod rate;
 pub mod state;
+mod webhooks;
 
 use axum::{
     extract::DefaultBodyLimit,
@@ -29,7 +31,7 @@ use axum::{
 pub use error::{too_large_message, ApiError, ApiJson, ErrorBody, ErrorCode, BODY_LIMIT_BYTES};
 pub use queries::ANSWERS_METRIC;
 pub use rate::Limiter;
-pub use state::{wait_cap, ApiArgs, ApiState, CallbackReceiver, CallbackUpstream};
+pub use state::{wait_cap, ApiArgs, ApiState, CallbackReceiver, CallbackUpstream, WebhookUpstream};
 
 use crate::state::WebState;
 
@@ -44,6 +46,10 @@ pub fn router() -> Router<WebState> {
         .route(
             "/api/v1/callbacks/{token}",
             post(callbacks::receive).layer(DefaultBodyLimit::disable()),
+        )
+        .route(
+            "/api/v1/webhooks/{upstream}",
+            post(webhooks::receive).layer(DefaultBodyLimit::disable()),
         )
         // Unknown API paths answer JSON, not the HTML 404 page.
         .route("/api/v1", any(not_found))

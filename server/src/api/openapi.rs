@@ -24,6 +24,7 @@ use utoipa::OpenApi;
         super::queries::get,
         super::events::events,
         super::callbacks::receive,
+        super::webhooks::receive,
         document
     ),
     components(schemas(super::error::ErrorCode))

@@ -82,6 +82,8 @@ pub struct ApiState {
     pub trust_forwarded: bool,
     /// Callbacks from the upstream (`None`: off, every callback is a 404).
     pub callbacks: Option<CallbackReceiver>,
+    /// The upstreams whose providers send webhooks (`/api/v1/webhooks/{upstream}`).
+    pub webhooks: Vec<WebhookUpstream>,
     /// `REPOLL_TENANT_HEADER`: the header that names a submit's tenant.
     pub tenant_header: Option<axum::http::HeaderName>,
     /// `REPOLL_MAX_WAIT_MS`: the longest `Prefer: wait` honoured (zero: none).
@@ -114,6 +116,7 @@ impl ApiState {
             metrics_token: None,
             trust_forwarded,
             callbacks: None,
+            webhooks: Vec::new(),
             tenant_header: args.tenant_header.clone(),
             max_wait: Duration::from_millis(args.max_wait_ms),
         }
@@ -141,6 +144,20 @@ pub struct CallbackUpstream {
     pub max_body: usize,
     /// Largest final result kept (`REPOLL_UPSTREAM_MAX_RESULT`): a larger one ends the task
     /// dead, as it does from a poll.
+    pub max_result: usize,
+}
+
+/// One upstream whose provider sends webhooks (a webhook secret is set).
+#[derive(Clone, Debug)]
+pub struct WebhookUpstream {
+    /// Its name, as in the webhook URL (`default` for the top-level upstream).
+    pub name: String,
+    pub queue: queue::Queue,
+    pub reader: AnswerReader,
+    pub webhooks: worker::Webhooks,
+    /// Largest body read, as for polls (`REPOLL_UPSTREAM_MAX_BODY`).
+    pub max_body: usize,
+    /// Largest final result kept (`REPOLL_UPSTREAM_MAX_RESULT`).
     pub max_result: usize,
 }
 

@@ -242,6 +242,11 @@ impl Upstream {
         self.job.is_some()
     }
 
+    /// The provider's webhooks, when this upstream is a job API with a webhook secret.
+    pub fn webhooks(&self) -> Option<&super::Webhooks> {
+        self.job.as_ref().and_then(JobApi::webhooks)
+    }
+
     /// The job API's settings, if this upstream is one.
     pub fn job_api(&self) -> Option<&JobApi> {
         self.job.as_ref()

@@ -105,6 +105,42 @@ pub struct JobArgs {
     /// alone.
     #[arg(skip = std::env::var("REPOLL_UPSTREAM_IDEMPOTENCY_SECRET").ok().filter(|k| !k.is_empty()).map(Secret::from))]
     pub idempotency_secret: Option<Secret>,
+    /// Webhooks from the provider are taken with this secret, from
+    /// `REPOLL_UPSTREAM_WEBHOOK_SECRET` only: `whsec_<base64>` for Standard Webhooks
+    /// signatures, or any value a header must carry (with `REPOLL_UPSTREAM_WEBHOOK_HEADER`).
+    /// Unset: webhooks are refused.
+    #[arg(skip = std::env::var("REPOLL_UPSTREAM_WEBHOOK_SECRET").ok().filter(|k| !k.is_empty()).map(Secret::from))]
+    pub webhook_secret: Option<Secret>,
+    /// Header whose value must be the webhook secret (for providers that let the caller choose
+    /// one, e.g. AssemblyAI's `webhook_auth_header_name`). Unset: Standard Webhooks signatures.
+    #[arg(
+        long = "upstream-webhook-header",
+        env = "REPOLL_UPSTREAM_WEBHOOK_HEADER"
+    )]
+    pub webhook_header: Option<String>,
+    /// JSON pointer to the job in a webhook's body. Unset: the poll URL's `body:` pointer when
+    /// the job is that URL, else the job pointer.
+    #[arg(
+        long = "upstream-webhook-job-pointer",
+        env = "REPOLL_UPSTREAM_WEBHOOK_JOB_POINTER"
+    )]
+    pub webhook_job_pointer: Option<String>,
+    /// What a webhook does: `result` (its body is the job as a poll reads it; a final one ends
+    /// the task at once) or `notify` (it only says "look now": the next poll is made due now).
+    #[arg(
+        long = "upstream-webhook-mode",
+        env = "REPOLL_UPSTREAM_WEBHOOK_MODE",
+        default_value = "result"
+    )]
+    pub webhook_mode: String,
+    /// How long the queue's job → task index keeps a job (webhooks find their task through it),
+    /// in milliseconds: at least the provider's own job life.
+    #[arg(
+        long = "upstream-job-index-life-ms",
+        env = "REPOLL_UPSTREAM_JOB_INDEX_LIFE_MS",
+        default_value_t = 86_400_000
+    )]
+    pub job_index_life_ms: u64,
 }
 
 impl fmt::Debug for JobArgs {
@@ -122,6 +158,11 @@ impl fmt::Debug for JobArgs {
             idempotency_header,
             allowed_origins,
             idempotency_secret,
+            webhook_secret,
+            webhook_header,
+            webhook_job_pointer,
+            webhook_mode,
+            job_index_life_ms,
         } = self;
         f.debug_struct("JobArgs")
             .field("submit_url", submit_url)
@@ -140,6 +181,11 @@ impl fmt::Debug for JobArgs {
             .field("idempotency_header", idempotency_header)
             .field("allowed_origins", allowed_origins)
             .field("idempotency_secret", idempotency_secret)
+            .field("webhook_secret", webhook_secret)
+            .field("webhook_header", webhook_header)
+            .field("webhook_job_pointer", webhook_job_pointer)
+            .field("webhook_mode", webhook_mode)
+            .field("job_index_life_ms", job_index_life_ms)
             .finish()
     }
 }

@@ -18,7 +18,8 @@
 //! One file per job: `secret` (the key), `args` (the settings), `answer` (what an
 //! answer means, read without HTTP), `template` (the URL and its shape check), `job` (a job
 //! API's submit, job reference, poll and result URLs, origin guard), `job_args` (its
-//! settings), `client` (the HTTP calls), `retry_after` (the header).
+//! settings), `webhook` (a provider's webhooks: proof, job, effect),
+//! `client` (the HTTP calls), `retry_after` (the header).
 
 mod answer;
 mod args;
@@ -28,6 +29,7 @@ mod job_args;
 mod retry_after;
 mod secret;
 mod template;
+mod webhook;
 
 pub use answer::{Answer, AnswerReader, ConfigError, UpstreamError};
 pub use args::{simulator_url, RateLimit, StatusFallback, StatusFrom, UpstreamArgs, DEFAULT_URL};
@@ -37,6 +39,9 @@ pub use job_args::JobArgs;
 pub use retry_after::{parse_retry_after, parse_retry_after_at};
 pub use secret::Secret;
 pub use template::CALLBACK_PLACEHOLDER;
+pub use webhook::{
+    Delivery, Refused, WebhookMode, Webhooks, REPLAY_MEMORY_MS as WEBHOOK_REPLAY_MEMORY_MS,
+};
 
 /// The most chars of an upstream's own message kept: an error answer's body, or a "failed"
 /// answer's message. It becomes the task's last error (stored in its record and history, shown
