@@ -201,8 +201,15 @@ pub use crate::query_chars::{
 /// variation selectors and flag tags where writing uses them ([`check_query_chars`]).
 /// Normalising first means "a  b" and " a b" share a task, and "café" typed with a precomposed
 /// é and with e + combining accent is one query, not two.
+///
+/// A structured input's canonical JSON text ([`crate::input`]) is kept as it is: whitespace and
+/// code points inside its strings are the caller's data, and it is already the one spelling of
+/// its input.
 pub fn normalise_query(q: &str) -> Result<String, InvalidQuery> {
     use unicode_normalization::UnicodeNormalization;
+    if crate::input::parse_input(q).is_some() {
+        return Ok(q.to_string());
+    }
     let nfc: String = q.nfc().collect();
     let out = nfc.split_whitespace().collect::<Vec<_>>().join(" ");
     if out.is_empty() {

@@ -8,7 +8,8 @@
 //! A short tour:
 //!
 //! - [`id`]: [`TaskId`] (validated when parsed, so an id in a URL, a form or a JSON body is
-//!   checked once, at the edge) and the query normalisation the id is derived from.
+//!   checked once, at the edge) and the query normalisation the id is derived from;
+//!   [`input`]: a structured input (a JSON object), which is its RFC 8785 canonical text.
 //! - [`query_chars`]: which characters a query may hold and where (Unicode's own tables: the
 //!   invisible ones are refused, save joiners and selectors where writing uses them);
 //!   [`shown_chars`]: the same characters marked where a page shows upstream text.
@@ -27,6 +28,7 @@ pub mod error_class;
 pub mod failure;
 pub mod histogram;
 pub mod id;
+pub mod input;
 pub mod notice;
 pub mod query_chars;
 pub mod queue_state;
@@ -39,6 +41,9 @@ pub use id::{
     invisible_kind, is_invisible_char, is_refused_char, is_valid_tenant, is_valid_upstream_name,
     normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM,
     MAX_QUERY_CHARS, MAX_TENANT_LEN,
+};
+pub use input::{
+    canonical_input, parse_input, MAX_INPUT_BYTES, MAX_INPUT_DEPTH, MAX_INPUT_MEMBERS,
 };
 pub use notice::Notice;
 pub use queue_state::{

@@ -111,3 +111,95 @@ fn a_url_and_a_submit_url_together_stop_the_start_naming_both() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_input_in_another_key_order_joins_its_task_and_goes_whole_into_the_submit() {
+    let (web_port, redis_port, sim_port) = (free_port(), free_port(), free_port());
+    let _redis = spawn_redis(redis_port, &[]);
+    let mut children = Reaped::default();
+    let mut serve = serve_command(&format!("redis://127.0.0.1:{redis_port}"), web_port);
+    serve
+        .env("REPOLL_SIM", "true")
+        .env("REPOLL_SIM_ADDR", format!("127.0.0.1:{sim_port}"))
+        .env("REPOLL_SIM_POLLS", "2")
+        .env("REPOLL_WORKERS", "1")
+        .env("REPOLL_FIRST_ANSWER_MS", "0")
+        .env("REPOLL_RATE_PER_MIN", "0");
+    predictions(&mut serve, sim_port);
+    // The whole input object where the body says "{input}" (the simulator reads /input/q).
+    serve.env("REPOLL_UPSTREAM_SUBMIT_BODY", r#"{"input": "{input}"}"#);
+    children.serve(serve, web_port);
+    let http = BlockingHttp::local(web_port);
+    let post = |body: &str| {
+        http.send(
+            http.client
+                .post(http.url("/api/v1/queries"))
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+        )
+    };
+    let first =
+        post(r#"{"input": {"q": "a red  fox", "steps": 30.0, "opts": {"b": 1, "a": [2]}}}"#);
+    let again =
+        post(r#"{"input": {"opts": {"a": [2], "b": 1e0}, "steps": 30, "q": "a red  fox"}}"#);
+    assert!(first.status == 200 || first.status == 202, "{first:?}");
+    let id = id_in(&first);
+    assert_eq!(
+        id,
+        id_in(&again),
+        "another key order and number spelling join"
+    );
+    let done = http.wait_done(&id, Duration::from_secs(60));
+    // The canonical text is the query; inner whitespace is the caller's data, kept.
+    assert_eq!(
+        done["query"],
+        r#"{"opts":{"a":[2],"b":1},"q":"a red  fox","steps":30}"#
+    );
+    let jobs: serde_json::Value =
+        reqwest::blocking::get(format!("http://127.0.0.1:{sim_port}/_sim/jobs"))
+            .expect("sim jobs")
+            .json()
+            .expect("json");
+    assert_eq!(jobs["created"], 1, "one job: {jobs}");
+    assert_eq!(
+        jobs["jobs"][0]["key"], "a red  fox",
+        "the object went in whole: {jobs}"
+    );
+    // Bounds and shape: 422 naming what is wrong; nothing made.
+    let deep = (0..9).fold("1".to_string(), |v, _| format!(r#"{{"k": {v}}}"#));
+    for (body, code, says) in [
+        (
+            format!(r#"{{"input": {deep}}}"#),
+            "invalid_query",
+            "levels deep",
+        ),
+        (
+            r#"{"input": [1, 2]}"#.to_string(),
+            "invalid_query",
+            "object",
+        ),
+        (
+            r#"{"query": "x", "input": {"q": "x"}}"#.to_string(),
+            "invalid_body",
+            "one of the two",
+        ),
+        (
+            r#"{"priority": "background"}"#.to_string(),
+            "invalid_body",
+            "one of the two",
+        ),
+    ] {
+        let a = post(&body);
+        assert_eq!(a.status, 422, "{body}: {a:?}");
+        assert!(
+            a.body.contains(code) && a.body.contains(says),
+            "{body}: {a:?}"
+        );
+    }
+    let jobs: serde_json::Value =
+        reqwest::blocking::get(format!("http://127.0.0.1:{sim_port}/_sim/jobs"))
+            .expect("sim jobs")
+            .json()
+            .expect("json");
+    assert_eq!(jobs["created"], 1, "{jobs}");
+}

@@ -222,7 +222,13 @@ mod tests {
             body["properties"]["query"]["pattern"],
             portable_pattern(&queue::query_pattern())
         );
-        assert_eq!(body["required"], json!(["query"]));
+        // `query` or `input`, one of the two: neither is required alone.
+        assert_eq!(body["required"], json!(null), "{body}");
+        assert_eq!(
+            body["properties"]["input"]["type"],
+            json!(["object", "null"]),
+            "{body}"
+        );
         assert!(doc.to_string().contains("\"background\""));
     }
 }

@@ -31,8 +31,18 @@ pub struct SubmitBody {
     /// or selector stands is checked by the server (422 `invalid_query`, naming the code point).
     /// (`max_length` is `model::MAX_QUERY_CHARS`; an attribute takes no constant, the
     /// OpenAPI test compares.)
+    /// Give `query` or `input`, one of the two.
+    #[serde(default)]
     #[schema(min_length = 1, max_length = 512)]
-    pub query: String,
+    pub query: Option<String>,
+    /// A structured input instead of `query`: a JSON object, at most 2048 bytes in its RFC 8785
+    /// canonical form, nested at most 8 levels, 128 values in all (422 `invalid_query` naming
+    /// the bound). It is canonicalised, so key order and number spelling never make two
+    /// queries; the canonical text is the query's text (`query` in the answer), and a job API's
+    /// submit body receives the object where it says `"{input}"`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<serde_json::Value>,
     /// `interactive` (default: a person is waiting) or `background`.
     #[serde(default)]
     pub priority: queue::Priority,
@@ -163,8 +173,25 @@ pub async fn submit(
             limiter.check(client).map_err(ApiError::rate_limited)?;
         }
     }
+    let text = match (body.query, &body.input) {
+        (Some(query), None) => query,
+        (None, Some(input)) => model::canonical_input(input).map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                super::error::ErrorCode::InvalidQuery,
+                e.0,
+            )
+        })?,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                super::error::ErrorCode::InvalidBody,
+                "give `query` (a string) or `input` (a JSON object): one of the two",
+            ))
+        }
+    };
     let ask = app::query_view::Ask {
-        text: &body.query,
+        text: &text,
         priority: body.priority,
         upstream: body.upstream.as_deref(),
         tenant: &tenant,

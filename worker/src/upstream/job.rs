@@ -32,6 +32,9 @@ use super::{truncate, ConfigError, JobArgs, UpstreamError, Webhooks};
 pub const KEY: &str = "{key}";
 pub const CALLBACK_URL: &str = "{callback_url}";
 pub const IDEMPOTENCY_KEY: &str = "{idempotency_key}";
+/// The submit body's structured input: as a whole string value, the query's input object
+/// (`model::input`; a plain query goes in as a string); inside a longer string, its text.
+pub const INPUT: &str = "{input}";
 /// The poll template's placeholder.
 pub const JOB: &str = "{job}";
 
@@ -277,12 +280,15 @@ impl JobApi {
     /// The submit's body for `key` (None: the submit has no body).
     pub fn submit_body(&self, key: &str, callback: &str, idem: &str) -> Option<Vec<u8>> {
         let mut body = self.submit_body.clone()?;
+        let input = model::parse_input(key).unwrap_or_else(|| Value::String(key.to_string()));
+        fill_whole(&mut body, INPUT, &input);
         fill_value(
             &mut body,
             &[
                 (KEY, key),
                 (CALLBACK_URL, callback),
                 (IDEMPOTENCY_KEY, idem),
+                (INPUT, key),
             ],
         );
         Some(body.to_string().into_bytes())
@@ -510,6 +516,16 @@ fn fill_job(template: &str, job: &str) -> Result<Url, UpstreamError> {
     }
     Url::parse(&template.replace(JOB, &encoded.join("/")))
         .map_err(|e| UpstreamError::BadBody(format!("the poll URL is not a URL: {e}")))
+}
+
+/// Every string value of `v` that is exactly `mark` replaced by `value` (any JSON).
+fn fill_whole(v: &mut Value, mark: &str, value: &Value) {
+    match v {
+        Value::String(s) if s == mark => *v = value.clone(),
+        Value::Array(items) => items.iter_mut().for_each(|i| fill_whole(i, mark, value)),
+        Value::Object(map) => map.values_mut().for_each(|i| fill_whole(i, mark, value)),
+        _ => {}
+    }
 }
 
 /// Every string in `v` with a placeholder filled: a string that is exactly a placeholder

@@ -27,6 +27,7 @@ pub struct JobArgs {
     )]
     pub submit_method: String,
     /// The submit's JSON body, as a template: a string value `"{key}"` becomes the query,
+    /// `"{input}"` its structured input (a JSON object; a plain query as a string),
     /// `"{callback_url}"` the task's callback URL, `"{idempotency_key}"` its idempotency key (a
     /// placeholder inside a longer string is inserted as text). Parsed at start. Unset: no body.
     #[arg(

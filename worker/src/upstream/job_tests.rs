@@ -151,3 +151,26 @@ fn a_job_id_goes_into_the_poll_template_slashes_kept_dots_refused() {
         .job_from_answer(&submit, &HeaderMap::new(), br#"{"other": 1}"#)
         .is_err());
 }
+
+#[test]
+fn an_input_goes_in_whole_where_the_body_says_input() {
+    let a = JobArgs {
+        submit_body: Some(r#"{"input": "{input}", "note": "for {input}", "q": "{key}"}"#.into()),
+        ..args("https://api.example/v1/jobs", "body:/urls/get")
+    };
+    let api = JobApi::new(&a).expect("valid").expect("job api");
+    let input =
+        model::canonical_input(&serde_json::json!({"prompt": "a  cat", "n": 2})).expect("input");
+    let body: Value =
+        serde_json::from_slice(&api.submit_body(&input, "", "k").expect("a body")).expect("json");
+    assert_eq!(
+        body["input"],
+        serde_json::json!({"n": 2, "prompt": "a  cat"})
+    );
+    assert_eq!(body["note"], format!("for {input}"));
+    assert_eq!(body["q"], input.as_str());
+    // A plain query where an input is asked for goes in as a string.
+    let body: Value =
+        serde_json::from_slice(&api.submit_body("a cat", "", "k").expect("a body")).expect("json");
+    assert_eq!(body["input"], "a cat");
+}
