@@ -340,3 +340,68 @@ async fn a_task_keeps_its_first_job_and_a_stale_lease_attaches_none() {
         .await
         .is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_headers_go_with_the_submit_only() {
+    // A listener that keeps each request's headers: the submit answers a job to follow here.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, HeaderMap)>::new()));
+    let kept = seen.clone();
+    let app = Router::new().route(
+        "/{*path}",
+        any(move |uri: axum::http::Uri, headers: HeaderMap| {
+            let kept = kept.clone();
+            async move {
+                kept.lock().unwrap().push((uri.path().to_string(), headers));
+                Json(serde_json::json!({"id": "j1", "status": "succeeded", "output": 1}))
+            }
+        }),
+    );
+    let base = serve_upstream(app).await;
+    let args = UpstreamArgs {
+        headers: vec!["X-Every-Call: 1".into()],
+        job: JobArgs {
+            submit_url: Some(format!("{base}/v1/jobs")),
+            submit_headers: vec!["Cancel-After: 5m".into(), "Prefer: wait=1".into()],
+            poll_url: Some(format!("{base}/v1/jobs/{{job}}")),
+            ..UpstreamArgs::default().job
+        },
+        ..UpstreamArgs::default()
+    };
+    let up = worker::Upstream::new(&args).expect("valid settings");
+    let worker::Answer::Submitted { job, .. } = up.submit("q", None, "k").await.expect("submit")
+    else {
+        panic!("a job")
+    };
+    up.poll_job(&job).await.expect("poll");
+    let seen = seen.lock().unwrap();
+    let [(submit_path, submit), (poll_path, poll)] = &seen[..] else {
+        panic!("two calls: {seen:?}")
+    };
+    assert_eq!(
+        (submit_path.as_str(), poll_path.as_str()),
+        ("/v1/jobs", "/v1/jobs/j1")
+    );
+    assert_eq!(submit["cancel-after"], "5m");
+    assert_eq!(submit["prefer"], "wait=1");
+    assert_eq!(submit["x-every-call"], "1");
+    assert_eq!(poll["x-every-call"], "1");
+    assert!(
+        poll.get("cancel-after").is_none() && poll.get("prefer").is_none(),
+        "submit-only headers on a poll: {poll:?}"
+    );
+    // A malformed line stops the start naming the setting, never quoting the line.
+    let bad = UpstreamArgs {
+        job: JobArgs {
+            submit_headers: vec!["s3cret-without-a-colon".into()],
+            ..args.job.clone()
+        },
+        ..UpstreamArgs::default()
+    };
+    let e = worker::Upstream::new(&bad)
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("REPOLL_UPSTREAM_SUBMIT_HEADERS") && !e.contains("s3cret"),
+        "{e}"
+    );
+}

@@ -89,19 +89,7 @@ impl Upstream {
         let method = Method::from_bytes(args.method.trim().to_ascii_uppercase().as_bytes())
             .map_err(|_| ConfigError(format!("bad method {:?}", args.method)))?;
         let mut headers = HeaderMap::new();
-        for h in args.headers.iter().filter(|h| !h.trim().is_empty()) {
-            // No message quotes the line: it may hold a secret (even a misplaced one).
-            let (name, value) = h
-                .split_once(':')
-                .ok_or_else(|| ConfigError("a header must look like \"Name: value\"".into()))?;
-            let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-                ConfigError("bad header name (a header must look like \"Name: value\")".into())
-            })?;
-            let mut value = HeaderValue::from_str(value.trim())
-                .map_err(|_| ConfigError(format!("bad value for header {name}")))?;
-            value.set_sensitive(true);
-            headers.append(name, value);
-        }
+        super::append_header_lines(&mut headers, &args.headers, "REPOLL_UPSTREAM_HEADERS")?;
         if let Some(key) = &args.api_key {
             let name = HeaderName::from_bytes(args.api_key_header.trim().as_bytes())
                 .map_err(|_| ConfigError("bad API key header name".into()))?;
@@ -268,7 +256,7 @@ impl Upstream {
         let callback = callback.unwrap_or("");
         let url = job.submit_url(key, callback, idem)?;
         let shown = self.shown_url(&job.submit_method, &url);
-        let mut extra = HeaderMap::new();
+        let mut extra = job.submit_headers.clone();
         if let Some(name) = &job.idempotency_header {
             if let Ok(v) = HeaderValue::from_str(idem) {
                 extra.insert(name.clone(), v);

@@ -59,6 +59,8 @@ pub struct JobApi {
     submit_url: String,
     pub(super) submit_method: Method,
     submit_body: Option<Value>,
+    /// Headers of the submit only (`REPOLL_UPSTREAM_SUBMIT_HEADERS`), values sensitive.
+    pub(super) submit_headers: HeaderMap,
     job_pointer: String,
     poll: UrlSource,
     result: Option<UrlSource>,
@@ -115,6 +117,12 @@ impl JobApi {
                     ConfigError(format!("REPOLL_UPSTREAM_SUBMIT_BODY: not JSON: {e}"))
                 })?),
             };
+        let mut submit_headers = HeaderMap::new();
+        super::append_header_lines(
+            &mut submit_headers,
+            &args.submit_headers,
+            "REPOLL_UPSTREAM_SUBMIT_HEADERS",
+        )?;
         let job_pointer = args.job_pointer.trim().to_string();
         if !job_pointer.starts_with('/') {
             return Err(ConfigError(format!(
@@ -186,6 +194,7 @@ impl JobApi {
             submit_url: submit_url.to_string(),
             submit_method,
             submit_body,
+            submit_headers,
             job_pointer,
             poll,
             result,

@@ -36,6 +36,17 @@ pub struct JobArgs {
         hide_env_values = true
     )]
     pub submit_body: Option<String>,
+    /// Headers sent with the submit only, as "Name: value" (e.g. Replicate's `Cancel-After`,
+    /// `Prefer: wait`); repeat the flag, or separate them with ';' in the variable. Beside
+    /// REPOLL_UPSTREAM_HEADERS, which go to every call.
+    #[arg(
+        long = "upstream-submit-header",
+        env = "REPOLL_UPSTREAM_SUBMIT_HEADERS",
+        value_delimiter = ';',
+        hide_env_values = true,
+        hide_default_value = true
+    )]
+    pub submit_headers: Vec<String>,
     /// JSON pointer to the job's id in the submit's answer (used by a `{job}` poll URL).
     #[arg(
         long = "upstream-job-pointer",
@@ -150,6 +161,7 @@ impl fmt::Debug for JobArgs {
             submit_url,
             submit_method,
             submit_body,
+            submit_headers,
             job_pointer,
             poll_url,
             result_url,
@@ -172,6 +184,10 @@ impl fmt::Debug for JobArgs {
             .field(
                 "submit_body",
                 &submit_body.as_ref().map(|b| format!("{} bytes", b.len())),
+            )
+            .field(
+                "submit_headers",
+                &format_args!("{} (values redacted)", submit_headers.len()),
             )
             .field("job_pointer", job_pointer)
             .field("poll_url", poll_url)

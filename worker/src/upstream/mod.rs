@@ -55,3 +55,31 @@ fn truncate(s: &str, max: usize) -> String {
         None => s.to_string(),
     }
 }
+
+/// Appends `lines` ("Name: value", blank ones skipped) to `headers`, each value marked
+/// sensitive; `setting` names where they came from in an error. No message quotes a line: it
+/// may hold a secret (even a misplaced one).
+fn append_header_lines(
+    headers: &mut reqwest::header::HeaderMap,
+    lines: &[String],
+    setting: &str,
+) -> Result<(), ConfigError> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    for h in lines.iter().filter(|h| !h.trim().is_empty()) {
+        let (name, value) = h.split_once(':').ok_or_else(|| {
+            ConfigError(format!(
+                "{setting}: a header must look like \"Name: value\""
+            ))
+        })?;
+        let name = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+            ConfigError(format!(
+                "{setting}: bad header name (a header must look like \"Name: value\")"
+            ))
+        })?;
+        let mut value = HeaderValue::from_str(value.trim())
+            .map_err(|_| ConfigError(format!("{setting}: bad value for header {name}")))?;
+        value.set_sensitive(true);
+        headers.append(name, value);
+    }
+    Ok(())
+}
