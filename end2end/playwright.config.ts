@@ -25,16 +25,8 @@ export default defineConfig({
   testDir: "./tests",
   timeout: 60_000,
   expect: { timeout: 10_000 },
-  // Two projects. The accessibility pages only read (each worker makes its own fixture
-  // tasks), so they run on two workers at once: axe over every page in two schemes and two
-  // widths is CPU work, ~40 % of the suite's time on one worker. The flows change what the
-  // whole queue shows (pause, purge, bulk runs, breakers), so they run one at a time, and
-  // only after the accessibility pages are done (a purge must not meet their fixture).
-  workers: 2,
-  projects: [
-    { name: "a11y", testMatch: "accessibility.spec.ts", fullyParallel: true, workers: 2 },
-    { name: "flows", testIgnore: "accessibility.spec.ts", dependencies: ["a11y"], fullyParallel: false, workers: 1 },
-  ],
+  fullyParallel: false,
+  workers: 1,
   // One retry in CI, as a report only: a test that needed it is "flaky", and scripts/test fails
   // the run unless the test is on end2end/flaky-allowlist.txt with an open reason.
   retries: process.env.CI ? 1 : 0,

@@ -11,8 +11,7 @@ import { deadTask } from "./fixtures";
 // A new page is one line in PAGES below (its path, whether it needs a session, and what
 // shows that it is ready); every check then runs over it.
 
-// Per worker: the pages run on two workers (playwright.config.ts), each with its own fixture.
-const run = `${Date.now()}-w${process.env.TEST_WORKER_INDEX ?? 0}`;
+const run = Date.now();
 
 /** What the pages are shown with: a finished query, one still running, a dead task. */
 interface Fixture {

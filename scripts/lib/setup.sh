@@ -141,10 +141,7 @@ build_release() {
   # The server and the wasm build side by side: they lock different build directories
   # (target/release and target/wasm32-unknown-unknown), and each has long single-threaded
   # stretches (the wasm's one-unit LTO, wasm-opt, the final crates and links) that leave the
-  # other core idle when they run one after the other. The browser side runs at a lower
-  # priority (nice 10): the server is the longer chain (its deps, then the `app` crate's
-  # ~3 minutes of codegen, then the server crate), so it gets the cores first and the browser
-  # side fills the gaps its serial stretches leave (see docs/benchmarks.md, "Cold CI").
+  # other core idle when they run one after the other.
   local site="$ROOT/target/site" wasm="$ROOT/target/wasm32-unknown-unknown/wasm-release/frontend.wasm"
   # Extra packages (scripts/test passes `-p chaos`) go into the same cargo command: their
   # shared dependencies (tokio, hyper, reqwest, redis) are then built once, with one feature
@@ -152,7 +149,7 @@ build_release() {
   say "building the server (repoll${*:+ $*}, release) beside the browser side (frontend, wasm32)"
   (cd "$ROOT" && cargo build --release -p server --bin repoll "$@" >&2) &
   local server=$!
-  if ! (renice -n 10 -p "$BASHPID" >/dev/null && build_site "$site" "$wasm"); then
+  if ! build_site "$site" "$wasm"; then
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
     die "building the browser side failed (see above)"
