@@ -24,7 +24,7 @@ use crate::{
     managed_redis::ManagedRedis,
     shutdown, simulate,
     upstreams::UpstreamPlan,
-    web::{self, Limits, WebState},
+    web::{self, Limits, WebParts, WebState},
 };
 
 /// Runs the web app until SIGINT/SIGTERM.
@@ -344,7 +344,7 @@ fn web_state(
             })
         })
         .collect();
-    Ok(WebState {
+    Ok(WebState::new(WebParts {
         live,
         api,
         admin: admin.clone(),
@@ -357,7 +357,7 @@ fn web_state(
             first_answer: Duration::from_millis(args.api.first_answer_ms),
             trace_url: args.trace_url.as_deref().map(Into::into),
         },
-    })
+    }))
 }
 
 /// The named upstreams a page or API call may choose, with the rate each one's form shows.

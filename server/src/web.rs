@@ -11,7 +11,7 @@ use leptos::prelude::*;
 use leptos_axum::{generate_route_list, LeptosRoutes};
 // The process state lives below the routes (`crate::state`); the paths `web::WebState` &
 // co. stay for callers.
-pub use crate::state::{ClientIp, WebState};
+pub use crate::state::{ClientIp, WebParts, WebState};
 
 use tower_http::{catch_panic::CatchPanicLayer, timeout::TimeoutLayer, trace::TraceLayer};
 

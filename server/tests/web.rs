@@ -11,7 +11,7 @@ use axum::{body::Body, http::Request, Router};
 use http_body_util::BodyExt;
 use server::{
     managed_redis::ManagedRedis,
-    web::{self, Limits, WebState},
+    web::{self, Limits, WebParts, WebState},
 };
 use tower::ServiceExt;
 
@@ -34,7 +34,7 @@ async fn router_with_timeout(url: &str, extra: Router, timeout: Duration) -> Rou
         Default::default(),
         Default::default(),
     );
-    let state = WebState {
+    let state = WebState::new(WebParts {
         live,
         api: Default::default(),
         admin: Default::default(),
@@ -47,7 +47,7 @@ async fn router_with_timeout(url: &str, extra: Router, timeout: Duration) -> Rou
             first_answer: Duration::ZERO,
             trace_url: None,
         },
-    };
+    });
     web::router(
         state,
         Limits {

@@ -23,7 +23,7 @@ use leptos::server_fn::ServerFn;
 use server::{
     admin::AdminState,
     managed_redis::ManagedRedis,
-    web::{self, Limits, WebState},
+    web::{self, Limits, WebParts, WebState},
 };
 
 pub const ADMIN_PW: &str = "correct horse battery staple";
@@ -101,7 +101,15 @@ pub async fn start_capped(
         caps,
         Default::default(),
     );
-    let state = web_state(&queue, &search, &live, &auth, trust_forwarded, quiet, &api);
+    let state = WebState::new(web_state(
+        &queue,
+        &search,
+        &live,
+        &auth,
+        trust_forwarded,
+        quiet,
+        &api,
+    ));
     Env {
         redis,
         _dir: dir,
@@ -135,8 +143,8 @@ fn web_state(
     trust_forwarded: bool,
     quiet: Duration,
     api: &server::api::ApiArgs,
-) -> WebState {
-    WebState {
+) -> WebParts {
+    WebParts {
         live: live.clone(),
         api: server::api::ApiState::new(api, trust_forwarded),
         admin: AdminState {
@@ -189,7 +197,7 @@ pub fn restarted(
     env: &Env,
     trust_forwarded: bool,
     tweak: impl FnOnce(&mut AuthSettings),
-    state: impl FnOnce(&mut WebState),
+    state: impl FnOnce(&mut WebParts),
 ) -> Router {
     let auth = AuthConfig::new(test_settings(trust_forwarded, tweak));
     let mut s = web_state(
@@ -202,7 +210,7 @@ pub fn restarted(
         &Default::default(),
     );
     state(&mut s);
-    router_of(s)
+    router_of(WebState::new(s))
 }
 
 /// Minimal x-www-form-urlencoded encoding (what the server-function client sends).

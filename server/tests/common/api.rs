@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use server::{
     api::{ApiArgs, ApiState},
     managed_redis::ManagedRedis,
-    web::{self, Limits, WebState},
+    web::{self, Limits, WebParts, WebState},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -134,7 +134,7 @@ impl Env {
                 }],
             }
         });
-        let state = WebState {
+        let state = WebState::new(WebParts {
             live,
             api,
             admin: Default::default(),
@@ -147,7 +147,7 @@ impl Env {
                 first_answer: Duration::from_millis(opts.api.first_answer_ms),
                 trace_url: None,
             },
-        };
+        });
         // The request timeout well above the queue's Redis response timeout (10 s), as
         // `repoll serve` sets it above its web connection's (2 s): a Redis error is answered
         // by the handler, never raced by this layer's own 503.

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use server::{
     api::{ApiArgs, ApiState},
     managed_redis::ManagedRedis,
-    web::{self, Limits, WebState},
+    web::{self, Limits, WebParts, WebState},
 };
 use tokio_util::sync::CancellationToken;
 
@@ -121,7 +121,7 @@ impl Env {
                 rate: Default::default(),
             })
             .collect();
-        let state = WebState {
+        let state = WebState::new(WebParts {
             live,
             api: ApiState::new(&api_args, false),
             admin: Default::default(),
@@ -137,7 +137,7 @@ impl Env {
                 first_answer: Duration::ZERO,
                 trace_url: None,
             },
-        };
+        });
         let router = web::router(
             state,
             Limits {
