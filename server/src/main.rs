@@ -3,6 +3,11 @@
 
 use server::cli::Command;
 
+/// Every allocation of the process (a hit's request, its JSON, its Redis reply) goes through
+/// mimalloc: per-thread free lists without the locks and consolidation of glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = match server::cli::parse_cli() {

@@ -89,10 +89,16 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
             provide_context(leptos::nonce::Nonce::from_value(nonce.0));
         }
     };
-    let app = Router::new()
+    // The JSON API and the probes: no page, form or server function among them, so none of
+    // the pages' layers below (each a no-op for these paths, but each a boxed service clone
+    // and a boxed future per request) stands between them and the shared layers.
+    let direct = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(crate::api::router())
+        .with_state(state.clone())
+        .merge(extra);
+    let pages = Router::new()
         .merge(crate::admin::router())
         .merge(crate::theme::router())
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
@@ -106,16 +112,18 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
         .with_state(state);
     // The query form without JavaScript: a refused query is answered 422 with the form page
     // and its reason, rendered by this same router (see `form_error_page`).
-    let pages = app.clone();
-    app.layer(axum::middleware::from_fn(move |req, next| {
-        form_error_page(pages.clone(), req, next)
-    }))
-    .layer(axum::middleware::from_fn(server_fn_argument_errors))
-    .merge(extra)
-    // Cross-site POSTs to the admin side and the server functions are refused here,
-    // before any handler (see crate::admin::same_origin).
-    .layer(axum::middleware::from_fn(crate::admin::same_origin_guard))
-    // REPOLL_BODY_LIMIT, for every route without a limit of its own (crate::body_limit).
+    let form_pages = pages.clone();
+    let pages = pages
+        .layer(axum::middleware::from_fn(move |req, next| {
+            form_error_page(form_pages.clone(), req, next)
+        }))
+        .layer(axum::middleware::from_fn(server_fn_argument_errors))
+        // Cross-site POSTs to the admin side and the server functions are refused here,
+        // before any handler (see crate::admin::same_origin).
+        .layer(axum::middleware::from_fn(crate::admin::same_origin_guard));
+    direct
+        .merge(pages)
+        // REPOLL_BODY_LIMIT, for every route without a limit of its own (crate::body_limit).
     .layer(axum::middleware::from_fn_with_state(
         limits.body_bytes,
         crate::body_limit::limit,

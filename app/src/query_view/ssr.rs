@@ -130,7 +130,6 @@ pub async fn submit_with(
     if !tenant.is_empty() && !queue::is_valid_tenant(tenant) {
         return Err(QueryError::InvalidTenant);
     }
-    let normalised = queue::normalise_query(ask.text)?;
     let (q, policy) = ctx.upstream(ask.upstream)?;
     let up = upstream_name(q);
     let policy = queue::EnqueuePolicy {
@@ -140,7 +139,8 @@ pub async fn submit_with(
         only_if_cached: ask.cache.only_if_cached,
         ..policy.clone()
     };
-    let enqueued = q.enqueue(&normalised, "", &policy).await?;
+    // The queue normalises the text (an invalid one is `QueryError::Invalid`): once per ask.
+    let enqueued = q.enqueue(ask.text, "", &policy).await?;
     let (task, answered) = match enqueued {
         Enqueued::Stored(r) => {
             let v = served(q, up, &r, None, &ask.cache).await?;
