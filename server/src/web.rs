@@ -124,23 +124,23 @@ pub fn router(state: WebState, limits: Limits, extra: Router) -> Router {
     direct
         .merge(pages)
         // REPOLL_BODY_LIMIT, for every route without a limit of its own (crate::body_limit).
-    .layer(axum::middleware::from_fn_with_state(
-        limits.body_bytes,
-        crate::body_limit::limit,
-    ))
-    .layer(TimeoutLayer::with_status_code(
-        StatusCode::SERVICE_UNAVAILABLE,
-        limits.timeout,
-    ))
-    .layer(axum::middleware::from_fn(crate::security::headers))
-    // A panic in a handler is one failed request (500), not a dead process.
-    .layer(CatchPanicLayer::custom(crate::security::panic_response))
-    // The request's server span, a child of the caller's traceparent (crate::traces).
-    .layer(
-        TraceLayer::new_for_http()
-            .make_span_with(crate::traces::request_span)
-            .on_response(crate::traces::record_response),
-    )
+        .layer(axum::middleware::from_fn_with_state(
+            limits.body_bytes,
+            crate::body_limit::limit,
+        ))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            limits.timeout,
+        ))
+        .layer(axum::middleware::from_fn(crate::security::headers))
+        // A panic in a handler is one failed request (500), not a dead process.
+        .layer(CatchPanicLayer::custom(crate::security::panic_response))
+        // The request's server span, a child of the caller's traceparent (crate::traces).
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(crate::traces::request_span)
+                .on_response(crate::traces::record_response),
+        )
 }
 
 /// The fallback: a file of the site root (the wasm, styles, images) or the app's 404 page.
