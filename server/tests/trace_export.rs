@@ -37,6 +37,9 @@ const TENANT: &str = "acme.eu@team-7";
 
 const JOINER: &str = "00-1bf7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01";
 
+/// A caller who asks once the result is stored: a fresh hit.
+const HITTER: &str = "00-2cf7651916cd43dd8448eb211c80319d-d7ad6b7169203332-01";
+
 #[test]
 fn one_query_is_one_trace_from_the_caller_to_the_upstream() {
     let rt = runtime();
@@ -62,6 +65,7 @@ fn one_query_is_one_trace_from_the_caller_to_the_upstream() {
     traced(&mut worker, &endpoint);
     let mut worker = testkit::ChildGuard::spawn(worker).expect("repoll worker");
     wait_done(web, &id);
+    assert_eq!(ask(web, key, HITTER), id, "the stored result");
     // SIGTERM: a graceful exit, which sends the spans still queued.
     worker.signal(libc::SIGTERM);
     assert!(
@@ -104,6 +108,16 @@ fn one_query_is_one_trace_from_the_caller_to_the_upstream() {
         .find(|s| hex(&s.trace_id) == JOINER[3..35])
         .expect("the joiner's create span");
     assert_eq!(attr(joined, "repoll.outcome").as_deref(), Some("joined"));
+    // A fresh hit made no task: its server span, and no create span beside it.
+    let hit = servers
+        .iter()
+        .find(|s| hex(&s.trace_id) == HITTER[3..35])
+        .expect("the hitter's server span");
+    assert_eq!(hex(&hit.parent_span_id), &HITTER[36..52]);
+    assert!(
+        !creates.iter().any(|s| hex(&s.trace_id) == HITTER[3..35]),
+        "no create span for a fresh hit: {creates:#?}"
+    );
 
     // One process span per call, each linked to the maker's create span and the joiner's.
     let processes = of_kind(SpanKind::Consumer);

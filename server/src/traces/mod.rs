@@ -11,6 +11,7 @@
 
 pub mod dropping;
 pub mod http_client;
+pub mod only_work;
 pub mod settings;
 pub mod span_size;
 
@@ -178,7 +179,11 @@ fn provider(s: &TraceSettings, command: &str) -> Result<SdkTracerProvider, Strin
         resource = resource.with_service_name(name.clone());
     }
     Ok(SdkTracerProvider::builder()
-        .with_span_processor(dropping::Bounded::new(batch, pending, s.max_queue))
+        .with_span_processor(only_work::OnlyWork(dropping::Bounded::new(
+            batch,
+            pending,
+            s.max_queue,
+        )))
         .with_sampler(s.sampler.clone())
         .with_resource(resource.build())
         .build())
