@@ -39,7 +39,8 @@ CONCERNS = [
     ("repoll's HTTP layers (server crate: middleware, handler)", crates("server")),
     ("axum routing and middleware (axum, tower, tower_http)", crates("axum", "axum_core", "tower", "tower_http", "matchit")),
     ("HTTP/1 (hyper: parse, write, connection)", crates("hyper", "hyper_util", "http", "httparse", "http_body", "http_body_util")),
-    ("tokio runtime (scheduler, timers, I/O driver)", crates("tokio", "mio")),
+    ("socket reads and writes (the kernel's TCP, for hyper and Redis alike)", r"mio::net::|tokio::net::"),
+    ("tokio runtime (scheduler, timers, I/O driver, parking)", crates("tokio", "mio")),
     ("kernel outside the above (scheduling, interrupts)", r"_\[k\]$"),
     ("allocator outside the above", r"malloc|_int_free|cfree|realloc|unlink_chunk|malloc_consolidate|tcache"),
 ]
