@@ -111,10 +111,16 @@ named!(Priority, "priority", {
 });
 
 /// A live task record.
+///
+/// Its JSON (the dashboard's pages carry one per row, sent twice: in the HTML and in the data
+/// it hydrates from) leaves out every field at its empty value — no payload, worker, partial,
+/// deadline, due or lease time, tenant, refresh, trace or job — and reads it back as that
+/// value: most rows have most of them empty, and 50 rows of a dead list are ~10 KB lighter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Task {
     pub id: TaskId,
     pub query: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub payload: String,
     pub state: TaskState,
     #[serde(default)]
@@ -129,28 +135,35 @@ pub struct Task {
     /// Token of the current or last lease (0 = never leased).
     pub token: u64,
     /// Lease holder while leased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial: Option<String>,
     /// Whole-life deadline, 0 = none.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub deadline_ms: i64,
     /// When it is next due (state Due only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub due_ms: Option<i64>,
     /// Lease deadline (state Leased only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_deadline_ms: Option<i64>,
     /// Why it gave up (state Dead only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<DeadReason>,
     /// Who asked first ("" = no tenant): its fair share and per-tenant limits apply.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub tenant: String,
     /// A refresh: a result was stored for the query when this task was made (record field
     /// `rf`), so the old result is still answered (stale) while it runs, and its death is a
     /// failed refresh.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub refresh: bool,
     /// The trace contexts of its maker and joiners (record fields `tc` / `tl`); empty while
     /// tracing is off.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "crate::TaskTrace::is_empty")]
     pub trace: crate::TaskTrace,
     /// A job API's job for this life of the task (record field `j`) as shown: its id, or the
     /// URL it is followed at without query string or fragment; None before the submit (and
@@ -158,6 +171,14 @@ pub struct Task {
     /// when None: every task of every page carries it, most never have one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Task {
@@ -298,6 +319,62 @@ pub struct LeaseInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tasks_json_leaves_out_empty_fields_and_reads_them_back() {
+        let mut t = Task {
+            id: "0123456789abcdef0123456789abcdef".parse().unwrap(),
+            query: "q".into(),
+            payload: String::new(),
+            state: TaskState::Dead,
+            priority: Priority::Interactive,
+            created_ms: 1,
+            updated_ms: 2,
+            attempts: 1,
+            polls: 0,
+            max_attempts: 5,
+            token: 7,
+            worker: None,
+            last_error: Some("HTTP 500".into()),
+            partial: None,
+            deadline_ms: 0,
+            due_ms: None,
+            lease_deadline_ms: None,
+            dead_reason: Some(DeadReason::Fatal),
+            tenant: String::new(),
+            refresh: false,
+            trace: crate::TaskTrace::default(),
+            job: None,
+        };
+        let json = serde_json::to_string(&t).unwrap();
+        for gone in [
+            "payload",
+            "worker",
+            "partial",
+            "deadline_ms",
+            "due_ms",
+            "lease",
+            "tenant",
+            "refresh",
+            "trace",
+            "job",
+        ] {
+            assert!(!json.contains(gone), "{gone} in {json}");
+        }
+        assert_eq!(serde_json::from_str::<Task>(&json).unwrap(), t);
+        t.payload = "p".into();
+        t.worker = Some("w".into());
+        t.partial = Some("{}".into());
+        t.deadline_ms = 9;
+        t.due_ms = Some(3);
+        t.lease_deadline_ms = Some(4);
+        t.tenant = "acme".into();
+        t.refresh = true;
+        t.trace.joined = vec!["00-a-b-01".into()];
+        t.job = Some("j".into());
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Task>(&json).unwrap(), t, "{json}");
+    }
 
     #[test]
     fn names_round_trip_and_match_serde() {

@@ -236,8 +236,8 @@ async fn the_overview_of_a_named_upstream_shows_its_own_counts() {
         "{}",
         named.body
     );
-    let ready = named
-        .body
+    let body = without_markers(&named.body);
+    let ready = body
         .split("data-testid=\"count-ready\"")
         .nth(1)
         .unwrap();

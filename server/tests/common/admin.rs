@@ -526,7 +526,13 @@ pub fn testid_text(body: &str, testid: &str) -> String {
         .1;
     let open = after.find('>').expect("the tag ends");
     let close = after.find("</").expect("the element ends");
-    after[open + 1..close].trim().to_string()
+    without_markers(&after[open + 1..close]).trim().to_string()
+}
+
+/// `html` without the hydration markers (`<!>`) that type-erased components leave after
+/// their views: markup, not text.
+pub fn without_markers(html: &str) -> String {
+    html.replace("<!>", "")
 }
 
 /// Runs admin action `fields` with the session `cookie`.
