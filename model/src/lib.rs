@@ -17,6 +17,8 @@
 //!   history; stuck leases.
 //! - [`queue_state`]: queue-wide views: counts and throughput, workers, the pause flag, the
 //!   audit log, listing pages.
+//! - [`attention`]: what needs an operator now (no worker, a breaker open, a paused queue, an
+//!   old ready task), decided once for the dashboard's strip and the user's page.
 //! - [`histogram`]: the log-scale buckets the scripts count time to result, polls per task and
 //!   upstream latency in, and the percentiles read from them.
 //! - [`failure`]: the forms a task's last error is stored in, and the one function that words
@@ -24,6 +26,7 @@
 //! - [`notice`]: the Pub/Sub message every state change publishes (written by the Lua scripts,
 //!   decoded by the web process).
 
+pub mod attention;
 pub mod error_class;
 pub mod failure;
 pub mod histogram;

@@ -538,6 +538,7 @@ async fn every_admin_server_function_needs_a_session() {
         (CheckRedis::PATH, vec![]),
         (app::pages::admin::upstreams::Upstreams::PATH, vec![]),
         (app::pages::admin::dead_work::DeadWork::PATH, vec![]),
+        (app::pages::admin::attention::ReadAttention::PATH, vec![]),
         (
             app::pages::admin::facets::TaskFacets::PATH,
             vec![("state", "dead")],

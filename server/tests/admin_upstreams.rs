@@ -175,7 +175,8 @@ async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
         &field[..40.min(field.len())]
     );
 
-    // A query page asks whether its own upstream is paused, or its breaker open.
+    // A query page asks whether its own upstream is paused, or its breaker open, or polled
+    // by no worker (none runs in this test).
     search.pause("ops").await.unwrap();
     let hay = q.task_id("hay in default");
     let asks = |task: String| async move {
@@ -185,18 +186,18 @@ async fn tasks_of_a_named_upstream_are_listed_shown_and_acted_on() {
     };
     assert_eq!(
         asks(id.to_string()).await,
-        r#"{"paused":true,"breaker_until":null}"#
+        r#"{"paused":true,"breaker_until":null,"unpolled":true}"#
     );
     assert_eq!(
         asks(hay.to_string()).await,
-        r#"{"paused":false,"breaker_until":null}"#
+        r#"{"paused":false,"breaker_until":null,"unpolled":true}"#
     );
     search.resume("ops").await.unwrap();
     search.open_breaker("ops", 60_000).await.unwrap();
     let until = search.breaker().await.unwrap().unwrap().until_ms;
     assert_eq!(
         asks(id.to_string()).await,
-        format!(r#"{{"paused":false,"breaker_until":{until}}}"#)
+        format!(r#"{{"paused":false,"breaker_until":{until},"unpolled":true}}"#)
     );
     search.close_breaker("ops").await.unwrap();
 
@@ -237,10 +238,7 @@ async fn the_overview_of_a_named_upstream_shows_its_own_counts() {
         named.body
     );
     let body = without_markers(&named.body);
-    let ready = body
-        .split("data-testid=\"count-ready\"")
-        .nth(1)
-        .unwrap();
+    let ready = body.split("data-testid=\"count-ready\"").nth(1).unwrap();
     assert!(
         ready[..60.min(ready.len())].contains(r#"class="n">3</span>"#),
         "{}",

@@ -7,6 +7,7 @@
 mod common;
 
 mod admin_answers;
+mod admin_attention;
 mod admin_auth;
 mod admin_bulk;
 mod admin_hostile_dead;

@@ -127,6 +127,7 @@ async fn server_functions_with_missing_or_malformed_arguments_are_400_json() {
         app::status::CheckRedis::PATH,
         app::pages::UpstreamNames::PATH,
         app::pages::admin::dead_work::DeadWork::PATH,
+        app::pages::admin::attention::ReadAttention::PATH,
     ];
     let registered: Vec<&str> = leptos::server_fn::axum::server_fn_paths()
         .map(|(path, _)| path)

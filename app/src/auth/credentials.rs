@@ -119,6 +119,8 @@ pub struct AuthSettings {
     pub trust_forwarded: bool,
     /// A worker whose last heartbeat is older than this is shown as gone.
     pub gone_after_ms: i64,
+    /// The attention strip names an oldest ready task that has waited longer than this.
+    pub attention_ready_age_ms: i64,
     /// Password checks allowed to run at once (at least 1).
     pub max_password_checks: usize,
     /// Tasks one bulk action by filter may touch (`/admin/bulk`); above it the action is
@@ -137,6 +139,7 @@ impl Default for AuthSettings {
             cookie_secure: false,
             trust_forwarded: false,
             gone_after_ms: 10_000,
+            attention_ready_age_ms: model::attention::DEFAULT_READY_AGE_MS,
             max_password_checks: DEFAULT_PASSWORD_CHECKS,
             bulk_limit: queue::DEFAULT_BULK_LIMIT,
         }

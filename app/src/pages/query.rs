@@ -220,18 +220,20 @@ pub fn QueryResultPage() -> impl IntoView {
 fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
     let state = RwSignal::new(initial);
     let now = RwSignal::new(None::<i64>);
-    let paused = RwSignal::new(hold.paused);
-    let breaker_until = RwSignal::new(hold.breaker_until);
+    let hold = RwSignal::new(hold);
     #[cfg(feature = "hydrate")]
-    super::query_live::follow(state, now, paused, breaker_until);
-    let waiting_for_resume =
-        move || paused.get() && state.with(|v| v.status == QueryStatus::Processing);
+    super::query_live::follow(state, now, hold);
+    let paused = move || hold.with(|h| h.paused);
+    let running = move || state.with(|v| v.status == QueryStatus::Processing);
+    let waiting_for_resume = move || paused() && running();
     // A pause says so first: it holds the query whatever the breaker does.
     let waiting_for_upstream = move || {
-        breaker_until
-            .get()
-            .filter(|_| !paused.get() && state.with(|v| v.status == QueryStatus::Processing))
+        hold.with(|h| h.breaker_until)
+            .filter(|_| !paused() && running())
     };
+    // Then whether anything polls at all (a stopped worker would otherwise read as "next
+    // poll due now" for ever).
+    let waiting_for_worker = move || hold.with(|h| h.unpolled) && !paused() && running();
 
     let clock = move || now.get().unwrap_or_else(|| state.with(|v| v.as_of));
     let status = move || state.with(|v| v.status);
@@ -257,8 +259,9 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
         }
         let at = state.with(|v| v.next_poll_at);
         let text = match at {
-            _ if paused.get() => "paused".to_string(),
+            _ if paused() => "paused".to_string(),
             _ if waiting_for_upstream().is_some() => "waiting for the upstream".to_string(),
+            _ if waiting_for_worker() => "nothing is polling right now".to_string(),
             Some(at) if at > clock() => format!("next poll in {}", duration(at - clock())),
             Some(_) => "next poll due now".to_string(),
             None => "polling the upstream now".to_string(),
@@ -292,6 +295,16 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
             }
         })
     };
+    let worker_notice = move || {
+        waiting_for_worker().then(|| {
+            view! {
+                <p class="banner paused" role="status" data-testid="query-unpolled">
+                    <strong>"Nothing is polling right now."</strong>
+                    " No worker of this service is running. Your query is kept and continues when one starts; this page updates by itself."
+                </p>
+            }
+        })
+    };
     let progress = move || {
         state.with(|v| {
             (v.status == QueryStatus::Processing)
@@ -304,7 +317,7 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
     // empty line when there is nothing to say), so screen readers announce its changes.
     let freshness = move || {
         let clock = clock();
-        let paused = paused.get();
+        let paused = paused();
         state.with(|v| super::query_age::freshness_line(v, clock, paused))
     };
     let freshness_class = move || match freshness() {
@@ -392,6 +405,7 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
             </p>
             {paused_notice}
             {breaker_notice}
+            {worker_notice}
             {refresh}
             {error}
             {progress}

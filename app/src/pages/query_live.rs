@@ -24,8 +24,7 @@ fn browser_now() -> i64 {
 pub fn follow(
     state: RwSignal<QueryView>,
     now: RwSignal<Option<i64>>,
-    paused: RwSignal<bool>,
-    breaker_until: RwSignal<Option<i64>>,
+    hold: RwSignal<super::service_hold::ServiceState>,
 ) {
     let source: Source = StoredValue::new_local(None);
     let tick = set_interval_with_handle(
@@ -33,8 +32,8 @@ pub fn follow(
         Duration::from_millis(250),
     )
     .ok();
-    // A pause or the breaker publishes nothing on the query's stream: ask every few seconds
-    // while the query (or the refresh of its result) runs (one EXISTS and one HGETALL).
+    // A pause, the breaker or a stopped worker publishes nothing on the query's stream: ask
+    // every few seconds while the query (or the refresh of its result) runs.
     let pause_check = set_interval_with_handle(
         move || {
             if state.with_untracked(|v| v.is_final()) {
@@ -43,8 +42,7 @@ pub fn follow(
             let id = state.with_untracked(|v| v.id.to_string());
             leptos::task::spawn_local(async move {
                 if let Ok(h) = super::service_hold::service_hold(id).await {
-                    paused.set(h.paused);
-                    breaker_until.set(h.breaker_until);
+                    hold.set(h);
                 }
             });
         },

@@ -16,17 +16,26 @@ impl Queue {
     /// Counts per state, oldest ready age, stuck leases and the last hour of throughput.
     /// Errors: Redis unreachable, or a reply of an unexpected shape (`Corrupt`).
     pub async fn stats(&self) -> Result<Stats> {
-        let all = self.fan(|s| async move { s.stats().await }).await?;
+        let all = self
+            .fan(|s| async move { s.stats(STATS_BUCKETS).await })
+            .await?;
+        Ok(merge::stats(all))
+    }
+
+    /// [`Queue::stats`] without the throughput (what the attention strip reads on every
+    /// admin page: the counts alone skip the 660 counter fields of the hour).
+    pub async fn counts(&self) -> Result<Stats> {
+        let all = self.fan(|s| async move { s.stats(0).await }).await?;
         Ok(merge::stats(all))
     }
 }
 
 impl Slot {
-    /// [`Queue::stats`] of this slot alone (stats.lua).
-    pub(crate) async fn stats(&self) -> Result<Stats> {
+    /// [`Queue::stats`] of this slot alone (stats.lua), with `buckets` minutes of throughput.
+    pub(crate) async fn stats(&self, buckets: usize) -> Result<Stats> {
         let mut inv = self.invocation(&SCRIPTS.stats);
         inv.arg(clamp_ms(self.config().result_life_ms()))
-            .arg(STATS_BUCKETS);
+            .arg(buckets);
         let a = array(self.run(&inv).await?)?;
         if a.len() < 11 {
             return Err(corrupt("stats: short reply"));

@@ -76,6 +76,13 @@ pub struct AdminArgs {
           default_value_t = QUIET_REFRESH.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub admin_quiet_refresh_ms: u64,
+
+    /// Every admin page's attention strip names an upstream whose oldest ready task has
+    /// waited longer than this many seconds (while workers poll and nothing else explains it).
+    #[arg(long, env = "REPOLL_ADMIN_ATTENTION_READY_SECS",
+          default_value_t = (model::attention::DEFAULT_READY_AGE_MS / 1000) as u64,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub admin_attention_ready_secs: u64,
 }
 
 impl std::fmt::Debug for AdminArgs {
@@ -94,6 +101,10 @@ impl std::fmt::Debug for AdminArgs {
             .field("max_password_checks", &self.max_password_checks)
             .field("bulk_limit", &self.bulk_limit)
             .field("admin_quiet_refresh_ms", &self.admin_quiet_refresh_ms)
+            .field(
+                "admin_attention_ready_secs",
+                &self.admin_attention_ready_secs,
+            )
             .finish()
     }
 }
@@ -149,6 +160,11 @@ impl AdminState {
                     n => n,
                 },
                 gone_after_ms: i64::try_from(heartbeat_ms.saturating_mul(2)).unwrap_or(i64::MAX),
+                // 0 only from `AdminArgs::default()` (the flag's range starts at 1).
+                attention_ready_age_ms: match args.admin_attention_ready_secs {
+                    0 => model::attention::DEFAULT_READY_AGE_MS,
+                    s => i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX),
+                },
             }),
             // 0 only from `AdminArgs::default()` (the flag's range starts at 100).
             quiet_refresh: match args.admin_quiet_refresh_ms {

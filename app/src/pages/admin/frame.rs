@@ -12,6 +12,7 @@ use leptos::context::Provider;
 use leptos::prelude::*;
 use leptos_router::components::{Redirect, A};
 
+use super::attention::{read_attention, AttentionStrip};
 use super::live::{connect_live, use_live, LiveIndicator};
 use super::login::{whoami, LoginPage, SignOut};
 use super::ui::{error_text, CanAct};
@@ -43,6 +44,19 @@ pub fn AdminFrame(
     let live = use_live();
     let sign_out = ServerAction::<SignOut>::new();
     let children = StoredValue::new(children);
+    // The attention strip's data, re-read on every live tick. Created here, before the view,
+    // so it follows the page's own resources in the same order on the server and in the
+    // browser (hydration matches resources by order); a signed-out visit asks nothing.
+    let attention = Resource::new(
+        move || live.tick.get(),
+        move |_| async move {
+            if signed_in(me).await {
+                read_attention().await
+            } else {
+                Ok(Default::default())
+            }
+        },
+    );
     search_shortcut();
     view! {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
@@ -72,6 +86,7 @@ pub fn AdminFrame(
                                     <button type="submit" data-testid="sign-out">"Sign out"</button>
                                 </ActionForm>
                             </nav>
+                            <AttentionStrip read=attention />
                             <Provider value=may_act>{children.with_value(|c| c())}</Provider>
                             </div>
                         }

@@ -30,6 +30,7 @@
 
 pub mod actions;
 pub mod admin_op;
+pub mod attention;
 pub mod bulk;
 mod bulk_act;
 mod bulk_data;

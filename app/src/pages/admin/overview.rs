@@ -220,7 +220,13 @@ fn OverviewBody(
 #[component]
 fn OverviewView(data: OverviewData) -> impl IntoView {
     let s = data.stats;
-    let paused_class = if s.paused { "err" } else { "ok" };
+    // "Running" in green only while a worker polls: a queue nobody claims from is not running
+    // for the people waiting on it (the attention strip says the same above).
+    let polled = data
+        .workers
+        .iter()
+        .any(|w| !w.gone && w.info.mode == model::WorkerMode::Running);
+    let paused_class = if s.paused || !polled { "err" } else { "ok" };
     let now = s.now_ms;
     let card = |name: &'static str, label: &'static str, n: u64, alarm: bool| {
         let class = if alarm && n > 0 {
@@ -295,7 +301,11 @@ fn OverviewView(data: OverviewData) -> impl IntoView {
             <span data-testid="oldest-ready">{oldest}</span>{background} " Queue is "
             <strong data-testid="paused" class=paused_class>
                 {if s.paused { "paused" } else { "running" }}
-            </strong> "."
+            </strong>
+            {(!s.paused && !polled).then(|| view! {
+                <span class="err" data-testid="not-polled">", but nothing is polling it: no worker is running"</span>
+            })}
+            "."
         </p>
         <ChartChooser window=data.window plot=data.plot upstream=data.upstream.clone() />
         <div class="charts">

@@ -82,7 +82,7 @@ pub fn WorkersTable(workers: Vec<WorkerRow>, now: i64) -> impl IntoView {
     let empty = workers.is_empty();
     let admin = can_act();
     view! {
-        <h2>"Workers"</h2>
+        <h2 id="workers">"Workers"</h2>
         {empty.then(|| view! { <p class="empty" data-testid="workers-empty">"No worker has reported in: nothing is polling the upstream."</p> })}
         // A box that may scroll sideways (on a phone) takes the keyboard focus, so it can be
         // scrolled without a mouse (a viewer's table has nothing else focusable).
