@@ -208,3 +208,58 @@ test("dark mode follows the system setting", async ({ browser }) => {
     await context.close();
   }
 });
+
+/**
+ * The action buttons of the page (inside `main`) that cannot be seen as the page is drawn,
+ * nothing scrolled: outside the viewport, or clipped by a box that scrolls sideways (a wide
+ * table's actions past its right edge, reachable only by a scroll nobody sees).
+ */
+async function unreachableActions(page: Page): Promise<string[]> {
+  return page.evaluate(() => {
+    const out: string[] = [];
+    const vw = document.documentElement.clientWidth;
+    for (const el of Array.from(document.querySelectorAll<HTMLElement>("main button, main input[type=submit]"))) {
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0) continue; // not shown
+      const name = `${el.textContent?.trim() || (el as HTMLInputElement).value} (${el.dataset.testid ?? el.tagName.toLowerCase()})`;
+      if (r.left < 0 || r.right > vw + 0.5) {
+        out.push(`${name}: ${Math.round(r.left)}..${Math.round(r.right)} px in a ${vw} px viewport`);
+        continue;
+      }
+      for (let box = el.parentElement; box && box !== document.body; box = box.parentElement) {
+        if (getComputedStyle(box).overflowX === "visible") continue;
+        const b = box.getBoundingClientRect();
+        if (r.left < b.left - 0.5 || r.right > b.right + 0.5) {
+          out.push(`${name}: clipped by ${box.className || box.tagName.toLowerCase()}`);
+          break;
+        }
+      }
+    }
+    return out;
+  });
+}
+
+test("every admin page's action buttons are in view at 1280 and at 375 px, nothing scrolled", async ({ browser }) => {
+  test.setTimeout(120_000);
+  const deadQuery = `actions-dead-${run}-${"v".repeat(150)} polls=1`;
+  redisPipe(deadTaskLines(deadQuery, `HTTP 503: ${"unavailable-".repeat(15)}`, Date.now()));
+  for (const width of [1280, 375]) {
+    const context = await browser.newContext({ viewport: { width, height: 900 } });
+    const page = await context.newPage();
+    const errors = watchErrors(page);
+    try {
+      await signIn(page);
+      const pages = ["/admin", "/admin/upstreams", "/admin/tasks?state=dead", "/admin/dead", "/admin/bulk?state=dead", "/admin/leases", `/admin/tasks/${taskId(deadQuery)}`];
+      for (const url of pages) {
+        await page.goto(url);
+        await waitLive(page);
+        expect(await unreachableActions(page), `${url} at ${width} px`).toEqual([]);
+      }
+    } finally {
+      await context.close();
+    }
+    expect(errors).toEqual([]);
+  }
+  redis("ZREM", "{repoll}:dead", taskId(deadQuery));
+  redis("DEL", `{repoll}:t:${taskId(deadQuery)}`);
+});

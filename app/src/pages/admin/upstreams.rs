@@ -272,7 +272,12 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
             let testid = format!("upstream-{}", r.name);
             view! {
                 <tr data-testid=testid>
-                    <td><strong>{r.name.clone()}</strong>{paused_badge}<br /><small class="muted">{r.queue.clone()}{(r.partitions > 1).then(|| format!(" · {} partitions", r.partitions))}</small></td>
+                    // The actions sit under the name, in the first column: a row wider than
+                    // the page scrolls, and its actions must not be what scrolls out of view.
+                    <td>
+                        <strong>{r.name.clone()}</strong>{paused_badge}<br /><small class="muted">{r.queue.clone()}{(r.partitions > 1).then(|| format!(" · {} partitions", r.partitions))}</small>
+                        {may_act.then(|| view! { <div class="row-actions">{action_button} {pause_button}</div> })}
+                    </td>
                     <td data-testid="upstream-breaker">{breaker}</td>
                     <td class="num">{calls}</td>
                     <td class="num" data-testid="upstream-error-rate">{error_rate}</td>
@@ -284,14 +289,13 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                     <td class="num">{r.dead}</td>
                     <td class="num">{r.results}</td>
                     <td data-testid="upstream-tenants">{tenants}</td>
-                    {may_act.then(|| view! { <td>{action_button} {pause_button}</td> })}
                 </tr>
             }
         })
         .collect_view();
     view! {
         {banners}
-        <div class="table-scroll">
+        <div class="table-scroll" tabindex="0" role="region" aria-label="Upstreams">
             <table data-testid="upstreams-table">
                 <thead>
                     <tr>
@@ -307,7 +311,6 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
                         <th>"Dead"</th>
                         <th>"Results"</th>
                         <th>"Busiest tenants (ready · in flight)"</th>
-                        {may_act.then(|| view! { <th></th> })}
                     </tr>
                 </thead>
                 <tbody>{rows}</tbody>
@@ -317,7 +320,7 @@ fn UpstreamTable(data: UpstreamsData, action: ServerAction<Act>) -> impl IntoVie
 }
 
 /// The banner of a paused upstream, as the overview's for its queue: since when, by whom,
-/// and what it means (its Resume button is in its row).
+/// and what it means (its Resume button is under its name in the table).
 #[component]
 fn PausedUpstream(name: String, pause: PauseInfo, now: i64) -> impl IntoView {
     let by = if pause.who.is_empty() {

@@ -90,10 +90,11 @@ pub fn WorkersTable(workers: Vec<WorkerRow>, now: i64) -> impl IntoView {
         <table data-testid="workers" class:hidden=empty>
             <thead>
                 <tr>
-                    <th>"id"</th><th>"host"</th><th>"pid"</th><th>"up since"</th>
-                    <th>"in flight"</th><th>"completed"</th><th>"dead"</th><th>"memory"</th>
-                    <th>"state"</th><th>"last heartbeat"</th>
-                    {admin.then(|| view! { <th>"commands"</th> })}
+                    // The commands right after the id: the table scrolls sideways on a phone,
+                    // and its actions must not be what scrolls out of view.
+                    <th>"id"</th>{admin.then(|| view! { <th>"commands"</th> })}<th>"host"</th>
+                    <th>"pid"</th><th>"up since"</th><th>"in flight"</th><th>"completed"</th>
+                    <th>"dead"</th><th>"memory"</th><th>"state"</th><th>"last heartbeat"</th>
                 </tr>
             </thead>
             <tbody>
@@ -136,6 +137,7 @@ fn WorkerTableRow(row: WorkerRow, now: i64, admin: bool) -> impl IntoView {
                 <code>{or_dash(w.id)}</code>
                 {gone.then(|| view! { <span class="badge err">"gone"</span> })}
             </td>
+            {commands}
             <td>{or_dash(w.host)}</td>
             <td>{w.pid}</td>
             <td><TimeAt now at=w.started_ms past=true /></td>
@@ -147,7 +149,6 @@ fn WorkerTableRow(row: WorkerRow, now: i64, admin: bool) -> impl IntoView {
             </td>
             <td><span class=state_class data-testid="worker-state">{state}</span></td>
             <td><TimeAt now at=w.last_seen_ms past=true /></td>
-            {commands}
         </tr>
     }
 }
