@@ -75,7 +75,7 @@ test("sign in, see counts; the overview updates live while tasks flow", async ({
   }
 });
 
-test("the task list pages newest first as well as oldest first", async ({ page, request }) => {
+test("results and dead tasks open newest first; the list pages oldest first too", async ({ page, request }) => {
   const errors = watchErrors(page);
   const ids: string[] = [];
   for (let i = 0; i < 3; i++) ids.push(await submit(request, `admin-order-${run}-${i} polls=1`));
@@ -85,23 +85,28 @@ test("the task list pages newest first as well as oldest first", async ({ page, 
   await signIn(page);
   await page.goto("/admin/tasks?state=results");
   await waitLive(page);
-  await expect(page.getByTestId("listing-total")).toContainText("(oldest first)");
-  await page.getByTestId("order-toggle").click();
-  await expect(page).toHaveURL(/state=results&order=newest/);
+  // The latest first by default: the first row is the newest member of the results index,
+  // read from Redis itself.
   await expect(page.getByTestId("listing-total")).toContainText("(newest first)");
-  // The first row is the newest member of the results index, read from Redis itself.
   await expect(async () => {
     const newest = redis("ZREVRANGE", "{repoll}:results", "0", "0");
     await expect(page.getByTestId("task-row").first()).toHaveAttribute("data-id", newest, { timeout: 1000 });
   }).toPass({ timeout: 10_000 });
-  // Tabs keep the order (an empty list offers no order toggle, so it is flipped back on the
-  // results tab, which holds this test's three results).
-  await page.getByTestId("tab-dead").click();
-  await expect(page).toHaveURL(/state=dead&order=newest/);
-  await page.getByTestId("tab-results").click();
-  await expect(page).toHaveURL(/state=results&order=newest/);
   await page.getByTestId("order-toggle").click();
+  await expect(page).toHaveURL(/state=results&order=oldest/);
+  await expect(page.getByTestId("listing-total")).toContainText("(oldest first)");
+  await expect(async () => {
+    const oldest = redis("ZRANGE", "{repoll}:results", "0", "0");
+    await expect(page.getByTestId("task-row").first()).toHaveAttribute("data-id", oldest, { timeout: 1000 });
+  }).toPass({ timeout: 10_000 });
+  // Each tab opens at its own order: dead newest first, ready oldest first (neither in the URL).
+  await page.getByTestId("tab-dead").click();
+  await expect(page).toHaveURL(/state=dead$/);
+  await page.getByTestId("tab-ready").click();
+  await expect(page).toHaveURL(/state=ready$/);
+  await page.getByTestId("tab-results").click();
   await expect(page).toHaveURL(/state=results$/);
+  await expect(page.getByTestId("listing-total")).toContainText("(newest first)");
   expect(errors).toEqual([]);
 });
 

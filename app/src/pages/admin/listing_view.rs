@@ -156,7 +156,7 @@ pub(super) fn ListingView(
         <div class="view">
         <PausedBanner paused=listing.paused now />
         {choose}
-        <Tabs counts=Some(listing.counts) current order=order.clone() upstream=listing.upstream.clone() />
+        <Tabs counts=Some(listing.counts) current upstream=listing.upstream.clone() />
         <p class="row"><span data-testid="listing-total">{heading}</span><span>{flip}</span></p>
         // Optional parts each sit in their own element: bare empty placeholders next to each
         // other are what hydration is most likely to mis-assign.

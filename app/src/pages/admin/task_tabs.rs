@@ -68,13 +68,12 @@ pub(super) fn empty_text(state: &str) -> &'static str {
 }
 
 /// The state tabs: a real tab strip, the current one marked `aria-current="page"`, each with
-/// its count (dead and stuck in red when above 0). Tabs keep the chosen order (no cursor: a
-/// new state starts at its first page). A search has no current tab.
+/// its count (dead and stuck in red when above 0). Each tab opens its state at its own order
+/// and first page ([`default_order`]). A search has no current tab.
 #[component]
 pub(super) fn Tabs(
     counts: Option<TabCounts>,
     current: Option<String>,
-    order: String,
     upstream: String,
 ) -> impl IntoView {
     view! {
@@ -98,7 +97,7 @@ pub(super) fn Tabs(
                         .then(|| format!("{} past the deadline", plural(stuck, "lease", "leases")));
                     view! {
                         <a
-                            href=tasks_href(name, &order, None, &upstream)
+                            href=tasks_href(name, "", None, &upstream)
                             class=class
                             aria-current=here.then_some("page")
                             title=title
@@ -124,16 +123,28 @@ pub(super) fn tasks_bulk_href(state: &str, upstream: &str) -> String {
     href
 }
 
-/// The link to a page of the task list. Oldest-first is the default and stays out of the
-/// URL; a cursor only ever travels with the order it came from; a named upstream is kept.
+/// The order a state's list opens in: the latest deaths and results first (after an outage
+/// the newest failures are the ones to read), everything still waiting oldest first (the
+/// next to be claimed).
+pub(super) fn default_order(state: &str) -> &'static str {
+    match state {
+        "dead" | "results" => "newest",
+        _ => "oldest",
+    }
+}
+
+/// The link to a page of the task list. The state's own order ([`default_order`]) stays out
+/// of the URL; a cursor only ever travels with the order it came from; a named upstream is
+/// kept.
 pub(super) fn tasks_href(state: &str, order: &str, cursor: Option<&str>, upstream: &str) -> String {
     let mut href = format!("/admin/tasks?state={state}");
     if !upstream.is_empty() && upstream != "default" {
         href.push_str("&upstream=");
         href.push_str(&encode_component(upstream));
     }
-    if order == "newest" {
-        href.push_str("&order=newest");
+    if matches!(order, "oldest" | "newest") && order != default_order(state) {
+        href.push_str("&order=");
+        href.push_str(order);
     }
     if let Some(c) = cursor {
         href.push_str("&cursor=");

@@ -1,8 +1,8 @@
 //! The task list: one state at a time with cursor pages, and search.
 //!
 //! Order is the queue's own: by due time (ready, waiting), lease deadline (leased), time of
-//! death (dead) or completion (results), oldest first by default or newest first
-//! (`order=newest`). Cursors are the queue's "score:id" cursors, stable while tasks come and
+//! death (dead) or completion (results); dead tasks and results newest first by default, the
+//! rest oldest first (`task_tabs::default_order`), the other order by `order=`. Cursors are the queue's "score:id" cursors, stable while tasks come and
 //! go; a cursor is only meaningful with the order it came from, so every link carries both.
 //!
 //! Search takes query text or an id. Query text is normalised and hashed exactly like the
@@ -114,10 +114,16 @@ pub async fn list_tasks(
         "results" => queue::ListState::Results,
         _ => return Err(refuse(StatusCode::BAD_REQUEST, "unknown state")),
     };
-    let (order, order_name) = match order.as_deref() {
-        None | Some("") | Some("oldest") => (queue::Order::OldestFirst, "oldest"),
-        Some("newest") => (queue::Order::NewestFirst, "newest"),
+    let order_name = match order.as_deref() {
+        None | Some("") => super::task_tabs::default_order(&state),
+        Some("oldest") => "oldest",
+        Some("newest") => "newest",
         _ => return Err(refuse(StatusCode::BAD_REQUEST, "unknown order")),
+    };
+    let order = if order_name == "newest" {
+        queue::Order::NewestFirst
+    } else {
+        queue::Order::OldestFirst
     };
     // A malformed cursor (edited URL) starts from the first page instead of failing.
     let cursor = cursor.filter(|c| queue::is_list_cursor(c));
@@ -257,7 +263,7 @@ fn TasksBody(
                         Ok(l) => view! { <ListingView listing=l action bulk_action=bulk tick_page=tick_page() /> }.into_any(),
                         Err(e) => view! {
                             <div class="view">
-                                <Tabs counts=None current=None order=String::new() upstream=String::new() />
+                                <Tabs counts=None current=None upstream=String::new() />
                                 <p class="err" data-testid="tasks-error">{error_text(&e)}</p>
                             </div>
                         }.into_any(),
@@ -326,10 +332,20 @@ mod tests {
         assert_eq!(
             list_href(&map(&[
                 ("state", "dead"),
-                ("order", "newest"),
+                ("order", "oldest"),
                 ("cursor", "17:ab")
             ])),
-            "/admin/tasks?state=dead&order=newest&cursor=17%3Aab"
+            "/admin/tasks?state=dead&order=oldest&cursor=17%3Aab"
+        );
+        // A state's own order stays out of the link: dead and results newest first, the
+        // waiting states oldest first.
+        assert_eq!(
+            list_href(&map(&[("state", "dead"), ("order", "newest")])),
+            "/admin/tasks?state=dead"
+        );
+        assert_eq!(
+            list_href(&map(&[("state", "ready"), ("order", "newest")])),
+            "/admin/tasks?state=ready&order=newest"
         );
         assert_eq!(
             list_href(&map(&[("state", "dead"), ("q", "a b&c")])),
