@@ -90,8 +90,8 @@ pub use queue::{local_ms, Queue, RESPONSE_TIMEOUT};
 
 pub use audit::AUDIT_CAP;
 pub use bulk::{
-    BulkAction, BulkFilter, BulkJob, BulkProgress, BulkRefused, BulkSelection, BulkState,
-    TimeField, DEFAULT_BULK_LIMIT,
+    BulkAction, BulkFilter, BulkJob, BulkProgress, BulkRefused, BulkSample, BulkSelection,
+    BulkState, TimeField, DEFAULT_BULK_LIMIT,
 };
 pub use operator_ops::{Migrated, CHUNK as PURGE_CHUNK};
 pub use read::facets::{DeadGroup, DeadGroups, FacetCount, Facets, FACET_SCAN_MAX};

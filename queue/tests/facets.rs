@@ -193,6 +193,19 @@ async fn dead_work_groups_by_error_with_counts_first_and_last() {
         ids,
         records[..5].iter().map(|r| r.0.clone()).collect::<Vec<_>>()
     );
+    // In words, the group is its class and message and one of its tasks, never its hash
+    // alone (issue 43 row 3: after a purge, the audit entry must say what was removed).
+    let sample = sel.sample.as_ref().expect("a sample of the group");
+    let sample_id = sample.id.to_string();
+    assert!(records[..5].iter().any(|r| r.0 == sample_id));
+    assert_eq!(
+        by_group.describe_with(Some(sample)),
+        format!(
+            "dead, error group HTTP 503 \"HTTP 503: retry in # s\" ({}), e.g. task {}",
+            first.key,
+            &sample_id[..12]
+        )
+    );
 }
 
 /// The bound: past FACET_SCAN_MAX members, a count looks at that many and says it stopped.

@@ -176,6 +176,30 @@ pub struct BulkFilter {
 }
 
 impl BulkFilter {
+    /// [`BulkFilter::describe`], with an error group named by its class and message pattern as
+    /// `sample` (a task of the group) shows them, and that task named — never a group by its
+    /// hash alone (a purge's audit entry must say what it removed): `dead, error group HTTP
+    /// 503 "simulated outage" (158b78473f23f9c4), e.g. task 1a2b3c4d5e6f`.
+    pub fn describe_with(&self, sample: Option<&BulkSample>) -> String {
+        let mut text = self.describe();
+        let Some(s) = sample else { return text };
+        if let Some(g) = &self.group {
+            let group = model::error_class::group_of(s.error.as_deref(), s.dead_reason.as_deref());
+            if group.key == *g {
+                let message: String = group.message.chars().take(120).collect();
+                text = text.replace(
+                    &format!("error group {g}"),
+                    &format!("error group {} {message:?} ({g})", group.class.label()),
+                );
+            }
+        }
+        if self.group.is_some() || self.class.is_some() {
+            let id = s.id.to_string();
+            text.push_str(&format!(", e.g. task {}", &id[..id.len().min(12)]));
+        }
+        text
+    }
+
     /// The filter in words, for the audit log: `dead, error contains "HTTP 503", updated in
     /// the last 2 h`.
     pub fn describe(&self) -> String {
@@ -284,6 +308,20 @@ pub struct BulkSelection {
     pub scanned: u64,
     /// Every member was looked at (false past [`BULK_SCAN_MAX`]: `matched` is a lower bound).
     pub complete: bool,
+    /// The first matching task, to name what a filter by error group means in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<BulkSample>,
+}
+
+/// One task a selection matched: its id, last error and dead reason as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkSample {
+    /// The task.
+    pub id: TaskId,
+    /// Its last error (record field `e`).
+    pub error: Option<String>,
+    /// Why it died, if dead (record field `dr`).
+    pub dead_reason: Option<String>,
 }
 
 /// A run's progress, as stored in `{q}:bulk` and shown by the dashboard (a shared type: the

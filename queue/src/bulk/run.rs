@@ -109,7 +109,7 @@ impl Queue {
             return Ok(Err(refused));
         }
         let (sel, stop_requested) = selected?;
-        let mut filter_text = filter.describe();
+        let mut filter_text = filter.describe_with(sel.sample.as_ref());
         if !sel.complete {
             filter_text.push_str(&format!(" (among the first {BULK_SCAN_MAX} looked at)"));
         }

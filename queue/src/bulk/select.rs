@@ -12,7 +12,7 @@ use crate::model::TaskId;
 use crate::queue::Queue;
 use crate::slot::Slot;
 
-use super::{BulkFilter, BulkSelection, BulkState, BULK_SCAN_MAX, SCAN_PAGE};
+use super::{BulkFilter, BulkSample, BulkSelection, BulkState, BULK_SCAN_MAX, SCAN_PAGE};
 
 /// The record fields a filter reads, in this order (`BulkFilter::matches` and the tallies
 /// index them): query, last error, created, updated, state, tenant, dead reason.
@@ -46,8 +46,16 @@ impl Queue {
     ) -> Result<BulkSelection> {
         let mut out = BulkSelection::default();
         let (scanned, complete) = self
-            .scan_matching(filter, max_scan, Walk::OldestFirst, &mut |id, _| {
+            .scan_matching(filter, max_scan, Walk::OldestFirst, &mut |id, f| {
                 out.matched += 1;
+                if out.sample.is_none() {
+                    let field = |i: usize| f.get(i).cloned().flatten();
+                    out.sample = Some(BulkSample {
+                        id: id.clone(),
+                        error: field(1),
+                        dead_reason: field(6),
+                    });
+                }
                 if out.ids.len() < keep {
                     out.ids.push(id);
                 }

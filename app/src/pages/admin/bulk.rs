@@ -74,7 +74,7 @@ pub async fn bulk_preview(filter: FilterForm) -> Result<BulkView, ServerFnError>
     );
     let sel = sel.map_err(failed)?;
     Ok(BulkView {
-        filter: f.describe(),
+        filter: f.describe_with(sel.sample.as_ref()),
         state: f.state.as_str().into(),
         matched: sel.matched,
         scanned: sel.scanned,
