@@ -67,6 +67,25 @@ async fn the_task_page_tells_the_polls_claims_and_who_asked_before_and_after_don
         "{claims:?}"
     );
     assert_eq!(timeline_entries(&page.body, "polled").len(), 1);
+    // Entries seconds apart keep their order to the eye: each says its time to the second
+    // ("17:44:38 · just now"), not only "just now" / "7 min ago" (issue 43 row 7).
+    for entry in &claims {
+        let when = entry
+            .split("<time")
+            .nth(1)
+            .and_then(|t| t.split_once('>'))
+            .map(|(_, text)| text)
+            .unwrap_or_else(|| panic!("no time in {entry}"));
+        let b = when.as_bytes();
+        assert!(
+            b.len() > 11
+                && b[2] == b':'
+                && b[5] == b':'
+                && [0, 1, 3, 4, 6, 7].iter().all(|&i| b[i].is_ascii_digit())
+                && when[8..].starts_with(" · "),
+            "{entry}"
+        );
+    }
 
     // Done: the result's fields tell the query, upstream and tenant, the claim that completed
     // it, the polls, and the time to result counted from the enqueue.

@@ -142,6 +142,13 @@ pub fn utc(ms: i64) -> String {
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC")
 }
 
+/// The time of day to the second, for entries that follow each other within a minute (a
+/// task's story): "06:41:07" (UTC, which the `title` says).
+pub fn clock(ms: i64) -> String {
+    let (_, _, _, h, mi, s, _) = parts(ms);
+    format!("{h:02}:{mi:02}:{s:02}")
+}
+
 /// The machine-readable time for `<time datetime>`: "2026-12-01T06:41:07.215Z".
 pub fn iso(ms: i64) -> String {
     let (y, mo, d, h, mi, s, milli) = parts(ms);
@@ -325,6 +332,7 @@ mod tests {
         assert_eq!(iso(1_796_107_267_215), "2026-12-01T06:41:07.215Z");
         assert_eq!(iso(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(clock(1_796_107_267_215), "06:41:07");
     }
 
     #[test]

@@ -3,20 +3,31 @@
 
 use leptos::prelude::*;
 
-use super::format::{ago, iso, relative, utc};
+use super::format::{ago, clock, iso, relative, utc};
 
 /// `at` in words relative to `now` ("in 4 s", "3 min ago") inside `<time datetime>`, with
 /// the exact UTC time as its `title`. `past` says it is a moment that has happened (never "in
-/// …"); "—" for 0 (unset).
+/// …"); `exact` puts the time of day to the second first ("06:41:07 · 3 min ago"), where
+/// entries a few seconds apart must keep their order to the eye; "—" for 0 (unset).
 #[component]
-pub fn TimeAt(now: i64, at: i64, #[prop(optional)] past: bool) -> impl IntoView {
+pub fn TimeAt(
+    now: i64,
+    at: i64,
+    #[prop(optional)] past: bool,
+    #[prop(optional)] exact: bool,
+) -> impl IntoView {
     if at == 0 {
         return view! { <span>"—"</span> }.into_any();
     }
-    let text = if past {
+    let words = if past {
         ago(now, at)
     } else {
         relative(now, at)
+    };
+    let text = if exact {
+        format!("{} · {words}", clock(at))
+    } else {
+        words
     };
     view! { <time datetime=iso(at) title=utc(at)>{text}</time> }.into_any()
 }

@@ -449,7 +449,7 @@ fn TaskDetailView(view: TaskView, action: ServerAction<Act>) -> impl IntoView {
                         .collect_view();
                     view! {
                         <li data-kind=kind>
-                            <span class="when"><TimeAt now at=h.at_ms past=true /></span> " "
+                            <span class="when"><TimeAt now at=h.at_ms past=true exact=true /></span> " "
                             <strong class="kind">{or_dash(h.kind)}</strong> " "
                             <span class="detail">{detail}</span>
                         </li>
