@@ -2,6 +2,7 @@ import { test, expect } from "@playwright/test";
 import { spawn, ChildProcess } from "child_process";
 import * as path from "path";
 import { adminPassword, redisUrl, spawnServe, waitLive, watchErrors } from "./support";
+import { shot } from "./fixtures";
 
 // Issue 43 row 1: the only worker stopped must be said before anyone looks — on every admin
 // page (the attention strip, red) and on the overview's status line — and the user waiting on
@@ -59,6 +60,10 @@ test("a queue nobody polls is said in red on every admin page and on the user's 
     await expect(user.getByTestId("query-status")).toHaveText("processing");
     await expect(user.getByTestId("query-unpolled")).toContainText("Nothing is polling right now.");
     await expect(user.getByTestId("query-next-poll")).toHaveText("nothing is polling right now");
+    await shot(user, "query-unpolled", true);
+    await page.goto(`${web.url}/admin/dead`);
+    await expect(page.getByTestId("attention-no-worker")).toBeVisible();
+    await shot(page, "admin-attention", true);
 
     worker = spawn(path.join(root, "target/release/repoll"), ["worker"], {
       cwd: root,
