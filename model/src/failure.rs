@@ -96,8 +96,9 @@ impl<'a> Cause<'a> {
 }
 
 /// The worker's `METHOD URL: error` without its call: the error alone. A URL has no spaces
-/// (the worker percent-encodes the query), so the first ": " after it ends it.
-pub(crate) fn without_call(stored: &str) -> &str {
+/// (the worker percent-encodes the query), so the first ": " after it ends it. (A list row
+/// shows this; the task page shows the call too.)
+pub fn without_call(stored: &str) -> &str {
     let Some((method, rest)) = stored.split_once(' ') else {
         return stored;
     };

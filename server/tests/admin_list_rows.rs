@@ -173,3 +173,36 @@ async fn fifty_rows_of_the_longest_texts_make_a_page_under_200_kb() {
     );
     env.redis.stop().await;
 }
+
+/// Issue 43 row 4: a row's last error is its class as a chip and its message without the call
+/// that got it (the same `GET http://…` on every row of an outage pushed the message out of
+/// view); the task page still shows the call.
+#[tokio::test]
+async fn a_row_shows_the_error_class_and_the_message_without_its_call() {
+    let env = start().await;
+    let (r, q) = (&env.router, &env.queue);
+    q.enqueue("row class", "", &Default::default())
+        .await
+        .unwrap();
+    let c = q.claim("w", 1, 60_000).await.unwrap().remove(0);
+    let error = "GET http://upstream.example/api/query?q=row%20class: HTTP 503: simulated outage";
+    q.fail(&c.id, c.token, error, queue::Retry::Dead, 5)
+        .await
+        .unwrap();
+    let ip = [10, 0, 0, 44];
+    let cookie = sign_in(r, ADMIN_PW, ip).await.ok().unwrap();
+    let list = get_page(r, "/admin/tasks?state=dead", Some(&cookie), ip).await;
+    assert_eq!(list.status, 200);
+    assert_eq!(
+        testid_text(&list.body, "row-error"),
+        "HTTP 503: simulated outage"
+    );
+    assert_eq!(testid_text(&list.body, "row-class"), "HTTP 503");
+    assert!(
+        !list.body.contains("upstream.example"),
+        "the call is not in the row"
+    );
+    let task = get_page(r, &format!("/admin/tasks/{}", c.id), Some(&cookie), ip).await;
+    assert!(task.body.contains("GET http://upstream.example/api/query"));
+    env.redis.stop().await;
+}

@@ -1,6 +1,8 @@
 //! The rows of the task list (and of search hits): what one row shows of a task or a result.
 //!
-//! A row is a summary. Its long texts — the query and the last error — arrive cut to
+//! A row is a summary. The last error is shown as its class (a chip: "HTTP 503", "timeout")
+//! and its message without the call that got it (`GET http://…: `, the same on every row of
+//! an outage; the task page shows it). Its long texts — the query and that message — arrive cut to
 //! [`ROW_TEXT_CHARS`] characters with "…" ([`rows_only`], run by the server function before
 //! the page is rendered), and a cut text is followed by a link to the task page, which shows
 //! it whole. Partial data and results are never in a row, so they are not sent with the page
@@ -21,7 +23,10 @@ use model::{DeadReason, Priority, StoredResult, Task, TaskState};
 pub fn rows_only(tasks: &mut [Task], results: &mut [StoredResult]) {
     for t in tasks {
         t.query = cut(&t.query, ROW_TEXT_CHARS);
-        t.last_error = t.last_error.as_deref().map(|e| cut(e, ROW_TEXT_CHARS));
+        t.last_error = t
+            .last_error
+            .as_deref()
+            .map(|e| cut(model::failure::without_call(e.trim()), ROW_TEXT_CHARS));
         t.partial = None;
         t.payload = String::new();
     }
@@ -94,6 +99,20 @@ pub fn TaskTable(
                         };
                         let state_class = format!("state state-{state}");
                         let (href, short_id) = (format!("/admin/tasks/{}", t.id), short(&t.id));
+                        // The class from the message without its call: the same as from the
+                        // whole error (the call only precedes what is classified). "other"
+                        // says nothing the message does not.
+                        let class = t
+                            .last_error
+                            .as_deref()
+                            .map(|e| {
+                                model::error_class::classify(
+                                    Some(e),
+                                    t.dead_reason.map(DeadReason::as_str),
+                                )
+                            })
+                            .filter(|c| *c != model::error_class::ErrorClass::Other)
+                            .map(model::error_class::ErrorClass::label);
                         let error = t.last_error.unwrap_or_default();
                         let more_query = whole_on_task_page(&t.query, &href, "query");
                         let more_error = whole_on_task_page(&error, &href, "error");
@@ -114,6 +133,7 @@ pub fn TaskTable(
                                 <td data-label="when">{when}</td>
                                 <td data-label="worker">{or_dash(t.worker.unwrap_or_default())}</td>
                                 <td data-label="last error" class="error-text">
+                                    {class.map(|c| view! { <span class="badge" data-testid="row-class">{c}</span> " " })}
                                     <span data-testid="row-error"><crate::pages::reveal::UpstreamText text=or_dash(error) /></span>
                                     <span>{more_error}</span>
                                 </td>
