@@ -305,3 +305,32 @@ async fn a_partitions_breaker_opens_them_all_at_the_next_reap() {
     q.reap(10).await.unwrap();
     assert!(!q.claim("w", 30, 30_000).await.unwrap().is_empty());
 }
+
+/// Issue 43 row 10, the promise made true in words: on a quiet upstream one task's own
+/// failures are fewer than the breaker's count, so it stays closed and the task spends its
+/// five attempts and dies (the README and upstreams.md say so; an admin retries it from Dead
+/// work). The breaker is for outages many tasks see, not for one task's bad luck.
+#[tokio::test]
+async fn on_a_quiet_upstream_a_lone_task_spends_its_attempts_before_the_count_is_reached() {
+    let q = queue_with(breaker_cfg("brk_quiet", 10, COOL)).await;
+    enqueue_n(&q, "lone", 1).await;
+    let mut last = None;
+    for attempt in 1..=5 {
+        let c = q.claim("w", 1, 30_000).await.unwrap();
+        assert_eq!(c.len(), 1, "attempt {attempt}: claimable (breaker closed)");
+        last = Some(
+            q.fail(&c[0].id, c[0].token, "HTTP 503", Retry::After(0), 5)
+                .await
+                .unwrap(),
+        );
+        assert!(
+            q.breaker().await.unwrap().is_none(),
+            "5 errors < 10: closed"
+        );
+    }
+    assert!(
+        matches!(last, Some(Failed::Dead { .. })),
+        "dead after its five attempts: {last:?}"
+    );
+    assert_eq!(q.stats().await.unwrap().dead, 1);
+}
