@@ -92,6 +92,9 @@ async fn every_admin_page_says_what_is_wrong_and_nothing_when_all_is_well() {
         overview.body.contains("data-testid=\"not-polled\""),
         "the overview's status line says nothing polls"
     );
+    // Without JavaScript the page never connects: the server's render says "not live", not
+    // "reconnecting" for ever (issue 43 row 12; the browser's script says "live", admin.spec).
+    assert_eq!(testid_text(&overview.body, "live-indicator"), "not live");
 
     // Workers on both: all is well, and the strip is hidden.
     beat(q, "w-default", queue::WorkerMode::Running).await;

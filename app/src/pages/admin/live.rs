@@ -45,17 +45,36 @@ pub fn use_live() -> Live {
     })
 }
 
-/// "live" / "reconnecting", for `data-testid="live-indicator"`.
+/// "live" / "reconnecting" once the page runs its script, for `data-testid="live-indicator"`;
+/// "not live" before that and for good without JavaScript (issue 43 row 12: the server's
+/// render said "reconnecting" for ever to a browser that will never connect).
 #[component]
 pub fn LiveIndicator() -> impl IntoView {
     let live = use_live();
+    // Effects run in the browser only: the server's render and the hydration both read false.
+    let scripted = RwSignal::new(false);
+    Effect::new(move |_| scripted.set(true));
+    let (word, title) = (
+        move || match (scripted.get(), live.connected.get()) {
+            (false, _) => "not live",
+            (true, true) => "live",
+            (true, false) => "reconnecting",
+        },
+        move || {
+            if scripted.get() {
+                "updates pushed by the server"
+            } else {
+                "without JavaScript this page shows what it read; reload it to read again"
+            }
+        },
+    );
     view! {
         <span
             data-testid="live-indicator"
             class=move || if live.connected.get() { "live on" } else { "live off" }
-            title="updates pushed by the server"
+            title=title
         >
-            {move || if live.connected.get() { "live" } else { "reconnecting" }}
+            {word}
         </span>
     }
 }

@@ -172,13 +172,13 @@ fn values(key: &str, vocab: &Vocabulary) -> Vec<(String, String)> {
         "group" => vocab
             .groups
             .iter()
-            .map(|(key, class, message)| (key.clone(), format!("{class}: {message}")))
+            .map(|(key, class, message)| (key.clone(), group_words(class, message)))
             .collect(),
         "error" => vocab
             .groups
             .iter()
             .filter_map(|(_, class, message)| {
-                error_words(message).map(|w| (w, format!("{class}: {message}")))
+                error_words(message).map(|w| (w, group_words(class, message)))
             })
             .collect(),
         "upstream" => vocab
@@ -187,6 +187,16 @@ fn values(key: &str, vocab: &Vocabulary) -> Vec<(String, String)> {
             .map(|u| (u.clone(), "this upstream's tasks".to_string()))
             .collect(),
         _ => Vec::new(),
+    }
+}
+
+/// A group as its hint says it: its class, then its message — the message alone when it
+/// starts with the class already ("HTTP 503: simulated outage", not "HTTP 503: HTTP 503: …").
+fn group_words(class: &str, message: &str) -> String {
+    if message.starts_with(class) {
+        message.to_string()
+    } else {
+        format!("{class}: {message}")
     }
 }
 
@@ -264,6 +274,15 @@ pub fn suggest(text: &str, caret: u32, vocab: &Vocabulary) -> Vec<Suggestion> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_says_its_class_once() {
+        assert_eq!(
+            group_words("HTTP 503", "HTTP 503: simulated outage"),
+            "HTTP 503: simulated outage"
+        );
+        assert_eq!(group_words("timeout", "after # ms"), "timeout: after # ms");
+    }
 
     fn vocab() -> Vocabulary {
         Vocabulary {
