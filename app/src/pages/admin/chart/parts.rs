@@ -228,11 +228,18 @@ pub(super) fn series_lines(
     series: &[&Series],
     per: f64,
 ) -> AnyView {
+    // The point in progress (the current minute, quarter hour or hour) is left out: drawn, its
+    // partial count made the line drop towards 0 at the right edge, which read as "traffic
+    // stopped" (issue 43 row 8). Its values are in its tooltip.
+    let drawn = match buckets.len() {
+        0 | 1 => buckets,
+        n => &buckets[..n - 1],
+    };
     series
         .iter()
         .map(|s| {
             let pts = points(
-                buckets
+                drawn
                     .iter()
                     .map(|b| (frame.x(b.minute_ms), frame.y((s.of)(b) as f64 / per))),
             );

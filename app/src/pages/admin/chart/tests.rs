@@ -462,6 +462,32 @@ mod readable {
     }
 
     #[test]
+    fn the_point_in_progress_is_not_drawn() {
+        // Steady traffic; the minute in progress has counted 0 so far: the line must not
+        // drop to it at the right edge (issue 43 row 8).
+        let buckets = hour(|i| Bucket {
+            completed: if i == 59 { 0 } else { 5 },
+            ..Bucket::default()
+        });
+        let tp = html(view! { <ThroughputChart buckets=buckets /> });
+        let line = tp
+            .split("<polyline")
+            .find(|p| p.contains("class=\"s-completed\""))
+            .expect("the completed line");
+        let pts = line
+            .split("points=\"")
+            .nth(1)
+            .and_then(|p| p.split('"').next())
+            .expect("its points");
+        assert_eq!(pts.split(' ').count(), 59, "{pts}");
+        let ys: std::collections::BTreeSet<&str> = pts
+            .split(' ')
+            .filter_map(|xy| xy.split(',').nth(1))
+            .collect();
+        assert_eq!(ys.len(), 1, "a flat line: {pts}");
+    }
+
+    #[test]
     fn captions_read_the_last_complete_minute_never_the_one_in_progress() {
         // The last minute has just begun (nothing yet); the one before counted 7 completed.
         let buckets = hour(|i| Bucket {
