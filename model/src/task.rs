@@ -123,7 +123,7 @@ pub struct Task {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub payload: String,
     pub state: TaskState,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Priority::is_interactive")]
     pub priority: Priority,
     pub created_ms: i64,
     pub updated_ms: i64,
@@ -132,7 +132,8 @@ pub struct Task {
     /// "Still processing" answers so far.
     pub polls: u32,
     pub max_attempts: u32,
-    /// Token of the current or last lease (0 = never leased).
+    /// Token of the current or last lease (0 = never leased; a list row's data carries none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub token: u64,
     /// Lease holder while leased.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,6 +180,17 @@ fn is_zero(n: &i64) -> bool {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Priority {
+    /// The default priority (left out of a task's JSON).
+    pub fn is_interactive(&self) -> bool {
+        *self == Priority::Interactive
+    }
 }
 
 impl Task {
@@ -333,7 +345,7 @@ mod tests {
             attempts: 1,
             polls: 0,
             max_attempts: 5,
-            token: 7,
+            token: 0,
             worker: None,
             last_error: Some("HTTP 500".into()),
             partial: None,
@@ -348,6 +360,8 @@ mod tests {
         };
         let json = serde_json::to_string(&t).unwrap();
         for gone in [
+            "token",
+            "priority",
             "payload",
             "worker",
             "partial",
@@ -372,6 +386,8 @@ mod tests {
         t.refresh = true;
         t.trace.joined = vec!["00-a-b-01".into()];
         t.job = Some("j".into());
+        t.priority = Priority::Background;
+        t.token = 7;
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(serde_json::from_str::<Task>(&json).unwrap(), t, "{json}");
     }

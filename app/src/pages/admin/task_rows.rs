@@ -29,6 +29,8 @@ pub fn rows_only(tasks: &mut [Task], results: &mut [StoredResult]) {
             .map(|e| cut(model::failure::without_call(e.trim()), ROW_TEXT_CHARS));
         t.partial = None;
         t.payload = String::new();
+        // A row acts by id; its lease's fencing token is the task page's business.
+        t.token = 0;
     }
     for r in results {
         r.query = cut(&r.query, ROW_TEXT_CHARS);
@@ -133,7 +135,7 @@ pub fn TaskTable(
                                 <td data-label="when">{when}</td>
                                 <td data-label="worker">{or_dash(t.worker.unwrap_or_default())}</td>
                                 <td data-label="last error" class="error-text">
-                                    {class.map(|c| view! { <span class="badge" data-testid="row-class">{c}</span> " " })}
+                                    {class.map(|c| view! { <span class="chip">{c}</span> " " })}
                                     <span data-testid="row-error"><crate::pages::reveal::UpstreamText text=or_dash(error) /></span>
                                     <span>{more_error}</span>
                                 </td>
