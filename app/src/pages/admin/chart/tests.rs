@@ -470,15 +470,11 @@ mod readable {
             ..Bucket::default()
         });
         let tp = html(view! { <ThroughputChart buckets=buckets /> });
-        let line = tp
+        let pts = tp
             .split("<polyline")
             .find(|p| p.contains("class=\"s-completed\""))
-            .expect("the completed line");
-        let pts = line
-            .split("points=\"")
-            .nth(1)
-            .and_then(|p| p.split('"').next())
-            .expect("its points");
+            .and_then(|line| line.split("points=\"").nth(1)?.split('"').next())
+            .expect("the completed line's points");
         assert_eq!(pts.split(' ').count(), 59, "{pts}");
         let ys: std::collections::BTreeSet<&str> = pts
             .split(' ')
