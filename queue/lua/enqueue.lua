@@ -42,8 +42,11 @@
 -- cached. With nothing stored, a task that died for good (reason fatal) within the failed
 -- window is answered as it is (negative caching). Whether a stale result may still be shown
 -- (which window, why) is the caller's to decide from its age and the refresh's state.
+-- A web process may answer a fresh hit's next asks itself for `hold_ms` (0 = not at all):
+-- while the stored result stays fresh, its asks are no longer counted and refresh-ahead's lead
+-- is not reached (queue/src/hot_results.rs; it counts those answers with count_answers.lua).
 -- Returns {'joined', fields, partial|false, due_score|false}
---       | {'stored', packed result}
+--       | {'stored', packed result, hold_ms}
 --       | {'stale', packed result, fields|false, partial|false, due_score|false, created 0|1}
 --       | {'negative', fields}
 --       | {'created', fields, false, false}     where fields is the record's HGETALL.
@@ -178,8 +181,17 @@ if stored then
   if max_age >= 0 and max_age < fresh_for then fresh_for = max_age end
   if age < fresh_for then
     bump(tp, tpmin, now, 'fresh', 1)
+    -- How long this result stays a fresh hit for which this script would write nothing but
+    -- the counter above: until refresh-ahead's lead (or the window's end without it); not at
+    -- all while its asks are still counted, nor while a task for it runs (its asks wait).
+    local hold = fresh_ms - age
+    if hot_asks > 0 then
+      hold = fresh_ms - lead_ms - age
+    end
+    if live then hold = 0 end
     if hot_asks > 0 and not live then
-      local asks = count_ask(rkey, stored, hot_asks)
+      local asks, counted = count_ask(rkey, stored, hot_asks)
+      if counted then hold = 0 end
       if asks >= hot_asks and age >= fresh_ms - lead_ms and not died_recently() then
         local minute = now - (now % 60000)
         local started = tonumber(redis.call('HGET', tp, fmt(minute) .. ':ahead')) or 0
@@ -191,7 +203,7 @@ if stored then
         end
       end
     end
-    return { 'stored', stored }
+    return { 'stored', stored, math.max(hold, 0) }
   end
   bump(tp, tpmin, now, 'stale', 1)
   if live then

@@ -18,9 +18,15 @@ use tracing::{Instrument, Span};
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored; or
 /// refused because `q`'s layout is not the queue's any more ([`Queue::moved`]).
 fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
+    decode_with_hold(q, id, reply).map(|(e, _)| e)
+}
+
+/// [`decode_enqueued`] and, for a fresh hit, how long it may be held (the script's `hold_ms`;
+/// 0 otherwise).
+fn decode_with_hold(q: &Queue, id: &str, reply: Value) -> Result<(Enqueued, u64)> {
     let (tag, rest) = status(reply)?;
     if tag == "none" {
-        return Ok(Enqueued::NotCached);
+        return Ok((Enqueued::NotCached, 0));
     }
     let mut rest = rest.into_iter();
     let body = rest
@@ -33,7 +39,9 @@ fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
     if tag == "stored" || tag == "stale" {
         let result = decode::packed_result(id, &string(&body)?)?.result;
         if tag == "stored" {
-            return Ok(Enqueued::Stored(result));
+            let hold = rest.next().map(|v| decode::int(&v)).transpose()?;
+            let hold = hold.and_then(|ms| u64::try_from(ms).ok()).unwrap_or(0);
+            return Ok((Enqueued::Stored(result), hold));
         }
         let refresh = match rest.next() {
             Some(v @ Value::Array(_)) => Some(task_of(id, v, &mut rest)?),
@@ -43,19 +51,23 @@ fn decode_enqueued(q: &Queue, id: &str, reply: Value) -> Result<Enqueued> {
             }
         };
         let created = rest.next().map(|v| decode::int(&v)).transpose()? == Some(1);
-        return Ok(Enqueued::Stale {
-            result,
-            refresh,
-            created,
-        });
+        return Ok((
+            Enqueued::Stale {
+                result,
+                refresh,
+                created,
+            },
+            0,
+        ));
     }
     let task = task_of(id, body, &mut rest)?;
-    match tag.as_str() {
-        "created" => Ok(Enqueued::Created(task)),
-        "joined" => Ok(Enqueued::Joined(task)),
-        "negative" => Ok(Enqueued::Negative(task)),
-        other => Err(corrupt(format!("enqueue: unexpected reply {other:?}"))),
-    }
+    let out = match tag.as_str() {
+        "created" => Enqueued::Created(task),
+        "joined" => Enqueued::Joined(task),
+        "negative" => Enqueued::Negative(task),
+        other => return Err(corrupt(format!("enqueue: unexpected reply {other:?}"))),
+    };
+    Ok((out, 0))
 }
 
 /// A task from an enqueue reply: its fields, then its partial data and due score when the
@@ -115,12 +127,27 @@ impl Queue {
         check_tenant(&policy.tenant)?;
         let q = normalise_query(query)?;
         let id = self.task_id(&q);
+        // A hot result held in memory: no script, no span (it makes and joins no task).
+        if let Some(result) = self.held_answer(&id, policy) {
+            return Ok(Enqueued::Stored(result));
+        }
+        let hot = self.inner.hot.get();
+        let generation = hot.map(|h| h.generation());
+        let sent = std::time::Instant::now();
         let at = self.slot_of(&id);
         let span = self.create_span(Some(&id), policy, 1);
         let trace = span.in_scope(trace_context::current);
         let inv = at.enqueue_invocation(&id, &q, payload, policy, &trace);
         let out = at.run(&inv).instrument(span.clone()).await;
-        let out = out.and_then(|reply| decode_enqueued(self, &id, reply));
+        let out = out.and_then(|reply| decode_with_hold(self, &id, reply));
+        if let (Some(hot), Some(seen), Ok((Enqueued::Stored(result), hold))) =
+            (hot, generation, &out)
+        {
+            if crate::hold::takes_any_fresh(self, policy) {
+                hot.hold(result, *hold, sent, seen);
+            }
+        }
+        let out = out.map(|(e, _)| e);
         span.record("repoll.outcome", outcome_name(&out));
         out
     }

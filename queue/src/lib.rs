@@ -37,6 +37,8 @@
 //!   `registry` (every running process's heartbeat), `callback`, `operator_ops` (retry, cancel, pause, breaker, purge,
 //!   migrate), [`bulk`] (actions by filter, in the background), `read` (stats, cursor pages,
 //!   details, throughput, tenants, events; `read::merge` merges the slots' answers).
+//! - [`hot_results`] and `hold`: a web process answers the fresh hits of hot results from its
+//!   memory, kept true by Redis's client tracking ([`Queue::hold_hot_results`]).
 //! - `upstream_cancels`: a job API's jobs of cancelled or purged tasks, waiting for a worker
 //!   to cancel them upstream ([`UpstreamCancel`]).
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per task).
@@ -56,6 +58,8 @@ mod conn;
 mod decode;
 mod enqueue;
 pub mod error;
+mod hold;
+pub mod hot_results;
 pub mod id;
 pub mod key_decl;
 mod keys;
@@ -79,6 +83,7 @@ mod worker_ops;
 pub use callback::{CallbackEffect, WebhookApplied};
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};
+pub use hot_results::HoldSettings;
 pub use id::{
     invisible_kind, is_invisible_char, is_refused_char, is_valid_tenant, is_valid_upstream_name,
     normalise_query, query_pattern, InvalidQuery, InvalidTaskId, TaskId, DEFAULT_UPSTREAM,

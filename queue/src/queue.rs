@@ -44,6 +44,9 @@ pub(crate) struct Inner {
     /// this handle's, else 0: set by a heartbeat or a refused enqueue, cleared by a heartbeat
     /// that finds the layout unchanged (`partition::moved`).
     pub moved_to: std::sync::atomic::AtomicU32,
+    /// The hot results this process answers from memory, once
+    /// [`Queue::hold_hot_results`] was called (`hot_results`).
+    pub hot: std::sync::OnceLock<Arc<crate::hot_results::HotResults>>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -168,6 +171,7 @@ impl Queue {
                 ),
                 chain_hops: std::sync::atomic::AtomicUsize::new(0),
                 moved_to: std::sync::atomic::AtomicU32::new(0),
+                hot: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -92,6 +92,7 @@ macro_rules! functions {
 
 functions! {
     enqueue: read_only = false, common_argv = true;
+    count_answers: read_only = false, common_argv = true;
     claim: read_only = false, common_argv = true;
     renew: read_only = false, common_argv = true;
     complete: read_only = false, common_argv = true;

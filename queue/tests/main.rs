@@ -21,6 +21,7 @@ mod failover;
 mod fair;
 mod freshness;
 mod functions;
+mod hot_results;
 mod lean;
 mod lean_stats;
 mod lifecycle;

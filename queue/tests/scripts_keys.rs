@@ -311,7 +311,8 @@ fn scripts_name_keys_only_through_keys() {
         };
         let rc = calls(&body, "redis.call");
         assert!(
-            !rc.is_empty() || src.contains("claim_apply("),
+            // claim_apply and bump (count_answers) make the calls with the keys handed them.
+            !rc.is_empty() || src.contains("claim_apply(") || src.contains("bump(K.tp, K.tpmin"),
             "{name}: no redis.call found"
         );
         for args in rc {

@@ -139,6 +139,19 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub redis_request_timeout_ms: u64,
 
+    /// Bytes of hot results this web process holds to answer their fresh hits from memory
+    /// (no Redis round trip; see "Hits from memory" in docs/operations.md); 0 = every hit goes
+    /// to Redis. Not on a Redis Cluster.
+    #[arg(long, env = "REPOLL_HOLD_BYTES", default_value_t = queue::HoldSettings::default().max_bytes,
+          value_parser = clap::value_parser!(u64).range(0..=(1 << 40)))]
+    pub hold_bytes: u64,
+
+    /// The longest a purge, a refresh or any other write of a stored result can go unseen by
+    /// the answers this process gives from memory (ms).
+    #[arg(long, env = "REPOLL_HOLD_BOUND_MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(10..=1_000))]
+    pub hold_bound_ms: u64,
+
     /// Bearer token for `GET /metrics` (`Authorization: Bearer <token>`): once set, every
     /// client needs it, loopback included (a proxy on the same host makes every client
     /// loopback). Without it, /metrics answers only to a loopback peer, never to a forwarded

@@ -116,6 +116,18 @@ async fn serve_with(
     let plans = crate::upstreams::plans(&args.redis, &upstream, &args.policy, &args.upstreams);
     let callbacks = worker::Callbacks::new(&args.callback)?;
     let served = open_upstreams(&plans, callbacks.as_ref(), &queue, &web_queue, url).await?;
+    let hold = queue::HoldSettings {
+        max_bytes: args.hold_bytes,
+        bound: Duration::from_millis(args.hold_bound_ms),
+    };
+    for s in &served {
+        s.web_queue
+            .hold_hot_results(&crate::settings::RedisArgs::pubsub_url(url), hold)
+            .map_err(|source| ServeError::Redis {
+                url: redact(url),
+                source,
+            })?;
+    }
     let workers = embedded_workers(args, &served, url)?;
 
     let caps = StreamCaps {

@@ -81,22 +81,23 @@ local function result_completed(packed)
 end
 
 -- Counts one fresh hit of the stored result in `rkey` (value `packed`), up to `cap`; returns
--- the asks counted so far this one included. The counter is the header's last field, two
--- digits right before the first newline (8 or 12 fields); a result written before the counter
--- existed (seven fields) counts nothing and returns 0. Writes only while below `cap`, so a hot result costs
--- at most `cap` writes per life.
+-- the asks counted so far this one included, and whether this one was written. The counter
+-- is the header's last field, two digits right before the first newline (8 or 12 fields); a
+-- result written before the counter existed (seven fields) counts nothing and returns 0.
+-- Writes only while below `cap`, so a hot result costs at most `cap` writes per life.
 local function count_ask(rkey, packed, cap)
   local nl = string.find(packed, '\n', 1, true)
-  if nl == nil or nl < 4 then return 0 end
+  if nl == nil or nl < 4 then return 0, false end
   local head = string.sub(packed, 1, nl - 1)
   local _, commas = string.gsub(head, ',', '')
-  if commas ~= 7 and commas ~= 11 then return 0 end
+  if commas ~= 7 and commas ~= 11 then return 0, false end
   local asks = tonumber(string.sub(packed, nl - 2, nl - 1)) or 0
   if asks < cap then
     asks = asks + 1
     redis.call('SETRANGE', rkey, nl - 3, string.format('%02d', asks))
+    return asks, true
   end
-  return asks
+  return asks, false
 end
 
 -- A job API's job to cancel upstream: `job` (the record's `j`, nil for none) goes into the
