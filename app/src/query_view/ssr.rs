@@ -11,8 +11,12 @@ use super::{Freshness, QueryStatus, QueryView, StaleReason, TaskId};
 use crate::context::AppContext;
 use crate::freshness::{servable, CacheRequest, Windows};
 
-/// How often [`submit`] re-reads the task while it waits for the first partial.
-const FIRST_ANSWER_STEP: Duration = Duration::from_millis(25);
+/// How long [`submit`] waits before it first re-reads the task while it waits for the first
+/// partial, doubling each time up to [`FIRST_ANSWER_MAX_STEP`]: an upstream that answers within
+/// milliseconds is answered within milliseconds (a fixed 25 ms step made every such miss take
+/// 25 ms), a slow one costs a read every 25 ms as before (eight reads in the first 100 ms).
+const FIRST_ANSWER_STEP: Duration = Duration::from_millis(1);
+const FIRST_ANSWER_MAX_STEP: Duration = Duration::from_millis(25);
 
 /// Why a submit or read did not produce a view.
 #[derive(Debug, thiserror::Error)]
@@ -195,8 +199,10 @@ pub async fn submit_with(
     }
     let deadline = Instant::now() + ctx.first_answer;
     let mut latest = from_task(up, &task);
+    let mut step = FIRST_ANSWER_STEP;
     while Instant::now() < deadline {
-        tokio::time::sleep(FIRST_ANSWER_STEP.min(deadline - Instant::now())).await;
+        tokio::time::sleep(step.min(deadline - Instant::now())).await;
+        step = (step * 2).min(FIRST_ANSWER_MAX_STEP);
         match read_in(q, up, &task.id, &ask.cache).await? {
             Some(v) => {
                 let settled = v.partial.is_some() || v.status.is_final() || v.result.is_some();
