@@ -210,6 +210,9 @@ pub fn normalise_query(q: &str) -> Result<String, InvalidQuery> {
     if crate::input::parse_input(q).is_some() {
         return Ok(q.to_string());
     }
+    if is_plain_ascii(q) {
+        return Ok(q.to_string());
+    }
     let nfc: String = q.nfc().collect();
     let out = nfc.split_whitespace().collect::<Vec<_>>().join(" ");
     if out.is_empty() {
@@ -225,9 +228,45 @@ pub fn normalise_query(q: &str) -> Result<String, InvalidQuery> {
     Ok(out)
 }
 
+/// Text every rule below leaves as it is: printable ASCII (NFC changes none of it, none of it
+/// is a control or an invisible character), single spaces only between words, at most
+/// [`MAX_QUERY_CHARS`]. Most queries are such text, and checking it is a byte scan instead of
+/// the Unicode tables' lookups per character (4.7 % of a hit's CPU in the profile).
+fn is_plain_ascii(q: &str) -> bool {
+    let b = q.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_QUERY_CHARS
+        && b[0] != b' '
+        && b[b.len() - 1] != b' '
+        && b.iter().all(|c| (b' '..=b'~').contains(c))
+        && !b.windows(2).any(|w| w == b"  ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The plain-ASCII shortcut answers exactly what the full rules do, for any ASCII text
+        /// (controls, runs of whitespace, leading and trailing spaces and lengths around the
+        /// limit included).
+        #[test]
+        fn plain_ascii_is_what_the_rules_make_of_it(q in "[\\x00-\\x7f]{0,20}|[ a-z]{500,520}") {
+            let slow = || -> Result<String, InvalidQuery> {
+                use unicode_normalization::UnicodeNormalization;
+                let nfc: String = q.nfc().collect();
+                let out = nfc.split_whitespace().collect::<Vec<_>>().join(" ");
+                if out.is_empty() || out.chars().count() > MAX_QUERY_CHARS {
+                    return Err(InvalidQuery(String::new()));
+                }
+                check_query_chars(&out)?;
+                Ok(out)
+            };
+            if is_plain_ascii(&q) {
+                proptest::prop_assert_eq!(slow().ok(), Some(q.clone()));
+            }
+        }
+    }
 
     #[test]
     fn normalises_whitespace() {
