@@ -104,6 +104,12 @@ pub fn init(command: &str, exports: bool) -> Result<Tracing, String> {
             // read-mostly load measured (docs/benchmarks.md, "Traces").
             .with_tracked_inactivity(false)
             .with_threads(false)
+            // Nor the Rust module path of every span (`target`): the span's name says what it
+            // is. And entering a span does not make its OpenTelemetry context the current one
+            // (a context guard per enter and exit, many per request): nothing here reads the
+            // current context; propagation reads the span's own (`OpenTelemetrySpanExt`).
+            .with_target(false)
+            .with_context_activation(false)
             // Its own filter: RUST_LOG=warn quiets the log, not the traces (our spans and the
             // span events that matter are at `info`).
             .with_filter(LevelFilter::INFO)
