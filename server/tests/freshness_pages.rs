@@ -224,3 +224,60 @@ async fn a_query_held_by_the_open_breaker_says_the_upstream_is_unavailable() {
         "closed again: no notice"
     );
 }
+
+/// The page of a failed query has a "Try again" form — a plain post of the query form, so it
+/// works without JavaScript — that starts a new life of the task; for a failure kept by
+/// negative caching it says until when asking again answers the same failure.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_query_can_be_tried_again_from_its_page() {
+    use leptos::server_fn::ServerFn;
+    let env = api::Env::start(api::Opts::default()).await;
+    let mut ids = Vec::new();
+    for (text, retry) in [
+        ("given up after its attempts", queue::Retry::After(0)),
+        ("refused for good", queue::Retry::Dead),
+    ] {
+        let policy = queue::EnqueuePolicy {
+            max_attempts: 1,
+            ..Default::default()
+        };
+        env.queue.enqueue(text, "", &policy).await.unwrap();
+        let c = env.queue.claim("test-worker", 1, 60_000).await.unwrap();
+        let failed = env.queue.fail(&c[0].id, c[0].token, "HTTP 500", retry, 1);
+        assert!(matches!(failed.await.unwrap(), queue::Failed::Dead { .. }));
+        ids.push((text, c[0].id.to_string()));
+    }
+    for (i, (text, id)) in ids.iter().enumerate() {
+        let page = env.get(&format!("/q/{id}")).await;
+        let form = tag_of(&page.body, "query-retry");
+        assert!(form.contains("method=\"post\""), "{form}");
+        assert!(form.contains(app::pages::SubmitQuery::PATH), "{form}");
+        assert!(
+            page.body
+                .contains(&format!("name=\"query\" value=\"{text}\"")),
+            "the form carries the query: {}",
+            page.body
+        );
+        let kept = text_of(&page.body, "query-retry-kept");
+        assert_eq!(kept.contains("until"), i == 1, "{text}: {kept:?}");
+        let posted = env
+            .send(
+                axum::http::Request::post(app::pages::SubmitQuery::PATH)
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .header("accept", "text/html")
+                    .header("origin", "http://localhost")
+                    .header("host", "localhost")
+                    .body(axum::body::Body::from(format!(
+                        "query={}",
+                        text.replace(' ', "+")
+                    )))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(posted.status, 302, "{text}: {}", posted.body);
+        let task = env.queue.get(id).await.unwrap().unwrap().task.unwrap();
+        let want = [queue::TaskState::Due, queue::TaskState::Dead][i];
+        assert_eq!(task.state, want, "{text}: a new life, or the failure kept");
+    }
+    env.stop().await;
+}

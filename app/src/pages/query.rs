@@ -374,6 +374,42 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
             })
         })
     };
+    // A failed query can be asked again from its page: the same form post as the query form
+    // (a new life of the task; plain HTML, so it works without JavaScript and the page that
+    // follows is the new life's, live). A failure the upstream gave for good is kept for the
+    // failed window (negative caching): asking before its end answers it again, said here.
+    let retry = move || {
+        (status() == QueryStatus::Failed).then(|| {
+            use leptos::server_fn::ServerFn;
+            let (query, upstream, kept_until) = state.with(|v| {
+                let kept = (v.freshness == Some(Freshness::Fresh))
+                    .then_some(v.fresh_until)
+                    .flatten();
+                (v.query.clone(), v.upstream.clone(), kept)
+            });
+            let named = (upstream != "default" && !upstream.is_empty())
+                .then(|| view! { <input type="hidden" name="upstream" value=upstream /> });
+            let kept = kept_until.filter(|&at| at > clock()).map(|at| {
+                view! {
+                    " "
+                    <span class="muted" data-testid="query-retry-kept">
+                        {format!(
+                            "The upstream refused this query; until {} asking again answers this failure.",
+                            utc(at),
+                        )}
+                    </span>
+                }
+            });
+            view! {
+                <form method="post" action=SubmitQuery::PATH data-testid="query-retry">
+                    <input type="hidden" name="query" value=query />
+                    {named}
+                    <button type="submit" class="primary">"Try again"</button>
+                    {kept}
+                </form>
+            }
+        })
+    };
     let href = move || state.with(|v| format!("/q/{}", v.id));
     view! {
         <section class="panel query-state" data-testid="query-state">
@@ -408,6 +444,7 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
             {worker_notice}
             {refresh}
             {error}
+            {retry}
             {progress}
             {data}
             <p class="muted">
