@@ -2,7 +2,7 @@
 // Typed with the keyboard only — ArrowDown to a suggestion, Enter to take it, Escape to close
 // — the completed search is the one the list runs, and it finds exactly the task suggested.
 import { test, expect, Page } from "@playwright/test";
-import { deadTaskLines, redisPipe, taskId } from "./fixtures";
+import { deadTaskLines, redisPipe, submit, taskId } from "./fixtures";
 import { signIn, waitLive, watchErrors } from "./support";
 
 const run = Date.now();
@@ -99,4 +99,27 @@ test("suggestions complete the search with the keyboard, and the search finds th
 
   // The other specs find the queue without ours.
   redisPipe([...ours, ...other].flatMap((id) => [`ZREM {repoll}:dead ${id}`, `DEL {repoll}:t:${id}`]));
+});
+
+// Issue 43, row 13: a refused search is shown once; live events do not ask the server again
+// for the same refusal (it was re-requested on every event, a 400 each time).
+test("a refused search is not asked again on every live event", async ({ page, request }) => {
+  const errors = watchErrors(page, [400]);
+  await signIn(page);
+  await page.goto("/admin/tasks?q=group%3Azz");
+  await waitLive(page);
+  await expect(page.getByTestId("tasks-error")).toContainText("not a group key");
+  const asked: string[] = [];
+  page.on("request", (r) => {
+    if (r.url().includes("list_tasks")) asked.push(r.url());
+  });
+  // Live events: new tasks, each published on the dashboard's channel.
+  for (let i = 0; i < 6; i++) {
+    await submit(request, `refused-search-${run}-${i}`);
+    await page.waitForTimeout(500);
+  }
+  await expect(page.getByTestId("tasks-error")).toContainText("not a group key");
+  // Hydration's first read may ask once; no event after it does.
+  expect(asked.length, asked.join("\n")).toBeLessThanOrEqual(1);
+  expect(errors).toEqual([]);
 });

@@ -162,6 +162,21 @@ pub async fn list_tasks(
 }
 
 /// `/admin/tasks?state=..&cursor=..&q=..`.
+/// Whether the list's server function refused the request's search itself (its text, not a
+/// passing failure): asking again with the same text is refused again.
+fn refuses_the_search(e: &ServerFnError) -> bool {
+    matches!(e, ServerFnError::ServerError(m) if m.starts_with("search"))
+}
+
+/// The refusal to answer at once for `search` when it is the one last refused.
+fn refused_again(
+    last: Option<&(Option<String>, ServerFnError)>,
+    search: &Option<String>,
+) -> Option<ServerFnError> {
+    last.filter(|(text, _)| text == search)
+        .map(|(_, e)| e.clone())
+}
+
 #[component]
 pub fn TasksPage() -> impl IntoView {
     // Resources are created here, before the frame, so their order (which hydration
@@ -172,6 +187,9 @@ pub fn TasksPage() -> impl IntoView {
     let action = ServerAction::<Act>::new();
     let bulk = ServerAction::<BulkAct>::new();
     provide_confirm(action);
+    // A search the server refused is not asked again on every live event: the same text gets
+    // the same refusal until it changes (it was re-requested every tick, a 400 each time).
+    let refused = StoredValue::new(None::<(Option<String>, ServerFnError)>);
     let data = Resource::new(
         move || {
             let m = query.get();
@@ -186,10 +204,17 @@ pub fn TasksPage() -> impl IntoView {
             )
         },
         move |(state, cursor, search, order, upstream, _, _)| async move {
+            if let Some(e) = refused.with_value(|r| refused_again(r.as_ref(), &search)) {
+                return Err(e);
+            }
             if !signed_in(me).await {
                 return signed_out();
             }
-            list_tasks(state, cursor, search, order, upstream).await
+            let asked = search.clone();
+            let out = list_tasks(state, cursor, search, order, upstream).await;
+            let refusal = out.as_ref().err().filter(|e| refuses_the_search(e));
+            refused.set_value(refusal.map(|e| (asked, e.clone())));
+            out
         },
     );
     // The triage counts: re-read when the search changes or an action ran, not on every live
@@ -352,5 +377,19 @@ mod tests {
             "/admin/tasks?q=a%20b%26c"
         );
         assert_eq!(list_href(&map(&[("state", "<x>")])), "/admin/tasks");
+    }
+
+    #[test]
+    fn a_refused_search_is_answered_again_only_for_the_same_text() {
+        let refusal = ServerFnError::ServerError("search: unknown field `colour`".into());
+        assert!(refuses_the_search(&refusal));
+        assert!(!refuses_the_search(&ServerFnError::ServerError(
+            "the task list is unavailable (Redis)".into()
+        )));
+        let last = (Some("colour:red".to_string()), refusal);
+        let again = refused_again(Some(&last), &Some("colour:red".into()));
+        assert!(matches!(again, Some(ServerFnError::ServerError(m)) if m.starts_with("search:")));
+        assert!(refused_again(Some(&last), &Some("colour:re".into())).is_none());
+        assert!(refused_again(None, &Some("colour:red".into())).is_none());
     }
 }
