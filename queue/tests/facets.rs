@@ -296,3 +296,63 @@ async fn bounded_counts_read_the_newest_deaths_first() {
     assert_eq!(g.groups.len(), 1);
     assert_eq!((g.groups[0].first_ms, g.groups[0].last_ms), (9_000, 9_019));
 }
+
+/// The Error facet counts every dead task in the class the dead work's groups and the
+/// `class:` filter give it: a task that died at its deadline has no error, and is counted as
+/// `deadline` (issue 43, row 11: the facet left out the group Dead work showed).
+#[tokio::test]
+async fn the_error_facet_counts_deaths_without_an_error_by_their_reason() {
+    let q = queue("facet_deadline").await;
+    let mut c = raw().await;
+    let tag = q.partition_tag(0);
+    for (i, (error, reason)) in [
+        ("", "deadline"),
+        ("", "deadline"),
+        ("HTTP 503: busy", "max_attempts"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("{:032x}", 0x900 + i);
+        redis::pipe()
+            .cmd("HSET")
+            .arg(format!("{tag}:t:{id}"))
+            .arg(&[
+                ("q", id.as_str()),
+                ("s", "dead"),
+                ("e", error),
+                ("dr", reason),
+            ])
+            .arg("u")
+            .arg(1_000_000 + i as i64)
+            .ignore()
+            .cmd("ZADD")
+            .arg(format!("{tag}:dead"))
+            .arg(1_000_000 + i as i64)
+            .arg(&id)
+            .ignore()
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+    }
+    let dead = BulkFilter::default();
+    let f = q.facets(&dead, FACET_SCAN_MAX).await.unwrap();
+    let groups = q.dead_groups(&dead, FACET_SCAN_MAX).await.unwrap();
+    for g in &groups.groups {
+        assert_eq!(
+            count(&f.classes, &g.class),
+            g.count,
+            "{g:?} in {:?}",
+            f.classes
+        );
+    }
+    assert_eq!(count(&f.classes, "deadline"), 2, "{:?}", f.classes);
+    let by_class = BulkFilter {
+        class: Some("deadline".into()),
+        ..BulkFilter::default()
+    };
+    assert_eq!(
+        q.bulk_select(&by_class, usize::MAX).await.unwrap().matched,
+        2
+    );
+}

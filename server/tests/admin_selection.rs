@@ -208,7 +208,38 @@ async fn facets_and_dead_work_link_to_exactly_their_tasks() {
     )
     .await;
     assert!(bulk.body.contains("data-count=\"3\""), "{}", bulk.body);
+    // The state counts follow the search: one of the three dead tasks is "grouped 1"
+    // (issue 43, row 11: "dead 3" was shown beside one found); a tab alone keeps the
+    // queue's own count.
+    let narrowed = get_page(
+        r,
+        "/admin/tasks?q=grouped%201",
+        Some(&admin),
+        [10, 0, 0, 52],
+    )
+    .await;
+    assert_eq!(
+        state_count(&narrowed.body, "dead"),
+        "1",
+        "{}",
+        narrowed.body
+    );
+    let tab = get_page(r, "/admin/tasks?state=dead", Some(&admin), [10, 0, 0, 52]).await;
+    assert_eq!(state_count(&tab.body, "dead"), "3");
     env.redis.stop().await;
+}
+
+/// The count the triage panel shows beside the state `state`.
+fn state_count(body: &str, state: &str) -> String {
+    let link = format!("data-facet=\"state\" data-key=\"{state}\"");
+    let at = body
+        .find(&link)
+        .unwrap_or_else(|| panic!("no {state} facet in {body}"));
+    let rest = &body[at..];
+    let count = rest.find("data-testid=\"facet-count\"").unwrap();
+    let rest = &rest[count..];
+    let open = rest.find('>').unwrap() + 1;
+    rest[open..open + rest[open..].find('<').unwrap()].to_string()
 }
 
 /// Issue 39's probe, what held: a selection naming tasks that are not there (forged ids:

@@ -122,8 +122,11 @@ impl Queue {
                     .entry(tenant.to_string())
                     .or_insert_with(|| (label.to_string(), 0))
                     .1 += 1;
-                // A waiting task that never failed has no error to classify.
-                if classes_too && field(f, E).is_some_and(|e| !e.is_empty()) {
+                // A waiting task that never failed has no error to classify; a dead one always
+                // has a class, from its error or else its reason (a deadline death has no
+                // error), as the dead work's groups and the `class:` filter classify it.
+                let failed = field(f, E).is_some_and(|e| !e.is_empty());
+                if classes_too && (failed || filter.state == BulkState::Dead) {
                     let class = model::error_class::classify(field(f, E), field(f, DR));
                     classes
                         .entry(class.slug())

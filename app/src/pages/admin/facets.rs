@@ -108,16 +108,35 @@ pub async fn task_facets(
         None => s.ready + s.waiting + s.retrying + s.leased + s.dead,
     };
     let stats = q.stats().await.map_err(failed)?;
-    let states = queue::BulkState::ALL
-        .into_iter()
-        .map(|s| FacetLink {
+    // A tab (a state and nothing more) is counted by the queue's own counters; a search that
+    // narrows further counts what it finds in each state (bounded as its list is), so the
+    // panel never says "dead 210" beside "26 found".
+    let narrowed = !parsed.text.is_empty()
+        || super::search::Search {
+            state: None,
+            upstream: None,
+            ..parsed.clone()
+        }
+        .qualified();
+    let mut states = Vec::with_capacity(queue::BulkState::ALL.len());
+    for s in queue::BulkState::ALL {
+        let count = match narrowed {
+            true => {
+                q.select_bounded(&parsed.filter(s), 0, queue::FACET_SCAN_MAX)
+                    .await
+                    .map_err(failed)?
+                    .matched
+            }
+            false => of_state(&stats, Some(s)),
+        };
+        states.push(FacetLink {
             facet: "state".into(),
             key: s.as_str().into(),
             label: s.as_str().into(),
-            count: of_state(&stats, Some(s)),
+            count,
             href: search_href(&with_qualifier(&text, "state", s.as_str()), &up),
-        })
-        .collect();
+        });
+    }
     let mut upstreams = Vec::new();
     let names = ctx.upstream_names();
     if names.len() > 1 {
