@@ -101,7 +101,8 @@ async fn health_ready_and_server_rendered_page() {
 /// The query form posted without JavaScript (`Accept: text/html`), over a real socket: a
 /// refused query (too long, empty, an unknown upstream) is the form page again, 422, with the
 /// reason on it — also when the browser sends no `Referer` (referrers turned off, `curl`),
-/// where Leptos alone would answer a bare redirect to `/` and the reason would be lost.
+/// where Leptos alone would answer a bare redirect to `/` and the reason would be lost. An
+/// accepted one goes on to its page: 302 for a browser, 303 for a program's post.
 #[tokio::test]
 async fn a_refused_no_js_query_is_the_422_page_with_its_reason_with_or_without_referer() {
     use leptos::server_fn::ServerFn;
@@ -148,6 +149,23 @@ async fn a_refused_no_js_query_is_the_422_page_with_its_reason_with_or_without_r
         )
         .await;
     assert_eq!(a.status, 302, "{}", a.body);
+    assert!(
+        a.header("location").is_some_and(|l| l.starts_with("/q/")),
+        "{:?}",
+        a.headers
+    );
+    // A program's form post (curl: `Accept: */*`) is sent on to the page as well (303), not
+    // answered 200 with a bare JSON id (issue 43, row 12).
+    let a = http
+        .send(
+            http.client
+                .post(http.url(app::pages::SubmitQuery::PATH))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("accept", "*/*")
+                .body("query=from+a+program"),
+        )
+        .await;
+    assert_eq!(a.status, 303, "{}", a.body);
     assert!(
         a.header("location").is_some_and(|l| l.starts_with("/q/")),
         "{:?}",

@@ -50,6 +50,22 @@ pub async fn submit_query(
     match submitted {
         Ok((view, _created)) => {
             leptos_axum::redirect(&format!("/q/{}", view.id));
+            // A form post from a program (`curl -d query=…`: neither this page's script, which
+            // asks for JSON, nor a browser, which asks for HTML and gets Leptos's 302) goes on
+            // to the query's page too: 303 See Other, not 200 and a bare JSON id.
+            let accepts = |what: &str| {
+                use_context::<http::request::Parts>().is_some_and(|p| {
+                    p.headers
+                        .get(http::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.contains(what))
+                })
+            };
+            if !accepts("application/json") && !accepts("text/html") {
+                if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+                    response.set_status(http::StatusCode::SEE_OTHER);
+                }
+            }
             Ok(view.id.into())
         }
         // The user's mistake: a 4xx with the reason (a bare server-function error is a 500).
@@ -322,6 +338,7 @@ fn QueryState(initial: QueryView, hold: ServiceState) -> impl IntoView {
     };
     let freshness_class = move || match freshness() {
         Some((Tone::Warn, _)) => "freshness banner paused",
+        Some((Tone::Busy, _)) => "freshness banner busy",
         _ => "freshness muted",
     };
     let freshness_state = move || {
