@@ -79,6 +79,8 @@ async fn the_query_page_says_a_stale_result_is_refreshed_then_that_the_refresh_f
     let tag = tag_of(&stale.body, "query-freshness");
     assert!(tag.contains("role=\"status\""), "{tag}");
     assert!(tag.contains("data-freshness=\"refreshing\""), "{tag}");
+    // A banner that moves while the refresh runs, not small grey text (issue 43, row 9).
+    assert!(tag.contains("class=\"freshness banner busy\""), "{tag}");
     let line = text_of(&stale.body, "query-freshness");
     assert!(
         line.starts_with("as of ") && line.ends_with(" · refreshing…"),

@@ -13,6 +13,8 @@ use super::format::ago;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tone {
     Plain,
+    /// A refresh runs: shown as a banner that moves, so the wait is seen (issue 43, row 9).
+    Busy,
     Warn,
 }
 
@@ -45,9 +47,10 @@ pub fn freshness_line(v: &QueryView, clock: i64, paused: bool) -> Option<(Tone, 
         ""
     };
     Some(match (freshness, reason) {
-        (Freshness::Fresh, _) => (Tone::Plain, format!("as of {age}{refreshing}")),
+        (Freshness::Fresh, _) if v.refreshing => (Tone::Busy, format!("as of {age}{refreshing}")),
+        (Freshness::Fresh, _) => (Tone::Plain, format!("as of {age}")),
         (Freshness::Stale, Some(StaleReason::Refreshing)) => {
-            (Tone::Plain, format!("as of {age} · refreshing…"))
+            (Tone::Busy, format!("as of {age} · refreshing…"))
         }
         (Freshness::Stale, Some(StaleReason::UpstreamFailed)) => (
             Tone::Warn,
@@ -130,7 +133,14 @@ mod tests {
             line(&v, v.as_of - 5 * MIN, false),
             "as of 12 min ago · refreshing…"
         );
-        assert_eq!(freshness_line(&v, v.as_of, false).unwrap().0, Tone::Plain);
+        // Shown as a moving banner while it runs (issue 43, row 9); a fresh result at rest is
+        // plain text.
+        assert_eq!(freshness_line(&v, v.as_of, false).unwrap().0, Tone::Busy);
+        let resting = stored(Freshness::Fresh, None, false);
+        assert_eq!(
+            freshness_line(&resting, resting.as_of, false).unwrap().0,
+            Tone::Plain
+        );
     }
 
     #[test]
