@@ -8,8 +8,8 @@
 -- priority of its requesters): its record, and its place if it waits in the background list.
 -- KEYS: task result partial hist ready ready_bg dead due wakeups fair fairt fairv meta tp tpmin
 -- (`meta`: this slot's copy of the layout, read only; `fair`: a tenant's new interactive task
--- waits there, not in the ready list; `tp`: one counter per answer: fresh, stale, miss,
--- negative, and ahead per refresh-ahead started)
+-- waits there, not in the ready list; `tp`: `ahead` per refresh-ahead started, which the
+-- limit below reads — the answers by kind are counted by the process, answer_counts.rs)
 -- ARGV[1..6] common (see prelude)   ARGV[7] id   ARGV[8] normalised query   ARGV[9] payload
 -- ARGV[10] deadline_ms (whole life, 0 = none)   ARGV[11] max_attempts (0 = unlimited)
 -- ARGV[12] priority ('interactive' | 'bg')   ARGV[13] tenant ('' = none; at most 64 bytes, no
@@ -180,7 +180,6 @@ if stored then
   local fresh_for = fresh_ms
   if max_age >= 0 and max_age < fresh_for then fresh_for = max_age end
   if age < fresh_for then
-    bump(tp, tpmin, now, 'fresh', 1)
     -- How long this result stays a fresh hit for which this script would write nothing but
     -- the counter above: until refresh-ahead's lead (or the window's end without it); not at
     -- all while its asks are still counted, nor while a task for it runs (its asks wait).
@@ -205,7 +204,6 @@ if stored then
     end
     return { 'stored', stored, math.max(hold, 0) }
   end
-  bump(tp, tpmin, now, 'stale', 1)
   if live then
     local fields, partial, due = join()
     return { 'stale', stored, fields, partial, due, 0 }
@@ -220,15 +218,12 @@ if stored then
 end
 
 if live then
-  bump(tp, tpmin, now, 'miss', 1)
   local fields, partial, due = join()
   return { 'joined', fields, partial, due }
 end
 if died_recently() and f[4] == 'fatal' then
-  bump(tp, tpmin, now, 'negative', 1)
   return { 'negative', redis.call('HGETALL', tkey) }
 end
-bump(tp, tpmin, now, 'miss', 1)
 if cached_only then
   return { 'none' }
 end

@@ -2,6 +2,7 @@
 //! any producer) calls; one atomic script per query creates the task, joins the live one, or
 //! answers with the fresh stored result.
 
+use crate::answer_counts::FLUSH_EVERY;
 use crate::decode::{self, opt_string, status, string};
 use crate::error::{corrupt, QueueError, Result};
 use crate::library::Invocation;
@@ -13,6 +14,8 @@ use crate::slot::Slot;
 use crate::trace_context;
 use crate::worker_ops::MAX_BATCH;
 use redis::Value;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 use tracing::{Instrument, Span};
 
 /// An enqueue script's reply: created, joined (with partial data and due time) or stored; or
@@ -129,7 +132,9 @@ impl Queue {
         let id = self.task_id(&q);
         // A hot result held in memory: no script, no span (it makes and joins no task).
         if let Some(result) = self.held_answer(&id, policy) {
-            return Ok(Enqueued::Stored(result));
+            let out = Enqueued::Stored(result);
+            self.count_answer(&id, &out);
+            return Ok(out);
         }
         let hot = self.inner.hot.get();
         let generation = hot.map(|h| h.generation());
@@ -148,8 +153,48 @@ impl Queue {
             }
         }
         let out = out.map(|(e, _)| e);
+        if let Ok(answer) = &out {
+            self.count_answer(&id, answer);
+        }
         span.record("repoll.outcome", outcome_name(&out));
         out
+    }
+
+    /// Counts `answer` for `id`'s partition (`answer_counts`), starting the handle's flushing
+    /// task on the first count (inside the runtime the enqueue runs on).
+    fn count_answer(&self, id: &str, answer: &Enqueued) {
+        let counts = &self.inner.counts;
+        counts.add(self.partition_of(id), crate::answer_counts::kind_of(answer));
+        if !counts.flusher.swap(true, Ordering::AcqRel) {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(flush_every_second(
+                    Arc::downgrade(&self.inner),
+                    self.conn.clone(),
+                ));
+            }
+        }
+    }
+
+    /// Writes the answers counted so far to each partition's per-minute counters
+    /// (`count_answers.lua`) now, rather than at the next second's flush: at shutdown, or
+    /// before reading the counts back. What cannot be written is kept for the next flush.
+    pub async fn flush_answer_counts(&self) -> Result<()> {
+        let mut first_error = None;
+        for (p, slot) in self.inner.slots.iter().enumerate() {
+            let n = self.inner.counts.take(p);
+            if n.iter().all(|&c| c == 0) {
+                continue;
+            }
+            let mut inv = slot.invocation(&SCRIPTS.count_answers);
+            for c in n {
+                inv.arg(c);
+            }
+            if let Err(e) = slot.run(&inv).await {
+                self.inner.counts.give_back(p, n);
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// The `create <queue>` span (PRODUCER, OpenTelemetry messaging conventions) of an
@@ -233,7 +278,11 @@ impl Queue {
                         .collect();
                     let replies = crate::library::call_many(&at.conn, &invs).await?;
                     for ((i, id, _, _), v) in chunk.iter().zip(replies) {
-                        out.push((*i, decode_enqueued(self, id, v)));
+                        let answer = decode_enqueued(self, id, v);
+                        if let Ok(a) = &answer {
+                            self.count_answer(id, a);
+                        }
+                        out.push((*i, answer));
                     }
                 }
                 Ok::<_, crate::QueueError>(out)
@@ -248,6 +297,26 @@ impl Queue {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(corrupt("enqueue_many: item without an answer"))))
             .collect())
+    }
+}
+
+/// Flushes a handle's answer counts every [`FLUSH_EVERY`] for as long as the handle lives.
+async fn flush_every_second(inner: Weak<crate::queue::Inner>, conn: crate::RedisConn) {
+    let mut every = tokio::time::interval(FLUSH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let q = Queue {
+            conn: conn.clone(),
+            inner,
+        };
+        if let Err(e) = q.flush_answer_counts().await {
+            tracing::debug!(error = %e, "answer counts not written yet");
+        }
     }
 }
 

@@ -1,13 +1,11 @@
-//! A queue handle's side of the hot results (hot_results.rs): turning them on, answering a
-//! fresh hit from them, keeping a script's answer, and adding the answers given to Redis's
-//! counters. Apart from hot_results so that the holder (which the handle owns) never names
-//! the handle back.
+//! A queue handle's side of the hot results (hot_results.rs): turning them on and answering
+//! a fresh hit from them. Apart from hot_results so that the holder (which the handle owns)
+//! never names the handle back.
 
-use crate::hot_results::{track, HoldSettings, HotResults, FLUSH_EVERY};
+use crate::hot_results::{track, HoldSettings, HotResults};
 use crate::model::{EnqueuePolicy, StoredResult};
-use crate::queue::{Inner, Queue};
-use crate::RedisConn;
-use std::sync::{Arc, Weak};
+use crate::queue::Queue;
+use std::sync::Arc;
 
 /// Whether `policy` takes every result the queue calls fresh (a max age below the fresh
 /// window is the script's to judge).
@@ -15,25 +13,6 @@ pub(crate) fn takes_any_fresh(q: &Queue, policy: &EnqueuePolicy) -> bool {
     policy
         .max_age_ms
         .is_none_or(|ms| ms >= q.config().result_ttl_ms)
-}
-
-/// Adds the answers given from memory to the per-minute counters of each partition every
-/// [`FLUSH_EVERY`] while `hot` lives (counts not yet written when the process ends are lost:
-/// at most a second's).
-pub(crate) async fn flush_counts(hot: Weak<HotResults>, queue: Weak<Inner>, conn: RedisConn) {
-    let mut every = tokio::time::interval(FLUSH_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        let (Some(h), Some(q)) = (hot.upgrade(), queue.upgrade()) else {
-            return;
-        };
-        let queue = Queue {
-            conn: conn.clone(),
-            inner: q,
-        };
-        queue.count_held_answers(&h).await;
-    }
 }
 
 impl Queue {
@@ -46,7 +25,7 @@ impl Queue {
             return Ok(false);
         }
         let client = redis::Client::open(redis_url)?;
-        let hot = Arc::new(HotResults::new(settings, self.inner.slots.len()));
+        let hot = Arc::new(HotResults::new(settings));
         if self.inner.hot.set(hot.clone()).is_err() {
             return Ok(true);
         }
@@ -57,11 +36,6 @@ impl Queue {
             .map(|s| format!("{}:r:", s.keys().tag()))
             .collect();
         tokio::spawn(track(Arc::downgrade(&hot), client, prefixes));
-        tokio::spawn(flush_counts(
-            Arc::downgrade(&hot),
-            Arc::downgrade(&self.inner),
-            self.conn.clone(),
-        ));
         Ok(true)
     }
 
@@ -77,23 +51,6 @@ impl Queue {
         if !takes_any_fresh(self, policy) {
             return None;
         }
-        hot.answer(id, self.partition_of(id))
-    }
-
-    /// Writes what [`HotResults::answer`] counted to each partition's counters
-    /// (`count_answers.lua`); a count that cannot be written now is kept for the next time.
-    pub(crate) async fn count_held_answers(&self, hot: &HotResults) {
-        for (p, slot) in self.inner.slots.iter().enumerate() {
-            let n = hot.take_uncounted(p);
-            if n == 0 {
-                continue;
-            }
-            let mut inv = slot.invocation(&crate::scripts::SCRIPTS.count_answers);
-            inv.arg(n);
-            if let Err(e) = slot.run(&inv).await {
-                hot.give_back(p, n);
-                tracing::debug!(error = %e, "hot results: answers not counted yet");
-            }
-        }
+        hot.answer(id)
     }
 }

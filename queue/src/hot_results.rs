@@ -6,8 +6,7 @@
 //! `hot_asks`) and far from refresh-ahead's lead, the script writes nothing for it but the
 //! per-minute `fresh` counter. The script says how long that holds (`hold_ms`, by Redis
 //! `TIME`); a web process keeps such a result in memory that long and answers its fresh hits
-//! itself, counting them in memory and adding the counts to the same counters every second
-//! ([`FLUSH_EVERY`]; a crash loses at most that second's counts, never an answer).
+//! itself, counted as every answer is (`answer_counts`).
 //!
 //! **Why it stays true.** A dedicated RESP3 connection asks Redis to track every key under the
 //! queue's result prefixes (`CLIENT TRACKING ON BCAST PREFIX {tag}:r:`): any write to a result
@@ -32,9 +31,6 @@ use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-
-/// How often the answers given from memory are added to Redis's per-minute counters.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// The memory and staleness bounds of the results a web process holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,12 +85,10 @@ pub(crate) struct HotResults {
     confirmed_us: AtomicU64,
     epoch: Instant,
     bound: Duration,
-    /// Fresh answers given from memory not yet in Redis's counters, one per partition.
-    uncounted: Vec<AtomicU64>,
 }
 
 impl HotResults {
-    pub(crate) fn new(settings: HoldSettings, partitions: usize) -> HotResults {
+    pub(crate) fn new(settings: HoldSettings) -> HotResults {
         // quick_cache sizes its shards from an item estimate: results of ~1 KiB.
         let items = usize::try_from(settings.max_bytes / 1024).unwrap_or(usize::MAX);
         HotResults {
@@ -103,7 +97,6 @@ impl HotResults {
             confirmed_us: AtomicU64::new(0),
             epoch: Instant::now(),
             bound: settings.bound.clamp(MIN_BOUND, MAX_BOUND),
-            uncounted: (0..partitions.max(1)).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -117,9 +110,9 @@ impl HotResults {
         confirmed != 0 && self.micros(now).saturating_sub(confirmed) < self.bound.as_micros() as u64
     }
 
-    /// The fresh hit of `id` from memory, counted for `partition`'s counters; None when not
-    /// held, no longer holdable, or the tracking is not confirmed within the bound.
-    pub(crate) fn answer(&self, id: &str, partition: usize) -> Option<StoredResult> {
+    /// The fresh hit of `id` from memory; None when not held, no longer holdable, or the
+    /// tracking is not confirmed within the bound.
+    pub(crate) fn answer(&self, id: &str) -> Option<StoredResult> {
         let now = Instant::now();
         if !self.trusted(now) {
             return None;
@@ -127,9 +120,6 @@ impl HotResults {
         let held = self.held.get(id)?;
         if held.until <= now {
             return None;
-        }
-        if let Some(n) = self.uncounted.get(partition) {
-            n.fetch_add(1, Ordering::Relaxed);
         }
         Some(held.result.clone())
     }
@@ -187,15 +177,6 @@ impl HotResults {
         self.confirmed_us.store(0, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);
         self.held.clear();
-    }
-
-    /// The counts to add to partition `p`'s counters (taken: a failed write gives them back).
-    pub(crate) fn take_uncounted(&self, p: usize) -> u64 {
-        self.uncounted[p].swap(0, Ordering::AcqRel)
-    }
-
-    pub(crate) fn give_back(&self, p: usize, n: u64) {
-        self.uncounted[p].fetch_add(n, Ordering::AcqRel);
     }
 
     /// Results held now (tests and the dashboard).
@@ -325,19 +306,19 @@ mod tests {
 
     #[test]
     fn nothing_is_held_or_answered_while_not_tracking() {
-        let h = HotResults::new(HoldSettings::default(), 1);
+        let h = HotResults::new(HoldSettings::default());
         h.hold(&result(ID), 60_000, Instant::now(), h.generation());
         assert_eq!(h.len(), 0);
         confirmed(&h);
         h.hold(&result(ID), 60_000, Instant::now(), h.generation());
-        assert_eq!(h.answer(ID, 0).map(|r| r.data), Some("d".into()));
+        assert_eq!(h.answer(ID).map(|r| r.data), Some("d".into()));
         h.confirmed_us.store(0, Ordering::Release);
-        assert!(h.answer(ID, 0).is_none(), "not tracking: not answered");
+        assert!(h.answer(ID).is_none(), "not tracking: not answered");
     }
 
     #[test]
     fn an_invalidation_during_the_call_keeps_nothing() {
-        let h = HotResults::new(HoldSettings::default(), 1);
+        let h = HotResults::new(HoldSettings::default());
         confirmed(&h);
         let seen = h.generation();
         let key = Value::BulkString(format!("{{q}}:r:{ID}").into_bytes());
@@ -346,15 +327,15 @@ mod tests {
             data: vec![Value::Array(vec![key.clone()])],
         });
         h.hold(&result(ID), 60_000, Instant::now(), seen);
-        assert!(h.answer(ID, 0).is_none());
+        assert!(h.answer(ID).is_none());
         // Held, then invalidated: gone.
         h.hold(&result(ID), 60_000, Instant::now(), h.generation());
-        assert!(h.answer(ID, 0).is_some());
+        assert!(h.answer(ID).is_some());
         h.on_push(&PushInfo {
             kind: PushKind::Invalidate,
             data: vec![Value::Array(vec![key])],
         });
-        assert!(h.answer(ID, 0).is_none());
+        assert!(h.answer(ID).is_none());
         // A flush (no key list) forgets everything.
         h.hold(&result(ID), 60_000, Instant::now(), h.generation());
         h.on_push(&PushInfo {
@@ -366,24 +347,22 @@ mod tests {
 
     #[test]
     fn a_confirmation_older_than_the_bound_is_no_trust() {
-        let h = HotResults::new(HoldSettings::default(), 2);
+        let h = HotResults::new(HoldSettings::default());
         h.confirmed_us
             .store(h.micros(Instant::now()), Ordering::Release);
         h.hold(&result(ID), 60_000, Instant::now(), h.generation());
-        assert!(h.answer(ID, 1).is_some());
-        assert_eq!(h.take_uncounted(1), 1);
-        assert_eq!(h.take_uncounted(0), 0);
+        assert!(h.answer(ID).is_some());
         std::thread::sleep(h.bound + Duration::from_millis(5));
-        assert!(h.answer(ID, 1).is_none(), "last PING answered too long ago");
+        assert!(h.answer(ID).is_none(), "last PING answered too long ago");
     }
 
     #[test]
     fn a_hold_ends_when_the_script_said() {
-        let h = HotResults::new(HoldSettings::default(), 1);
+        let h = HotResults::new(HoldSettings::default());
         confirmed(&h);
         h.hold(&result(ID), 1, Instant::now(), h.generation());
         std::thread::sleep(Duration::from_millis(3));
         confirmed(&h);
-        assert!(h.answer(ID, 0).is_none());
+        assert!(h.answer(ID).is_none());
     }
 }

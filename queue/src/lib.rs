@@ -39,6 +39,8 @@
 //!   details, throughput, tenants, events; `read::merge` merges the slots' answers).
 //! - [`hot_results`] and `hold`: a web process answers the fresh hits of hot results from its
 //!   memory, kept true by Redis's client tracking ([`Queue::hold_hot_results`]).
+//! - `answer_counts`: the answers a handle gave, by kind, counted in memory and written to the
+//!   per-minute counters once a second ([`Queue::flush_answer_counts`]).
 //! - `upstream_cancels`: a job API's jobs of cancelled or purged tasks, waiting for a worker
 //!   to cancel them upstream ([`UpstreamCancel`]).
 //! - `wake`: [`Wakeups`], an idle worker's blocking wait for work (one worker per task).
@@ -51,6 +53,7 @@
 
 #![deny(missing_docs)]
 
+mod answer_counts;
 mod audit;
 pub mod bulk;
 mod callback;
@@ -80,6 +83,7 @@ mod upstream_cancels;
 mod wake;
 mod worker_ops;
 
+pub use answer_counts::FLUSH_EVERY as ANSWER_COUNTS_FLUSH_EVERY;
 pub use callback::{CallbackEffect, WebhookApplied};
 pub use conn::RedisConn;
 pub use error::{QueueError, Result};

@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     /// The hot results this process answers from memory, once
     /// [`Queue::hold_hot_results`] was called (`hot_results`).
     pub hot: std::sync::OnceLock<Arc<crate::hot_results::HotResults>>,
+    /// The answers this handle gave, not yet in Redis's counters (`answer_counts`).
+    pub counts: crate::answer_counts::AnswerCounts,
 }
 
 impl std::fmt::Debug for Queue {
@@ -172,6 +174,7 @@ impl Queue {
                 chain_hops: std::sync::atomic::AtomicUsize::new(0),
                 moved_to: std::sync::atomic::AtomicU32::new(0),
                 hot: std::sync::OnceLock::new(),
+                counts: crate::answer_counts::AnswerCounts::new(n),
             }),
         }
     }

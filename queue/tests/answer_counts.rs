@@ -206,6 +206,8 @@ async fn answers_by_freshness_are_read_per_minute_and_summed_over_partitions() {
         two_stale_answers_whose_refreshes_die(&q).await;
         let mut c = raw().await;
         let ahead = refreshes_ahead_in_the_end_partitions(&q, &mut c).await;
+        // The answers are counted in the handle's memory: written now, not within the second.
+        q.flush_answer_counts().await.unwrap();
 
         let want = [2, 2, 8, 1, ahead, 2];
         let hour = q.throughput(60, 1).await.unwrap();

@@ -81,9 +81,9 @@ async fn fcalls(server: &Server) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Once held, fresh hits make no script call (only the counts' flush, once a second, and
-/// its first PINGs are not FCALLs), and every one of them is in the per-minute `fresh` counter
-/// a second later, as if the script had answered it; on both layouts.
+/// Once held, fresh hits make no script call (only the answer counts' flush, once a second),
+/// and every one of them is in the per-minute `fresh` counter once the counts are written, as
+/// if the script had answered it; on both layouts.
 #[tokio::test]
 async fn held_fresh_hits_make_no_script_call_and_are_all_counted() {
     for partitions in [1, 3] {
@@ -108,14 +108,12 @@ async fn held_fresh_hits_make_no_script_call_and_are_all_counted() {
             made <= flushes,
             "{made} FCALLs for 50 held hits (P = {partitions})"
         );
-        sleep_ms(FLUSH_MS + 200).await;
+        web.flush_answer_counts().await.unwrap();
         let hour = worker.throughput(60, 60).await.unwrap();
         let fresh: u64 = hour.iter().map(|b| b.fresh).sum();
         assert_eq!(fresh, answers, "every fresh hit counted (P = {partitions})");
     }
 }
-
-const FLUSH_MS: u64 = queue::hot_results::FLUSH_EVERY.as_millis() as u64;
 
 /// A purge made through another process's handle is seen by the web handle's answers the
 /// bound after it: the query is asked anew, not answered from memory.

@@ -199,6 +199,13 @@ async fn serve_with(
     .await;
     // Nothing more is accepted: out of the registries (the workers leave theirs as they stop).
     registration.stop().await;
+    // The answers counted since the last second's write (queue's answer_counts), written now
+    // (bounded by the web side's Redis timeout).
+    for s in &served {
+        if let Err(e) = s.web_queue.flush_answer_counts().await {
+            tracing::warn!(error = %e, "the last second's answer counts were not written");
+        }
+    }
     shutdown.cancel();
     let background = background
         .await

@@ -56,6 +56,8 @@ async fn ask_search(search: &queue::Queue) {
     assert!(matches!(e, queue::Enqueued::Stale { .. }), "{e:?}");
     let e = search.enqueue("find 4", "", &p).await.unwrap();
     assert!(matches!(e, queue::Enqueued::Created(_)), "{e:?}");
+    // Counted in memory (queue's answer_counts): written now rather than within the second.
+    search.flush_answer_counts().await.unwrap();
 }
 
 #[tokio::test]

@@ -329,8 +329,10 @@ pub fn ask_request(query: &str, header: Option<&str>, extra: Value) -> Request<B
     req.body(Body::from(body.to_string())).unwrap()
 }
 
-/// The sum over every minute and partition of the per-minute counter `name` of `q`.
+/// The sum over every minute and partition of the per-minute counter `name` of `q`, once
+/// `q`'s answer counts (kept in its memory until written once a second) are written.
 pub async fn counter(q: &Queue, name: &str) -> i64 {
+    q.flush_answer_counts().await.unwrap();
     let mut total = 0;
     for i in 0..q.partitions() {
         let all: Vec<(String, i64)> = redis::cmd("HGETALL")
