@@ -431,3 +431,49 @@ fn workers_zero_serves_the_web_only_and_nothing_registers_or_leases() {
         "{d:?}"
     );
 }
+
+/// The answers a web process counted in its memory since its last once-a-second write are
+/// written when it stops on SIGTERM: three new queries asked and the process stopped at once
+/// (no stream open, a short drain, so its once-a-second write has had no chance) leave
+/// `miss` = 3 in the queue's per-minute counters.
+#[test]
+fn a_stop_writes_the_answers_counted_since_the_last_second() {
+    let redis_port = free_port();
+    let redis = spawn_redis(redis_port, &[]);
+    let web_port = free_port();
+    let mut serve = serve_command(&redis.url(), web_port);
+    serve.env("REPOLL_SHUTDOWN_GRACE_MS", "100");
+    let mut procs = Reaped::default();
+    procs.serve(serve, web_port);
+    for i in 0..3 {
+        submit_query(web_port, &format!("counted at the stop {i}"));
+    }
+    let pid = procs.0[0].id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let limit = Instant::now() + Duration::from_secs(30);
+    while procs.0[0].child_mut().try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < limit,
+            "no exit after SIGTERM (30 s hang guard)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut c = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let counts: std::collections::HashMap<String, u64> = redis::cmd("HGETALL")
+        .arg("{repoll}:tp")
+        .query(&mut c)
+        .unwrap();
+    let misses: u64 = counts
+        .iter()
+        .filter(|(field, _)| field.ends_with(":miss"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(misses, 3, "{counts:?}");
+}
