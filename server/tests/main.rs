@@ -14,6 +14,7 @@ mod admin_hostile_dead;
 mod admin_list_rows;
 mod admin_pages;
 mod admin_roles;
+mod admin_search;
 mod admin_selection;
 mod admin_sessions;
 mod admin_streams;

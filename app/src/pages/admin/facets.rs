@@ -100,6 +100,10 @@ pub async fn task_facets(
     };
     let parsed = super::search::parse(&text)
         .map_err(|e| refuse(StatusCode::BAD_REQUEST, &format!("search: {e}")))?;
+    // Stored results are no task: nothing of theirs to count by state, tenant or class.
+    if parsed.results {
+        return Ok(FacetsView::default());
+    }
     let of_state = |s: &model::Stats, state: Option<queue::BulkState>| match state {
         Some(queue::BulkState::Ready) => s.ready,
         Some(queue::BulkState::Waiting) => s.waiting + s.retrying,

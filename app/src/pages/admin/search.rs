@@ -37,6 +37,8 @@ pub struct Search {
     pub group: Option<String>,
     /// The upstream to look in (its name), instead of the page's.
     pub upstream: Option<String>,
+    /// `state:results`: stored results only (finished tasks), found by their query.
+    pub results: bool,
     /// The words that are not qualifiers, joined by one space.
     pub text: String,
 }
@@ -52,6 +54,20 @@ impl Search {
             || self.class.is_some()
             || self.group.is_some()
             || self.upstream.is_some()
+            || self.results
+    }
+
+    /// Whether stored results can match: nothing but their query text, `query:` and
+    /// `after:` (their completion) is asked of them; a state, error, tenant, class or group
+    /// is asked of tasks only.
+    pub fn looks_in_results(&self) -> bool {
+        self.results
+            || (self.state.is_none()
+                && self.error.is_none()
+                && self.tenant.is_none()
+                && self.class.is_none()
+                && self.group.is_none()
+                && (self.query.is_some() || !self.text.is_empty()))
     }
 
     /// The bulk page for the tasks this search finds, its filter carried (`/admin/bulk?...`),
@@ -177,9 +193,10 @@ pub fn parse(s: &str) -> Result<Search, String> {
             continue;
         };
         match key {
+            "state" if value == "results" => out.results = true,
             "state" => {
                 out.state = Some(BulkState::parse(value).ok_or_else(|| {
-                    format!("state:{value} is not one of dead, waiting, ready, leased")
+                    format!("state:{value} is not one of dead, waiting, ready, leased, results")
                 })?)
             }
             "error" | "query" if value.is_empty() => {
@@ -218,6 +235,18 @@ pub fn parse(s: &str) -> Result<Search, String> {
         }
     }
     out.text = text.join(" ");
+    let of_tasks = out.state.is_some()
+        || out.error.is_some()
+        || out.tenant.is_some()
+        || out.class.is_some()
+        || out.group.is_some();
+    if out.results && of_tasks {
+        return Err(
+            "state:results finds stored results by their query (text, query:, after:); \
+             state:, error:, tenant:, class: and group: are for tasks"
+                .into(),
+        );
+    }
     Ok(out)
 }
 
@@ -237,6 +266,9 @@ const MAX_HITS: usize = 50;
 /// Task records a qualified (or substring) search looks at, per state: the bound that
 /// keeps it within the dashboard's time budget (Oban Web states its own the same way).
 pub const SCAN_PER_STATE: u64 = 20_000;
+/// Stored results a search by text looks at, newest first (each one read whole: a result
+/// keeps its query beside its data).
+pub const RESULTS_SCAN: usize = 5_000;
 
 /// Runs a search on `q`: `text` as typed (the listing says it), `parsed` its meaning. Free text
 /// alone is an exact query or id first; qualifiers (or free text that found nothing that way)
@@ -254,8 +286,17 @@ pub async fn run(q: &queue::Queue, text: &str, parsed: &Search) -> queue::Result
         exact_or_prefix(q, free, &mut ids, &mut out.note).await?;
         show(q, ids, &mut seen, &mut out).await?;
     }
+    let searching = out.tasks.is_empty() && out.results.is_empty() && !free.is_empty();
+    // Finished tasks by a part of their query: the stored results (issue 43, row 6).
+    if parsed.looks_in_results() && (parsed.qualified() || searching) {
+        find_results(q, parsed, &mut seen, &mut out).await?;
+    }
+    if parsed.results {
+        out.total = out.results.len() as u64;
+        return Ok(out);
+    }
     // Qualifiers, or free text that is no exact query or id: look through the records.
-    if parsed.qualified() || (out.tasks.is_empty() && out.results.is_empty() && !free.is_empty()) {
+    if parsed.qualified() || searching {
         let mut ids = Vec::new();
         let (mut scanned, mut matched, mut complete) = (0u64, 0u64, true);
         let states = parsed.states();
@@ -296,6 +337,79 @@ pub async fn run(q: &queue::Queue, text: &str, parsed: &Search) -> queue::Result
     }
     out.total = (out.tasks.len() + out.results.len()) as u64;
     Ok(out)
+}
+
+/// Stored results whose query holds the search's text and `query:` (any case), completed
+/// within `after:`, newest first: at most [`RESULTS_SCAN`] looked at, [`MAX_HITS`] shown; the
+/// listing's note says how many matched among how many.
+async fn find_results(
+    q: &queue::Queue,
+    parsed: &Search,
+    seen: &mut BTreeSet<queue::TaskId>,
+    out: &mut Listing,
+) -> queue::Result<()> {
+    let needle = parsed
+        .filter(BulkState::Dead)
+        .query
+        .map(|n| n.to_lowercase())
+        .filter(|n| !n.is_empty());
+    let cutoff = match parsed.within_ms {
+        Some(ms) => Some(q.now_ms().await? - ms as i64),
+        None => None,
+    };
+    let (mut cursor, mut scanned, mut matched, mut complete) = (None::<String>, 0usize, 0u64, true);
+    'pages: loop {
+        let page = q
+            .list(
+                queue::ListState::Results,
+                queue::Order::NewestFirst,
+                cursor.as_deref(),
+                queue::MAX_PAGE,
+            )
+            .await?;
+        for r in page.results {
+            if cutoff.is_some_and(|c| r.completed_ms < c) {
+                break 'pages; // newest first: every later one is older still
+            }
+            scanned += 1;
+            if needle
+                .as_deref()
+                .is_none_or(|n| r.query.to_lowercase().contains(n))
+            {
+                matched += 1;
+                if out.tasks.len() + out.results.len() < MAX_HITS && seen.insert(r.id.clone()) {
+                    out.results.push(r);
+                }
+            }
+        }
+        match page.next_cursor {
+            Some(c) if scanned < RESULTS_SCAN => cursor = Some(c),
+            Some(_) => {
+                complete = false;
+                break;
+            }
+            None => break,
+        }
+    }
+    let mut said = format!(
+        "{matched} {} among {scanned} stored {}",
+        if matched == 1 {
+            "result matches"
+        } else {
+            "results match"
+        },
+        if scanned == 1 { "result" } else { "results" },
+    );
+    if !complete {
+        said.push_str(&format!(
+            "; stopped at the newest {RESULTS_SCAN}: narrow it with after:"
+        ));
+    }
+    out.note = Some(match out.note.take() {
+        Some(n) => format!("{n}; {said}"),
+        None => said,
+    });
+    Ok(())
 }
 
 /// Reads each id not shown yet (up to the hit cap) and adds what exists to the listing:
@@ -352,6 +466,28 @@ async fn exact_or_prefix(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_results_is_a_search_of_stored_results_by_their_query() {
+        let s = parse("state:results story").unwrap();
+        assert!(s.results && s.state.is_none() && s.qualified());
+        assert!(s.looks_in_results());
+        // Free text or query: alone may match results too; a task's qualifier may not.
+        assert!(parse("story").unwrap().looks_in_results());
+        assert!(parse("query:story after:2h").unwrap().looks_in_results());
+        assert!(!parse("story state:dead").unwrap().looks_in_results());
+        assert!(!parse("story tenant:acme").unwrap().looks_in_results());
+        assert!(!parse("after:2h").unwrap().looks_in_results());
+        for mixed in [
+            "state:results error:x",
+            "state:results state:dead",
+            "tenant:a state:results",
+        ] {
+            let e = parse(mixed).unwrap_err();
+            assert!(e.contains("are for tasks"), "{mixed}: {e}");
+        }
+        assert!(parse("state:done").unwrap_err().contains("leased, results"));
+    }
 
     #[test]
     fn qualifiers_quotes_and_free_text() {

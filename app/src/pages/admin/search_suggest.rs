@@ -42,7 +42,7 @@ pub struct Suggestion {
 
 /// The qualifiers `search::parse` knows, with a line of help each.
 pub const QUALIFIERS: [(&str, &str); 8] = [
-    ("state", "dead, waiting, ready or leased"),
+    ("state", "dead, waiting, ready, leased or results"),
     ("error", "part of the last error's text"),
     ("query", "part of the query text"),
     ("after", "changed within a span: 90s, 15m, 2h, 7d"),
@@ -52,11 +52,12 @@ pub const QUALIFIERS: [(&str, &str); 8] = [
     ("upstream", "another upstream's tasks"),
 ];
 
-const STATES: [(&str, &str); 4] = [
+const STATES: [(&str, &str); 5] = [
     ("dead", "failed for good"),
     ("waiting", "due later, or retrying"),
     ("ready", "waiting for a worker"),
     ("leased", "a worker holds it"),
+    ("results", "finished: stored results, by their query"),
 ];
 
 const SPANS: [(&str, &str); 4] = [
@@ -327,7 +328,7 @@ mod tests {
         assert_eq!(at_end("state:d"), vec![("state:dead ".to_string(), 11)]);
         let every = suggest("", 0, &vocab());
         assert_eq!(every.len(), QUALIFIERS.len());
-        assert_eq!(every[0].hint, "dead, waiting, ready or leased");
+        assert_eq!(every[0].hint, "dead, waiting, ready, leased or results");
         assert!(at_end("zzz").is_empty());
         assert!(at_end("query:ord").is_empty(), "no query vocabulary");
     }
