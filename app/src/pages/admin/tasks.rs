@@ -270,13 +270,13 @@ fn TasksBody(
                 }}
                 <button type="submit" data-testid="search-submit">"Search"</button>
                 <p id="search-help" class="hint">
-                    "Qualifiers: " <code>"state:dead"</code> " (waiting, ready, leased), "
+                    "Qualifiers: " <code>"state:dead"</code> " (waiting, ready, leased, results), "
                     <code>"error:\"HTTP 500\""</code> ", " <code>"query:order-"</code> ", "
                     <code>"after:2h"</code> " (changed within; s, m, h, d), "
                     <code>"tenant:acme"</code> " (or " <code>"tenant:none"</code> "), "
                     <code>"upstream:search"</code> ". Suggestions follow as you type (↓ shows them). Other words: an exact "
-                    "query or id first, else part of the query text. Looks at up to 20,000 tasks "
-                    "of each state."
+                    "query or id first, else part of the query text of tasks and of stored results. "
+                    "Looks at up to 20,000 tasks of each state and the newest 5,000 results."
                 </p>
             </form>
             <ActionResult action />
