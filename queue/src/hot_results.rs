@@ -32,6 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+/// How long a PING of the tracking connection may take before the connection is dropped and
+/// made again.
+const TRACKING_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The memory and staleness bounds of the results a web process holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HoldSettings {
@@ -251,10 +255,13 @@ async fn tracked_session(
         }
         Ok::<(), redis::aio::SendError>(())
     };
+    // A PING slower than the bound only stops the answers from memory until one is quick
+    // again (trust counts from when it was sent); the connection is given up only when one
+    // takes seconds (a busy machine's slow PING is no reason to drop every held result).
     let config = AsyncConnectionConfig::new()
         .set_push_sender(sender)
         .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(bound));
+        .set_response_timeout(Some(TRACKING_TIMEOUT));
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
