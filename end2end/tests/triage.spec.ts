@@ -65,6 +65,8 @@ test("ticking two of N rows and retrying them retries exactly those two", async 
   await expect(page.getByTestId("selection-result")).toHaveText("started: retry 2 tasks");
   // The run is the server's: wait for the two to leave the dead set.
   await expect.poll(() => statesOf(ids).map((s) => s === "dead"), { timeout: 30_000 }).toEqual([true, false, true, false]);
+  // Issue 43, row 5: the run says what it did once it has ended, without a reload.
+  await expect(page.getByTestId("bulk-run-done")).toHaveText("done: 2 retried", { timeout: 15_000 });
   // The box for every row of the page ticks what is left.
   await expect(page.getByTestId("task-row")).toHaveCount(2);
   await page.getByTestId("select-page").check();
@@ -97,6 +99,7 @@ test("a purge of ticked rows needs their number typed; one click purges nothing"
   await page.getByTestId("selection-submit").click();
   await expect(page.getByTestId("selection-result")).toHaveText("started: purge 2 tasks");
   await expect.poll(() => statesOf(ids), { timeout: 30_000 }).toEqual(["", "dead", ""]);
+  await expect(page.getByTestId("bulk-run-done")).toHaveText("done: 2 purged", { timeout: 15_000 });
   expect(errors).toEqual([]);
 });
 

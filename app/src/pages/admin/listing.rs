@@ -47,4 +47,7 @@ pub struct Listing {
     /// The cursor this page started at.
     #[serde(default)]
     pub cursor: Option<String>,
+    /// The upstream's last bulk run (so a run started from the ticked rows can say "done").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk_run: Option<model::BulkProgress>,
 }

@@ -15,6 +15,30 @@ use super::task_tabs::{empty_text, state_noun, tasks_bulk_href, tasks_href, Tabs
 use super::ui::{can_act, plural, PausedBanner};
 use crate::pages::format::encode_component;
 
+/// What an ended bulk run did, in words: "done: 26 purged", with the tasks that had moved on
+/// meanwhile (gone through, not changed) and a stop said.
+pub(super) fn run_done_words(run: &model::BulkProgress) -> String {
+    let did = match run.action.as_str() {
+        "retry" => "retried",
+        "cancel" => "cancelled",
+        "purge" => "purged",
+        other => other,
+    };
+    let mut words = match run.state.as_str() {
+        "finished" => format!("done: {} {did}", run.changed),
+        "stopped" => format!(
+            "stopped: {} {did}, {} of {} gone through",
+            run.changed, run.done, run.total
+        ),
+        other => format!("{other}: {} {did}", run.changed),
+    };
+    let moved_on = run.done.saturating_sub(run.changed);
+    if moved_on > 0 {
+        words.push_str(&format!(" ({moved_on} had moved on)"));
+    }
+    words
+}
+
 /// A search's own list link, in the upstream it looks at.
 fn list_href_search(search: &str, upstream: &str) -> String {
     let mut href = format!("/admin/tasks?q={}", encode_component(search));
@@ -144,6 +168,18 @@ pub(super) fn ListingView(
         }
     });
     let choosing = selection.is_some();
+    // A run started from the ticked rows ("started: purge 26 tasks") says what it did once it
+    // has ended: the list is read again on every live event while it runs.
+    let last_run = listing.bulk_run.clone();
+    let run_done = move || {
+        let started = crate::pages::form_error::outcome(bulk_action)
+            .and_then(Result::ok)
+            .is_some_and(|m| m.starts_with("started: "));
+        last_run
+            .as_ref()
+            .filter(|r| started && !r.running())
+            .map(run_done_words)
+    };
     // The dead tab leads to the dead work grouped by error.
     let groups = (!searching && state == "dead").then(|| {
         let href = match up.as_str() {
@@ -163,6 +199,7 @@ pub(super) fn ListingView(
         <div class="muted">{listing.note}</div>
         <p class="row"><span>{bulk}</span><span>{groups}</span></p>
         <div>{selection}</div>
+        <p class="action-result" data-testid="bulk-run-done" aria-live="polite">{run_done}</p>
         <div>
             <ConfirmAction
                 action
@@ -183,5 +220,34 @@ pub(super) fn ListingView(
         }}
         <p class="pager row"><span>{first}</span><span>{next}</span></p>
         </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ended_run_says_what_it_did() {
+        let run = |action: &str, state: &str, done, changed| model::BulkProgress {
+            action: action.into(),
+            state: state.into(),
+            total: 30,
+            done,
+            changed,
+            ..Default::default()
+        };
+        assert_eq!(
+            run_done_words(&run("purge", "finished", 26, 26)),
+            "done: 26 purged"
+        );
+        assert_eq!(
+            run_done_words(&run("retry", "finished", 30, 28)),
+            "done: 28 retried (2 had moved on)"
+        );
+        assert_eq!(
+            run_done_words(&run("cancel", "stopped", 10, 10)),
+            "stopped: 10 cancelled, 10 of 30 gone through"
+        );
     }
 }

@@ -78,9 +78,10 @@ pub async fn list_tasks(
     let upstreams = ctx.upstream_names();
     let failed = |e: queue::QueueError| crate::auth::unreachable("task list", e);
     let now_ms = q.now_ms().await.map_err(failed)?;
-    let (stats, paused) = tokio::join!(q.stats(), q.pause_info());
+    let (stats, paused, bulk_run) = tokio::join!(q.stats(), q.pause_info(), q.bulk_progress());
     let stats = stats.map_err(failed)?;
     let paused = paused.map_err(failed)?;
+    let bulk_run = bulk_run.map_err(failed)?;
     let counts = TabCounts {
         ready: stats.ready,
         waiting: stats.waiting + stats.retrying,
@@ -103,6 +104,7 @@ pub async fn list_tasks(
         (hits.bulk_state, hits.bulk_actions) = bulk_of(parsed.state);
         hits.upstream = upstream;
         hits.upstreams = upstreams;
+        hits.bulk_run = bulk_run;
         rows_only(&mut hits.tasks, &mut hits.results);
         return Ok(hits);
     }
@@ -158,6 +160,7 @@ pub async fn list_tasks(
         bulk_state,
         bulk_actions,
         cursor,
+        bulk_run,
     })
 }
 
