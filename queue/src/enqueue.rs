@@ -165,7 +165,8 @@ impl Queue {
     fn count_answer(&self, id: &str, answer: &Enqueued) {
         let counts = &self.inner.counts;
         counts.add(self.partition_of(id), crate::answer_counts::kind_of(answer));
-        if !counts.flusher.swap(true, Ordering::AcqRel) {
+        // A load first: after the first answer this is a read of a shared line, not a write.
+        if !counts.flusher.load(Ordering::Acquire) && !counts.flusher.swap(true, Ordering::AcqRel) {
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(flush_every_second(
                     Arc::downgrade(&self.inner),

@@ -57,6 +57,16 @@ impl Search {
             || self.results
     }
 
+    /// The text a task's or a result's query must hold: `query:` and the free words.
+    pub fn query_text(&self) -> Option<String> {
+        match (&self.query, self.text.is_empty()) {
+            (Some(q), false) => Some(format!("{q} {}", self.text)),
+            (Some(q), true) => Some(q.clone()),
+            (None, false) => Some(self.text.clone()),
+            (None, true) => None,
+        }
+    }
+
     /// Whether stored results can match: nothing but their query text, `query:` and
     /// `after:` (their completion) is asked of them; a state, error, tenant, class or group
     /// is asked of tasks only.
@@ -114,17 +124,10 @@ impl Search {
 
     /// The filter for one state; free text counts as part of the query text.
     pub fn filter(&self, state: BulkState) -> BulkFilter {
-        let mut query = self.query.clone();
-        if !self.text.is_empty() {
-            query = Some(match query {
-                Some(q) => format!("{q} {}", self.text),
-                None => self.text.clone(),
-            });
-        }
         BulkFilter {
             state,
             error: self.error.clone(),
-            query,
+            query: self.query_text(),
             within_ms: self.within_ms,
             time_field: TimeField::Updated,
             tenant: self.tenant.clone(),
@@ -349,8 +352,7 @@ async fn find_results(
     out: &mut Listing,
 ) -> queue::Result<()> {
     let needle = parsed
-        .filter(BulkState::Dead)
-        .query
+        .query_text()
         .map(|n| n.to_lowercase())
         .filter(|n| !n.is_empty());
     let cutoff = match parsed.within_ms {
