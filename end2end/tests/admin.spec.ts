@@ -269,6 +269,9 @@ test("the upstreams page opens and closes the circuit breaker; the overview show
     expect((await apiStatus(request, id)).status).toBe("processing");
     await page.getByTestId("admin-nav").getByRole("link", { name: "Overview" }).click();
     await expect(page.getByTestId("breaker-banner")).toContainText("circuit breaker open");
+    // The charts mark the opening (issue 43 row 8), in words and in the marker's tooltip.
+    const marks = page.getByTestId("throughput-chart").getByTestId("chart-marker");
+    await expect(marks.filter({ hasText: "breaker opened" }).first()).toBeAttached();
     await page.getByTestId("admin-nav").getByRole("link", { name: "Upstreams" }).click();
     await page.getByTestId("upstream-default").getByTestId("close-breaker").click();
     await expect(page.getByTestId("upstream-default").getByTestId("upstream-breaker")).toContainText("closed");

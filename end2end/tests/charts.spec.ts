@@ -260,3 +260,61 @@ test("series colours are at least 4.5:1 in light and dark", async ({ page }) => 
     for (const p of pairs) expect(p.ratio, `${colorScheme}: ${p.what}`).toBeGreaterThanOrEqual(4.5);
   }
 });
+
+test("each chart names its lines, and a point's values are read by pointer and by keys", async ({ page }) => {
+  // Issue 43 row 8: a legend beyond the caption's colours, and a value readout on hover and
+  // focus (the native tooltips stay: they are what a page without JavaScript reads).
+  const errors = watchErrors(page);
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await signIn(page);
+  const chart = page.getByTestId("throughput-chart");
+  await expect(chart.getByTestId("chart-legend").locator("li")).toHaveText([
+    "completed",
+    "failed calls",
+    "dead tasks",
+    "polled",
+  ]);
+  for (const id of ["ttr-chart", "answers-chart", "hit-ratio-chart"]) {
+    await expect(page.getByTestId(id).getByTestId("chart-legend").locator("li").first()).toBeVisible();
+  }
+  const svg = chart.locator("svg.chart-svg");
+  const readout = chart.getByTestId("chart-readout");
+  const words = chart.getByTestId("chart-readout-words");
+  const tips = () => chart.locator(".tips title").allTextContents();
+  await expect(readout).toHaveCount(0);
+
+  // The pointer at a third of the width: the readout is that point's time and counts, a line
+  // each, in a box inside the chart.
+  const box = (await svg.boundingBox())!;
+  await page.mouse.move(box.x + box.width / 3, box.y + box.height / 2);
+  await expect(readout).toBeVisible();
+  const lines = readout.locator("tspan");
+  await expect(lines).toHaveCount(5);
+  await expect(lines.first()).toHaveText(/^\d\d:\d\d UTC$/);
+  await expect(lines.nth(1)).toHaveText(/^\d+ completed$/);
+  const r = (await readout.locator("rect").boundingBox())!;
+  expect(r.x).toBeGreaterThanOrEqual(box.x);
+  expect(r.x + r.width).toBeLessThanOrEqual(box.x + box.width);
+  expect(await words.textContent()).toContain((await lines.first().textContent())!);
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height + 150);
+  await expect(readout).toHaveCount(0);
+
+  // The keyboard: the chart takes focus; ← reads the last complete point, Home the first,
+  // Esc hides. The words go to a live region for screen readers.
+  // (Each try starts over: a new minute shifts the points under a choice.)
+  await svg.focus();
+  await expect(async () => {
+    await page.keyboard.press("Escape");
+    await page.keyboard.press("ArrowLeft");
+    await expect(readout).toBeVisible({ timeout: 1_000 });
+    const all = await tips();
+    expect(await words.textContent()).toBe(all[all.length - 2]);
+  }).toPass({ timeout: 10_000 });
+  await expect(async () => {
+    await page.keyboard.press("Home");
+    expect(await words.textContent()).toBe((await tips())[0]);
+  }).toPass({ timeout: 10_000 });
+  await page.keyboard.press("Escape");
+  await expect(readout).toHaveCount(0);
+  expect(errors).toEqual([]);
+});

@@ -73,6 +73,10 @@ pub struct ThroughputBucket {
     /// `throughput` (the charts); [`Stats::throughput`] leaves it 0.
     #[serde(default)]
     pub dead: u64,
+    /// Times the upstream's circuit breaker opened (by itself or by hand; a failed probe's
+    /// reopening is not counted): the charts mark the span. Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "crate::task::is_zero_u64")]
+    pub breaker_opened: u64,
 }
 
 impl ThroughputBucket {
@@ -107,6 +111,7 @@ impl ThroughputBucket {
         self.ahead += o.ahead;
         self.refresh_failed += o.refresh_failed;
         self.dead += o.dead;
+        self.breaker_opened += o.breaker_opened;
     }
 }
 

@@ -182,7 +182,7 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-fn is_zero_u64(n: &u64) -> bool {
+pub(crate) fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 

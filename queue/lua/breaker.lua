@@ -4,7 +4,8 @@
 -- Mode 'mirror' (partitioned queues, partition.rs): another partition's breaker opened by
 -- itself; this partition's opens for the rest of that cool-down, as by an automatic opening
 -- (by 'auto'), unless it is open or half-open already.
--- KEYS: breaker events ready ready_bg due wakeups tp
+-- KEYS: breaker events ready ready_bg due wakeups tp tpmin (an opening by hand is counted
+-- per minute as 'breaker_opened', as fail.lua counts an automatic one: the charts mark both)
 -- ARGV[1..6] common   ARGV[7] mode ('open' | 'close' | 'mirror')   ARGV[8] who (mirror: the
 -- partition that opened)   ARGV[9] open for ms
 -- Returns 1 if the state changed, 0 if it already was so (closing a closed breaker, mirroring
@@ -33,6 +34,7 @@ if mode == 'open' then
     'pd', '0', 'why', 'opened by hand', 'by', who)
   event(K.events, now, 'breaker', '', 'open by admin ' .. who .. ' until ' .. fmt(to))
   breaker_notice('breaker_open', now)
+  bump(K.tp, K.tpmin, now, 'breaker_opened', 1)
   return 1
 end
 if not open then return 0 end

@@ -2,7 +2,8 @@
 -- backoff, or dead when attempts or the whole-life deadline are exhausted (or on mode 'dead').
 -- Optionally leases the caller its next tasks in the same call. Errors are transitions: they
 -- go to the history at the 'transitions' level. Counted per minute: 'failed' (each call),
--- 'dead' (a task that dies here), and the call's upstream latency in its histogram bucket 'l'.
+-- 'dead' (a task that dies here), 'breaker_opened' (this error opened the breaker: the
+-- dashboard's charts mark it), and the call's upstream latency in its histogram bucket 'l'.
 -- The circuit breaker (prelude/breaker.lua): an error of mode 'after' is the upstream's (a timeout, a
 -- refused connection, a 5xx, a 429, a bad body; 'dead' is the task's own: a permanent 4xx or
 -- the upstream's "failed"). While the breaker is open or half-open such an error is not the
@@ -123,6 +124,7 @@ if mode == 'after' and b_fail > 0 then
     event(K.events, now, 'breaker', id, string.format('open: %d of %d calls failed in the last '
       .. 'minute; until %s', math.floor(errs + 0.5), math.floor(calls + 0.5), fmt(to)))
     breaker_notice('breaker_open', now)
+    bump(tp, tpmin, now, 'breaker_opened', 1)
     opened = to
   end
 end

@@ -28,6 +28,12 @@ async fn enqueue_n(q: &Queue, prefix: &str, n: usize) {
     }
 }
 
+/// Openings of the breaker counted over the last hour (the charts' marks).
+async fn openings(q: &Queue) -> u64 {
+    let points = q.throughput(60, 1).await.unwrap();
+    points.iter().map(|b| b.breaker_opened).sum()
+}
+
 async fn attempts(q: &Queue, id: &str) -> u32 {
     q.get(id)
         .await
@@ -59,6 +65,11 @@ async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
     let b = q.breaker().await.unwrap().expect("open");
     assert_eq!((b.state, b.by.as_str()), (BreakerState::Open, "auto"));
     assert!(b.reason.contains("503"), "{b:?}");
+    assert_eq!(
+        openings(&q).await,
+        1,
+        "the opening is counted for the charts"
+    );
     for t in &c[..3] {
         assert_eq!(attempts(&q, &t.id).await, 1);
     }
@@ -93,6 +104,11 @@ async fn it_opens_on_errors_waits_without_charging_then_probes_once() {
         BreakerState::Open
     );
     assert!(q.claim("w", 10, 30_000).await.unwrap().is_empty());
+    assert_eq!(
+        openings(&q).await,
+        1,
+        "a failed probe's reopening is the same outage"
+    );
     // Next probe succeeds: closed, and everything flows again.
     assert_eq!(end_cooldown(&q).await, 1);
     let probe = q.claim("w", 10, 30_000).await.unwrap();
@@ -234,8 +250,10 @@ async fn by_hand_it_opens_and_closes_and_off_it_never_opens() {
             .unwrap();
     }
     assert!(q.breaker().await.unwrap().is_none());
-    // Opened by an admin: no claims, said who.
+    assert_eq!(openings(&q).await, 0);
+    // Opened by an admin: no claims, said who, counted for the charts as an automatic one.
     q.open_breaker("alice", 60_000).await.unwrap();
+    assert_eq!(openings(&q).await, 1);
     let b = q.breaker().await.unwrap().expect("open");
     assert_eq!(
         (b.by.as_str(), b.reason.as_str()),

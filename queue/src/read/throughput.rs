@@ -43,7 +43,7 @@ impl Slot {
         per: usize,
     ) -> Result<(Vec<ThroughputBucket>, Vec<[Histogram; 3]>)> {
         // The counters read, in the order `count` adds them.
-        const FIELDS: [&str; 11] = [
+        const FIELDS: [&str; 12] = [
             "completed",
             "failed",
             "polled",
@@ -55,6 +55,7 @@ impl Slot {
             "ahead",
             "refresh_failed",
             "dead",
+            "breaker_opened",
         ];
         const HOUR: i64 = 3_600_000;
         let day = crate::THROUGHPUT_RETENTION_MS / 60_000;
@@ -151,7 +152,8 @@ fn count(b: &mut ThroughputBucket, j: usize, v: u64) {
         7 => &mut b.negative,
         8 => &mut b.ahead,
         9 => &mut b.refresh_failed,
-        _ => &mut b.dead,
+        10 => &mut b.dead,
+        _ => &mut b.breaker_opened,
     };
     *c += v;
 }

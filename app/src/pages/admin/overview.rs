@@ -10,8 +10,8 @@ use leptos::prelude::*;
 
 use super::actions::Act;
 use super::chart::{
-    answers_words, hit_ratio_words, window_total, AnswersChart, AnswersTable, DistributionChart,
-    HitRatioChart, Marker, Measure, Plot, ThroughputChart, Window,
+    answers_words, hit_ratio_words, window_total, AnswersChart, AnswersTable, ChartFocus,
+    DistributionChart, HitRatioChart, Marker, Measure, Plot, ThroughputChart, Window,
 };
 use super::confirm::provide_confirm;
 use super::frame::{session, signed_in, signed_out, AdminFrame};
@@ -23,7 +23,7 @@ use super::workers::{provide_worker_actions, WorkersTable};
 use crate::status::RedisStatusPanel;
 #[cfg(feature = "ssr")]
 use model::PauseInfo;
-use model::{AuditEntry, BreakerInfo, BreakerState};
+use model::{AuditEntry, BreakerInfo, BreakerState, ThroughputBucket};
 
 // Named from here too: the answer of this page's public server function (`Overview`).
 pub use super::overview_data::OverviewData;
@@ -32,10 +32,16 @@ pub use super::overview_data::OverviewData;
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
 const AUDIT_SHOWN: usize = 20;
 
-/// The charts' markers: pauses and resumes from the audit log, and the start of every worker
-/// process that still reports (a deploy or a restart shows as "started").
+/// The charts' markers: pauses and resumes from the audit log, the start of every worker
+/// process that still reports (a deploy or a restart shows as "started"), and the points in
+/// which the upstream's circuit breaker opened (counted per minute by the queue, so an
+/// opening is marked however many events have come since).
 #[cfg_attr(not(feature = "ssr"), allow(dead_code))]
-fn markers(audit: &[AuditEntry], workers: &[WorkerRow]) -> Vec<Marker> {
+fn markers(
+    audit: &[AuditEntry],
+    workers: &[WorkerRow],
+    points: &[ThroughputBucket],
+) -> Vec<Marker> {
     let mut out: Vec<Marker> = audit
         .iter()
         .filter(|a| matches!(a.action.as_str(), "pause" | "resume"))
@@ -53,6 +59,15 @@ fn markers(audit: &[AuditEntry], workers: &[WorkerRow]) -> Vec<Marker> {
         at_ms: w.info.started_ms,
         label: "started".into(),
     }));
+    out.extend(
+        points
+            .iter()
+            .filter(|b| b.breaker_opened > 0)
+            .map(|b| Marker {
+                at_ms: b.minute_ms,
+                label: "breaker opened".into(),
+            }),
+    );
     out.sort_by_key(|m| m.at_ms);
     // Many workers started together (one deploy) are one marker.
     out.dedup_by(|b, a| a.label == b.label && (b.at_ms - a.at_ms).abs() < 60_000);
@@ -100,7 +115,7 @@ pub async fn overview(
         })
         .collect();
     Ok(OverviewData {
-        markers: markers(&audit, &workers),
+        markers: markers(&audit, &workers, &stats.throughput),
         workers,
         stats,
         audit,
@@ -153,6 +168,8 @@ pub fn OverviewPage() -> impl IntoView {
     // Resources are created here, before the frame, so their order (which hydration
     // matches by) never depends on when the session check resolves.
     let live = provide_live();
+    // The charts' readouts outlive their rebuild at each live update.
+    provide_context(ChartFocus::new());
     let me = session();
     let action = ServerAction::<Act>::new();
     provide_confirm(action);
@@ -384,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn markers_are_pauses_resumes_and_starts_one_per_deploy() {
+    fn markers_are_pauses_resumes_starts_one_per_deploy_and_breaker_openings() {
         let audit = [
             entry(5_000_000, "resume"),
             entry(2_000_000, "retry"),
@@ -395,13 +412,25 @@ mod tests {
             worker("b", 3_010_000),
             worker("c", 9_000_000),
         ];
-        let m = markers(&audit, &workers);
+        let point = |minute_ms, breaker_opened| ThroughputBucket {
+            minute_ms,
+            breaker_opened,
+            failed: 40,
+            ..Default::default()
+        };
+        let points = [
+            point(3_960_000, 0),
+            point(4_020_000, 2),
+            point(4_080_000, 0),
+        ];
+        let m = markers(&audit, &workers, &points);
         let got: Vec<(i64, &str)> = m.iter().map(|m| (m.at_ms, m.label.as_str())).collect();
         assert_eq!(
             got,
             [
                 (1_000_000, "paused"),
                 (3_000_000, "started"),
+                (4_020_000, "breaker opened"),
                 (5_000_000, "resumed"),
                 (9_000_000, "started")
             ]

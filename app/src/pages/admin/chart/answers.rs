@@ -9,6 +9,7 @@
 use leptos::prelude::*;
 
 use super::parts::*;
+use super::readout::Pointer;
 use super::scale::*;
 use super::{Marker, Window};
 use model::ThroughputBucket as Bucket;
@@ -122,6 +123,7 @@ pub fn AnswersChart(
     let ticks = nice_ticks((series_max(&buckets, &shown) as f64 / per).ceil() as u64);
     let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
     let lines = series_lines(frame, &buckets, &shown, per);
+    let keys = legend(shown.iter().map(|s| s.key()));
     let tips = buckets
         .iter()
         .map(|b| {
@@ -134,6 +136,7 @@ pub fn AnswersChart(
             (b.minute_ms, tip)
         })
         .collect();
+    let pointer = Pointer::new("answers-chart", frame, tips);
     let empty = buckets.is_empty().then(|| empty_note("no data"));
     let summary = match last_complete(&buckets) {
         Some(b) => {
@@ -158,11 +161,13 @@ pub fn AnswersChart(
     let label = format!("answers per minute by freshness, {}", window.words());
     view! {
         <figure class="chart" data-testid="answers-chart">
+            {keys}
             {chart_svg(
                 label,
+                pointer,
                 view! { {y_axis(frame, &ticks, per_minute_label)} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
                 lines,
-                view! { {empty} {hover_bands(frame, tips)} }.into_any(),
+                view! { {empty} }.into_any(),
             )}
             <figcaption>
                 {format!("Answers per minute, {} (times in UTC) · ", window.words())}
@@ -199,6 +204,7 @@ pub fn HitRatioChart(
             (b.minute_ms, tip)
         })
         .collect();
+    let pointer = Pointer::new("hit-ratio-chart", frame, tips);
     let total = window_total(&buckets);
     let empty = values
         .iter()
@@ -207,11 +213,13 @@ pub fn HitRatioChart(
     let label = format!("hit ratio {}, {}", window.every(), window.words());
     view! {
         <figure class="chart" data-testid="hit-ratio-chart">
+            {legend([Key { name: "hit ratio", class: "s-hit-ratio", dash: None, width: "2" }])}
             {chart_svg(
                 label,
+                pointer,
                 view! { {y_axis(frame, &ticks, percent_label)} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
                 lines,
-                view! { {dots} {empty} {hover_bands(frame, tips)} }.into_any(),
+                view! { {dots} {empty} }.into_any(),
             )}
             <figcaption>
                 {format!("Hit ratio {}, {} (times in UTC) · over the window: ", window.every(), window.words())}

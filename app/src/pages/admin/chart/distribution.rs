@@ -3,6 +3,7 @@
 use leptos::prelude::*;
 
 use super::parts::*;
+use super::readout::Pointer;
 use super::scale::*;
 use super::{ui_duration as duration, Marker, Window};
 use model::{Percentiles, ThroughputBucket as Bucket};
@@ -108,18 +109,30 @@ pub fn DistributionChart(
         .iter()
         .map(|s| run_lines(frame, &buckets, &s.values, s.class, s.width))
         .unzip();
-    let tips = distribution_tips(&buckets, &series, measure, window);
+    let pointer = Pointer::new(
+        measure.test_id(),
+        frame,
+        distribution_tips(&buckets, &series, measure, window),
+    );
+    let keys = legend(series.iter().map(|s| Key {
+        name: s.name,
+        class: s.class,
+        dash: None,
+        width: s.width,
+    }));
     let any = series.iter().any(|s| s.values.iter().any(Option::is_some));
     let empty = (!any).then(|| empty_note(nothing_in(measure, window)));
     let (legend, summary) = distribution_caption(&series, measure, window);
     let label = format!("{}, {}", measure.title().to_lowercase(), window.words());
     view! {
         <figure class="chart" data-testid=measure.test_id()>
+            {keys}
             {chart_svg(
                 label,
+                pointer,
                 view! { {y_axis(frame, &ticks, measure.axis_label())} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
                 lines.into_any(),
-                view! { {dots} {empty} {hover_bands(frame, tips)} }.into_any(),
+                view! { {dots} {empty} }.into_any(),
             )}
             <figcaption>
                 <strong>{measure.title()}</strong>

@@ -4,17 +4,20 @@
 //! width (no viewBox scales it: `scale`), its colours the stylesheet's (light and dark).
 //!
 //! Everything drawn is a pure function of the buckets (times come from their `minute_ms`, never
-//! from the clock), so the server's markup and the hydrating browser's are the same.
+//! from the clock), so the server's markup and the hydrating browser's are the same. Only the
+//! value readout of a point is the browser's own, drawn when the pointer or a key asks.
 //!
 //! One file per job: `scale` (geometry, ticks, labels, the frame), `window` (the span and its
-//! points), `parts` (the SVG, axes, hover bands, grouped markers, empty note, the counted
-//! series and the last complete point every caption reads), `throughput` and `distribution`
+//! points), `parts` (the SVG, legend, axes, grouped markers, empty note, the counted series
+//! and the last complete point every caption reads), `readout` (tooltips, and the value
+//! readout the pointer or the keyboard opens), `throughput` and `distribution`
 //! (one chart each, from its series to its markup), `answers` (answers by freshness and the
 //! hit ratio, their table and words).
 
 mod answers;
 mod distribution;
 mod parts;
+mod readout;
 mod scale;
 #[cfg(test)]
 mod tests;
@@ -26,6 +29,7 @@ pub use answers::{
 };
 pub use distribution::{DistributionChart, Measure};
 pub use parts::Marker;
+pub use readout::ChartFocus;
 pub use throughput::{Plot, ThroughputChart};
 pub use window::Window;
 

@@ -1,11 +1,12 @@
-//! What every chart draws around its lines: the SVG itself ([`chart_svg`]), axes with grid,
-//! the hover bands that carry the tooltips, the markers (pause, resume, deploy) grouped when
-//! close, the note of an empty chart; and the counted series a line chart plots
-//! ([`Series`], [`series_lines`]).
+//! What every chart draws around its lines: the SVG itself ([`chart_svg`], with the hover
+//! bands and readout of `readout`), its legend, axes with grid, the markers (pause, resume,
+//! deploy, breaker opened) grouped when close, the note of an empty chart; and the counted
+//! series a line chart plots ([`Series`], [`series_lines`]).
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::readout::{hover_bands, live_words, readout, Pointer};
 use super::scale::*;
 use model::ThroughputBucket as Bucket;
 
@@ -146,24 +147,6 @@ pub(super) fn x_axis(frame: Frame) -> impl IntoView {
     view! { <g class="x-axis">{labels}</g> }
 }
 
-/// One invisible band per bucket over the plot's full height, whose `<title>` is the tooltip.
-pub(super) fn hover_bands(frame: Frame, tips: Vec<(i64, String)>) -> impl IntoView {
-    let half = frame.half_band(tips.len());
-    let bands = tips
-        .into_iter()
-        .map(|(t, tip)| {
-            let x = frame.x(t);
-            let (l, r) = ((x - half).max(LEFT), (x + half).min(RIGHT));
-            view! {
-                <rect x=pct(l) y=coord(TOP) width=pct(r - l) height=coord(BOTTOM - TOP) fill="#000" fill-opacity="0">
-                    <title>{tip}</title>
-                </rect>
-            }
-        })
-        .collect_view();
-    view! { <g class="tips">{bands}</g> }
-}
-
 /// A note in the middle of an empty plot.
 pub(super) fn empty_note(text: &'static str) -> impl IntoView {
     view! {
@@ -173,23 +156,70 @@ pub(super) fn empty_note(text: &'static str) -> impl IntoView {
 
 /// The chart's SVG, full width and [`H`] pixels high: axes and markers behind, then the
 /// polylines in a nested SVG stretched sideways to the width (`0 0 100 H`, their strokes not
-/// scaled), then lone points and what lies on top (empty note, hover bands).
+/// scaled), then lone points and what lies on top (empty note), the hover bands and the
+/// readout of the point chosen (`readout`); the chart takes focus for its keys. After it, the
+/// readout's words for screen readers.
 pub(super) fn chart_svg(
     label: String,
+    pointer: Pointer,
     behind: AnyView,
     lines: AnyView,
     front: AnyView,
 ) -> impl IntoView {
+    let svg = NodeRef::<leptos::svg::Svg>::new();
+    // Rebuilt by a live update while it had the keyboard: it takes it back (the old chart left
+    // the page with the focus, which fell to the body).
+    Effect::new(move |_| {
+        let Some(el) = svg.get() else { return };
+        let lost = document()
+            .active_element()
+            .is_none_or(|a| a.tag_name() == "BODY");
+        if pointer.has_keyboard() && lost {
+            let _ = el.focus();
+        }
+    });
     view! {
-        <svg class="chart-svg" width="100%" height=coord(H) role="img" aria-label=label>
+        <svg class="chart-svg" width="100%" height=coord(H) role="img" aria-label=label
+            tabindex="0" aria-keyshortcuts="ArrowLeft ArrowRight Home End Escape" node_ref=svg
+            on:keydown=move |ev| pointer.key(ev)
+            on:focus=move |_| pointer.focused(true) on:blur=move |_| pointer.focused(false)>
             {behind}
             <svg class="lines" x="0" y="0" width="100%" height=coord(H)
                 viewBox=format!("0 0 100 {H}") preserveAspectRatio="none">
                 {lines}
             </svg>
             {front}
+            {hover_bands(pointer)}
+            {readout(pointer)}
         </svg>
+        {live_words(pointer)}
     }
+}
+
+/// One entry of a chart's legend: a line's name, its colour (CSS class), dash and width.
+pub(super) struct Key {
+    pub(super) name: &'static str,
+    pub(super) class: &'static str,
+    pub(super) dash: Option<&'static str>,
+    pub(super) width: &'static str,
+}
+
+/// The legend over a chart: each line drawn as it is in the chart, with its name.
+pub(super) fn legend(keys: impl IntoIterator<Item = Key>) -> impl IntoView {
+    let keys = keys
+        .into_iter()
+        .map(|k| {
+            view! {
+                <li class=k.class>
+                    <svg class="swatch" width="24" height="10" aria-hidden="true">
+                        <line x1="1" y1="5" x2="23" y2="5" stroke-width=k.width stroke-dasharray=k.dash />
+                    </svg>
+                    {k.name}
+                </li>
+            }
+        })
+        .collect_view();
+    view! { <ul class="chart-legend" data-testid="chart-legend">{keys}</ul> }
 }
 
 /// One counted series of a line chart: its words (captions, tooltips, table), its CSS class
@@ -204,6 +234,16 @@ pub(super) struct Series {
 }
 
 impl Series {
+    /// Its entry in the legend.
+    pub(super) fn key(&self) -> Key {
+        Key {
+            name: self.name,
+            class: self.class,
+            dash: self.dash,
+            width: "2",
+        }
+    }
+
     /// "3 dead tasks", "1 dead task".
     pub(super) fn words(&self, b: &Bucket) -> String {
         let n = (self.of)(b);

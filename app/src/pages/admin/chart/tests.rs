@@ -1,6 +1,17 @@
 //! The charts' unit tests: scales and labels, then the rendered markup of both charts and
 //! the markers (pure functions of the buckets, so the same markup every time).
 
+use leptos::prelude::{IntoView, Owner, RenderHtml};
+
+/// The markup of the view `make` builds, built inside a reactive owner (a chart keeps its
+/// readout's state in signals).
+fn html<V: IntoView>(make: impl FnOnce() -> V) -> String {
+    let owner = Owner::new();
+    owner
+        .with(|| make().into_view().to_html())
+        .replace("<!>", "")
+}
+
 mod scales_and_rendering {
     use super::super::*;
     use super::super::{distribution::*, scale::*};
@@ -162,11 +173,6 @@ mod scales_and_rendering {
     }
 
     /// The markup, without the hydration markers (`<!>`) erased components leave behind.
-    fn html(view: impl IntoView) -> String {
-        let owner = Owner::new();
-        owner.with(|| view.into_view().to_html()).replace("<!>", "")
-    }
-
     #[test]
     fn renders_the_same_markup_every_time_without_nan() {
         let buckets = hour(at(15, 0), |i| Bucket {
@@ -177,8 +183,8 @@ mod scales_and_rendering {
             ttr_count: if i % 3 == 0 { 0 } else { i as u64 },
             ..Bucket::default()
         });
-        let tp = || html(view! { <ThroughputChart buckets=buckets.clone() /> });
-        let ttr = || html(view! { <DistributionChart buckets=buckets.clone() /> });
+        let tp = || super::html(|| view! { <ThroughputChart buckets=buckets.clone() /> });
+        let ttr = || super::html(|| view! { <DistributionChart buckets=buckets.clone() /> });
         let (a, b) = (tp(), ttr());
         assert_eq!(a, tp());
         assert_eq!(b, ttr());
@@ -227,7 +233,9 @@ mod scales_and_rendering {
             polls: if i >= 30 { p(1, 3, 7) } else { None },
             ..Bucket::default()
         });
-        let chart = |measure| html(view! { <DistributionChart buckets=buckets.clone() measure /> });
+        let chart = |measure| {
+            super::html(|| view! { <DistributionChart buckets=buckets.clone() measure /> })
+        };
         let latency = chart(Measure::Latency);
         assert!(
             latency.contains("data-testid=\"latency-chart\""),
@@ -289,7 +297,7 @@ mod scales_and_rendering {
                 ..Bucket::default()
             })
             .collect();
-        let html = html(view! { <ThroughputChart buckets=week window=Window::Week /> });
+        let html = super::html(|| view! { <ThroughputChart buckets=week window=Window::Week /> });
         assert!(
             html.contains(">12-03<") && html.contains(">12-07<"),
             "{html}"
@@ -311,8 +319,8 @@ mod scales_and_rendering {
     fn renders_empty_and_idle_hours() {
         let idle = hour(at(15, 0), |_| Bucket::default());
         for buckets in [Vec::new(), idle] {
-            let a = html(view! { <ThroughputChart buckets=buckets.clone() /> });
-            let b = html(view! { <DistributionChart buckets=buckets.clone() /> });
+            let a = super::html(|| view! { <ThroughputChart buckets=buckets.clone() /> });
+            let b = super::html(|| view! { <DistributionChart buckets=buckets.clone() /> });
             for s in [&a, &b] {
                 assert!(!s.contains("NaN") && !s.contains("inf"), "{s}");
             }
@@ -352,7 +360,9 @@ mod marker_tests {
                 label: "started".into(),
             },
         ];
-        let html = view! { <ThroughputChart buckets=buckets.clone() window=Window::Hour markers=markers.clone() /> }.to_html().replace("<!>", "");
+        let html = super::html(
+            || view! { <ThroughputChart buckets=buckets.clone() window=Window::Hour markers=markers.clone() /> },
+        );
         assert_eq!(
             html.matches("data-testid=\"chart-marker\"").count(),
             2,
@@ -372,9 +382,9 @@ mod marker_tests {
             at_ms: last + 10 * MINUTE_MS,
             label: "paused".into(),
         }];
-        let html = view! { <ThroughputChart buckets=quarters window=Window::Day markers=late /> }
-            .to_html()
-            .replace("<!>", "");
+        let html = super::html(
+            || view! { <ThroughputChart buckets=quarters window=Window::Day markers=late /> },
+        );
         assert_eq!(
             html.matches("data-testid=\"chart-marker\"").count(),
             1,
@@ -411,11 +421,6 @@ mod readable {
     }
 
     /// The markup, without the hydration markers (`<!>`) erased components leave behind.
-    fn html(view: impl IntoView) -> String {
-        let owner = Owner::new();
-        owner.with(|| view.into_view().to_html()).replace("<!>", "")
-    }
-
     #[test]
     fn markers_close_together_are_one_with_their_count_and_all_of_them_in_its_tooltip() {
         // A pause, a deploy and a resume within two minutes (8 % of an hour is 4.8 minutes),
@@ -443,8 +448,8 @@ mod readable {
             group_markers(&deploy, T0, T0 + 60 * MINUTE_MS)[0].label(),
             "2 × started"
         );
-        let chart = html(
-            view! { <ThroughputChart buckets=hour(|_| Bucket::default()) markers=markers.clone() /> },
+        let chart = super::html(
+            || view! { <ThroughputChart buckets=hour(|_| Bucket::default()) markers=markers.clone() /> },
         );
         assert_eq!(
             chart.matches("data-testid=\"chart-marker\"").count(),
@@ -469,9 +474,10 @@ mod readable {
             completed: if i == 59 { 0 } else { 5 },
             ..Bucket::default()
         });
-        let tp = html(view! { <ThroughputChart buckets=buckets /> });
+        let tp = super::html(|| view! { <ThroughputChart buckets=buckets /> });
         let pts = tp
             .split("<polyline")
+            .skip(1)
             .find(|p| p.contains("class=\"s-completed\""))
             .and_then(|line| line.split("points=\"").nth(1)?.split('"').next())
             .expect("the completed line's points");
@@ -496,7 +502,7 @@ mod readable {
         });
         assert_eq!(last_complete(&buckets), Some(&buckets[58]));
         assert_eq!(last_complete(&buckets[..1]), None);
-        let tp = html(view! { <ThroughputChart buckets=buckets.clone() /> });
+        let tp = super::html(|| view! { <ThroughputChart buckets=buckets.clone() /> });
         assert!(tp.contains("00:58 (the last complete minute): "), "{tp}");
         assert!(tp.contains(">7 completed<"), "{tp}");
         assert!(
@@ -504,7 +510,7 @@ mod readable {
             "{tp}"
         );
         assert!(!tp.contains(">0 completed<"), "{tp}");
-        let answers = html(view! { <AnswersChart buckets=buckets.clone() /> });
+        let answers = super::html(|| view! { <AnswersChart buckets=buckets.clone() /> });
         assert!(
             answers.contains("00:58 (the last complete minute): "),
             "{answers}"
@@ -518,7 +524,7 @@ mod readable {
                 ..Bucket::default()
             })
             .collect();
-        let day = html(view! { <ThroughputChart buckets=quarters window=Window::Day /> });
+        let day = super::html(|| view! { <ThroughputChart buckets=quarters window=Window::Day /> });
         assert!(
             day.contains("23:30–23:45 (the last complete quarter hour): ")
                 && day.contains(">30 completed<"),
@@ -533,7 +539,7 @@ mod readable {
             dead: if i == 10 { 1 } else { 0 },
             ..Bucket::default()
         });
-        let chart = html(view! { <ThroughputChart buckets /> });
+        let chart = super::html(|| view! { <ThroughputChart buckets /> });
         assert!(
             chart.contains(
                 "<title>00:10 UTC · 0 completed, 5 failed calls, 1 dead task, 0 polled</title>"
@@ -551,10 +557,18 @@ mod readable {
         });
         let markers = vec![marker(20, 0, "paused")];
         let all = [
-            html(view! { <ThroughputChart buckets=buckets.clone() markers=markers.clone() /> }),
-            html(view! { <DistributionChart buckets=buckets.clone() markers=markers.clone() /> }),
-            html(view! { <AnswersChart buckets=buckets.clone() markers=markers.clone() /> }),
-            html(view! { <HitRatioChart buckets=buckets.clone() markers=markers.clone() /> }),
+            super::html(
+                || view! { <ThroughputChart buckets=buckets.clone() markers=markers.clone() /> },
+            ),
+            super::html(
+                || view! { <DistributionChart buckets=buckets.clone() markers=markers.clone() /> },
+            ),
+            super::html(
+                || view! { <AnswersChart buckets=buckets.clone() markers=markers.clone() /> },
+            ),
+            super::html(
+                || view! { <HitRatioChart buckets=buckets.clone() markers=markers.clone() /> },
+            ),
         ];
         for chart in &all {
             assert!(chart.contains("<svg width=\"100%\""), "{chart}");
@@ -584,7 +598,8 @@ mod readable {
             dead: u64::from(i == 3),
             ..Bucket::default()
         });
-        let dead = html(view! { <ThroughputChart buckets=buckets.clone() plot=Plot::Dead /> });
+        let dead =
+            super::html(|| view! { <ThroughputChart buckets=buckets.clone() plot=Plot::Dead /> });
         assert_eq!(dead.matches("<polyline").count(), 1, "{dead}");
         assert!(dead.contains("class=\"s-dead\"></polyline>"), "{dead}");
         // Its own scale: one dead task is not flattened under a thousand polls.
@@ -592,7 +607,7 @@ mod readable {
             dead.contains(">2/min<") && !dead.contains(">1k/min<"),
             "{dead}"
         );
-        let all = html(view! { <ThroughputChart buckets /> });
+        let all = super::html(|| view! { <ThroughputChart buckets /> });
         assert_eq!(all.matches("<polyline").count(), 4, "{all}");
     }
 }

@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::parts::*;
+use super::readout::Pointer;
 use super::scale::*;
 use super::{Marker, Window};
 use model::ThroughputBucket as Bucket;
@@ -127,6 +128,7 @@ pub fn ThroughputChart(
     let ticks = nice_ticks((series_max(&buckets, &shown) as f64 / per).ceil() as u64);
     let frame = Frame::new(&buckets, ticks.last().copied().unwrap_or(1));
     let lines = series_lines(frame, &buckets, &shown, per);
+    let keys = legend(shown.iter().map(|s| s.key()));
     let tips = buckets
         .iter()
         .map(|b| {
@@ -138,6 +140,7 @@ pub fn ThroughputChart(
             (b.minute_ms, tip)
         })
         .collect();
+    let pointer = Pointer::new("throughput-chart", frame, tips);
     let empty = buckets.is_empty().then(|| empty_note("no data"));
     let label = match plot {
         Plot::All => format!("throughput per minute, {}", window.words()),
@@ -165,11 +168,13 @@ pub fn ThroughputChart(
     };
     view! {
         <figure class="chart" data-testid="throughput-chart" data-plot=plot.param()>
+            {keys}
             {chart_svg(
                 label,
+                pointer,
                 view! { {y_axis(frame, &ticks, per_minute_label)} {x_axis(frame)} {marker_lines(frame, &markers, window.per())} }.into_any(),
                 lines,
-                view! { {empty} {hover_bands(frame, tips)} }.into_any(),
+                view! { {empty} }.into_any(),
             )}
             <figcaption data-testid="throughput-caption">
                 {format!("Tasks per minute, {} (times in UTC) · ", window.words())}
