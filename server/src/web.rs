@@ -178,13 +178,23 @@ const FILE_PATH_MAX: usize = 255;
 /// Where a too-long path's file lookup is sent instead: a name the site root never holds.
 const NO_SUCH_FILE: &str = "/.repoll-no-such-file";
 
+/// The most bytes of a query form post read by [`form_error_page`]: a query is at most 512
+/// characters (percent-encoded, 12 bytes each at worst) and an upstream's name.
+const FORM_BYTES_MAX: usize = 64 * 1024;
+
+/// The most characters of a refused query put back into the form: a too-long one comes back
+/// whole enough to be shortened, and its page's URL stays well inside a URI's 64 KiB.
+const KEPT_CHARS: usize = 2048;
+
 /// A plain HTML form post of the query form (no JavaScript) that the server function refused
 /// comes back from Leptos as a redirect to the form with the error in the URL
 /// (`/?__path=..&__err=..`), i.e. a 302 and then a 200 page. A user's mistake must be a 4xx:
 /// so this renders that same form page (with the reason, read from those parameters) right
-/// away and answers it with 422. The browser stays at the server function's URL; the form on
-/// the page posts to it again as usual. Only the query form's function is rewritten: the
-/// admin forms keep post/redirect/get.
+/// away and answers it with 422, the refused text back in its input (`?query=`, at most
+/// [`KEPT_CHARS`] of it) to be corrected rather than typed again — as a server-rendered form
+/// answers a refused post (Rails' and Django's 422). The browser stays at the server
+/// function's URL; the form on the page posts to it again as usual. Only the query form's
+/// function is rewritten: the admin forms keep post/redirect/get.
 ///
 /// Leptos puts the reason into the URL of the `Referer`; a post without one (a browser with
 /// referrers turned off, `curl`) would get a bare redirect to `/` and lose the reason. Such a
@@ -224,7 +234,21 @@ async fn form_error_page(
         req.headers_mut()
             .insert(header::REFERER, own_page(host.as_ref(), "/"));
     }
-    let res = next.run(req).await;
+    // The form's text is read here and the same bytes handed on to the server function.
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, FORM_BYTES_MAX).await else {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "The form is larger than a query form can be.",
+        )
+            .into_response();
+    };
+    let kept: Option<String> = form_urlencoded::parse(&bytes)
+        .find(|(name, _)| name == "query")
+        .map(|(_, text)| text.chars().take(KEPT_CHARS).collect());
+    let res = next
+        .run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+        .await;
     let error_query = res
         .status()
         .is_redirection()
@@ -233,9 +257,17 @@ async fn form_error_page(
         .and_then(|l| l.to_str().ok())
         .and_then(|l| l.split_once('?').map(|(_, q)| q.to_string()))
         .filter(|q| q.split('&').any(|p| p.starts_with("__err=")));
-    let Some(query) = error_query else {
+    let Some(mut query) = error_query else {
         return res;
     };
+    if let Some(text) = kept {
+        query.push('&');
+        query.push_str(
+            &form_urlencoded::Serializer::new(String::new())
+                .append_pair("query", &text)
+                .finish(),
+        );
+    }
     let mut get = Request::builder()
         .method(Method::GET)
         .uri(format!("/?{query}"))

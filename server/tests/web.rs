@@ -98,10 +98,27 @@ async fn health_ready_and_server_rendered_page() {
     redis.stop().await;
 }
 
+/// The `value` of the query form's input in a page, unescaped ("" without one).
+fn query_input_value(page: &str) -> String {
+    let at = page
+        .find("data-testid=\"query-input\"")
+        .expect("the query input");
+    let start = page[..at].rfind("<input").expect("its tag");
+    let tag = &page[start..start + page[start..].find('>').expect("its end")];
+    tag.split_once(" value=\"")
+        .map(|(_, rest)| rest.split('"').next().unwrap_or_default())
+        .unwrap_or_default()
+        .replace("&amp;", "&")
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+}
+
 /// The query form posted without JavaScript (`Accept: text/html`), over a real socket: a
 /// refused query (too long, empty, an unknown upstream) is the form page again, 422, with the
 /// reason on it — also when the browser sends no `Referer` (referrers turned off, `curl`),
-/// where Leptos alone would answer a bare redirect to `/` and the reason would be lost. An
+/// where Leptos alone would answer a bare redirect to `/` and the reason would be lost — and
+/// with the refused text back in the input. An
 /// accepted one goes on to its page: 302 for a browser, 303 for a program's post.
 #[tokio::test]
 async fn a_refused_no_js_query_is_the_422_page_with_its_reason_with_or_without_referer() {
@@ -136,6 +153,12 @@ async fn a_refused_no_js_query_is_the_422_page_with_its_reason_with_or_without_r
             );
             let shown = common::admin::testid_text(&a.body, "query-submit-error");
             assert!(shown.contains(reason), "{what}: {shown:?}");
+            // The refused text is back in the input, to be corrected (issue 43 row 12).
+            let text: String = form_urlencoded::parse(body.as_bytes())
+                .find(|(k, _)| k == "query")
+                .map(|(_, v)| v.into_owned())
+                .unwrap();
+            assert_eq!(query_input_value(&a.body), text, "{what}");
         }
     }
     // An accepted query still goes on to its page.

@@ -122,6 +122,12 @@ pub fn QueryPage() -> impl IntoView {
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
     let upstreams = Resource::new(|| (), |_| upstream_names());
+    // The text the input starts with: a refused post without JavaScript comes back with it
+    // (the server renders this page from `/?query=…`, server/src/web.rs `form_error_page`),
+    // and a link may carry one.
+    let kept = leptos_router::hooks::use_query_map()
+        .with_untracked(|q| q.get("query"))
+        .unwrap_or_default();
     // A choice only where there is one: a deployment with named upstreams.
     let choose =
         move || {
@@ -157,6 +163,7 @@ pub fn QueryPage() -> impl IntoView {
                     required
                     autocomplete="off"
                     placeholder="e.g. order-7 polls=4"
+                    value=kept
                     aria-label="Query"
                     data-testid="query-input"
                 />
