@@ -63,6 +63,19 @@ test("the Workers table shows memory; quiet a worker, then stop it", async ({ pa
     await expect(row(page, w.id).getByTestId("worker-state")).toHaveText("quiet", { timeout: 15_000 });
     await expect(row(page, w.id).getByTestId("worker-quiet")).toHaveCount(0);
 
+    // On a phone the question is a sheet across the screen, not a 190 px cell (issue 43 row 13).
+    await page.setViewportSize({ width: 375, height: 800 });
+    await row(page, w.id).getByTestId("worker-stop").click();
+    const sheet = (await row(page, w.id).getByTestId("worker-stop-confirm").boundingBox())!;
+    expect(sheet.width).toBeGreaterThanOrEqual(340);
+    expect(sheet.x).toBeGreaterThanOrEqual(0);
+    expect(sheet.x + sheet.width).toBeLessThanOrEqual(375);
+    expect(sheet.y + sheet.height).toBeLessThanOrEqual(800);
+    await expect(row(page, w.id).getByTestId("worker-stop-yes")).toBeInViewport();
+    await row(page, w.id).getByTestId("worker-stop-cancel").click();
+    await expect(row(page, w.id).getByTestId("worker-stop-confirm")).toHaveCount(0);
+    await page.setViewportSize({ width: 1280, height: 720 });
+
     // Stop asks first; cancel leaves it running.
     await row(page, w.id).getByTestId("worker-stop").click();
     await expect(row(page, w.id).getByTestId("worker-stop-question")).toContainText(`Stop worker ${w.id}?`);
