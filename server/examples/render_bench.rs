@@ -1,9 +1,10 @@
 //! Server render time of the dashboard's pages against a running `repoll serve`, signed in as
 //! the admin over HTTP, one request at a time.
 //!
-//!     cargo run --release -p server --example render_bench -- BASE PASSWORD [ROUNDS]
+//!     cargo run --release -p server --example render_bench -- BASE PASSWORD [ROUNDS [PAGE…]]
 //!
-//! Per page: ROUNDS (default 30) sequential GETs as a browser asks for a page (`Accept:
+//! The pages are the dashboard's main ones unless listed. Per page: ROUNDS (default 30)
+//! sequential GETs as a browser asks for a page (`Accept:
 //! text/html`, the session cookie), after one warm-up; prints p50 / p95 / max of the whole
 //! response and a machine-readable `RESULT page=… p50_ms=… p95_ms=… max_ms=…` line.
 //! `scripts/bench-pages --tasks N` fills the queue with N tasks first and runs this; speed is
@@ -18,7 +19,7 @@ use leptos::server_fn::ServerFn;
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(base), Some(password)) = (args.get(1), args.get(2)) else {
-        eprintln!("usage: render_bench BASE PASSWORD [ROUNDS]");
+        eprintln!("usage: render_bench BASE PASSWORD [ROUNDS [PAGE…]]");
         std::process::exit(2);
     };
     let rounds: usize = args
@@ -48,15 +49,21 @@ async fn main() {
         .map(|id| format!("repoll_session={id}"))
         .unwrap_or_else(|| panic!("no session cookie (status {})", res.status()));
 
+    let listed: Vec<&str> = args.iter().skip(4).map(String::as_str).collect();
+    let pages = if listed.is_empty() {
+        vec![
+            "/admin",
+            "/admin/tasks",
+            "/admin/tasks?state=waiting",
+            "/admin/tasks?state=dead",
+            "/admin/tasks?q=state:dead%20error:%22HTTP%20503%22",
+            "/admin/leases",
+        ]
+    } else {
+        listed
+    };
     println!("page                              p50 ms   p95 ms   max ms   bytes");
-    for page in [
-        "/admin",
-        "/admin/tasks",
-        "/admin/tasks?state=waiting",
-        "/admin/tasks?state=dead",
-        "/admin/tasks?q=state:dead%20error:%22HTTP%20503%22",
-        "/admin/leases",
-    ] {
+    for page in pages {
         let mut times = Vec::with_capacity(rounds);
         let mut bytes = 0;
         for i in 0..=rounds {
