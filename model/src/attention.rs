@@ -36,6 +36,16 @@ impl Attention {
 pub enum Concern {
     /// The dashboard could not read the queue: nothing else can be said.
     RedisUnreachable,
+    /// The queue's partitions are being changed (`repoll admin repartition`), or were, since
+    /// this process started: it runs the old layout, so it accepts and claims nothing until it
+    /// is restarted with the new count.
+    Repartition {
+        upstream: String,
+        /// The partitions this process runs.
+        have: u16,
+        /// The partitions the queue is moving to (or has).
+        now: u16,
+    },
     /// No worker has a live heartbeat: nothing polls the upstream.
     NoWorker { upstream: String, ready: u64 },
     /// Workers are there, but every one is quiet or stopping: nothing claims new work.
@@ -66,7 +76,10 @@ impl Concern {
     pub fn nothing_polls(&self) -> bool {
         matches!(
             self,
-            Concern::RedisUnreachable | Concern::NoWorker { .. } | Concern::AllQuiet { .. }
+            Concern::RedisUnreachable
+                | Concern::Repartition { .. }
+                | Concern::NoWorker { .. }
+                | Concern::AllQuiet { .. }
         )
     }
 
@@ -74,7 +87,8 @@ impl Concern {
     pub fn upstream(&self) -> &str {
         match self {
             Concern::RedisUnreachable => "",
-            Concern::NoWorker { upstream, .. }
+            Concern::Repartition { upstream, .. }
+            | Concern::NoWorker { upstream, .. }
             | Concern::AllQuiet { upstream, .. }
             | Concern::BreakerOpen { upstream, .. }
             | Concern::Paused { upstream, .. }
@@ -87,12 +101,13 @@ impl Concern {
     pub fn rank(&self) -> u8 {
         match self {
             Concern::RedisUnreachable => 0,
-            Concern::NoWorker { .. } => 1,
-            Concern::AllQuiet { .. } => 2,
-            Concern::BreakerOpen { .. } => 3,
-            Concern::Paused { .. } => 4,
-            Concern::ReadyWaiting { .. } => 5,
-            Concern::StuckLeases { .. } => 6,
+            Concern::Repartition { .. } => 1,
+            Concern::NoWorker { .. } => 2,
+            Concern::AllQuiet { .. } => 3,
+            Concern::BreakerOpen { .. } => 4,
+            Concern::Paused { .. } => 5,
+            Concern::ReadyWaiting { .. } => 6,
+            Concern::StuckLeases { .. } => 7,
         }
     }
 
@@ -100,6 +115,7 @@ impl Concern {
     pub fn key(&self) -> &'static str {
         match self {
             Concern::RedisUnreachable => "redis",
+            Concern::Repartition { .. } => "repartition",
             Concern::NoWorker { .. } => "no-worker",
             Concern::AllQuiet { .. } => "all-quiet",
             Concern::BreakerOpen { .. } => "breaker",

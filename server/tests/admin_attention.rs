@@ -139,3 +139,52 @@ async fn every_admin_page_says_what_is_wrong_and_nothing_when_all_is_well() {
     assert!(items[1].contains("is paused by alice"), "{items:?}");
     env.redis.stop().await;
 }
+
+/// A repartition started while this server runs (its heartbeat reads the queue's meta): the
+/// strip says so first, in red, and says nothing else of that queue (its counts would be the
+/// old layout's); the layout given back (a refused repartition), the item goes.
+#[tokio::test]
+async fn a_repartition_under_a_running_server_is_said_first() {
+    let env = start().await;
+    let cookie = sign_in(&env.router, ADMIN_PW, [10, 0, 0, 91])
+        .await
+        .expect("signed in");
+    let meta = format!("{{{}}}:meta", env.queue.config().name);
+    let mut r = raw_redis(&env).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("moving_to")
+        .arg(4)
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    beat(&env.queue, "w-moving", queue::WorkerMode::Running).await;
+    let (class, items) = strip(&env, &cookie, "/admin/tasks").await;
+    assert_eq!(class, "attention red", "{items:?}");
+    assert_eq!(
+        items.first().map(String::as_str),
+        Some(
+            "repartition: The queue of default is moving to 4 partitions (repoll admin repartition) while \
+             this server runs its old layout of 1: it accepts and claims nothing until it is \
+             restarted with REPOLL_PARTITIONS=4. "
+        ),
+        "{items:?}"
+    );
+    assert!(
+        !items.iter().skip(1).any(|i| i.contains(" of default ")),
+        "nothing else of that queue: {items:?}"
+    );
+    let _: () = redis::cmd("HDEL")
+        .arg(&meta)
+        .arg("moving_to")
+        .query_async(&mut r)
+        .await
+        .unwrap();
+    beat(&env.queue, "w-moving", queue::WorkerMode::Running).await;
+    let (_, items) = strip(&env, &cookie, "/admin/tasks").await;
+    assert!(
+        !items.iter().any(|i| i.starts_with("repartition")),
+        "{items:?}"
+    );
+    env.redis.stop().await;
+}

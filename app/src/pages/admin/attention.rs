@@ -30,6 +30,16 @@ pub async fn read_attention() -> Result<Attention, ServerFnError> {
         ..Attention::default()
     };
     for (name, q) in ctx.queues() {
+        // Learnt by this process's heartbeat: its counts would be the old layout's, and its
+        // reads by id refuse, so this is all it can say of the queue.
+        if let Some(queue::QueueError::LayoutChanged { have, now, .. }) = q.layout_changed() {
+            out.concerns.push(Concern::Repartition {
+                upstream: name.to_string(),
+                have,
+                now,
+            });
+            continue;
+        }
         let (counts, workers, breaker, pause) =
             tokio::join!(q.counts(), q.workers(), q.breaker(), q.pause_info());
         let (counts, workers, breaker, pause) = match (counts, workers, breaker, pause) {
@@ -99,6 +109,21 @@ pub fn words(c: &Concern, upstreams: usize, now: i64) -> (String, &'static str, 
             "Redis is unreachable: the queue cannot be read or changed, and nothing is polling.".into(),
             "see the overview",
             "/admin".into(),
+        ),
+        Concern::Repartition {
+            upstream,
+            have,
+            now: to,
+        } => (
+            format!(
+                "The queue{} is moving to {} (repoll admin repartition) while this server runs \
+                 its old layout of {have}: it accepts and claims nothing until it is restarted \
+                 with REPOLL_PARTITIONS={to}.",
+                of(upstream),
+                plural(u64::from(*to), "partition", "partitions"),
+            ),
+            "see the workers",
+            upstream_href(upstream, "workers"),
         ),
         Concern::NoWorker { upstream, ready } => (
             format!(
