@@ -318,3 +318,34 @@ test("each chart names its lines, and a point's values are read by pointer and b
   await expect(readout).toHaveCount(0);
   expect(errors).toEqual([]);
 });
+
+test("the readout and the keyboard stay on a chart through a live update", async ({ page, request }) => {
+  // The overview rebuilds its charts at every live update (each second under load): the point
+  // being read, and the chart holding the keyboard, must outlive that (chart/readout.rs,
+  // ChartFocus).
+  const errors = watchErrors(page);
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await signIn(page);
+  const chart = page.getByTestId("throughput-chart");
+  const svg = chart.locator("svg.chart-svg");
+  await svg.focus();
+  await page.keyboard.press("ArrowLeft");
+  const words = chart.getByTestId("chart-readout-words");
+  await expect(words).toHaveText(/^\d\d:\d\d UTC · /);
+  const read = (await words.textContent())!;
+  // A query submitted and answered makes live updates: the page re-renders its charts from the
+  // new data (the stored results' count is one of them).
+  const stored = page.getByTestId("count-results");
+  const before = Number(await stored.textContent());
+  await submit(request, `charts-live-${run} polls=1`);
+  await expect(async () => {
+    expect(Number(await stored.textContent())).toBeGreaterThan(before);
+  }).toPass({ timeout: 15_000 });
+  await expect(chart.getByTestId("chart-readout")).toBeVisible();
+  await expect(words).toHaveText(read);
+  expect(await svg.evaluate((el) => document.activeElement === el), "the rebuilt chart has the keyboard").toBe(true);
+  // Its keys go on from the point chosen before.
+  await page.keyboard.press("ArrowLeft");
+  await expect(words).not.toHaveText(read);
+  expect(errors).toEqual([]);
+});

@@ -167,8 +167,9 @@ pub(super) fn chart_svg(
     front: AnyView,
 ) -> impl IntoView {
     let svg = NodeRef::<leptos::svg::Svg>::new();
-    // Rebuilt by a live update while it had the keyboard: it takes it back (the old chart left
-    // the page with the focus, which fell to the body).
+    // A live update re-renders the chart in place; where it makes a new element instead (the
+    // page's data once failed, then came back) while the old one had the keyboard, the new one
+    // takes it back (the focus had fallen to the body with the old one).
     Effect::new(move |_| {
         let Some(el) = svg.get() else { return };
         let lost = document()

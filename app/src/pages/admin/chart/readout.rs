@@ -21,10 +21,10 @@ const LINE_PX: f64 = 15.0;
 /// Inner margin of the box, and its gap to the guide line.
 const PAD_PX: f64 = 6.0;
 
-/// What the readouts of a page's charts show, kept above the charts: a live page rebuilds
-/// them at every change (each second under load), and the point being read, and the chart
-/// holding the keyboard, must outlive that. The overview provides one; a chart without one
-/// keeps its own.
+/// What the readouts of a page's charts show, kept above the charts: a live page renders them
+/// again at every change (each second under load), which makes each chart's state anew, and
+/// the point being read, and the chart holding the keyboard, must outlive that. The overview
+/// provides one; a chart without one keeps its own.
 #[derive(Clone, Copy)]
 pub struct ChartFocus {
     /// The chart (its test id) and the time of the point its readout shows.
