@@ -4,6 +4,7 @@
 import { test, expect, Page } from "@playwright/test";
 import { execFileSync } from "child_process";
 import { createHash } from "crypto";
+import { shot } from "./fixtures";
 import { redisUrl, signIn, waitLive, watchErrors } from "./support";
 
 const run = Date.now();
@@ -153,5 +154,37 @@ test("the dead work view groups by error and retries only the chosen group", asy
   await expect(page.getByTestId("bulk-result")).toHaveText("started: retry 3 tasks");
   await expect.poll(() => statesOf([...busy, ...other]).map((s) => s === "dead"), { timeout: 30_000 })
     .toEqual([false, false, false, true, true]);
+  expect(errors).toEqual([]);
+});
+
+test("dead rows are one line each at 1280 px, the table clear of the counts beside it", async ({ page }) => {
+  // Issue 43 row 4 / "a dense triage table": the dead list at 1280 px read ~8 rows a screen
+  // (80 px rows, the error's "GET http://…:" first) and ran under the facet sidebar's border.
+  const errors = watchErrors(page);
+  const now = Date.now();
+  const marker = `dense${run}`;
+  const ids = deadTasks(
+    Array.from({ length: 12 }, (_, i) => `${marker}-${i} customer-report region-eu-west polls=3`),
+    "GET http://127.0.0.1:4001/api/query?q=customer-report%20region-eu-west: HTTP 503 Service Unavailable: simulated outage, retry in 5 s",
+    now,
+  );
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await signIn(page);
+  await page.goto(`/admin/tasks?q=${encodeURIComponent(`state:dead query:${marker}`)}`);
+  await waitLive(page);
+  await expect(row(page, ids[0])).toBeVisible();
+  const heights = await Promise.all(ids.map(async (id) => (await row(page, id).boundingBox())!.height));
+  for (const h of heights) {
+    expect(h, `row heights ${heights.join(", ")}`).toBeLessThanOrEqual(52);
+  }
+  const table = (await row(page, ids[0]).locator("xpath=ancestor::table[1]").boundingBox())!;
+  const facets = (await page.getByTestId("facets").boundingBox())!;
+  const apart =
+    table.x + table.width <= facets.x + 1 ||
+    facets.x + facets.width <= table.x + 1 ||
+    facets.y + facets.height <= table.y + 1 ||
+    table.y + table.height <= facets.y + 1;
+  expect(apart, `table ${JSON.stringify(table)} facets ${JSON.stringify(facets)}`).toBe(true);
+  await shot(page, "admin-tasks-dead", true);
   expect(errors).toEqual([]);
 });
