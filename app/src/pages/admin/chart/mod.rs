@@ -16,6 +16,8 @@
 
 mod answers;
 mod distribution;
+#[cfg(test)]
+mod marker_tests;
 mod parts;
 mod readout;
 mod scale;

@@ -81,12 +81,13 @@ impl Pointer {
     /// The index of the point chosen in this chart.
     fn at_untracked(self) -> Option<usize> {
         let (id, t) = self.focus.chosen.get_untracked()?;
-        (id == self.id)
-            .then(|| {
-                self.tips
-                    .with_value(|v| v.iter().position(|(at, _)| *at == t))
-            })
-            .flatten()
+        (id == self.id).then(|| self.index_of(t)).flatten()
+    }
+
+    /// The index of the point of time `t`, if the chart still has it.
+    fn index_of(self, t: i64) -> Option<usize> {
+        self.tips
+            .with_value(|v| v.iter().position(|(at, _)| *at == t))
     }
 
     fn choose(self, i: Option<usize>) {
@@ -125,11 +126,8 @@ impl Pointer {
     /// The chosen point's time and tooltip.
     fn chosen(self) -> Option<(i64, String)> {
         let (id, t) = self.focus.chosen.get()?;
-        if id != self.id {
-            return None;
-        }
-        self.tips
-            .with_value(|v| v.iter().find(|(at, _)| *at == t).cloned())
+        let i = (id == self.id).then(|| self.index_of(t)).flatten()?;
+        self.tips.with_value(|v| v.get(i).cloned())
     }
 }
 
@@ -225,6 +223,7 @@ pub(super) fn live_words(p: Pointer) -> impl IntoView {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::html;
     use super::super::{DistributionChart, ThroughputChart};
     use super::*;
     use model::ThroughputBucket as Bucket;
@@ -270,15 +269,6 @@ mod tests {
             readout_lines("14:02 UTC · answers 3 · hit ratio 75 %"),
             ["14:02 UTC", "answers 3", "hit ratio 75 %"]
         );
-    }
-
-    /// The markup of the view `make` builds, built inside a reactive owner (a chart keeps
-    /// its readout's state in signals).
-    fn html<V: IntoView>(make: impl FnOnce() -> V) -> String {
-        let owner = Owner::new();
-        owner
-            .with(|| make().into_view().to_html())
-            .replace("<!>", "")
     }
 
     #[test]

@@ -5,7 +5,7 @@ use leptos::prelude::{IntoView, Owner, RenderHtml};
 
 /// The markup of the view `make` builds, built inside a reactive owner (a chart keeps its
 /// readout's state in signals).
-fn html<V: IntoView>(make: impl FnOnce() -> V) -> String {
+pub(super) fn html<V: IntoView>(make: impl FnOnce() -> V) -> String {
     let owner = Owner::new();
     owner
         .with(|| make().into_view().to_html())
@@ -328,68 +328,6 @@ mod scales_and_rendering {
             assert!(b.contains("nothing completed in the last hour"), "{b}");
             assert!(!b.contains("<polyline"), "{b}");
         }
-    }
-}
-
-mod marker_tests {
-    use super::super::scale::*;
-    use super::super::*;
-    use leptos::prelude::*;
-    use model::ThroughputBucket as Bucket;
-
-    #[test]
-    fn markers_inside_the_span_are_drawn_with_their_label() {
-        let t0 = 19_000 * DAY_MS;
-        let buckets: Vec<Bucket> = (0..60)
-            .map(|i| Bucket {
-                minute_ms: t0 + i * MINUTE_MS,
-                ..Bucket::default()
-            })
-            .collect();
-        let markers = vec![
-            Marker {
-                at_ms: t0 + 30 * MINUTE_MS + 5_000,
-                label: "paused".into(),
-            },
-            Marker {
-                at_ms: t0 + 59 * MINUTE_MS + 30_000,
-                label: "resumed".into(),
-            },
-            Marker {
-                at_ms: t0 - DAY_MS,
-                label: "started".into(),
-            },
-        ];
-        let html = super::html(
-            || view! { <ThroughputChart buckets=buckets.clone() window=Window::Hour markers=markers.clone() /> },
-        );
-        assert_eq!(
-            html.matches("data-testid=\"chart-marker\"").count(),
-            2,
-            "{html}"
-        );
-        assert!(html.contains(">paused<") && html.contains(">resumed<"));
-        assert!(!html.contains(">started<"));
-        // A day's last point covers a quarter hour: a marker 10 minutes into it is drawn.
-        let quarters: Vec<Bucket> = (0..96)
-            .map(|i| Bucket {
-                minute_ms: t0 + i * 15 * MINUTE_MS,
-                ..Bucket::default()
-            })
-            .collect();
-        let last = quarters.last().unwrap().minute_ms;
-        let late = vec![Marker {
-            at_ms: last + 10 * MINUTE_MS,
-            label: "paused".into(),
-        }];
-        let html = super::html(
-            || view! { <ThroughputChart buckets=quarters window=Window::Day markers=late /> },
-        );
-        assert_eq!(
-            html.matches("data-testid=\"chart-marker\"").count(),
-            1,
-            "{html}"
-        );
     }
 }
 
